@@ -1,0 +1,45 @@
+#include "core/device.h"
+
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace ember {
+
+Device::Device(const std::string& spec) {
+  if (spec == "cpu") {
+    *this = cpu();
+    return;
+  }
+  if (spec == "cuda") {
+    *this = cuda(0);
+    return;
+  }
+  if (spec.rfind("cuda:", 0) == 0 && spec.size() > 5) {
+    const std::string idx = spec.substr(5);
+    char* end = nullptr;
+    long v = std::strtol(idx.c_str(), &end, 10);
+    if (end && *end == '\0' && v >= 0 && v < 1024 && idx.find_first_not_of("0123456789") == std::string::npos) {
+      *this = cuda(static_cast<int>(v));
+      return;
+    }
+  }
+  EMBER_FAIL("invalid device '", spec, "' (expected cpu, cuda or cuda:N)");
+}
+
+Device Device::best() { return cuda_device_count() > 0 ? cuda(0) : cpu(); }
+
+const Device& Device::validate() const {
+  if (is_cuda()) {
+    EMBER_CHECK(cuda_compiled(), "device ", str(), " requested, but this ember build has no CUDA support");
+    int n = cuda_device_count();
+    EMBER_CHECK(n > 0, "device ", str(), " requested, but no usable CUDA GPU was found");
+    EMBER_CHECK(index_ < n, "device ", str(), " requested, but only ", n, " CUDA device(s) exist (cuda:0..cuda:",
+                n - 1, ")");
+  }
+  return *this;
+}
+
+std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index_); }
+
+}  // namespace ember

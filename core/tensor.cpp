@@ -1,0 +1,64 @@
+// The core (metadata-only) part of Tensor. Computing members live in autograd/tensor_methods.cpp.
+#include "core/tensor.h"
+
+#include <ostream>
+
+namespace ember {
+
+int64_t Tensor::size(int64_t dim) const { return sizes()[wrap_dim(dim, this->dim())]; }
+int64_t Tensor::stride(int64_t dim) const { return strides()[wrap_dim(dim, this->dim())]; }
+
+bool Tensor::is_contiguous() const {
+  const TensorImpl* t = impl();
+  int64_t expected = 1;
+  for (size_t i = t->sizes.size(); i-- > 0;) {
+    if (t->sizes[i] == 1) continue;
+    if (t->strides[i] != expected) return false;
+    expected *= t->sizes[i];
+  }
+  return true;
+}
+
+void* Tensor::data_ptr() const {
+  const TensorImpl* t = impl();
+  return static_cast<char*>(t->storage.data()) + t->offset * static_cast<int64_t>(dtype_size(t->dtype));
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+
+Tensor empty(const Shape& sizes, DType dtype, Device device) {
+  for (int64_t s : sizes) EMBER_CHECK(s >= 0, "empty: negative size in shape ", shape_str(sizes));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = Storage(static_cast<size_t>(numel_of(sizes)) * dtype_size(dtype), device);
+  impl->sizes = sizes;
+  impl->strides = contiguous_strides(sizes);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor empty_like(const Tensor& like) { return empty(like.sizes(), like.dtype(), like.device()); }
+
+Tensor as_strided_raw(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset) {
+  EMBER_CHECK(sizes.size() == strides.size(), "as_strided: ", sizes.size(), " sizes but ", strides.size(),
+              " strides");
+  int64_t max_off = offset;
+  bool empty_view = false;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    EMBER_CHECK(sizes[i] >= 0 && strides[i] >= 0, "as_strided: negative size or stride in ", shape_str(sizes),
+                " / ", shape_str(strides));
+    if (sizes[i] == 0) empty_view = true;
+    else max_off += (sizes[i] - 1) * strides[i];
+  }
+  const int64_t capacity = static_cast<int64_t>(base.storage().nbytes() / base.element_size());
+  EMBER_CHECK(offset >= 0 && (empty_view || max_off < capacity), "as_strided: view of size ", shape_str(sizes),
+              " strides ", shape_str(strides), " offset ", offset, " exceeds storage of ", capacity, " elements");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.storage();
+  impl->sizes = sizes;
+  impl->strides = strides;
+  impl->offset = offset;
+  impl->dtype = base.dtype();
+  return Tensor(std::move(impl));
+}
+
+}  // namespace ember

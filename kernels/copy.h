@@ -1,0 +1,29 @@
+#pragma once
+// Copy (with dtype cast and arbitrary strides), fill, and cross-device transfer.
+#include <cstddef>
+
+#include "core/tensor.h"
+#include "kernels/dispatch.h"
+
+namespace ember::kernels {
+
+/// dst[...] = src[...] (cast to dst's dtype). src is broadcast to dst's shape; the devices may
+/// differ (the transfer goes through a contiguous staging copy). Synchronous for cross-device.
+void copy(const Tensor& dst, const Tensor& src);
+/// Every element of dst (any strides) set to value, cast to dst's dtype.
+void fill(const Tensor& dst, double value);
+/// A contiguous copy of src with the given dtype on src's device.
+Tensor cast(const Tensor& src, DType dtype);
+
+// ---- implementation signatures ----
+/// Same device, same shape; any dtypes (cast on the fly), any strides on both sides.
+using CopyFn = void(const Tensor& src, const Tensor& dst);
+using FillFn = void(const Tensor& dst, double value);
+/// Raw bytes between devices; one side is the CPU or both are CUDA. Registered under CUDA.
+using TransferFn = void(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
+
+extern DispatchTable<CopyFn> copy_table;
+extern DispatchTable<FillFn> fill_table;
+extern DispatchTable<TransferFn> transfer_table;
+
+}  // namespace ember::kernels

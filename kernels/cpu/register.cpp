@@ -1,0 +1,16 @@
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/dispatch.h"
+
+namespace ember::kernels {
+
+void register_cpu_kernels() {
+  cpu::register_elementwise();
+  cpu::register_copy();
+  cpu::register_random();
+  cpu::register_reduce();
+  cpu::register_matmul();
+  cpu::register_softmax();
+  cpu::register_index();
+}
+
+}  // namespace ember::kernels

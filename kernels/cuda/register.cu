@@ -1,0 +1,16 @@
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/dispatch.h"
+
+namespace ember::kernels {
+
+void register_cuda_kernels() {
+  cuda::register_elementwise();
+  cuda::register_copy();
+  cuda::register_random();
+  cuda::register_reduce();
+  cuda::register_matmul();
+  cuda::register_softmax();
+  cuda::register_index();
+}
+
+}  // namespace ember::kernels

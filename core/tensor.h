@@ -106,7 +106,7 @@ class Tensor {
   Tensor& copy_(const Tensor& src);
 
   // ---- autograd ----
-  Tensor& requires_grad_(bool requires = true);
+  Tensor& requires_grad_(bool on = true);
   bool requires_grad() const;
   /// True for tensors not produced by a differentiable op (user-created or detached).
   bool is_leaf() const;

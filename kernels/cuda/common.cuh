@@ -1,0 +1,36 @@
+#pragma once
+// Shared pieces of the CUDA kernels: launch geometry (grid-stride loops over a capped grid),
+// the current stream, and accumulation types (f16/bf16 compute in f32).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/cuda_check.h"
+#include "core/stream.h"
+#include "core/tensor.h"
+
+namespace ember::kernels::cuda {
+
+constexpr int kBlock = 256;
+/// Grid for n elements handled by grid-stride loops: enough blocks to fill the GPU several
+/// times over, capped so huge tensors loop instead of launching millions of blocks.
+inline int grid_for(int64_t n, int block = kBlock, int64_t cap = 65536) {
+  int64_t g = (n + block - 1) / block;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(g, cap)));
+}
+
+/// The current stream of the tensor's device, as a cudaStream_t.
+inline cudaStream_t stream_of(const Tensor& t) {
+  return static_cast<cudaStream_t>(current_stream(t.device()).handle());
+}
+
+/// Accumulation type: float for f32/f16/bf16, double for f64, same for integers.
+template <typename T> struct AccType { using type = T; };
+template <> struct AccType<Half> { using type = float; };
+template <> struct AccType<BFloat16> { using type = float; };
+template <typename T> using acc_t = typename AccType<T>::type;
+
+}  // namespace ember::kernels::cuda

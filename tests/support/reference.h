@@ -1,0 +1,186 @@
+#pragma once
+// Shared test helpers: float64 references, dtype tolerances, random tensor makers.
+//
+// These helpers touch tensor memory directly (raw strided loops over the storage) and never call
+// ember's copy/cast/elementwise kernels, so a test built on them checks the kernels against an
+// independent implementation. CUDA tensors are moved to the host with Tensor::to(Device::cpu())
+// (that path is tested separately in tests/kernels/test_copy.cpp and the CUDA tests).
+//
+// API (namespace ember::testing):
+//   tol(dtype)                 relative tolerance of one rounding in dtype (0 for integers)
+//   tol_sum(dtype, k)          tolerance for a sum/dot of length k: tol(dtype) * sqrt(k)
+//   to_f64(t)                  elements of t (any strides, any device) in row-major order
+//   make_tensor(vals, sizes, dtype, device)   a contiguous tensor holding vals cast to dtype
+//   random_tensor(sizes, dtype, seed, lo, hi, layout, device)   values U[lo, hi) from a fixed
+//                              seed; layout picks a contiguous, transposed or step-2 strided view
+//   random_values(n, seed, lo, hi)   the raw doubles behind random_tensor(..., Layout::Contiguous)
+//   round_to(dtype, v)         v rounded to dtype the way a store into that dtype rounds it
+//   check_close(actual, expected, rtol, atol)   CHECKs every element, reports the first misses
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ember::testing {
+
+/// Relative tolerance for results that went through about one rounding in `dt`.
+inline double tol(DType dt) {
+  switch (dt) {
+    case DType::f64: return 1e-12;
+    case DType::f32: return 1e-5;
+    case DType::f16: return 1e-3;
+    case DType::bf16: return 1e-2;
+    default: return 0.0;
+  }
+}
+/// Tolerance for a reduction or dot product of length k (error grows like sqrt(k)).
+inline double tol_sum(DType dt, int64_t k) { return tol(dt) * std::sqrt(static_cast<double>(k < 1 ? 1 : k)); }
+
+/// Reads element at `p` (of dtype dt) as double.
+inline double load_f64(DType dt, const void* p) {
+  switch (dt) {
+    case DType::f32: return *static_cast<const float*>(p);
+    case DType::f64: return *static_cast<const double*>(p);
+    case DType::f16: return static_cast<float>(*static_cast<const Half*>(p));
+    case DType::bf16: return static_cast<float>(*static_cast<const BFloat16*>(p));
+    case DType::i32: return *static_cast<const int32_t*>(p);
+    case DType::i64: return static_cast<double>(*static_cast<const int64_t*>(p));
+    case DType::u8: return *static_cast<const uint8_t*>(p);
+    case DType::boolean: return *static_cast<const uint8_t*>(p) != 0 ? 1.0 : 0.0;
+  }
+  return 0.0;
+}
+/// Stores v into `p` as dtype dt (floats round to nearest, integers truncate toward zero).
+inline void store_f64(DType dt, void* p, double v) {
+  switch (dt) {
+    case DType::f32: *static_cast<float*>(p) = static_cast<float>(v); break;
+    case DType::f64: *static_cast<double*>(p) = v; break;
+    case DType::f16: *static_cast<Half*>(p) = Half(static_cast<float>(v)); break;
+    case DType::bf16: *static_cast<BFloat16*>(p) = BFloat16(static_cast<float>(v)); break;
+    case DType::i32: *static_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
+    case DType::i64: *static_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
+    case DType::u8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(v); break;
+    case DType::boolean: *static_cast<uint8_t*>(p) = v != 0.0 ? 1 : 0; break;
+  }
+}
+/// v as it reads back after a store into dtype dt.
+inline double round_to(DType dt, double v) {
+  alignas(8) unsigned char buf[8];
+  store_f64(dt, buf, v);
+  return load_f64(dt, buf);
+}
+
+/// Elements of t in row-major order of its logical shape, as doubles (walks the strides itself).
+inline std::vector<double> to_f64(const Tensor& t_in) {
+  Tensor t = t_in.device().is_cpu() ? t_in : t_in.to(Device::cpu());
+  const int64_t n = t.numel();
+  std::vector<double> out(static_cast<size_t>(n));
+  const auto* base = static_cast<const unsigned char*>(t.data_ptr());
+  const int64_t es = static_cast<int64_t>(t.element_size());
+  const int64_t nd = t.dim();
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rem = i, off = 0;
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      off += (rem % t.sizes()[d]) * t.strides()[d];
+      rem /= t.sizes()[d];
+    }
+    out[static_cast<size_t>(i)] = load_f64(t.dtype(), base + off * es);
+  }
+  return out;
+}
+
+/// A new contiguous tensor of `sizes` holding `vals` (row-major) stored as `dtype`.
+inline Tensor make_tensor(const std::vector<double>& vals, const Shape& sizes, DType dtype = DType::f32,
+                          Device device = Device::cpu()) {
+  REQUIRE(static_cast<int64_t>(vals.size()) == numel_of(sizes));
+  Tensor t = empty(sizes, dtype, Device::cpu());
+  auto* p = static_cast<unsigned char*>(t.data_ptr());
+  for (size_t i = 0; i < vals.size(); ++i) store_f64(dtype, p + i * t.element_size(), vals[i]);
+  return device.is_cpu() ? t : t.to(device);
+}
+
+/// n doubles U[lo, hi) from a fixed seed (std::mt19937_64, so independent of ember's RNG).
+inline std::vector<double> random_values(int64_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+enum class Layout {
+  Contiguous,  // plain row-major
+  Transposed,  // last two dims swapped in memory (needs dim >= 2; else contiguous)
+  Strided,     // every other element of a buffer twice as long in the last dim
+};
+
+/// A tensor of logical shape `sizes` with values U[lo, hi) cast to dtype (integers truncate), laid
+/// out as `layout` says. Its values in row-major order are random_values(numel, seed, lo, hi)
+/// rounded to dtype, whatever the layout.
+inline Tensor random_tensor(const Shape& sizes, DType dtype = DType::f32, uint64_t seed = 0, double lo = -1.0,
+                            double hi = 1.0, Layout layout = Layout::Contiguous, Device device = Device::cpu()) {
+  const std::vector<double> vals = random_values(numel_of(sizes), seed, lo, hi);
+  const int64_t nd = static_cast<int64_t>(sizes.size());
+  if (layout == Layout::Transposed && nd < 2) layout = Layout::Contiguous;
+  if (layout == Layout::Contiguous) return make_tensor(vals, sizes, dtype, device);
+
+  // Allocate a bigger contiguous buffer, then view it with the wanted geometry and fill the view.
+  Shape buf_sizes = sizes, strides;
+  if (layout == Layout::Transposed) {
+    std::swap(buf_sizes[nd - 1], buf_sizes[nd - 2]);
+    Shape bs = contiguous_strides(buf_sizes);
+    strides = bs;
+    std::swap(strides[nd - 1], strides[nd - 2]);
+  } else {
+    if (nd == 0) return make_tensor(vals, sizes, dtype, device);
+    buf_sizes[nd - 1] *= 2;
+    strides = contiguous_strides(buf_sizes);
+    strides[nd - 1] *= 2;
+  }
+  Tensor buf = empty(buf_sizes, dtype, Device::cpu());
+  auto* p = static_cast<unsigned char*>(buf.data_ptr());
+  // Poison the gaps so a kernel that reads them produces visibly wrong numbers.
+  for (int64_t i = 0; i < buf.numel(); ++i) store_f64(dtype, p + i * buf.element_size(), 1e4);
+  Tensor view = as_strided_raw(buf, sizes, strides, 0);
+  for (int64_t i = 0; i < static_cast<int64_t>(vals.size()); ++i) {
+    int64_t rem = i, off = 0;
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      off += (rem % sizes[d]) * strides[d];
+      rem /= sizes[d];
+    }
+    store_f64(dtype, p + off * buf.element_size(), vals[static_cast<size_t>(i)]);
+  }
+  if (device.is_cpu()) return view;
+  // Keep the non-contiguous geometry on the device too.
+  Tensor dbuf = buf.to(device);
+  return as_strided_raw(dbuf, sizes, strides, 0);
+}
+
+/// CHECKs |actual - expected| <= atol + rtol * |expected| for every element (NaN matches NaN,
+/// equal infinities match). Reports up to 5 mismatches with their index.
+inline void check_close(const Tensor& actual, const std::vector<double>& expected, double rtol, double atol = 0.0) {
+  const std::vector<double> got = to_f64(actual);
+  REQUIRE(got.size() == expected.size());
+  int bad = 0;
+  std::ostringstream os;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = got[i], e = expected[i];
+    bool ok;
+    if (std::isnan(e)) ok = std::isnan(g);
+    else if (std::isinf(e)) ok = g == e;
+    else ok = std::fabs(g - e) <= atol + rtol * std::fabs(e);
+    if (!ok && bad++ < 5) os << "  [" << i << "] got " << g << " expected " << e << "\n";
+  }
+  INFO("shape " << actual.shape_str() << " dtype " << dtype_name(actual.dtype()) << ", rtol " << rtol << " atol "
+                << atol << ", " << bad << " mismatches:\n"
+                << os.str());
+  CHECK(bad == 0);
+}
+
+}  // namespace ember::testing

@@ -1,0 +1,75 @@
+// Front functions of copy, fill and cast: shape and device checks, broadcasting, aliasing and the
+// cross-device staging path. The per-device work is in kernels/cpu/copy.cpp and kernels/cuda/copy.cu.
+#include "kernels/copy.h"
+
+#include "kernels/expand.h"
+
+namespace ember::kernels {
+
+DispatchTable<CopyFn> copy_table("copy");
+DispatchTable<FillFn> fill_table("fill");
+DispatchTable<TransferFn> transfer_table("transfer");
+
+namespace {
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  // Conservative: any two views of one storage may overlap. Only used to decide whether to stage.
+  return a.storage().is_same(b.storage()) && a.storage().defined();
+}
+
+// Moves a tensor's elements to `device` without casting or broadcasting: a contiguous copy of src
+// on its own device, then raw bytes across. Result: contiguous, src's shape and dtype, on `device`.
+Tensor transfer_contiguous(const Tensor& src, Device device) {
+  Tensor s = src;
+  if (!s.is_contiguous()) {
+    s = empty(src.sizes(), src.dtype(), src.device());
+    copy_table(src.device(), src, s);
+  }
+  Tensor out = empty(src.sizes(), src.dtype(), device);
+  const size_t nbytes = static_cast<size_t>(s.numel()) * s.element_size();
+  if (nbytes > 0) {
+    // The transfer implementation is registered under CUDA; either side being CUDA selects it.
+    const Device key = device.is_cuda() ? device : src.device();
+    transfer_table(key, out.data_ptr(), device, s.data_ptr(), src.device(), nbytes);
+  }
+  return out;
+}
+
+}  // namespace
+
+void copy(const Tensor& dst, const Tensor& src) {
+  EMBER_CHECK(dst.defined() && src.defined(), "copy: ", dst.defined() ? "src" : "dst", " is undefined");
+  EMBER_CHECK(broadcasts_to(src.sizes(), dst.sizes()), "copy: source of shape ", src.shape_str(),
+              " cannot be broadcast to the destination shape ", dst.shape_str());
+  if (dst.numel() == 0) return;
+  if (src.device() != dst.device()) {
+    // Cross-device: move src's own elements (not the broadcast ones) over, then cast, broadcast and
+    // scatter into dst's strides with a same-device copy on the destination side.
+    copy(dst, transfer_contiguous(src, dst.device()));
+    return;
+  }
+  Tensor s = expand_to(src, dst.sizes());
+  if (overlaps(dst, src)) {
+    // dst may be read after being written (x.copy_(x.t())): read everything first.
+    if (dst.is_same(src)) return;
+    Tensor tmp = empty(src.sizes(), src.dtype(), src.device());
+    copy_table(src.device(), src, tmp);
+    s = expand_to(tmp, dst.sizes());
+  }
+  copy_table(dst.device(), s, dst);
+}
+
+void fill(const Tensor& dst, double value) {
+  EMBER_CHECK(dst.defined(), "fill: destination is undefined");
+  if (dst.numel() == 0) return;
+  fill_table(dst.device(), dst, value);
+}
+
+Tensor cast(const Tensor& src, DType dtype) {
+  EMBER_CHECK(src.defined(), "cast: source is undefined");
+  Tensor out = empty(src.sizes(), dtype, src.device());
+  if (out.numel() > 0) copy_table(src.device(), src, out);
+  return out;
+}
+
+}  // namespace ember::kernels

@@ -1,0 +1,95 @@
+#pragma once
+// Helpers for CPU kernels that walk several same-shaped, arbitrarily strided operands together.
+//
+// LoopGeometry<N> merges dims jointly for N operands (a dim folds into the one inside it only
+// when it does so for every operand), then strided_runs() hands the caller runs along the
+// innermost dim: (offsets of the run's first element per operand, inner stride per operand,
+// length). The caller's inner loop is a plain pointer loop, and when every inner stride is 1 the
+// caller can take a unit-stride loop the compiler vectorizes. No division per element.
+#include <algorithm>
+#include <array>
+#include <cstdint>
+
+#include "core/shape.h"
+#include "kernels/strided.h"
+
+namespace ember::kernels::cpu {
+
+/// Elements per parallel_for chunk for cheap elementwise work.
+constexpr int64_t kGrain = 32768;
+
+template <size_t N>
+struct LoopGeometry {
+  int ndim = 0;
+  int64_t sizes[kMaxDims] = {};
+  int64_t strides[N][kMaxDims] = {};
+};
+
+/// Joint geometry of N operands of logical shape `sizes` with the given strides (element units).
+template <size_t N>
+LoopGeometry<N> make_geometry(const Shape& sizes, const std::array<const Shape*, N>& strides) {
+  int64_t msz[64];
+  int64_t mst[N][64];
+  int n = 0;
+  for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
+    if (sizes[d] == 1) continue;
+    bool merge = n > 0;
+    for (size_t k = 0; k < N && merge; ++k)
+      merge = (*strides[k])[d] == msz[n - 1] * mst[k][n - 1];
+    if (merge) {
+      msz[n - 1] *= sizes[d];
+      continue;
+    }
+    EMBER_CHECK(n < kMaxDims, "strided loop: shape ", shape_str(sizes), " needs more than ", kMaxDims,
+                " dims after merging");
+    msz[n] = sizes[d];
+    for (size_t k = 0; k < N; ++k) mst[k][n] = (*strides[k])[d];
+    ++n;
+  }
+  LoopGeometry<N> g;
+  g.ndim = n;
+  for (int i = 0; i < n; ++i) {
+    g.sizes[i] = msz[n - 1 - i];
+    for (size_t k = 0; k < N; ++k) g.strides[k][i] = mst[k][n - 1 - i];
+  }
+  return g;
+}
+
+/// Calls fn(offsets, inner_strides, count) for consecutive runs covering linear indices
+/// [begin, end) of the geometry's shape. offsets[k] is operand k's element offset of the run's
+/// first element; element j of the run sits at offsets[k] + j * inner_strides[k].
+template <size_t N, typename Fn>
+void strided_runs(const LoopGeometry<N>& g, int64_t begin, int64_t end, Fn&& fn) {
+  std::array<int64_t, N> off{}, inner{};
+  if (begin >= end) return;
+  if (g.ndim == 0) {  // every dim has size 1: a single element
+    fn(off, inner, end - begin);
+    return;
+  }
+  const int last = g.ndim - 1;
+  for (size_t k = 0; k < N; ++k) inner[k] = g.strides[k][last];
+  int64_t idx[kMaxDims];
+  int64_t rem = begin;
+  for (int d = last; d >= 0; --d) {
+    idx[d] = rem % g.sizes[d];
+    rem /= g.sizes[d];
+  }
+  int64_t i = begin;
+  while (i < end) {
+    for (size_t k = 0; k < N; ++k) {
+      int64_t o = 0;
+      for (int d = 0; d <= last; ++d) o += idx[d] * g.strides[k][d];
+      off[k] = o;
+    }
+    const int64_t run = std::min(g.sizes[last] - idx[last], end - i);
+    fn(off, inner, run);
+    i += run;
+    idx[last] += run;
+    for (int d = last; d > 0 && idx[d] == g.sizes[d]; --d) {
+      idx[d] = 0;
+      ++idx[d - 1];
+    }
+  }
+}
+
+}  // namespace ember::kernels::cpu

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <unordered_map>
 
 #include "core/allocator.h"
@@ -42,6 +43,8 @@ class CachingAllocator : public Allocator {
     virtual void free(void* ptr) = 0;
     /// The stream the next allocation is for (the device's current stream in production).
     virtual void* current_stream() = 0;
+    /// Where the memory lives, for error messages ("cuda:1").
+    virtual std::string name() const { return "device"; }
   };
 
   static constexpr size_t kGranule = 512;

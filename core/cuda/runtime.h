@@ -1,0 +1,28 @@
+#pragma once
+// Internal: the CUDA runtime calls behind core/stream.h, declared without CUDA headers so that
+// core/stream.cpp compiles in every build. core/cuda/runtime.cpp defines them in CUDA builds;
+// core/no_cuda.cpp defines them to throw "no CUDA support" otherwise. Not part of the public API.
+// Handles are cudaStream_t / cudaEvent_t passed as void*; `device` is a CUDA device index.
+namespace ember::detail {
+
+/// cudaGetDevice / cudaSetDevice (set is skipped when already current).
+int cuda_get_device();
+void cuda_set_device(int device);
+
+/// A non-blocking stream from the device's pool (round-robin over a fixed set, never destroyed).
+void* cuda_pool_stream(int device);
+void cuda_stream_synchronize(int device, void* stream);
+void cuda_device_synchronize(int device);
+
+/// Events are created with timing enabled on `device`.
+void* cuda_event_create(int device);
+/// Never throws (called from Event's destructor); reports failures on stderr.
+void cuda_event_destroy(int device, void* event) noexcept;
+void cuda_event_record(int device, void* event, void* stream);
+/// Makes `stream` (on `stream_device`) wait for `event`.
+void cuda_event_wait(void* event, int stream_device, void* stream);
+void cuda_event_synchronize(void* event);
+bool cuda_event_query(void* event);
+float cuda_event_elapsed_ms(void* start, void* end);
+
+}  // namespace ember::detail

@@ -1,0 +1,44 @@
+// The CUDA entry points of core/ in a build without CUDA: no devices, and a clear error (never a
+// silent CPU fallback) from anything that needs a GPU. CUDA builds define these in core/cuda/.
+#ifndef EMBER_WITH_CUDA
+
+#include "core/caching_allocator.h"
+#include "core/cuda/runtime.h"
+#include "core/device.h"
+#include "core/error.h"
+
+namespace ember {
+
+bool cuda_compiled() { return false; }
+int cuda_device_count() { return 0; }
+
+CachingAllocator& cuda_caching_allocator(int index) {
+  EMBER_FAIL("cannot allocate on cuda:", index, ": this ember build has no CUDA support (rebuild with -DEMBER_CUDA=ON)");
+}
+
+void cuda_empty_cache() {}
+
+namespace detail {
+namespace {
+[[noreturn]] void no_cuda(const char* what) {
+  EMBER_FAIL(what, ": this ember build has no CUDA support (rebuild with -DEMBER_CUDA=ON)");
+}
+}  // namespace
+
+int cuda_get_device() { no_cuda("cuda_get_device"); }
+void cuda_set_device(int device) { no_cuda("DeviceGuard(cuda)"); }
+void* cuda_pool_stream(int device) { no_cuda("new_stream(cuda)"); }
+void cuda_stream_synchronize(int device, void* stream) { no_cuda("Stream::synchronize(cuda)"); }
+void cuda_device_synchronize(int device) { no_cuda("synchronize(cuda)"); }
+void* cuda_event_create(int device) { no_cuda("Event::record on a CUDA stream"); }
+void cuda_event_destroy(int device, void* event) noexcept {}
+void cuda_event_record(int device, void* event, void* stream) { no_cuda("Event::record on a CUDA stream"); }
+void cuda_event_wait(void* event, int stream_device, void* stream) { no_cuda("Event::wait on a CUDA stream"); }
+void cuda_event_synchronize(void* event) { no_cuda("Event::synchronize(cuda)"); }
+bool cuda_event_query(void* event) { no_cuda("Event::query(cuda)"); }
+float cuda_event_elapsed_ms(void* start, void* end) { no_cuda("Event::elapsed_ms(cuda)"); }
+
+}  // namespace detail
+}  // namespace ember
+
+#endif  // EMBER_WITH_CUDA

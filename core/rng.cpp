@@ -1,0 +1,45 @@
+// Generator state: a seed and a running Philox block offset. The numbers themselves come from the
+// inline philox4x32 in core/rng.h so that CPU and CUDA kernels compute the same function.
+#include "core/rng.h"
+
+namespace ember {
+
+void Generator::manual_seed(uint64_t seed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  seed_ = seed;
+  offset_ = 0;
+}
+
+uint64_t Generator::seed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return seed_;
+}
+
+uint64_t Generator::offset() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return offset_;
+}
+
+void Generator::set_offset(uint64_t offset) {
+  std::lock_guard<std::mutex> lock(mu_);
+  offset_ = offset;
+}
+
+uint64_t Generator::reserve(uint64_t n) {
+  // n elements use blocks offset .. offset + ceil(n / 4) - 1 (4 lanes per block). Written without
+  // n + 3 so that n near 2^64 cannot wrap.
+  const uint64_t blocks = n / 4 + (n % 4 != 0 ? 1 : 0);
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t start = offset_;
+  offset_ += blocks;
+  return start;
+}
+
+Generator& default_generator() {
+  static Generator gen;
+  return gen;
+}
+
+void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
+
+}  // namespace ember

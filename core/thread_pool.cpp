@@ -1,0 +1,230 @@
+// The CPU thread pool behind parallel_for.
+//
+// Why it is shaped like this: kernels call parallel_for for every op, most of them on small
+// tensors, so the inline path (range <= grain, nested call, one thread) must not touch a lock or
+// the pool at all. Large ranges are cut into at most num_threads() chunks of >= grain elements;
+// the caller runs chunks itself while num_threads() - 1 persistent workers help. Several host
+// threads (DataLoader workers, DataParallel replicas) may call parallel_for at once, so jobs sit
+// in a queue and workers take chunks from whichever job is at its front.
+#include "core/thread_pool.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+
+namespace ember {
+namespace {
+
+// True on pool workers and on a caller while it runs chunks: nested parallel_for runs inline.
+thread_local bool t_in_parallel_region = false;
+
+struct Job {
+  const std::function<void(int64_t, int64_t)>* fn = nullptr;
+  int64_t begin = 0, end = 0, chunk = 0, nchunks = 0;
+  std::atomic<int64_t> next{0};  // next chunk index to claim
+  std::atomic<int64_t> done{0};  // chunks finished (run or skipped after a failure)
+  std::atomic<bool> failed{false};
+  std::mutex mu;  // guards error and the done notification
+  std::condition_variable done_cv;
+  std::exception_ptr error;
+
+  // Claims and runs chunks until none are left. Returns when this thread can claim no more.
+  void run_chunks() {
+    for (;;) {
+      int64_t i = next.fetch_add(1, std::memory_order_relaxed);
+      if (i >= nchunks) return;
+      if (!failed.load(std::memory_order_relaxed)) {
+        int64_t b = begin + i * chunk;
+        int64_t e = std::min(end, b + chunk);
+        try {
+          (*fn)(b, e);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!error) error = std::current_exception();
+          failed.store(true, std::memory_order_relaxed);
+        }
+      }
+      if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == nchunks) {
+        std::lock_guard<std::mutex> lock(mu);
+        done_cv.notify_all();
+      }
+    }
+  }
+};
+
+class Pool {
+ public:
+  explicit Pool(int nthreads) : nthreads_(std::max(1, nthreads)) {
+    workers_.reserve(nthreads_ - 1);
+    for (int i = 0; i + 1 < nthreads_; ++i) workers_.emplace_back([this] { worker_loop(); });
+  }
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  int size() const { return nthreads_; }
+
+  void run(const std::shared_ptr<Job>& job) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(job);
+    }
+    int64_t helpers = std::min<int64_t>(job->nchunks - 1, static_cast<int64_t>(workers_.size()));
+    if (helpers >= static_cast<int64_t>(workers_.size())) {
+      cv_.notify_all();
+    } else {
+      for (int64_t i = 0; i < helpers; ++i) cv_.notify_one();
+    }
+    t_in_parallel_region = true;
+    job->run_chunks();
+    t_in_parallel_region = false;
+    {
+      std::unique_lock<std::mutex> lock(job->mu);
+      job->done_cv.wait(lock, [&] { return job->done.load(std::memory_order_acquire) == job->nchunks; });
+    }
+    {
+      // Usually a worker or the caller already popped it; remove it if it is still queued.
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = std::find(queue_.begin(), queue_.end(), job);
+      if (it != queue_.end()) queue_.erase(it);
+    }
+    if (job->error) std::rethrow_exception(job->error);
+  }
+
+ private:
+  void worker_loop() {
+    t_in_parallel_region = true;
+    for (;;) {
+      std::shared_ptr<Job> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        for (;;) {
+          if (stop_) return;
+          // Drop exhausted jobs from the front; take the first one with chunks left.
+          while (!queue_.empty() && queue_.front()->next.load(std::memory_order_relaxed) >= queue_.front()->nchunks)
+            queue_.pop_front();
+          if (!queue_.empty()) break;
+          cv_.wait(lock);
+        }
+        job = queue_.front();
+      }
+      job->run_chunks();
+    }
+  }
+
+  const int nthreads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  bool stop_ = false;
+};
+
+int default_num_threads() {
+  if (const char* env = std::getenv("EMBER_NUM_THREADS"); env && *env) {
+    char* end = nullptr;
+    long v = std::strtol(env, &end, 10);
+    EMBER_CHECK(end && *end == '\0' && v >= 1 && v <= 4096, "EMBER_NUM_THREADS='", env,
+                "' is not valid (expected an integer from 1 to 4096)");
+    return static_cast<int>(v);
+  }
+  unsigned hc = std::thread::hardware_concurrency();
+  return hc == 0 ? 1 : static_cast<int>(hc);
+}
+
+// The pool is created on first parallel use and replaced by set_num_threads. Callers hold a
+// shared_ptr while they run, so a replaced pool lives until its last job is done.
+std::mutex g_pool_mu;
+std::shared_ptr<Pool> g_pool;
+std::atomic<int> g_num_threads{0};  // 0: not yet read from the environment
+
+// After fork() the child has only the forking thread: the parent's workers are gone, so the
+// child must not wait on them. It abandons (leaks) the old pool and makes a fresh one on demand.
+void atfork_prepare() { g_pool_mu.lock(); }
+void atfork_parent() { g_pool_mu.unlock(); }
+void atfork_child() {
+  if (g_pool) new std::shared_ptr<Pool>(std::move(g_pool));  // intentionally leaked: its threads are gone
+  g_pool_mu.unlock();
+}
+
+std::shared_ptr<Pool> get_pool() {
+  static std::once_flag atfork_once;
+  std::call_once(atfork_once, [] { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); });
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  if (!g_pool) g_pool = std::make_shared<Pool>(num_threads());
+  return g_pool;
+}
+
+}  // namespace
+
+int num_threads() {
+  int n = g_num_threads.load(std::memory_order_relaxed);
+  if (n > 0) return n;
+  n = default_num_threads();
+  int expected = 0;
+  if (!g_num_threads.compare_exchange_strong(expected, n)) return expected;
+  return n;
+}
+
+void set_num_threads(int n) {
+  EMBER_CHECK(n >= 1 && n <= 4096, "set_num_threads: expected 1..4096 threads, got ", n);
+  std::shared_ptr<Pool> old;
+  {
+    std::lock_guard<std::mutex> lock(g_pool_mu);
+    g_num_threads.store(n, std::memory_order_relaxed);
+    old = std::move(g_pool);  // the next parallel_for builds a pool of the new size
+  }
+  // `old` is joined here unless a running parallel_for still holds it.
+}
+
+void parallel_for(int64_t begin, int64_t end, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t n = end - begin;
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  if (n <= grain || t_in_parallel_region) {
+    fn(begin, end);
+    return;
+  }
+  const int nthreads = num_threads();
+  if (nthreads <= 1) {
+    fn(begin, end);
+    return;
+  }
+  // At most one chunk per thread, each at least `grain` long.
+  int64_t nchunks = std::min<int64_t>(nthreads, (n + grain - 1) / grain);
+  int64_t chunk = (n + nchunks - 1) / nchunks;
+  nchunks = (n + chunk - 1) / chunk;
+  if (nchunks <= 1) {
+    fn(begin, end);
+    return;
+  }
+  auto job = std::make_shared<Job>();
+  job->fn = &fn;
+  job->begin = begin;
+  job->end = end;
+  job->chunk = chunk;
+  job->nchunks = nchunks;
+  get_pool()->run(job);
+}
+
+}  // namespace ember

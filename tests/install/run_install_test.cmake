@@ -1,0 +1,105 @@
+# CTest driver (cmake -P) for the `install` tests: installs the build into a temporary prefix, moves
+# the prefix (the package must be relocatable), checks the installed tree, then configures, builds
+# and runs tests/install/consumer against it. With -DMODE=add_subdirectory it instead configures the
+# consumer with add_subdirectory(<source tree>) and compiles its main.cpp (linking would rebuild the
+# whole library), which checks that ember::ember and <ember/ember.h> also work that way.
+#
+# Inputs (-D): BUILD_DIR, SOURCE_DIR, WORK_DIR, GENERATOR, CXX_COMPILER, CONFIG, WITH_CUDA, MODE.
+cmake_minimum_required(VERSION 3.24)
+foreach(v BUILD_DIR SOURCE_DIR WORK_DIR GENERATOR)
+  if(NOT DEFINED ${v})
+    message(FATAL_ERROR "run_install_test.cmake: -D${v}=... is required")
+  endif()
+endforeach()
+if(NOT CONFIG)
+  set(CONFIG Release)
+endif()
+
+function(run_step what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "install test: ${what} failed (exit ${rc})\ncommand: ${ARGN}\n${out}\n${err}")
+  endif()
+  message(STATUS "install test: ${what}: ok")
+  set(step_output "${out}${err}" PARENT_SCOPE)
+endfunction()
+
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+set(consumer_args -G "${GENERATOR}" -DCMAKE_BUILD_TYPE=${CONFIG})
+if(CXX_COMPILER)
+  list(APPEND consumer_args -DCMAKE_CXX_COMPILER=${CXX_COMPILER})
+endif()
+
+if(MODE STREQUAL "add_subdirectory")
+  run_step("configure the consumer with add_subdirectory(ember)"
+           ${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/install/consumer" -B "${WORK_DIR}/consumer"
+           ${consumer_args} -DEMBER_SOURCE_DIR=${SOURCE_DIR} -DEMBER_CUDA=OFF)
+  run_step("compile the consumer's main.cpp against the source tree"
+           ${CMAKE_COMMAND} --build "${WORK_DIR}/consumer" --target CMakeFiles/ember_consumer.dir/main.cpp.o)
+  return()
+endif()
+
+# 1. Install, then move the prefix: nothing may point back at the first location.
+run_step("cmake --install" ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix" --config ${CONFIG})
+file(RENAME "${WORK_DIR}/prefix" "${WORK_DIR}/moved")
+set(P "${WORK_DIR}/moved")
+
+# 2. The installed tree has what the README promises.
+file(GLOB_RECURSE config "${P}/ember-config.cmake")
+if(NOT config)
+  message(FATAL_ERROR "install test: no ember-config.cmake under ${P}")
+endif()
+get_filename_component(libdir "${config}" DIRECTORY)   # <libdir>/cmake/ember
+get_filename_component(libdir "${libdir}/../.." ABSOLUTE)
+foreach(f include/ember/ember.h include/ember/core/tensor.h include/ember/kernels/dispatch.h
+          include/ember/autograd/ops.h)
+  if(NOT EXISTS "${P}/${f}")
+    message(FATAL_ERROR "install test: ${P}/${f} was not installed")
+  endif()
+endforeach()
+foreach(f cmake/ember/ember-config.cmake cmake/ember/ember-config-version.cmake cmake/ember/emberTargets.cmake)
+  if(NOT EXISTS "${libdir}/${f}")
+    message(FATAL_ERROR "install test: ${libdir}/${f} was not installed")
+  endif()
+endforeach()
+file(GLOB libs "${libdir}/libember.so*" "${libdir}/libember*.dylib" "${P}/bin/ember*.dll")
+if(NOT libs)
+  message(FATAL_ERROR "install test: no shared library libember under ${libdir}")
+endif()
+# The library's RUNPATH may name dependency folders, never the build tree.
+foreach(lib IN LISTS libs)
+  if(NOT IS_SYMLINK "${lib}")
+    file(STRINGS "${lib}" hits REGEX "${BUILD_DIR}")
+    if(hits)
+      message(FATAL_ERROR "install test: ${lib} still names the build tree (${hits})")
+    endif()
+  endif()
+endforeach()
+file(GLOB cmake_files "${libdir}/cmake/ember/*.cmake")
+foreach(f IN LISTS cmake_files)
+  file(READ "${f}" text)
+  foreach(bad "${BUILD_DIR}" "${SOURCE_DIR}" "${WORK_DIR}/prefix")
+    string(FIND "${text}" "${bad}" at)
+    if(NOT at EQUAL -1)
+      message(FATAL_ERROR "install test: ${f} names ${bad}: the package is not relocatable")
+    endif()
+  endforeach()
+  # cuDNN and NCCL are private to the shared library: consumers must not be asked to find them.
+  if(text MATCHES "CUDNN::|NCCL::|find_dependency\\(CUDNN|find_dependency\\(NCCL")
+    message(FATAL_ERROR "install test: ${f} makes consumers depend on cuDNN/NCCL")
+  endif()
+endforeach()
+
+# 3. A separate project finds it, builds and runs.
+run_step("configure the consumer with find_package(ember)"
+         ${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/install/consumer" -B "${WORK_DIR}/consumer"
+         ${consumer_args} -DCMAKE_PREFIX_PATH=${P} -DCMAKE_FIND_PACKAGE_NO_PACKAGE_REGISTRY=ON)
+string(FIND "${step_output}" "from ${libdir}/cmake/ember" at)
+if(at EQUAL -1)
+  message(FATAL_ERROR "install test: the consumer did not take ember from the moved prefix:\n${step_output}")
+endif()
+run_step("build the consumer" ${CMAKE_COMMAND} --build "${WORK_DIR}/consumer" --config ${CONFIG})
+file(GLOB_RECURSE exe "${WORK_DIR}/consumer/ember_consumer" "${WORK_DIR}/consumer/ember_consumer.exe")
+run_step("run the consumer" ${exe})
+message(STATUS "${step_output}")

@@ -1,0 +1,19 @@
+#pragma once
+// The backward engine: dependency-counted topological execution of the graph from the roots.
+//
+// Order: a node runs once every edge into it has delivered (gradients for one output are summed);
+// among ready nodes, AccumulateGrad nodes run first (so a leaf's grad-accumulated hooks fire the
+// moment its gradient is final: DDP launches bucket all-reduces from them), then the most recently
+// created node. Backward closures run with grad mode off. Without retain_graph, each node's saved
+// state is dropped right after it runs.
+#include <vector>
+
+#include "autograd/node.h"
+#include "core/tensor.h"
+
+namespace ember::autograd {
+
+/// Runs backward from roots[i] (an edge, see gradient_edge) seeded with grads[i].
+void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> grads, bool retain_graph);
+
+}  // namespace ember::autograd

@@ -1,0 +1,241 @@
+// CUDA index_select (gather of slices along a dim) and index_add (its adjoint, a scatter-add).
+//
+// Shapes (see kernels/index.h): x / out of index_add are contiguous (outer, D, inner); the gathered
+// side is contiguous (outer, K, inner); index is contiguous (K), i64 or i32.
+//
+// Shape of the kernels:
+//  * index_select only moves bytes, so it works on chunks: the widest of 16/8/4/2/1 bytes that
+//    divides a row's byte length (inner * element size) and to which both base pointers are
+//    aligned. An embedding row of 64 f32 becomes 16 uint4 moves. One grid-stride loop over every
+//    chunk of the output, 64-bit indices: chunk i -> (b, k, j) = (i / (K * inner_c),
+//    (i / inner_c) % K, i % inner_c), read from x[b, index[k], j]. Consecutive threads read
+//    consecutive chunks of one row, so loads and stores coalesce whatever outer, K and inner are.
+//  * index_add: one thread per src element, atomicAdd into out (duplicates in index accumulate,
+//    in whatever order the atomics land). f16/bf16 use the native atomics (f16 from sm_70, bf16
+//    from sm_80) with a 32-bit compare-and-swap fallback for older architectures; u8/bool have no
+//    atomic add and are refused. Rounding happens after every addition in the tensor's dtype, as
+//    on the CPU, so with duplicates the f16/bf16 results depend on the order of the additions.
+//  * Index bounds: the GPU cannot throw, and checking on the host first would copy the index
+//    back. The kernels validate each index; an out-of-range one is skipped (index_select writes
+//    zeros there) and recorded in a 2-slot device buffer {flag, first bad value seen}. The launcher
+//    copies that buffer back after the kernel and throws an ember::Error naming the bad index and
+//    the valid range. That copy synchronizes the stream once per call: the price of a precise,
+//    catchable error instead of a device-side assert that would kill the CUDA context.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/loops.cuh"
+#include "kernels/index.h"
+
+namespace ember::kernels::cuda {
+namespace {
+
+// Records an out-of-range index: the first thread to set the flag stores its value.
+__device__ inline void report_bad_index(unsigned long long* err, int64_t id) {
+  if (atomicCAS(err, 0ull, 1ull) == 0ull) {
+    // Only this thread ever writes slot 1; the host reads it after the stream has finished.
+    reinterpret_cast<volatile int64_t*>(err)[1] = id;
+  }
+}
+
+template <typename U, typename I>
+__global__ void __launch_bounds__(kBlock)
+    index_select_kernel(const U* __restrict__ x, const I* __restrict__ index, U* __restrict__ out, int64_t n,
+                        int64_t K, int64_t D, int64_t inner_c, unsigned long long* err) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t j = i % inner_c;
+    const int64_t r = i / inner_c;  // row of out: b * K + k
+    const int64_t k = r % K;
+    const int64_t b = r / K;
+    const int64_t id = static_cast<int64_t>(index[k]);
+    if (id < 0 || id >= D) {
+      report_bad_index(err, id);
+      out[i] = U{};
+      continue;
+    }
+    out[i] = x[(b * D + id) * inner_c + j];
+  }
+}
+
+// ---- atomic add per dtype ----
+
+// 16-bit add through a compare-and-swap on the aligned 32-bit word holding it (older GPUs only).
+template <typename T>
+__device__ inline void atomic_add_16_cas(T* addr, T val) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  unsigned int* word = reinterpret_cast<unsigned int*>(a & ~uintptr_t(3));
+  const unsigned int shift = (a & 2) ? 16u : 0u;
+  unsigned int old = *word, assumed;
+  do {
+    assumed = old;
+    T cur;
+    cur.bits = static_cast<uint16_t>((assumed >> shift) & 0xffffu);
+    const T sum(static_cast<float>(cur) + static_cast<float>(val));
+    const unsigned int next = (assumed & ~(0xffffu << shift)) | (static_cast<unsigned int>(sum.bits) << shift);
+    old = atomicCAS(word, assumed, next);
+  } while (old != assumed);
+}
+
+template <typename T>
+__device__ inline void atomic_add(T* addr, T val) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int32_t>) {
+    atomicAdd(addr, val);
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    // Two's complement: unsigned wrap-around addition is signed addition.
+    atomicAdd(reinterpret_cast<unsigned long long*>(addr), static_cast<unsigned long long>(val));
+  } else if constexpr (std::is_same_v<T, Half>) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    atomicAdd(reinterpret_cast<__half*>(addr), __ushort_as_half(val.bits));
+#else
+    atomic_add_16_cas(addr, val);
+#endif
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    atomicAdd(reinterpret_cast<__nv_bfloat16*>(addr), __ushort_as_bfloat16(val.bits));
+#else
+    atomic_add_16_cas(addr, val);
+#endif
+  }
+}
+
+template <typename T, typename I>
+__global__ void __launch_bounds__(kBlock)
+    index_add_kernel(T* out, const I* __restrict__ index, const T* __restrict__ src, int64_t n, int64_t K,
+                     int64_t D, int64_t inner, unsigned long long* err) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t j = i % inner;
+    const int64_t r = i / inner;  // row of src: b * K + k
+    const int64_t k = r % K;
+    const int64_t b = r / K;
+    const int64_t id = static_cast<int64_t>(index[k]);
+    if (id < 0 || id >= D) {
+      report_bad_index(err, id);
+      continue;
+    }
+    atomic_add(out + (b * D + id) * inner + j, src[i]);
+  }
+}
+
+// ---- host side ----
+
+// The {flag, bad value} buffer: cleared on the stream before the kernel, read back after it.
+class IndexErrorFlag {
+ public:
+  IndexErrorFlag(Device device, cudaStream_t stream) : buf_(empty({2}, DType::i64, device)), stream_(stream) {
+    CUDA_CHECK(cudaMemsetAsync(buf_.data_ptr(), 0, 2 * sizeof(int64_t), stream_));
+  }
+  unsigned long long* ptr() const { return static_cast<unsigned long long*>(buf_.data_ptr()); }
+  /// Synchronizes the stream; throws naming the bad index and the valid range [0, D).
+  void check(const char* what, int64_t D) const {
+    int64_t host[2] = {0, 0};
+    CUDA_CHECK(cudaMemcpyAsync(host, buf_.data_ptr(), sizeof(host), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    EMBER_CHECK(host[0] == 0, what, ": index ", host[1], " is out of range for a dim of size ", D,
+                " (valid range [0, ", D, "))");
+  }
+
+ private:
+  Tensor buf_;
+  cudaStream_t stream_;
+};
+
+// Calls fn<I>() with I the index element type.
+template <typename Fn>
+void dispatch_index(const Tensor& index, const char* what, Fn&& fn) {
+  if (index.dtype() == DType::i64) return fn.template operator()<int64_t>();
+  EMBER_CHECK(index.dtype() == DType::i32, what, ": index must be i64 or i32, got ", dtype_name(index.dtype()));
+  fn.template operator()<int32_t>();
+}
+
+void check_common(const char* what, const Tensor& big, const char* big_name, const Tensor& index,
+                  const Tensor& small, const char* small_name) {
+  EMBER_CHECK(big.dim() == 3 && small.dim() == 3, what, ": expected 3-D (outer, D, inner) / (outer, K, inner) views, got ",
+              big_name, " ", big.shape_str(), " and ", small_name, " ", small.shape_str());
+  EMBER_CHECK(index.dim() == 1 && index.size(0) == small.size(1) && small.size(0) == big.size(0) &&
+                  small.size(2) == big.size(2),
+              what, ": shapes do not match: ", big_name, " ", big.shape_str(), ", index ", index.shape_str(), ", ",
+              small_name, " ", small.shape_str());
+  EMBER_CHECK(big.is_contiguous() && small.is_contiguous() && index.is_contiguous(), what,
+              ": expected contiguous operands");
+  EMBER_CHECK(big.device() == small.device() && big.device() == index.device(), what, ": operands on ",
+              big.device().str(), ", ", small.device().str(), " and ", index.device().str(), " (index)");
+  EMBER_CHECK(big.dtype() == small.dtype(), what, ": ", big_name, " is ", dtype_name(big.dtype()), " but ", small_name,
+              " is ", dtype_name(small.dtype()));
+}
+
+// Widest chunk (16, 8, 4, 2 or 1 bytes) dividing row_bytes with both pointers aligned to it.
+size_t chunk_bytes(size_t row_bytes, const void* a, const void* b) {
+  for (size_t c = 16; c > 1; c /= 2)
+    if (row_bytes % c == 0 && is_aligned(a, c) && is_aligned(b, c)) return c;
+  return 1;
+}
+
+void index_select_impl(const Tensor& x, const Tensor& index, const Tensor& out) {
+  const char* what = "index_select (cuda)";
+  check_common(what, x, "x", index, out, "out");
+  const int64_t outer = out.size(0), K = out.size(1), inner = out.size(2), D = x.size(1);
+  if (out.numel() == 0) return;
+  DeviceGuard guard(out.device());
+  const cudaStream_t stream = stream_of(out);
+  const size_t row_bytes = static_cast<size_t>(inner) * out.element_size();
+  const size_t c = chunk_bytes(row_bytes, x.data_ptr(), out.data_ptr());
+  const int64_t inner_c = static_cast<int64_t>(row_bytes / c);
+  const int64_t n = outer * K * inner_c;
+  IndexErrorFlag err(out.device(), stream);
+  dispatch_index(index, what, [&]<typename I>() {
+    const I* ip = static_cast<const I*>(index.data_ptr());
+    auto launch = [&]<typename U>() {
+      index_select_kernel<U, I><<<grid_for(n), kBlock, 0, stream>>>(
+          static_cast<const U*>(x.data_ptr()), ip, static_cast<U*>(out.data_ptr()), n, K, D, inner_c, err.ptr());
+      EMBER_LAUNCH_CHECK();
+    };
+    switch (c) {
+      case 16: launch.template operator()<uint4>(); break;
+      case 8: launch.template operator()<uint2>(); break;
+      case 4: launch.template operator()<uint32_t>(); break;
+      case 2: launch.template operator()<uint16_t>(); break;
+      default: launch.template operator()<uint8_t>(); break;
+    }
+  });
+  err.check(what, D);
+}
+
+void index_add_impl(const Tensor& out, const Tensor& index, const Tensor& src) {
+  const char* what = "index_add (cuda)";
+  check_common(what, out, "out", index, src, "src");
+  const int64_t K = src.size(1), inner = src.size(2), D = out.size(1);
+  const int64_t n = src.numel();
+  if (n == 0) return;
+  DeviceGuard guard(out.device());
+  const cudaStream_t stream = stream_of(out);
+  const DType dt = out.dtype();
+  EMBER_CHECK(dt != DType::u8 && dt != DType::boolean, what, ": dtype ", dtype_name(dt),
+              " is not supported (no atomic add); use f32, f64, f16, bf16, i32 or i64");
+  IndexErrorFlag err(out.device(), stream);
+  dispatch_index(index, what, [&]<typename I>() {
+    EMBER_DISPATCH_ALL(dt, what, [&]<typename T>() {
+      if constexpr (!std::is_same_v<T, uint8_t> && !std::is_same_v<T, bool>) {
+        index_add_kernel<T, I><<<grid_for(n), kBlock, 0, stream>>>(
+            static_cast<T*>(out.data_ptr()), static_cast<const I*>(index.data_ptr()),
+            static_cast<const T*>(src.data_ptr()), n, K, D, inner, err.ptr());
+        EMBER_LAUNCH_CHECK();
+      }
+    });
+  });
+  err.check(what, D);
+}
+
+}  // namespace
+
+void register_index() {
+  index_select_table.set(DeviceType::CUDA, &index_select_impl);
+  index_add_table.set(DeviceType::CUDA, &index_add_impl);
+}
+
+}  // namespace ember::kernels::cuda

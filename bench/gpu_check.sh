@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# On a machine with a GPU: configure (CUDA on), build, run every test (the [cuda] ones included,
+# which must now pass rather than skip), run the GPU benchmark, and print a short summary last.
+# When .gpu-deps/ exists (staged by ../shared/gpu/stage.sh for machines without package access),
+# Catch2, nlohmann_json and zlib are taken from there.
+#
+#   bench/gpu_check.sh [build-dir]        (default build-gpu; JOBS=<n> to override nproc)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build-gpu}
+jobs=${JOBS:-$(nproc)}
+export PATH=/usr/local/cuda/bin:$PATH
+
+args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON)
+if [ -d .gpu-deps ]; then
+  args+=(-DCMAKE_PREFIX_PATH="$PWD/.gpu-deps" -DZLIB_ROOT="$PWD/.gpu-deps")
+fi
+# Build for the GPU in this machine only (faster than the default architecture list).
+if cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1) && [ -n "$cc" ]; then
+  args+=(-DCMAKE_CUDA_ARCHITECTURES="${cc/./}")
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "gpu_check: nvidia-smi failed"
+
+status_configure=ok status_build=ok status_tests=ok status_bench=ok
+cmake -S . -B "$build" "${args[@]}" || status_configure=FAILED
+echo "gpu_check: cuDNN: $(grep -E '^CUDNN_LIBRARY:' "$build/CMakeCache.txt" | cut -d= -f2-)" \
+     "(headers $(grep -E '^CUDNN_INCLUDE_DIR:' "$build/CMakeCache.txt" | cut -d= -f2-))"
+echo "gpu_check: NCCL:  $(grep -E '^NCCL_LIBRARY:' "$build/CMakeCache.txt" | cut -d= -f2-)" \
+     "(headers $(grep -E '^NCCL_INCLUDE_DIR:' "$build/CMakeCache.txt" | cut -d= -f2-))"
+[ $status_configure = ok ] && { cmake --build "$build" -j "$jobs" || status_build=FAILED; }
+
+ctest_log=$(mktemp)
+if [ $status_build = ok ]; then
+  ctest --test-dir "$build" --output-on-failure -j "$jobs" 2>&1 | tee "$ctest_log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status_tests=FAILED
+  # On a GPU machine a skipped [cuda] test means the GPU was not used: that is a failure here.
+  if grep -qE 'cuda/.*Skipped' "$ctest_log"; then
+    echo "gpu_check: the CUDA tests were skipped: no usable GPU"
+    status_tests=FAILED
+  fi
+fi
+
+bench_log=$(mktemp)
+if [ $status_build = ok ]; then
+  "$build/bin/bench_cuda_ops" 2>&1 | tee "$bench_log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status_bench=FAILED
+fi
+
+echo
+echo "==== gpu_check summary ($(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)) ===="
+printf '%-10s %s\n' configure "$status_configure" build "$status_build" \
+  tests "$status_tests ($(grep -E 'tests passed|tests failed' "$ctest_log" | tail -n 1))" \
+  bench "$status_bench"
+grep -E '^(op|-|cuda|add|sum|softmax|caching|alloc|check|bench_cuda_ops)' "$bench_log" || true
+rm -f "$ctest_log" "$bench_log"
+[ "$status_configure$status_build$status_tests$status_bench" = okokokok ]

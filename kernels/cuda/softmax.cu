@@ -1,0 +1,428 @@
+// CUDA softmax / log-softmax (forward and backward) over the middle dim of a contiguous
+// (outer, D, inner) tensor, and the fused cross-entropy over logits (N, C).
+//
+// Why the kernels are shaped this way:
+//  - inner == 1 (softmax over the last dim, the common case): each row is handled by one warp
+//    when D <= kWarpRowMax (8 rows per 256-thread block, no idle lanes on 10-class rows) and by
+//    one block otherwise. The forward pass keeps an online (max, sum of exp(x - max)) pair per
+//    thread, so the row is read once for the statistics and once to write, instead of three
+//    times (max, sum, write); the pairs are merged by shuffles and, for blocks, shared memory.
+//  - inner > 1 (softmax over a leading or middle dim): one thread per (outer, inner) column,
+//    walking D with stride inner. Consecutive threads take consecutive inner indices, so each
+//    step of the walk is a coalesced load across the warp.
+//  - cross-entropy forward fuses the row's (max, sum exp) with the row sum needed by label
+//    smoothing and the gather of x[n, t_n]; backward is elementwise given the saved lse.
+// f16/bf16 compute in f32, f64 in f64. exp/log are the accurate library functions, not the
+// __expf intrinsics: these kernels are bound by memory traffic, and results are compared
+// against the CPU to a few ulp.
+// An out-of-range target does not index memory: its row's loss is NaN and a device flag
+// records it (as N - row, maximised atomically, so the first bad row wins); the launcher copies
+// the flag back and throws an Error naming the row and the value. That is one stream sync per
+// forward call, the price of reporting the error at the call that caused it.
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+
+#include "core/stream.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/reduce_utils.cuh"
+#include "kernels/softmax.h"
+
+namespace ember::kernels::cuda {
+namespace {
+
+constexpr int kWarpRowMax = 1024;  // rows up to this length: one warp per row
+constexpr int kWarpsPerBlock = kBlock / 32;
+constexpr int64_t kMaxGrid = 65536;
+
+__device__ __forceinline__ float dev_exp(float v) { return expf(v); }
+__device__ __forceinline__ double dev_exp(double v) { return exp(v); }
+__device__ __forceinline__ float dev_log(float v) { return logf(v); }
+__device__ __forceinline__ double dev_log(double v) { return log(v); }
+template <typename A> __device__ __forceinline__ A neg_inf() { return -std::numeric_limits<A>::infinity(); }
+
+/// Running maximum m and s = sum of exp(x - m) over the elements seen.
+template <typename A>
+struct MaxSum {
+  A m;
+  A s;
+};
+
+/// Folds one element into (m, s). -inf elements add nothing (and keep s == 0 while m == -inf,
+/// avoiding exp(-inf - -inf) = NaN); NaN elements make s NaN.
+template <typename A>
+__device__ __forceinline__ void online_add(MaxSum<A>& ms, A x) {
+  if (x > ms.m) {
+    ms.s = ms.s * dev_exp(ms.m - x) + A(1);
+    ms.m = x;
+  } else if (x != neg_inf<A>()) {
+    ms.s += dev_exp(x - ms.m);
+  }
+}
+
+template <typename A>
+__device__ __forceinline__ MaxSum<A> merge(MaxSum<A> a, MaxSum<A> b) {
+  const A m = a.m > b.m ? a.m : b.m;
+  const A sa = a.m == neg_inf<A>() ? A(0) : a.s * dev_exp(a.m - m);
+  const A sb = b.m == neg_inf<A>() ? A(0) : b.s * dev_exp(b.m - m);
+  return {m, sa + sb};
+}
+
+/// Which threads cooperate on a row: a warp (kWarp) or the whole 1-D block.
+template <bool kWarp>
+struct RowGroup {
+  __device__ static int rank() { return kWarp ? static_cast<int>(threadIdx.x & 31u) : static_cast<int>(threadIdx.x); }
+  __device__ static int size() { return kWarp ? 32 : static_cast<int>(blockDim.x); }
+  __device__ static int64_t first() {
+    return kWarp ? static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32 : blockIdx.x;
+  }
+  __device__ static int64_t step() {
+    return kWarp ? static_cast<int64_t>(gridDim.x) * (blockDim.x / 32) : static_cast<int64_t>(gridDim.x);
+  }
+  /// Reduces v over the group; every member gets the result. smem: 32 values (block groups only).
+  template <typename V, typename Combine>
+  __device__ static V reduce(V v, Combine combine, V identity, V* smem) {
+    if constexpr (kWarp) return warp_reduce(v, combine);
+    else return block_reduce(v, combine, identity, smem);
+  }
+};
+
+// ---- softmax forward ----
+
+/// x, y: (rows, D) contiguous. One group (warp or block) per row, grid-stride over rows.
+template <typename T, bool kWarp>
+__global__ void softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t D, bool log) {
+  using A = acc_t<T>;
+  using G = RowGroup<kWarp>;
+  __shared__ __align__(16) unsigned char smem_raw[32 * sizeof(MaxSum<A>)];
+  auto* smem = reinterpret_cast<MaxSum<A>*>(smem_raw);
+  auto combine = [](MaxSum<A> a, MaxSum<A> b) { return merge(a, b); };
+  const int rank = G::rank(), gsize = G::size();
+  for (int64_t row = G::first(); row < rows; row += G::step()) {  // uniform over the group
+    const T* xr = x + row * D;
+    T* yr = y + row * D;
+    MaxSum<A> ms{neg_inf<A>(), A(0)};
+    for (int64_t d = rank; d < D; d += gsize) online_add(ms, load_as<A>(xr[d]));
+    ms = G::reduce(ms, combine, MaxSum<A>{neg_inf<A>(), A(0)}, smem);
+    if (log) {
+      const A log_s = dev_log(ms.s);
+      for (int64_t d = rank; d < D; d += gsize) yr[d] = store_as<T>((load_as<A>(xr[d]) - ms.m) - log_s);
+    } else {
+      for (int64_t d = rank; d < D; d += gsize) yr[d] = store_as<T>(dev_exp(load_as<A>(xr[d]) - ms.m) / ms.s);
+    }
+  }
+}
+
+/// x, y: (outer, D, inner) contiguous, inner > 1. One thread per (o, i) column.
+template <typename T>
+__global__ void softmax_strided_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t outer, int64_t D,
+                                       int64_t inner, bool log) {
+  using A = acc_t<T>;
+  const int64_t n = outer * inner;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t o = idx / inner, i = idx - o * inner;
+    const int64_t base = o * D * inner + i;
+    MaxSum<A> ms{neg_inf<A>(), A(0)};
+    for (int64_t d = 0; d < D; ++d) online_add(ms, load_as<A>(x[base + d * inner]));
+    if (log) {
+      const A log_s = dev_log(ms.s);
+      for (int64_t d = 0; d < D; ++d) {
+        const int64_t k = base + d * inner;
+        y[k] = store_as<T>((load_as<A>(x[k]) - ms.m) - log_s);
+      }
+    } else {
+      for (int64_t d = 0; d < D; ++d) {
+        const int64_t k = base + d * inner;
+        y[k] = store_as<T>(dev_exp(load_as<A>(x[k]) - ms.m) / ms.s);
+      }
+    }
+  }
+}
+
+// ---- softmax backward ----
+// softmax:     dx = y * (g - sum_d g*y)
+// log-softmax: dx = g - exp(y) * sum_d g
+
+template <typename T, bool kWarp>
+__global__ void softmax_backward_rows_kernel(const T* __restrict__ g, const T* __restrict__ y, T* __restrict__ dx,
+                                             int64_t rows, int64_t D, bool log) {
+  using A = acc_t<T>;
+  using G = RowGroup<kWarp>;
+  __shared__ __align__(16) unsigned char smem_raw[32 * sizeof(A)];
+  A* smem = reinterpret_cast<A*>(smem_raw);
+  auto add = [](A a, A b) { return a + b; };
+  const int rank = G::rank(), gsize = G::size();
+  for (int64_t row = G::first(); row < rows; row += G::step()) {
+    const int64_t base = row * D;
+    A acc = 0;
+    if (log) {
+      for (int64_t d = rank; d < D; d += gsize) acc += load_as<A>(g[base + d]);
+    } else {
+      for (int64_t d = rank; d < D; d += gsize) acc += load_as<A>(g[base + d]) * load_as<A>(y[base + d]);
+    }
+    acc = G::reduce(acc, add, A(0), smem);
+    for (int64_t d = rank; d < D; d += gsize) {
+      const A gv = load_as<A>(g[base + d]), yv = load_as<A>(y[base + d]);
+      dx[base + d] = store_as<T>(log ? gv - dev_exp(yv) * acc : yv * (gv - acc));
+    }
+  }
+}
+
+template <typename T>
+__global__ void softmax_backward_strided_kernel(const T* __restrict__ g, const T* __restrict__ y,
+                                                T* __restrict__ dx, int64_t outer, int64_t D, int64_t inner,
+                                                bool log) {
+  using A = acc_t<T>;
+  const int64_t n = outer * inner;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t o = idx / inner, i = idx - o * inner;
+    const int64_t base = o * D * inner + i;
+    A acc = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      const int64_t k = base + d * inner;
+      acc += log ? load_as<A>(g[k]) : load_as<A>(g[k]) * load_as<A>(y[k]);
+    }
+    for (int64_t d = 0; d < D; ++d) {
+      const int64_t k = base + d * inner;
+      const A gv = load_as<A>(g[k]), yv = load_as<A>(y[k]);
+      dx[k] = store_as<T>(log ? gv - dev_exp(yv) * acc : yv * (gv - acc));
+    }
+  }
+}
+
+// ---- cross-entropy ----
+
+template <typename A>
+struct CeStats {
+  A m;    // running max
+  A s;    // sum exp(x - m)
+  A sum;  // plain sum of x (label smoothing)
+};
+
+/// logits (N, C) contiguous; target (N) i64 with stride target_stride; loss, lse (N) f32
+/// contiguous. bad: flag, max of (N - row) over rows whose target is outside [0, C).
+template <typename T, bool kWarp>
+__global__ void cross_entropy_kernel(const T* __restrict__ x, const int64_t* __restrict__ target,
+                                     int64_t target_stride, float* __restrict__ loss, float* __restrict__ lse,
+                                     int64_t N, int64_t C, double ls, unsigned long long* bad) {
+  using A = acc_t<T>;
+  using G = RowGroup<kWarp>;
+  __shared__ __align__(16) unsigned char smem_raw[32 * sizeof(CeStats<A>)];
+  auto* smem = reinterpret_cast<CeStats<A>*>(smem_raw);
+  auto combine = [](CeStats<A> a, CeStats<A> b) {
+    const MaxSum<A> ms = merge(MaxSum<A>{a.m, a.s}, MaxSum<A>{b.m, b.s});
+    return CeStats<A>{ms.m, ms.s, a.sum + b.sum};
+  };
+  const A smooth = static_cast<A>(ls);
+  const int rank = G::rank(), gsize = G::size();
+  for (int64_t row = G::first(); row < N; row += G::step()) {
+    const T* xr = x + row * C;
+    MaxSum<A> ms{neg_inf<A>(), A(0)};
+    A sum = 0;
+    for (int64_t c = rank; c < C; c += gsize) {
+      const A v = load_as<A>(xr[c]);
+      online_add(ms, v);
+      sum += v;
+    }
+    const CeStats<A> st = G::reduce(CeStats<A>{ms.m, ms.s, sum}, combine, CeStats<A>{neg_inf<A>(), A(0), A(0)}, smem);
+    if (rank == 0) {
+      const A row_lse = st.m + dev_log(st.s);
+      const int64_t t = target[row * target_stride];
+      A l;
+      if (t < 0 || t >= C) {
+        atomicMax(bad, static_cast<unsigned long long>(N - row));
+        l = std::numeric_limits<A>::quiet_NaN();
+      } else {
+        l = row_lse - (A(1) - smooth) * load_as<A>(xr[t]);
+        if (smooth != A(0)) l -= smooth / static_cast<A>(C) * st.sum;
+      }
+      loss[row] = static_cast<float>(l);
+      lse[row] = static_cast<float>(row_lse);
+    }
+  }
+}
+
+/// dlogits[n, c] = g_n * (exp(x[n, c] - lse_n) - (1 - ls) * [c == t_n] - ls / C); logits and
+/// dlogits (N, C) contiguous, grad_rows / target / lse (N) read with their strides (a mean loss
+/// hands in an expanded, stride-0 gradient). Targets were validated by the forward pass; an
+/// out-of-range one just never matches c.
+template <typename T>
+__global__ void cross_entropy_backward_kernel(const float* __restrict__ grad_rows, int64_t grad_stride,
+                                              const T* __restrict__ x, const int64_t* __restrict__ target,
+                                              int64_t target_stride, const float* __restrict__ lse,
+                                              int64_t lse_stride, T* __restrict__ dx, int64_t N, int64_t C,
+                                              double ls) {
+  using A = acc_t<T>;
+  const A smooth = static_cast<A>(ls);
+  const A uniform = smooth / static_cast<A>(C);
+  const A on_target = A(1) - smooth;
+  const int64_t n = N * C;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = idx / C, c = idx - row * C;
+    const A p = dev_exp(load_as<A>(x[idx]) - static_cast<A>(lse[row * lse_stride]));
+    const A hit = target[row * target_stride] == c ? on_target : A(0);
+    dx[idx] = store_as<T>(static_cast<A>(grad_rows[row * grad_stride]) * (p - hit - uniform));
+  }
+}
+
+// ---- launchers ----
+
+void check_same_cuda(const char* what, const Tensor& ref, std::initializer_list<const Tensor*> others) {
+  EMBER_CHECK(ref.device().is_cuda(), what, ": expected CUDA tensors, got one on ", ref.device().str());
+  for (const Tensor* t : others) {
+    EMBER_CHECK(t->device() == ref.device(), what, ": operands on different devices: ", ref.device().str(), " and ",
+                t->device().str(), " (shapes ", ref.shape_str(), " and ", t->shape_str(), ")");
+  }
+}
+
+/// (outer, D, inner) of a 3-D contiguous operand.
+void check_3d(const char* what, const Tensor& t, const Tensor& like) {
+  EMBER_ASSERT(t.dim() == 3 && t.is_contiguous() && t.sizes() == like.sizes() && t.dtype() == like.dtype(), what,
+               ": expected contiguous (outer, D, inner) operands of one shape and dtype, got ", t.shape_str(), " ",
+               dtype_name(t.dtype()), " and ", like.shape_str(), " ", dtype_name(like.dtype()));
+}
+
+void softmax_cuda(const Tensor& x, const Tensor& out, bool log) {
+  check_same_cuda("softmax", x, {&out});
+  check_3d("softmax", x, x);
+  check_3d("softmax", out, x);
+  const int64_t outer = x.size(0), D = x.size(1), inner = x.size(2);
+  if (x.numel() == 0) return;
+  DeviceGuard guard(x.device());
+  cudaStream_t stream = stream_of(x);
+  EMBER_DISPATCH_FLOAT(x.dtype(), "softmax (cuda)", [&]<typename T>() {
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* yp = static_cast<T*>(out.data_ptr());
+    if (inner == 1) {
+      if (D <= kWarpRowMax) {
+        const int grid = static_cast<int>(std::min(ceil_div(outer, kWarpsPerBlock), kMaxGrid));
+        softmax_rows_kernel<T, true><<<grid, kBlock, 0, stream>>>(xp, yp, outer, D, log);
+      } else {
+        const int grid = static_cast<int>(std::min(outer, kMaxGrid));
+        softmax_rows_kernel<T, false><<<grid, kBlock, 0, stream>>>(xp, yp, outer, D, log);
+      }
+    } else {
+      softmax_strided_kernel<T><<<grid_for(outer * inner), kBlock, 0, stream>>>(xp, yp, outer, D, inner, log);
+    }
+    EMBER_LAUNCH_CHECK();
+  });
+}
+
+void softmax_backward_cuda(const Tensor& grad, const Tensor& y, const Tensor& out, bool log) {
+  check_same_cuda("softmax_backward", grad, {&y, &out});
+  check_3d("softmax_backward", grad, grad);
+  check_3d("softmax_backward", y, grad);
+  check_3d("softmax_backward", out, grad);
+  const int64_t outer = grad.size(0), D = grad.size(1), inner = grad.size(2);
+  if (grad.numel() == 0) return;
+  DeviceGuard guard(grad.device());
+  cudaStream_t stream = stream_of(grad);
+  EMBER_DISPATCH_FLOAT(grad.dtype(), "softmax_backward (cuda)", [&]<typename T>() {
+    const T* gp = static_cast<const T*>(grad.data_ptr());
+    const T* yp = static_cast<const T*>(y.data_ptr());
+    T* dp = static_cast<T*>(out.data_ptr());
+    if (inner == 1) {
+      if (D <= kWarpRowMax) {
+        const int grid = static_cast<int>(std::min(ceil_div(outer, kWarpsPerBlock), kMaxGrid));
+        softmax_backward_rows_kernel<T, true><<<grid, kBlock, 0, stream>>>(gp, yp, dp, outer, D, log);
+      } else {
+        const int grid = static_cast<int>(std::min(outer, kMaxGrid));
+        softmax_backward_rows_kernel<T, false><<<grid, kBlock, 0, stream>>>(gp, yp, dp, outer, D, log);
+      }
+    } else {
+      softmax_backward_strided_kernel<T>
+          <<<grid_for(outer * inner), kBlock, 0, stream>>>(gp, yp, dp, outer, D, inner, log);
+    }
+    EMBER_LAUNCH_CHECK();
+  });
+}
+
+void check_rows(const char* what, const Tensor& t, int64_t N, DType dtype, const char* name) {
+  EMBER_CHECK(t.dim() == 1 && t.size(0) == N && t.dtype() == dtype, what, ": expected ", name, " of shape [", N,
+              "] and dtype ", dtype_name(dtype), ", got ", t.shape_str(), " ", dtype_name(t.dtype()));
+}
+
+void cross_entropy_cuda(const Tensor& logits, const Tensor& target, double ls, const Tensor& loss,
+                        const Tensor& lse) {
+  check_same_cuda("cross_entropy", logits, {&target, &loss, &lse});
+  EMBER_CHECK(logits.dim() == 2 && logits.is_contiguous(), "cross_entropy: expected contiguous logits (N, C), got ",
+              logits.shape_str());
+  const int64_t N = logits.size(0), C = logits.size(1);
+  check_rows("cross_entropy", target, N, DType::i64, "target");
+  check_rows("cross_entropy", loss, N, DType::f32, "loss");
+  check_rows("cross_entropy", lse, N, DType::f32, "lse");
+  EMBER_ASSERT(loss.is_contiguous() && lse.is_contiguous(), "cross_entropy: loss and lse must be contiguous");
+  if (N == 0) return;
+  EMBER_CHECK(C > 0, "cross_entropy: logits of shape ", logits.shape_str(), " have no classes");
+  DeviceGuard guard(logits.device());
+  cudaStream_t stream = stream_of(logits);
+  Tensor flag = ember::empty({1}, DType::i64, logits.device());
+  auto* bad = static_cast<unsigned long long*>(flag.data_ptr());
+  CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof(unsigned long long), stream));
+  EMBER_DISPATCH_FLOAT(logits.dtype(), "cross_entropy (cuda)", [&]<typename T>() {
+    const T* xp = static_cast<const T*>(logits.data_ptr());
+    const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
+    float* lp = static_cast<float*>(loss.data_ptr());
+    float* sp = static_cast<float*>(lse.data_ptr());
+    if (C <= kWarpRowMax) {
+      const int grid = static_cast<int>(std::min(ceil_div(N, kWarpsPerBlock), kMaxGrid));
+      cross_entropy_kernel<T, true><<<grid, kBlock, 0, stream>>>(xp, tp, target.stride(0), lp, sp, N, C, ls, bad);
+    } else {
+      const int grid = static_cast<int>(std::min(N, kMaxGrid));
+      cross_entropy_kernel<T, false><<<grid, kBlock, 0, stream>>>(xp, tp, target.stride(0), lp, sp, N, C, ls, bad);
+    }
+    EMBER_LAUNCH_CHECK();
+  });
+  unsigned long long host_bad = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&host_bad, bad, sizeof(host_bad), cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (host_bad != 0) {
+    const int64_t row = N - static_cast<int64_t>(host_bad);
+    int64_t value = 0;
+    const int64_t* tp = static_cast<const int64_t*>(target.data_ptr()) + row * target.stride(0);
+    CUDA_CHECK(cudaMemcpyAsync(&value, tp, sizeof(value), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    EMBER_FAIL("cross_entropy: target[", row, "] = ", value, " is out of range [0, ", C, ") for logits of shape ",
+               logits.shape_str());
+  }
+}
+
+void cross_entropy_backward_cuda(const Tensor& grad_rows, const Tensor& logits, const Tensor& target,
+                                 const Tensor& lse, double ls, const Tensor& dlogits) {
+  check_same_cuda("cross_entropy_backward", logits, {&grad_rows, &target, &lse, &dlogits});
+  EMBER_CHECK(logits.dim() == 2 && logits.is_contiguous(),
+              "cross_entropy_backward: expected contiguous logits (N, C), got ", logits.shape_str());
+  EMBER_ASSERT(dlogits.sizes() == logits.sizes() && dlogits.is_contiguous() && dlogits.dtype() == logits.dtype(),
+               "cross_entropy_backward: dlogits ", dlogits.shape_str(), " ", dtype_name(dlogits.dtype()),
+               " does not match logits ", logits.shape_str(), " ", dtype_name(logits.dtype()));
+  const int64_t N = logits.size(0), C = logits.size(1);
+  check_rows("cross_entropy_backward", grad_rows, N, DType::f32, "grad_rows");
+  check_rows("cross_entropy_backward", target, N, DType::i64, "target");
+  check_rows("cross_entropy_backward", lse, N, DType::f32, "lse");
+  const int64_t n = N * C;
+  if (n == 0) return;
+  DeviceGuard guard(logits.device());
+  cudaStream_t stream = stream_of(logits);
+  EMBER_DISPATCH_FLOAT(logits.dtype(), "cross_entropy_backward (cuda)", [&]<typename T>() {
+    cross_entropy_backward_kernel<T><<<grid_for(n), kBlock, 0, stream>>>(
+        static_cast<const float*>(grad_rows.data_ptr()), grad_rows.stride(0), static_cast<const T*>(logits.data_ptr()),
+        static_cast<const int64_t*>(target.data_ptr()), target.stride(0), static_cast<const float*>(lse.data_ptr()),
+        lse.stride(0), static_cast<T*>(dlogits.data_ptr()), N, C, ls);
+    EMBER_LAUNCH_CHECK();
+  });
+}
+
+}  // namespace
+
+void register_softmax() {
+  softmax_table.set(DeviceType::CUDA, &softmax_cuda);
+  softmax_backward_table.set(DeviceType::CUDA, &softmax_backward_cuda);
+  cross_entropy_table.set(DeviceType::CUDA, &cross_entropy_cuda);
+  cross_entropy_backward_table.set(DeviceType::CUDA, &cross_entropy_backward_cuda);
+}
+
+}  // namespace ember::kernels::cuda

@@ -1,0 +1,207 @@
+// CPU elementwise kernels. Operands arrive expanded to the output shape (stride 0 on broadcast
+// dims); `out` is contiguous. Each op is one instantiation of map_n over the element types: when
+// every input is contiguous it is a plain indexed loop the compiler vectorizes, otherwise runs
+// along the innermost merged dim (kernels/cpu/loops.h). f16/bf16 compute in float.
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "core/thread_pool.h"
+#include "kernels/convert.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/loops.h"
+#include "kernels/elementwise.h"
+#include "kernels/elementwise_math.h"
+
+namespace ember::kernels::cpu {
+namespace {
+
+// out[i] = f(in_0[i], ..., in_{K-1}[i]) over out's shape; O and In... are the storage types.
+template <typename O, typename... In, typename F, size_t... I>
+void map_impl(const Tensor& out, const F& f, const std::array<const Tensor*, sizeof...(In)>& ins,
+              std::index_sequence<I...>) {
+  constexpr size_t K = sizeof...(In);
+  O* const po = static_cast<O*>(out.data_ptr());
+  const std::tuple<const In*...> pin{static_cast<const In*>(ins[I]->data_ptr())...};
+  const int64_t n = out.numel();
+  if ((ins[I]->is_contiguous() && ...)) {
+    parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) {
+      const std::tuple<const In*...> p = pin;
+      for (int64_t i = b; i < e; ++i) po[i] = f(std::get<I>(p)[i]...);
+    });
+    return;
+  }
+  const auto g = make_geometry<K + 1>(out.sizes(), {&out.strides(), &ins[I]->strides()...});
+  parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) {
+    strided_runs(g, b, e, [&](const std::array<int64_t, K + 1>& off, const std::array<int64_t, K + 1>& st, int64_t cnt) {
+      O* const o = po + off[0];
+      const std::tuple<const In*...> p{(std::get<I>(pin) + off[I + 1])...};
+      if (st[0] == 1 && ((st[I + 1] == 1) && ...)) {
+        for (int64_t j = 0; j < cnt; ++j) o[j] = f(std::get<I>(p)[j]...);
+      } else {
+        for (int64_t j = 0; j < cnt; ++j) o[j * st[0]] = f(std::get<I>(p)[j * st[I + 1]]...);
+      }
+    });
+  });
+}
+
+template <typename O, typename... In, typename F>
+void map_n(const Tensor& out, const F& f, const std::array<const Tensor*, sizeof...(In)>& ins) {
+  map_impl<O, In...>(out, f, ins, std::index_sequence_for<In...>{});
+}
+
+// Calls visit(std::integral_constant<UnaryOp, op>) so the op becomes a compile-time constant.
+template <typename Visit>
+void visit_unary(UnaryOp op, Visit&& visit) {
+  switch (op) {
+#define EMBER_UNARY_CASE_(X) \
+  case UnaryOp::X: return visit(std::integral_constant<UnaryOp, UnaryOp::X>{});
+    EMBER_UNARY_CASE_(Neg) EMBER_UNARY_CASE_(Abs) EMBER_UNARY_CASE_(Exp) EMBER_UNARY_CASE_(Log)
+    EMBER_UNARY_CASE_(Sqrt) EMBER_UNARY_CASE_(Tanh) EMBER_UNARY_CASE_(Sigmoid) EMBER_UNARY_CASE_(Relu)
+    EMBER_UNARY_CASE_(Gelu)
+#undef EMBER_UNARY_CASE_
+  }
+  EMBER_FAIL("unary (cpu): unknown op ", static_cast<int>(op));
+}
+
+template <typename Visit>
+void visit_binary(BinaryOp op, Visit&& visit) {
+  switch (op) {
+#define EMBER_BINARY_CASE_(X) \
+  case BinaryOp::X: return visit(std::integral_constant<BinaryOp, BinaryOp::X>{});
+    EMBER_BINARY_CASE_(Add) EMBER_BINARY_CASE_(Sub) EMBER_BINARY_CASE_(Mul) EMBER_BINARY_CASE_(Div)
+    EMBER_BINARY_CASE_(Maximum) EMBER_BINARY_CASE_(Minimum) EMBER_BINARY_CASE_(Eq) EMBER_BINARY_CASE_(Ne)
+    EMBER_BINARY_CASE_(Lt) EMBER_BINARY_CASE_(Le) EMBER_BINARY_CASE_(Gt) EMBER_BINARY_CASE_(Ge)
+#undef EMBER_BINARY_CASE_
+  }
+  EMBER_FAIL("binary (cpu): unknown op ", static_cast<int>(op));
+}
+
+// Whether OP is computable for storage type T (the front checks this with a readable message; here
+// it only keeps impossible instantiations out of the build).
+template <UnaryOp OP, typename T>
+constexpr bool unary_supported() {
+  using A = opmath_t<T>;
+  if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, uint8_t>) return false;
+  else if constexpr (std::is_floating_point_v<A>) return true;
+  else return math::unary_allows_integers(OP);
+}
+
+template <BinaryOp OP, typename T>
+constexpr bool binary_supported() {
+  return !std::is_same_v<T, bool> || math::binary_allows_bool(OP);
+}
+
+void unary_impl(UnaryOp op, const Tensor& x, const Tensor& out) {
+  EMBER_DISPATCH_ALL(x.dtype(), op_name(op), [&]<typename T>() {
+    using A = opmath_t<T>;
+    visit_unary(op, [&](auto opc) {
+      constexpr UnaryOp OP = decltype(opc)::value;
+      if constexpr (unary_supported<OP, T>()) {
+        map_n<T, T>(out, [](T v) { return static_cast<T>(math::unary_apply<OP>(static_cast<A>(v))); }, {&x});
+      } else {
+        EMBER_FAIL(op_name(op), " (cpu): unsupported dtype ", dtype_name(x.dtype()));
+      }
+    });
+  });
+}
+
+void unary_backward_impl(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y, const Tensor& out) {
+  EMBER_DISPATCH_ALL(grad.dtype(), op_name(op), [&]<typename T>() {
+    using A = opmath_t<T>;
+    visit_unary(op, [&](auto opc) {
+      constexpr UnaryOp OP = decltype(opc)::value;
+      if constexpr (!unary_supported<OP, T>()) {
+        EMBER_FAIL(op_name(op), " backward (cpu): unsupported dtype ", dtype_name(grad.dtype()));
+      } else if constexpr (OP == UnaryOp::Neg) {
+        map_n<T, T>(out, [](T g) { return static_cast<T>(math::unary_backward_apply<OP>(static_cast<A>(g), A(0))); },
+                    {&grad});
+      } else {
+        const Tensor& v = x.defined() ? x : y;
+        EMBER_ASSERT(v.defined() && v.dtype() == grad.dtype(), op_name(op), " backward (cpu): operand missing");
+        map_n<T, T, T>(
+            out,
+            [](T g, T w) { return static_cast<T>(math::unary_backward_apply<OP>(static_cast<A>(g), static_cast<A>(w))); },
+            {&grad, &v});
+      }
+    });
+  });
+}
+
+// Integer division by zero has no value (and traps on x86): refuse it with a clear error.
+template <typename T>
+void check_no_zero_divisor(const Tensor& b) {
+  if constexpr (std::is_integral_v<T>) {
+    bool zero = false;
+    const auto probe = empty(b.sizes(), DType::boolean, Device::cpu());
+    map_n<bool, T>(probe, [](T v) { return v == T(0); }, {&b});
+    const bool* p = probe.data<bool>();
+    for (int64_t i = 0; i < probe.numel() && !zero; ++i) zero = p[i];
+    EMBER_CHECK(!zero, "div: integer division by zero (divisor of dtype ", dtype_name(b.dtype()), " contains 0)");
+  }
+}
+
+void binary_impl(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  EMBER_DISPATCH_ALL(a.dtype(), op_name(op), [&]<typename T>() {
+    using A = opmath_t<T>;
+    visit_binary(op, [&](auto opc) {
+      constexpr BinaryOp OP = decltype(opc)::value;
+      if constexpr (!binary_supported<OP, T>()) {
+        EMBER_FAIL(op_name(op), " (cpu): not defined for dtype ", dtype_name(a.dtype()));
+      } else if constexpr (is_comparison(OP)) {
+        map_n<bool, T, T>(out, [](T u, T v) { return math::binary_apply<OP>(static_cast<A>(u), static_cast<A>(v)); },
+                          {&a, &b});
+      } else {
+        if constexpr (OP == BinaryOp::Div) check_no_zero_divisor<T>(b);
+        map_n<T, T, T>(
+            out, [](T u, T v) { return static_cast<T>(math::binary_apply<OP>(static_cast<A>(u), static_cast<A>(v))); },
+            {&a, &b});
+      }
+    });
+  });
+}
+
+void binary_scalar_impl(BinaryOp op, const Tensor& a, double s, bool scalar_first, const Tensor& out) {
+  EMBER_DISPATCH_ALL(a.dtype(), op_name(op), [&]<typename T>() {
+    using A = opmath_t<T>;
+    // The scalar takes a's dtype: integers truncate it, floats keep it at op-math precision.
+    const A sv = std::is_floating_point_v<A> ? static_cast<A>(s) : static_cast<A>(convert<T>(s));
+    visit_binary(op, [&](auto opc) {
+      constexpr BinaryOp OP = decltype(opc)::value;
+      if constexpr (!binary_supported<OP, T>()) {
+        EMBER_FAIL(op_name(op), " (cpu): not defined for dtype ", dtype_name(a.dtype()));
+      } else {
+        using R = std::conditional_t<is_comparison(OP), bool, T>;
+        if constexpr (OP == BinaryOp::Div && std::is_integral_v<T>)
+          EMBER_CHECK(scalar_first || sv != A(0), "div: integer division by zero (scalar divisor 0)");
+        if constexpr (OP == BinaryOp::Div && std::is_integral_v<T>)
+          if (scalar_first) check_no_zero_divisor<T>(a);
+        if (scalar_first)
+          map_n<R, T>(out, [sv](T v) { return static_cast<R>(math::binary_apply<OP>(sv, static_cast<A>(v))); }, {&a});
+        else
+          map_n<R, T>(out, [sv](T v) { return static_cast<R>(math::binary_apply<OP>(static_cast<A>(v), sv)); }, {&a});
+      }
+    });
+  });
+}
+
+void where_impl(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+  EMBER_CHECK(cond.dtype() == DType::boolean || cond.dtype() == DType::u8, "where (cpu): cond must be bool or u8, got ",
+              dtype_name(cond.dtype()));
+  EMBER_DISPATCH_ALL(a.dtype(), "where", [&]<typename T>() {
+    // cond is read as bytes: any nonzero byte selects a.
+    map_n<T, uint8_t, T, T>(out, [](uint8_t c, T u, T v) { return c ? u : v; }, {&cond, &a, &b});
+  });
+}
+
+}  // namespace
+
+void register_elementwise() {
+  unary_table.set(DeviceType::CPU, &unary_impl);
+  unary_backward_table.set(DeviceType::CPU, &unary_backward_impl);
+  binary_table.set(DeviceType::CPU, &binary_impl);
+  binary_scalar_table.set(DeviceType::CPU, &binary_scalar_impl);
+  where_table.set(DeviceType::CPU, &where_impl);
+}
+
+}  // namespace ember::kernels::cpu

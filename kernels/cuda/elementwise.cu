@@ -6,132 +6,91 @@
 // expanded to the output shape by the front functions in kernels/elementwise.cpp). The op is a
 // run-time member of the functor: a warp-uniform switch is free next to the memory traffic of a
 // memory-bound kernel, and it keeps the instantiation count at (dtype) instead of (op x dtype).
-// f16/bf16 load, compute in f32 (opmath_t) and round once on store, exactly like the CPU twin
-// (kernels/cpu/elementwise.cpp) so the two agree to within the f32 math library's ulps.
-// `where` only moves bits, so it is instantiated per element size, not per dtype.
+// The per-element formulas are kernels/elementwise_math.h, shared with the CPU twin, so both
+// devices agree on NaN handling, wrap-around and derivatives; f16/bf16 load, compute in f32
+// (opmath_t) and round once on store. Integer division checks its divisor on the device and
+// reports a zero through a DeviceErrorFlag (one stream sync, integer Div only), raising the same
+// error as the CPU. `where` only moves bits, so it is instantiated per element size, not per dtype.
 #include <cmath>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/error_flag.cuh"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/elementwise.h"
+#include "kernels/elementwise_math.h"
 
 namespace ember::kernels::cuda {
 namespace {
 
-// ---- scalar math in the compute type C (float, double, or an integer type) ----
+// ---- per-element math: the shared formulas of kernels/elementwise_math.h behind a run-time switch ----
 
-template <typename C>
-__device__ inline C exp_(C x) {
-  if constexpr (std::is_same_v<C, float>) return expf(x);
-  else return exp(x);
-}
-template <typename C>
-__device__ inline C log_(C x) {
-  if constexpr (std::is_same_v<C, float>) return logf(x);
-  else return log(x);
-}
-template <typename C>
-__device__ inline C sqrt_(C x) {
-  if constexpr (std::is_same_v<C, float>) return sqrtf(x);
-  else return sqrt(x);
-}
-template <typename C>
-__device__ inline C tanh_(C x) {
-  if constexpr (std::is_same_v<C, float>) return tanhf(x);
-  else return tanh(x);
-}
-template <typename C>
-__device__ inline C erf_(C x) {
-  if constexpr (std::is_same_v<C, float>) return erff(x);
-  else return erf(x);
-}
+#define EMBER_UNARY_CASE_(X) \
+  case UnaryOp::X: return math::unary_apply<UnaryOp::X>(x);
+#define EMBER_UNARY_GRAD_CASE_(X) \
+  case UnaryOp::X: return math::unary_backward_apply<UnaryOp::X>(g, v);
 
-constexpr double kSqrtHalf = 0.70710678118654752440;      // 1/sqrt(2)
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;    // 1/sqrt(2*pi)
-
-template <typename C>
-__device__ inline C unary_math(UnaryOp op, C x) {
-  if constexpr (std::is_floating_point_v<C>) {
+template <typename A>
+__device__ inline A unary_math(UnaryOp op, A x) {
+  if constexpr (std::is_floating_point_v<A>) {
     switch (op) {
-      case UnaryOp::Neg: return -x;
-      case UnaryOp::Abs: return x < C(0) ? -x : (x == C(0) ? C(0) : x);  // |-0| = +0; NaN stays NaN
-      case UnaryOp::Exp: return exp_(x);
-      case UnaryOp::Log: return log_(x);
-      case UnaryOp::Sqrt: return sqrt_(x);
-      case UnaryOp::Tanh: return tanh_(x);
-      case UnaryOp::Sigmoid: return C(1) / (C(1) + exp_(-x));
-      case UnaryOp::Relu: return x > C(0) ? x : (x != x ? x : C(0));  // NaN propagates
-      case UnaryOp::Gelu: return C(0.5) * x * (C(1) + erf_(x * C(kSqrtHalf)));
+      EMBER_UNARY_CASE_(Neg) EMBER_UNARY_CASE_(Abs) EMBER_UNARY_CASE_(Exp) EMBER_UNARY_CASE_(Log)
+      EMBER_UNARY_CASE_(Sqrt) EMBER_UNARY_CASE_(Tanh) EMBER_UNARY_CASE_(Sigmoid) EMBER_UNARY_CASE_(Relu)
+      EMBER_UNARY_CASE_(Gelu)
     }
-    return x;
-  } else {  // integers: the front allows Neg, Abs, Relu only
+  } else {  // integers: Neg, Abs, Relu only (checked on the host)
     switch (op) {
-      case UnaryOp::Neg: return static_cast<C>(-x);
-      case UnaryOp::Abs: return x < C(0) ? static_cast<C>(-x) : x;
-      case UnaryOp::Relu: return x > C(0) ? x : C(0);
-      default: return x;
+      EMBER_UNARY_CASE_(Neg) EMBER_UNARY_CASE_(Abs) EMBER_UNARY_CASE_(Relu)
+      default: break;
     }
   }
+  return x;
 }
 
 // dL/dx given g = dL/dy and v = x or y (whichever the op reads; see kernels/elementwise.h).
-template <typename C>
-__device__ inline C unary_grad_math(UnaryOp op, C g, C v) {
-  if constexpr (std::is_floating_point_v<C>) {
+template <typename A>
+__device__ inline A unary_grad_math(UnaryOp op, A g, A v) {
+  if constexpr (std::is_floating_point_v<A>) {
     switch (op) {
-      case UnaryOp::Neg: return -g;
-      case UnaryOp::Abs: return v > C(0) ? g : (v < C(0) ? -g : C(0));  // v = x; sign(0) = 0
-      case UnaryOp::Log: return g / v;                                   // v = x
-      case UnaryOp::Relu: return v > C(0) ? g : C(0);                    // v = x
-      case UnaryOp::Gelu: {                                              // v = x
-        const C cdf = C(0.5) * (C(1) + erf_(v * C(kSqrtHalf)));
-        const C pdf = C(kInvSqrt2Pi) * exp_(C(-0.5) * v * v);
-        return g * (cdf + v * pdf);
-      }
-      case UnaryOp::Exp: return g * v;                          // v = y
-      case UnaryOp::Sqrt: return g / (C(2) * v);                // v = y
-      case UnaryOp::Tanh: return g * (C(1) - v * v);            // v = y
-      case UnaryOp::Sigmoid: return g * v * (C(1) - v);         // v = y
+      EMBER_UNARY_GRAD_CASE_(Neg) EMBER_UNARY_GRAD_CASE_(Abs) EMBER_UNARY_GRAD_CASE_(Exp)
+      EMBER_UNARY_GRAD_CASE_(Log) EMBER_UNARY_GRAD_CASE_(Sqrt) EMBER_UNARY_GRAD_CASE_(Tanh)
+      EMBER_UNARY_GRAD_CASE_(Sigmoid) EMBER_UNARY_GRAD_CASE_(Relu) EMBER_UNARY_GRAD_CASE_(Gelu)
     }
-    return g;
   } else {
     switch (op) {
-      case UnaryOp::Neg: return static_cast<C>(-g);
-      case UnaryOp::Abs: return v > C(0) ? g : (v < C(0) ? static_cast<C>(-g) : C(0));
-      case UnaryOp::Relu: return v > C(0) ? g : C(0);
-      default: return g;
+      EMBER_UNARY_GRAD_CASE_(Neg) EMBER_UNARY_GRAD_CASE_(Abs) EMBER_UNARY_GRAD_CASE_(Relu)
+      default: break;
     }
   }
+  return g;
 }
+#undef EMBER_UNARY_CASE_
+#undef EMBER_UNARY_GRAD_CASE_
 
-// Arithmetic results for Add..Minimum. Integer division by zero gives 0 (the GPU does not trap;
-// the value is defined here rather than left to the hardware), matching the CPU twin.
-template <typename C>
-__device__ inline C binary_math(BinaryOp op, C x, C y) {
+// Add..Minimum. Integer division by zero never reaches here: the integer Div functors below
+// intercept a zero divisor first. bool Sub/Div are refused on the host.
+template <typename A>
+__device__ inline A binary_math(BinaryOp op, A x, A y) {
   switch (op) {
-    case BinaryOp::Add: return static_cast<C>(x + y);
-    case BinaryOp::Sub: return static_cast<C>(x - y);
-    case BinaryOp::Mul: return static_cast<C>(x * y);
-    case BinaryOp::Div:
-      if constexpr (std::is_integral_v<C>) return y == C(0) ? C(0) : static_cast<C>(x / y);
-      else return x / y;
-    // NaN propagates: a NaN x is returned by the first test, a NaN y by the fall-through.
-    case BinaryOp::Maximum: return (x != x || x > y) ? x : y;
-    case BinaryOp::Minimum: return (x != x || x < y) ? x : y;
+    case BinaryOp::Add: return math::binary_apply<BinaryOp::Add>(x, y);
+    case BinaryOp::Sub: return math::binary_apply<BinaryOp::Sub>(x, y);
+    case BinaryOp::Mul: return math::binary_apply<BinaryOp::Mul>(x, y);
+    case BinaryOp::Div: return math::binary_apply<BinaryOp::Div>(x, y);
+    case BinaryOp::Maximum: return math::binary_apply<BinaryOp::Maximum>(x, y);
+    case BinaryOp::Minimum: return math::binary_apply<BinaryOp::Minimum>(x, y);
     default: return x;  // comparisons go through compare_math
   }
 }
 
-template <typename C>
-__device__ inline bool compare_math(BinaryOp op, C x, C y) {
+template <typename A>
+__device__ inline bool compare_math(BinaryOp op, A x, A y) {
   switch (op) {
-    case BinaryOp::Eq: return x == y;
-    case BinaryOp::Ne: return x != y;
-    case BinaryOp::Lt: return x < y;
-    case BinaryOp::Le: return x <= y;
-    case BinaryOp::Gt: return x > y;
-    case BinaryOp::Ge: return x >= y;
+    case BinaryOp::Eq: return math::binary_apply<BinaryOp::Eq>(x, y);
+    case BinaryOp::Ne: return math::binary_apply<BinaryOp::Ne>(x, y);
+    case BinaryOp::Lt: return math::binary_apply<BinaryOp::Lt>(x, y);
+    case BinaryOp::Le: return math::binary_apply<BinaryOp::Le>(x, y);
+    case BinaryOp::Gt: return math::binary_apply<BinaryOp::Gt>(x, y);
+    case BinaryOp::Ge: return math::binary_apply<BinaryOp::Ge>(x, y);
     default: return false;
   }
 }
@@ -158,12 +117,28 @@ struct UnaryGradF {
   __device__ T operator()(T g) const { return operator()(g, g); }
 };
 
+// Integer Div checks its divisor: a zero raises `div_zero` (null for every other op/dtype, which
+// never dereference it) and yields 0, and the launcher turns the flag into an error.
+template <typename C>
+__device__ inline bool zero_divisor(BinaryOp op, C y, unsigned long long* div_zero) {
+  if constexpr (std::is_integral_v<C>) {
+    if (op == BinaryOp::Div && y == C(0)) {
+      raise_error_flag(div_zero, 0);
+      return true;
+    }
+  }
+  return false;
+}
+
 template <typename T>
 struct BinaryF {
   BinaryOp op;
+  unsigned long long* div_zero;
   __device__ T operator()(T a, T b) const {
     using C = opmath_t<T>;
-    return static_cast<T>(binary_math<C>(op, static_cast<C>(a), static_cast<C>(b)));
+    const C x = static_cast<C>(a), y = static_cast<C>(b);
+    if (zero_divisor(op, y, div_zero)) return T(0);
+    return static_cast<T>(binary_math<C>(op, x, y));
   }
 };
 
@@ -179,12 +154,17 @@ struct CompareF {
 template <typename T>
 struct BinaryScalarF {
   BinaryOp op;
-  opmath_t<T> s;  // the scalar, already rounded to T (it takes a's dtype)
+  opmath_t<T> s;  // the scalar in op-math precision (see binary_scalar_impl)
   bool scalar_first;
+  unsigned long long* div_zero;  // as in BinaryF; only a tensor divisor (scalar_first) can be zero here
   __device__ T operator()(T a) const {
     using C = opmath_t<T>;
     const C x = static_cast<C>(a);
-    return static_cast<T>(scalar_first ? binary_math<C>(op, s, x) : binary_math<C>(op, x, s));
+    if (scalar_first) {
+      if (zero_divisor(op, x, div_zero)) return T(0);
+      return static_cast<T>(binary_math<C>(op, s, x));
+    }
+    return static_cast<T>(binary_math<C>(op, x, s));
   }
 };
 
@@ -207,13 +187,24 @@ struct WhereF {
 
 // ---- checks ----
 
-bool integer_unary_ok(UnaryOp op) { return op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu; }
-
 void check_same_device(const char* what, const Tensor& out, const Tensor& t, const char* name) {
   EMBER_CHECK(t.device() == out.device(), what, " (cuda): operand ", name, " is on ", t.device().str(),
               " but the output is on ", out.device().str());
   EMBER_CHECK(t.sizes() == out.sizes(), what, " (cuda): operand ", name, " has shape ", t.shape_str(),
               ", expected the output shape ", out.shape_str());
+}
+
+// bool Sub/Div have no meaning (as in PyTorch); the front refuses them too.
+void check_bool_op(BinaryOp op, DType dt) {
+  EMBER_CHECK(dt != DType::boolean || math::binary_allows_bool(op), op_name(op),
+              " (cuda): not defined for bool operands (use a numeric dtype)");
+}
+
+bool integer_div(BinaryOp op, DType dt) { return op == BinaryOp::Div && !is_floating(dt); }
+
+// Integer division by zero has no value: the same error the CPU twin raises.
+void check_div_zero(const DeviceErrorFlag& flag, DType dt) {
+  EMBER_CHECK(!flag.read().first, "div: integer division by zero (divisor of dtype ", dtype_name(dt), " contains 0)");
 }
 
 // Calls fn<T>() for the dtypes a unary op supports: floating types for all ops, i32/i64 for
@@ -224,7 +215,7 @@ void dispatch_unary(UnaryOp op, DType dtype, const char* what, Fn&& fn) {
     EMBER_DISPATCH_FLOAT(dtype, what, fn);
     return;
   }
-  EMBER_CHECK(integer_unary_ok(op) && (dtype == DType::i32 || dtype == DType::i64), what, " (cuda): op ",
+  EMBER_CHECK(math::unary_allows_integers(op) && (dtype == DType::i32 || dtype == DType::i64), what, " (cuda): op ",
               op_name(op), " does not support dtype ", dtype_name(dtype),
               " (floating dtypes for every op; i32/i64 for neg, abs, relu)");
   if (dtype == DType::i32) fn.template operator()<int32_t>();
@@ -277,8 +268,15 @@ void binary_impl(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& ou
   }
   EMBER_CHECK(out.dtype() == a.dtype(), "binary (cuda) ", op_name(op), ": output is ", dtype_name(out.dtype()),
               ", expected the operands' dtype ", dtype_name(a.dtype()));
+  check_bool_op(op, a.dtype());
   EMBER_DISPATCH_ALL(a.dtype(), "binary", [&]<typename T>() {
-    launch_elementwise<T>(out, BinaryF<T>{op}, operand<T>(a), operand<T>(b));
+    if (integer_div(op, a.dtype())) {
+      DeviceErrorFlag div_zero(out.device(), stream_of(out));
+      launch_elementwise<T>(out, BinaryF<T>{op, div_zero.ptr()}, operand<T>(a), operand<T>(b));
+      check_div_zero(div_zero, a.dtype());
+    } else {
+      launch_elementwise<T>(out, BinaryF<T>{op, nullptr}, operand<T>(a), operand<T>(b));
+    }
   });
 }
 
@@ -286,7 +284,9 @@ void binary_scalar_impl(BinaryOp op, const Tensor& a, double s, bool scalar_firs
   check_same_device("binary_scalar", out, a, "a");
   EMBER_DISPATCH_ALL(a.dtype(), "binary_scalar", [&]<typename T>() {
     using C = opmath_t<T>;
-    const C sv = static_cast<C>(convert<T>(s));  // "the scalar takes a's dtype"
+    // The scalar takes a's dtype: integers truncate it, floats keep it at op-math precision (an
+    // f16 tensor times 0.1 uses 0.1f, not 0.1 rounded to f16), exactly as the CPU twin does.
+    const C sv = std::is_floating_point_v<C> ? static_cast<C>(s) : static_cast<C>(convert<T>(s));
     if (is_comparison(op)) {
       EMBER_CHECK(out.dtype() == DType::boolean, "binary_scalar (cuda) ", op_name(op), ": output must be bool, got ",
                   dtype_name(out.dtype()));
@@ -294,7 +294,17 @@ void binary_scalar_impl(BinaryOp op, const Tensor& a, double s, bool scalar_firs
     } else {
       EMBER_CHECK(out.dtype() == a.dtype(), "binary_scalar (cuda) ", op_name(op), ": output is ",
                   dtype_name(out.dtype()), ", expected ", dtype_name(a.dtype()));
-      launch_elementwise<T>(out, BinaryScalarF<T>{op, sv, scalar_first}, operand<T>(a));
+      check_bool_op(op, a.dtype());
+      if (!integer_div(op, a.dtype())) {
+        launch_elementwise<T>(out, BinaryScalarF<T>{op, sv, scalar_first, nullptr}, operand<T>(a));
+      } else if (!scalar_first) {
+        EMBER_CHECK(sv != C(0), "div: integer division by zero (scalar divisor 0)");
+        launch_elementwise<T>(out, BinaryScalarF<T>{op, sv, scalar_first, nullptr}, operand<T>(a));
+      } else {
+        DeviceErrorFlag div_zero(out.device(), stream_of(out));
+        launch_elementwise<T>(out, BinaryScalarF<T>{op, sv, scalar_first, div_zero.ptr()}, operand<T>(a));
+        check_div_zero(div_zero, a.dtype());
+      }
     }
   });
 }

@@ -12,13 +12,13 @@
 //    consecutive chunks of one row, so loads and stores coalesce whatever outer, K and inner are.
 //  * index_add: one thread per src element, atomicAdd into out (duplicates in index accumulate,
 //    in whatever order the atomics land). f16/bf16 use the native atomics (f16 from sm_70, bf16
-//    from sm_80) with a 32-bit compare-and-swap fallback for older architectures; u8/bool have no
-//    atomic add and are refused. Rounding happens after every addition in the tensor's dtype, as
+//    from sm_80) with a 32-bit compare-and-swap fallback for older architectures; u8/bool (no byte
+//    atomics) go through a compare-and-swap on the enclosing 32-bit word. Rounding happens after every addition in the tensor's dtype, as
 //    on the CPU, so with duplicates the f16/bf16 results depend on the order of the additions.
 //  * Index bounds: the GPU cannot throw, and checking on the host first would copy the index
 //    back. The kernels validate each index; an out-of-range one is skipped (index_select writes
-//    zeros there) and recorded in a 2-slot device buffer {flag, first bad value seen}. The launcher
-//    copies that buffer back after the kernel and throws an ember::Error naming the bad index and
+//    zeros there) and recorded in a DeviceErrorFlag (kernels/cuda/error_flag.cuh). The launcher
+//    reads the flag back after the kernel and throws an ember::Error naming the bad index and
 //    the valid range. That copy synchronizes the stream once per call: the price of a precise,
 //    catchable error instead of a device-side assert that would kill the CUDA context.
 #include <cuda_bf16.h>
@@ -28,19 +28,12 @@
 #include <type_traits>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/error_flag.cuh"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/index.h"
 
 namespace ember::kernels::cuda {
 namespace {
-
-// Records an out-of-range index: the first thread to set the flag stores its value.
-__device__ inline void report_bad_index(unsigned long long* err, int64_t id) {
-  if (atomicCAS(err, 0ull, 1ull) == 0ull) {
-    // Only this thread ever writes slot 1; the host reads it after the stream has finished.
-    reinterpret_cast<volatile int64_t*>(err)[1] = id;
-  }
-}
 
 template <typename U, typename I>
 __global__ void __launch_bounds__(kBlock)
@@ -54,7 +47,7 @@ __global__ void __launch_bounds__(kBlock)
     const int64_t b = r / K;
     const int64_t id = static_cast<int64_t>(index[k]);
     if (id < 0 || id >= D) {
-      report_bad_index(err, id);
+      raise_error_flag(err, id);
       out[i] = U{};
       continue;
     }
@@ -81,6 +74,23 @@ __device__ inline void atomic_add_16_cas(T* addr, T val) {
   } while (old != assumed);
 }
 
+// 8-bit add through a compare-and-swap on the aligned 32-bit word holding it (no byte atomics):
+// u8 wraps modulo 256, bool adds as logical or (what T(a + b) gives on the CPU).
+template <typename T>
+__device__ inline void atomic_add_8_cas(T* addr, T val) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  unsigned int* word = reinterpret_cast<unsigned int*>(a & ~uintptr_t(3));
+  const unsigned int shift = static_cast<unsigned int>(a & 3) * 8u;
+  const unsigned int v = static_cast<unsigned int>(val);
+  unsigned int old = *word, assumed;
+  do {
+    assumed = old;
+    const unsigned int cur = (assumed >> shift) & 0xffu;
+    const unsigned int sum = std::is_same_v<T, bool> ? ((cur | v) != 0u ? 1u : 0u) : ((cur + v) & 0xffu);
+    old = atomicCAS(word, assumed, (assumed & ~(0xffu << shift)) | (sum << shift));
+  } while (old != assumed);
+}
+
 template <typename T>
 __device__ inline void atomic_add(T* addr, T val) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int32_t>) {
@@ -100,6 +110,9 @@ __device__ inline void atomic_add(T* addr, T val) {
 #else
     atomic_add_16_cas(addr, val);
 #endif
+  } else {
+    static_assert(std::is_same_v<T, uint8_t> || std::is_same_v<T, bool>, "atomic_add: unexpected type");
+    atomic_add_8_cas(addr, val);
   }
 }
 
@@ -115,7 +128,7 @@ __global__ void __launch_bounds__(kBlock)
     const int64_t b = r / K;
     const int64_t id = static_cast<int64_t>(index[k]);
     if (id < 0 || id >= D) {
-      report_bad_index(err, id);
+      raise_error_flag(err, id);
       continue;
     }
     atomic_add(out + (b * D + id) * inner + j, src[i]);
@@ -124,26 +137,11 @@ __global__ void __launch_bounds__(kBlock)
 
 // ---- host side ----
 
-// The {flag, bad value} buffer: cleared on the stream before the kernel, read back after it.
-class IndexErrorFlag {
- public:
-  IndexErrorFlag(Device device, cudaStream_t stream) : buf_(empty({2}, DType::i64, device)), stream_(stream) {
-    CUDA_CHECK(cudaMemsetAsync(buf_.data_ptr(), 0, 2 * sizeof(int64_t), stream_));
-  }
-  unsigned long long* ptr() const { return static_cast<unsigned long long*>(buf_.data_ptr()); }
-  /// Synchronizes the stream; throws naming the bad index and the valid range [0, D).
-  void check(const char* what, int64_t D) const {
-    int64_t host[2] = {0, 0};
-    CUDA_CHECK(cudaMemcpyAsync(host, buf_.data_ptr(), sizeof(host), cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    EMBER_CHECK(host[0] == 0, what, ": index ", host[1], " is out of range for a dim of size ", D,
-                " (valid range [0, ", D, "))");
-  }
-
- private:
-  Tensor buf_;
-  cudaStream_t stream_;
-};
+// Throws naming the bad index (if a kernel raised the flag) and the valid range [0, D).
+void check_index_flag(const DeviceErrorFlag& err, const char* what, int64_t D) {
+  const auto [bad, value] = err.read();
+  EMBER_CHECK(!bad, what, ": index ", value, " is out of range for a dim of size ", D, " (valid range [0, ", D, "))");
+}
 
 // Calls fn<I>() with I the index element type.
 template <typename Fn>
@@ -187,7 +185,7 @@ void index_select_impl(const Tensor& x, const Tensor& index, const Tensor& out) 
   const size_t c = chunk_bytes(row_bytes, x.data_ptr(), out.data_ptr());
   const int64_t inner_c = static_cast<int64_t>(row_bytes / c);
   const int64_t n = outer * K * inner_c;
-  IndexErrorFlag err(out.device(), stream);
+  DeviceErrorFlag err(out.device(), stream);
   dispatch_index(index, what, [&]<typename I>() {
     const I* ip = static_cast<const I*>(index.data_ptr());
     auto launch = [&]<typename U>() {
@@ -203,7 +201,7 @@ void index_select_impl(const Tensor& x, const Tensor& index, const Tensor& out) 
       default: launch.template operator()<uint8_t>(); break;
     }
   });
-  err.check(what, D);
+  check_index_flag(err, what, D);
 }
 
 void index_add_impl(const Tensor& out, const Tensor& index, const Tensor& src) {
@@ -215,20 +213,16 @@ void index_add_impl(const Tensor& out, const Tensor& index, const Tensor& src) {
   DeviceGuard guard(out.device());
   const cudaStream_t stream = stream_of(out);
   const DType dt = out.dtype();
-  EMBER_CHECK(dt != DType::u8 && dt != DType::boolean, what, ": dtype ", dtype_name(dt),
-              " is not supported (no atomic add); use f32, f64, f16, bf16, i32 or i64");
-  IndexErrorFlag err(out.device(), stream);
+  DeviceErrorFlag err(out.device(), stream);
   dispatch_index(index, what, [&]<typename I>() {
     EMBER_DISPATCH_ALL(dt, what, [&]<typename T>() {
-      if constexpr (!std::is_same_v<T, uint8_t> && !std::is_same_v<T, bool>) {
-        index_add_kernel<T, I><<<grid_for(n), kBlock, 0, stream>>>(
-            static_cast<T*>(out.data_ptr()), static_cast<const I*>(index.data_ptr()),
-            static_cast<const T*>(src.data_ptr()), n, K, D, inner, err.ptr());
-        EMBER_LAUNCH_CHECK();
-      }
+      index_add_kernel<T, I><<<grid_for(n), kBlock, 0, stream>>>(
+          static_cast<T*>(out.data_ptr()), static_cast<const I*>(index.data_ptr()),
+          static_cast<const T*>(src.data_ptr()), n, K, D, inner, err.ptr());
+      EMBER_LAUNCH_CHECK();
     });
   });
-  err.check(what, D);
+  check_index_flag(err, what, D);
 }
 
 }  // namespace

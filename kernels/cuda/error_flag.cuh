@@ -1,0 +1,43 @@
+#pragma once
+// Device-side error reporting for kernels that validate data they cannot see from the host
+// (index out of range, integer division by zero). The GPU cannot throw, and a device-side assert
+// would kill the CUDA context; instead a kernel raises a flag in a 2-slot device buffer
+// {raised, first reported value}, and the launcher reads it back after the kernel and throws an
+// ember::Error. Reading it back synchronizes the stream, so only ops that need a check use it.
+#include <cstdint>
+#include <utility>
+
+#include "kernels/cuda/common.cuh"
+
+namespace ember::kernels::cuda {
+
+/// Raises the flag; the first thread to raise it records `value` (e.g. the bad index).
+__device__ inline void raise_error_flag(unsigned long long* flag, int64_t value) {
+  if (atomicCAS(flag, 0ull, 1ull) == 0ull) {
+    // Only this thread ever writes slot 1; the host reads it after the stream has finished.
+    reinterpret_cast<volatile int64_t*>(flag)[1] = value;
+  }
+}
+
+/// The {raised, value} buffer: cleared on `stream` at construction, so kernels launched on the
+/// same stream afterwards see it cleared. Memory comes from the caching allocator.
+class DeviceErrorFlag {
+ public:
+  DeviceErrorFlag(Device device, cudaStream_t stream) : buf_(empty({2}, DType::i64, device)), stream_(stream) {
+    CUDA_CHECK(cudaMemsetAsync(buf_.data_ptr(), 0, 2 * sizeof(int64_t), stream_));
+  }
+  unsigned long long* ptr() const { return static_cast<unsigned long long*>(buf_.data_ptr()); }
+  /// Waits for the stream; returns {raised, value}.
+  std::pair<bool, int64_t> read() const {
+    int64_t host[2] = {0, 0};
+    CUDA_CHECK(cudaMemcpyAsync(host, buf_.data_ptr(), sizeof(host), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return {host[0] != 0, host[1]};
+  }
+
+ private:
+  Tensor buf_;  // (2) i64 on the device
+  cudaStream_t stream_;
+};
+
+}  // namespace ember::kernels::cuda

@@ -2,6 +2,7 @@
 // notation when the magnitudes would not read well in fixed point; every element of a tensor is
 // padded to one width so columns line up; more than kSummarizeThreshold elements print only the
 // first and last kEdgeItems along each long dim, with "..." between.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -133,24 +134,19 @@ class Printer {
     const size_t indent = kPrefix.size() + static_cast<size_t>(dim) + 1;
     std::string out = "[";
     if (dim == nd - 1) {
-      // Innermost dim: elements on one line, wrapped at kLineWidth.
-      size_t col = indent;
+      // Innermost dim: as many elements per line as fit in kLineWidth (PyTorch's rule; the
+      // summarizing " ..." counts as one element).
+      const size_t per_line = std::max<size_t>(1, (kLineWidth - (indent - 1)) / (width_ + 2));
       for (size_t k = 0; k < idx.size(); ++k) {
-        std::string piece = idx[k] < 0 ? "..." : element(off + idx[k] * t_.strides()[dim]);
         if (k > 0) {
-          out += ",";
-          ++col;
-          if (col + 1 + piece.size() + 2 > kLineWidth) {
-            out += '\n';
+          if (k % per_line == 0) {
+            out += ",\n";
             out.append(indent, ' ');
-            col = indent;
           } else {
-            out += " ";
-            ++col;
+            out += ", ";
           }
         }
-        out += piece;
-        col += piece.size();
+        out += idx[k] < 0 ? " ..." : element(off + idx[k] * t_.strides()[dim]);
       }
     } else {
       std::string sep = ",";

@@ -56,16 +56,18 @@ inline double load_f64(DType dt, const void* p) {
   }
   return 0.0;
 }
-/// Stores v into `p` as dtype dt (floats round to nearest, integers truncate toward zero).
+/// Stores v into `p` as dtype dt (floats round to nearest, integers truncate toward zero and
+/// narrow ones wrap, bool is v != 0).
 inline void store_f64(DType dt, void* p, double v) {
   switch (dt) {
     case DType::f32: *static_cast<float*>(p) = static_cast<float>(v); break;
     case DType::f64: *static_cast<double*>(p) = v; break;
     case DType::f16: *static_cast<Half*>(p) = Half(static_cast<float>(v)); break;
     case DType::bf16: *static_cast<BFloat16*>(p) = BFloat16(static_cast<float>(v)); break;
-    case DType::i32: *static_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
+    // Through i64 so out-of-range values wrap (as ember's casts do) instead of being undefined.
+    case DType::i32: *static_cast<int32_t*>(p) = static_cast<int32_t>(static_cast<int64_t>(v)); break;
     case DType::i64: *static_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
-    case DType::u8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(v); break;
+    case DType::u8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(static_cast<int64_t>(v)); break;
     case DType::boolean: *static_cast<uint8_t*>(p) = v != 0.0 ? 1 : 0; break;
   }
 }

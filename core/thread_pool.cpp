@@ -33,7 +33,9 @@ thread_local bool t_in_parallel_region = false;
 
 struct Job {
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
-  int64_t begin = 0, end = 0, chunk = 0, nchunks = 0;
+  // Chunk i is [begin + i * base + min(i, rem), ...) of length base + (i < rem): near-equal
+  // pieces, each at least base = n / nchunks >= grain long.
+  int64_t begin = 0, base = 0, rem = 0, nchunks = 0;
   std::atomic<int64_t> next{0};  // next chunk index to claim
   std::atomic<int64_t> done{0};  // chunks finished (run or skipped after a failure)
   std::atomic<bool> failed{false};
@@ -47,8 +49,8 @@ struct Job {
       int64_t i = next.fetch_add(1, std::memory_order_relaxed);
       if (i >= nchunks) return;
       if (!failed.load(std::memory_order_relaxed)) {
-        int64_t b = begin + i * chunk;
-        int64_t e = std::min(end, b + chunk);
+        int64_t b = begin + i * base + std::min(i, rem);
+        int64_t e = b + base + (i < rem ? 1 : 0);
         try {
           (*fn)(b, e);
         } catch (...) {
@@ -211,9 +213,7 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, const std::function
     return;
   }
   // At most one chunk per thread, each at least `grain` long.
-  int64_t nchunks = std::min<int64_t>(nthreads, (n + grain - 1) / grain);
-  int64_t chunk = (n + nchunks - 1) / nchunks;
-  nchunks = (n + chunk - 1) / chunk;
+  const int64_t nchunks = std::min<int64_t>(nthreads, n / grain);
   if (nchunks <= 1) {
     fn(begin, end);
     return;
@@ -221,8 +221,8 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, const std::function
   auto job = std::make_shared<Job>();
   job->fn = &fn;
   job->begin = begin;
-  job->end = end;
-  job->chunk = chunk;
+  job->base = n / nchunks;
+  job->rem = n % nchunks;
   job->nchunks = nchunks;
   get_pool()->run(job);
 }

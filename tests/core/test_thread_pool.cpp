@@ -1,0 +1,157 @@
+// parallel_for: every index exactly once, chunks of at least `grain`, exceptions reach the caller,
+// nested calls run inline, and several host threads may use the pool at once.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+using ember::parallel_for;
+
+namespace {
+
+// Restores the pool size a test changed.
+struct ThreadCountGuard {
+  int saved = ember::num_threads();
+  ~ThreadCountGuard() { ember::set_num_threads(saved); }
+};
+
+void check_coverage(int64_t begin, int64_t end, int64_t grain) {
+  INFO("range [" << begin << ", " << end << ") grain " << grain);
+  const int64_t n = std::max<int64_t>(end - begin, 0);
+  std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+  std::mutex mu;
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  parallel_for(begin, end, grain, [&](int64_t b, int64_t e) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      chunks.emplace_back(b, e);
+    }
+    for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i - begin)].fetch_add(1);
+  });
+  for (int64_t i = 0; i < n; ++i)
+    if (hits[static_cast<size_t>(i)].load() != 1) FAIL("index " << begin + i << " ran " << hits[i].load() << " times");
+  if (n == 0) CHECK(chunks.empty());
+  CHECK(static_cast<int>(chunks.size()) <= ember::num_threads());
+  for (auto [b, e] : chunks) {
+    CHECK(b < e);
+    if (n > grain) CHECK(e - b >= grain);  // no chunk below the grain
+  }
+  if (n > 0 && n <= grain) CHECK(chunks == std::vector<std::pair<int64_t, int64_t>>{{begin, end}});
+}
+
+}  // namespace
+
+TEST_CASE("parallel_for covers every index exactly once", "[cpu]") {
+  ThreadCountGuard restore;
+  for (int threads : {1, 2, 3, 7}) {
+    ember::set_num_threads(threads);
+    REQUIRE(ember::num_threads() == threads);
+    check_coverage(0, 0, 1);
+    check_coverage(5, 3, 1);  // empty (end < begin)
+    check_coverage(0, 1, 1);
+    check_coverage(0, 10, 3);
+    check_coverage(-17, 1000, 1);
+    check_coverage(3, 1000003, 4096);
+    check_coverage(0, 9, 100);  // below the grain: one inline call
+    check_coverage(0, 12345, 0);  // grain 0 is treated as 1
+  }
+}
+
+TEST_CASE("parallel_for really runs chunks on several threads", "[cpu]") {
+  ThreadCountGuard restore;
+  ember::set_num_threads(3);
+  // Each of the 3 chunks waits until all 3 have started: that only finishes if 3 threads run them.
+  std::mutex mu;
+  std::condition_variable cv;
+  int started = 0;
+  bool all_started = true;
+  std::set<std::thread::id> ids;
+  parallel_for(0, 3, 1, [&](int64_t, int64_t) {
+    std::unique_lock<std::mutex> lock(mu);
+    ids.insert(std::this_thread::get_id());
+    ++started;
+    cv.notify_all();
+    if (!cv.wait_for(lock, std::chrono::seconds(20), [&] { return started == 3; })) all_started = false;
+  });
+  CHECK(all_started);
+  CHECK(ids.size() == 3);
+}
+
+TEST_CASE("parallel_for rethrows the chunk's exception and stays usable", "[cpu]") {
+  ThreadCountGuard restore;
+  ember::set_num_threads(4);
+  for (int rep = 0; rep < 20; ++rep) {
+    try {
+      parallel_for(0, 1000, 10, [&](int64_t b, int64_t e) {
+        if (b <= 500 && 500 < e) throw std::invalid_argument("bad element 500");
+      });
+      FAIL("no exception");
+    } catch (const std::invalid_argument& ex) {
+      CHECK(std::string(ex.what()) == "bad element 500");
+    }
+  }
+  // ember::Error also keeps its type, and inline (small) calls propagate as well.
+  CHECK_THROWS_AS(parallel_for(0, 5, 10, [](int64_t, int64_t) { EMBER_FAIL("inline"); }), ember::Error);
+  check_coverage(0, 100000, 7);
+}
+
+TEST_CASE("nested parallel_for runs inline on the calling thread", "[cpu]") {
+  ThreadCountGuard restore;
+  ember::set_num_threads(4);
+  std::atomic<int> inner_calls{0}, wrong_thread{0}, total{0};
+  parallel_for(0, 8, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const auto outer_id = std::this_thread::get_id();
+      int calls = 0;
+      parallel_for(0, 10000, 1, [&](int64_t ib, int64_t ie) {
+        ++calls;
+        if (std::this_thread::get_id() != outer_id) ++wrong_thread;
+        total += static_cast<int>(ie - ib);
+      });
+      inner_calls += calls;
+    }
+  });
+  CHECK(inner_calls == 8);  // one inline call per outer index
+  CHECK(wrong_thread == 0);
+  CHECK(total == 80000);
+}
+
+TEST_CASE("parallel_for from several host threads at once", "[cpu]") {
+  ThreadCountGuard restore;
+  ember::set_num_threads(3);
+  const int kCallers = 4;
+  std::vector<int64_t> sums(kCallers, 0);
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c)
+    callers.emplace_back([&, c] {
+      for (int rep = 0; rep < 50; ++rep) {
+        std::atomic<int64_t> sum{0};
+        parallel_for(0, 20000 + c, 100, [&](int64_t b, int64_t e) {
+          int64_t s = 0;
+          for (int64_t i = b; i < e; ++i) s += i;
+          sum += s;
+        });
+        const int64_t n = 20000 + c;
+        if (sum.load() != n * (n - 1) / 2) sums[c] = -1;
+        else if (sums[c] >= 0) sums[c] += 1;
+      }
+    });
+  for (auto& t : callers) t.join();
+  for (int c = 0; c < kCallers; ++c) CHECK(sums[c] == 50);
+}
+
+TEST_CASE("set_num_threads validates its argument", "[cpu]") {
+  CHECK_THROWS_AS(ember::set_num_threads(0), ember::Error);
+  CHECK_THROWS_AS(ember::set_num_threads(-3), ember::Error);
+  CHECK(ember::num_threads() >= 1);
+}

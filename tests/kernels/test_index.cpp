@@ -1,0 +1,127 @@
+// index_select / index_add (kernels/index.h) on the CPU against references computed here.
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "kernels/index.h"
+#include "support/reference.h"
+
+using namespace ember;
+using namespace ember::testing;
+
+namespace {
+
+Tensor index_tensor(const std::vector<int64_t>& v, DType dt = DType::i64) {
+  return make_tensor(std::vector<double>(v.begin(), v.end()), {static_cast<int64_t>(v.size())}, dt);
+}
+
+/// (outer, D, inner) split of shape around dim.
+void split(const Shape& s, int64_t dim, int64_t& outer, int64_t& D, int64_t& inner) {
+  outer = 1, D = s[dim], inner = 1;
+  for (int64_t i = 0; i < dim; ++i) outer *= s[i];
+  for (size_t i = dim + 1; i < s.size(); ++i) inner *= s[i];
+}
+
+}  // namespace
+
+TEST_CASE("index_select along every dim, any layout and dtype, duplicates", "[cpu][index]") {
+  const std::vector<int64_t> idx = {4, 0, 2, 2, 4, 1, 3};
+  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::i32, DType::i64, DType::u8})
+    for (Layout layout : {Layout::Contiguous, Layout::Transposed, Layout::Strided}) {
+      Tensor x = random_tensor({5, 5, 5}, dt, 3, 0.0, 100.0, layout);
+      const std::vector<double> xv = to_f64(x);
+      for (int64_t dim : {0, 1, 2, -1}) {
+        const int64_t d = dim < 0 ? dim + 3 : dim;
+        INFO(dtype_name(dt) << " dim " << dim << " strides " << shape_str(x.strides()));
+        Tensor y = kernels::index_select(x, dim, index_tensor(idx, dim == 1 ? DType::i32 : DType::i64));
+        Shape expect_shape = x.sizes();
+        expect_shape[d] = static_cast<int64_t>(idx.size());
+        CHECK(y.sizes() == expect_shape);
+        CHECK(y.dtype() == dt);
+        int64_t outer, D, inner;
+        split(x.sizes(), d, outer, D, inner);
+        const int64_t K = static_cast<int64_t>(idx.size());
+        std::vector<double> ref;
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t k = 0; k < K; ++k)
+            for (int64_t i = 0; i < inner; ++i) ref.push_back(xv[(o * D + idx[k]) * inner + i]);
+        CHECK(to_f64(y) == ref);  // a gather is exact
+      }
+    }
+  // Larger rows (memcpy path with many bytes) and an empty index.
+  Tensor big = random_tensor({3, 1000}, DType::f32, 4);
+  Tensor sel = kernels::index_select(big, 0, index_tensor({2, 2, 0}));
+  const std::vector<double> bv = to_f64(big), sv = to_f64(sel);
+  CHECK(std::vector<double>(sv.begin(), sv.begin() + 1000) == std::vector<double>(bv.begin() + 2000, bv.end()));
+  CHECK(std::vector<double>(sv.begin() + 2000, sv.end()) == std::vector<double>(bv.begin(), bv.begin() + 1000));
+  CHECK(kernels::index_select(big, 1, index_tensor({})).sizes() == Shape{3, 0});
+}
+
+TEST_CASE("index_add accumulates duplicates along every dim, strided out", "[cpu][index]") {
+  const std::vector<int64_t> idx = {3, 0, 3, 1, 3, 0};
+  const int64_t K = static_cast<int64_t>(idx.size());
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::i64})
+    for (int64_t dim : {0, 1, 2}) {
+      const Shape out_shape{4, 4, 4};
+      Shape src_shape = out_shape;
+      src_shape[dim] = K;
+      for (Layout layout : {Layout::Contiguous, Layout::Transposed}) {
+        INFO(dtype_name(dt) << " dim " << dim << " layout " << static_cast<int>(layout));
+        Tensor out = random_tensor(out_shape, dt, 10 + dim, -8, 8, layout);
+        Tensor src = random_tensor(src_shape, dt, 20 + dim, -8, 8, Layout::Strided);
+        std::vector<double> ref = to_f64(out);
+        const std::vector<double> sv = to_f64(src);
+        int64_t outer, D, inner;
+        split(out_shape, dim, outer, D, inner);
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t k = 0; k < K; ++k)
+            for (int64_t i = 0; i < inner; ++i) {
+              double& dst = ref[(o * D + idx[k]) * inner + i];
+              dst = round_to(dt, dst + sv[(o * K + k) * inner + i]);  // one rounding per add, in order
+            }
+        Tensor keep = out;
+        kernels::index_add(out, dim, index_tensor(idx), src);
+        CHECK(out.is_same(keep));
+        CHECK(out.strides() == keep.strides());
+        check_close(out, ref, tol(dt) * 3);  // index 3 takes three adds
+      }
+    }
+  // src of another dtype is cast to out's.
+  Tensor out = make_tensor({0, 0, 0}, {3}, DType::f64);
+  kernels::index_add(out, 0, index_tensor({2, 2, 0}), make_tensor({1.5, 2.5, -1}, {3}, DType::f32));
+  CHECK(to_f64(out) == std::vector<double>{-1, 0, 4});
+}
+
+TEST_CASE("index_add with a long inner dim and many outer rows (parallel tiles)", "[cpu][index]") {
+  const int64_t outer = 7, D = 5, inner = 9001;
+  const std::vector<int64_t> idx = {1, 4, 1, 1, 0, 4, 2, 1};
+  const int64_t K = static_cast<int64_t>(idx.size());
+  Tensor out = random_tensor({outer, D, inner}, DType::f64, 1);
+  Tensor src = random_tensor({outer, K, inner}, DType::f64, 2);
+  std::vector<double> ref = to_f64(out);
+  const std::vector<double> sv = to_f64(src);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t i = 0; i < inner; ++i) ref[(o * D + idx[k]) * inner + i] += sv[(o * K + k) * inner + i];
+  kernels::index_add(out, 1, index_tensor(idx), src);
+  check_close(out, ref, tol(DType::f64));
+}
+
+TEST_CASE("index ops: bad indices and shapes are errors naming them", "[cpu][index]") {
+  Tensor x = random_tensor({3, 6}, DType::f32, 1);
+  CHECK_THROWS_WITH(kernels::index_select(x, 1, index_tensor({0, 6, 1})),
+                    Catch::Contains("index 6") && Catch::Contains("position 1") && Catch::Contains("[0, 6)") &&
+                        Catch::Contains("[3, 6]"));
+  CHECK_THROWS_WITH(kernels::index_select(x, 0, index_tensor({-1})),
+                    Catch::Contains("index -1") && Catch::Contains("[0, 3)"));
+  CHECK_THROWS_WITH(kernels::index_select(x, 0, make_tensor({0, 1}, {2}, DType::f32)), Catch::Contains("f32"));
+  CHECK_THROWS_WITH(kernels::index_select(x, 0, make_tensor({0, 1, 1, 0}, {2, 2}, DType::i64)),
+                    Catch::Contains("1-D"));
+  CHECK_THROWS(kernels::index_select(x, 2, index_tensor({0})));
+
+  Tensor out = empty({3, 6});
+  CHECK_THROWS_WITH(kernels::index_add(out, 0, index_tensor({0, 3}), empty({2, 6})),
+                    Catch::Contains("index 3") && Catch::Contains("[0, 3)"));
+  CHECK_THROWS_WITH(kernels::index_add(out, 0, index_tensor({0, 1}), empty({2, 5})),
+                    Catch::Contains("[2, 6]") && Catch::Contains("[2, 5]"));
+}

@@ -155,26 +155,36 @@ int default_num_threads() {
 }
 
 // The pool is created on first parallel use and replaced by set_num_threads. Callers hold a
-// shared_ptr while they run, so a replaced pool lives until its last job is done.
-std::mutex g_pool_mu;
-std::shared_ptr<Pool> g_pool;
+// shared_ptr while they run, so a replaced pool lives until its last job is done. The holder is
+// never destroyed: at exit the workers just die with the process, so static destructors that
+// still run kernels (or a worker stuck in user code) cannot hang or touch a dead pool.
+struct PoolHolder {
+  std::mutex mu;
+  std::shared_ptr<Pool> pool;
+};
+PoolHolder& holder() {
+  static PoolHolder* h = new PoolHolder;
+  return *h;
+}
 std::atomic<int> g_num_threads{0};  // 0: not yet read from the environment
 
 // After fork() the child has only the forking thread: the parent's workers are gone, so the
 // child must not wait on them. It abandons (leaks) the old pool and makes a fresh one on demand.
-void atfork_prepare() { g_pool_mu.lock(); }
-void atfork_parent() { g_pool_mu.unlock(); }
+void atfork_prepare() { holder().mu.lock(); }
+void atfork_parent() { holder().mu.unlock(); }
 void atfork_child() {
-  if (g_pool) new std::shared_ptr<Pool>(std::move(g_pool));  // intentionally leaked: its threads are gone
-  g_pool_mu.unlock();
+  PoolHolder& h = holder();
+  if (h.pool) new std::shared_ptr<Pool>(std::move(h.pool));  // intentionally leaked: its threads are gone
+  h.mu.unlock();
 }
 
 std::shared_ptr<Pool> get_pool() {
   static std::once_flag atfork_once;
   std::call_once(atfork_once, [] { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); });
-  std::lock_guard<std::mutex> lock(g_pool_mu);
-  if (!g_pool) g_pool = std::make_shared<Pool>(num_threads());
-  return g_pool;
+  PoolHolder& h = holder();
+  std::lock_guard<std::mutex> lock(h.mu);
+  if (!h.pool) h.pool = std::make_shared<Pool>(num_threads());
+  return h.pool;
 }
 
 }  // namespace
@@ -192,9 +202,10 @@ void set_num_threads(int n) {
   EMBER_CHECK(n >= 1 && n <= 4096, "set_num_threads: expected 1..4096 threads, got ", n);
   std::shared_ptr<Pool> old;
   {
-    std::lock_guard<std::mutex> lock(g_pool_mu);
+    PoolHolder& h = holder();
+    std::lock_guard<std::mutex> lock(h.mu);
     g_num_threads.store(n, std::memory_order_relaxed);
-    old = std::move(g_pool);  // the next parallel_for builds a pool of the new size
+    old = std::move(h.pool);  // the next parallel_for builds a pool of the new size
   }
   // `old` is joined here unless a running parallel_for still holds it.
 }

@@ -7,6 +7,9 @@
 #include <condition_variable>
 #include <mutex>
 #include <set>
+#include <csignal>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdexcept>
 #include <thread>
 #include <utility>
@@ -154,4 +157,42 @@ TEST_CASE("set_num_threads validates its argument", "[cpu]") {
   CHECK_THROWS_AS(ember::set_num_threads(0), ember::Error);
   CHECK_THROWS_AS(ember::set_num_threads(-3), ember::Error);
   CHECK(ember::num_threads() >= 1);
+}
+
+TEST_CASE("a forked child gets a working pool of its own", "[cpu]") {
+  ThreadCountGuard restore;
+  ember::set_num_threads(3);
+  std::atomic<int64_t> warm{0};
+  parallel_for(0, 1000, 1, [&](int64_t b, int64_t e) { warm += e - b; });  // parent's workers exist
+  REQUIRE(warm == 1000);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // Child: the parent's workers do not exist here. The 3 chunks wait for each other, so this
+    // only succeeds if the child really got 3 running threads of its own.
+    std::mutex mu;
+    std::condition_variable cv;
+    int started = 0;
+    bool ok = true;
+    parallel_for(0, 3, 1, [&](int64_t, int64_t) {
+      std::unique_lock<std::mutex> lock(mu);
+      ++started;
+      cv.notify_all();
+      if (!cv.wait_for(lock, std::chrono::seconds(20), [&] { return started == 3; })) ok = false;
+    });
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  bool exited = false;
+  for (int i = 0; i < 600 && !exited; ++i) {  // up to 60 s
+    exited = waitpid(pid, &status, WNOHANG) == pid;
+    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!exited) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  CHECK(exited);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }

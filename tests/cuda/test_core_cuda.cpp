@@ -1,0 +1,126 @@
+// The CUDA side of core/: device discovery, the per-device caching allocator over cudaMalloc,
+// streams, events and guards. Runs only where a GPU is usable (main_cuda.cpp skips otherwise).
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <utility>
+
+#include "core/caching_allocator.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "core/stream.h"
+
+using ember::Device;
+using ember::Event;
+using ember::Stream;
+
+TEST_CASE("CUDA devices are discovered and validated", "[cuda]") {
+  REQUIRE(ember::cuda_compiled());
+  const int n = ember::cuda_device_count();
+  REQUIRE(n > 0);
+  CHECK(Device::best() == Device::cuda(0));
+  CHECK_NOTHROW(Device::cuda(n - 1).validate());
+  try {
+    Device::cuda(n).validate();
+    FAIL("no exception");
+  } catch (const ember::Error& e) {
+    CHECK(std::string(e.what()).find("only " + std::to_string(n) + " CUDA device(s)") != std::string::npos);
+  }
+  CHECK_NOTHROW(ember::DeviceGuard(Device::cuda(n - 1)));
+}
+
+TEST_CASE("the CUDA caching allocator reuses blocks per stream", "[cuda]") {
+  ember::CachingAllocator& a = ember::cuda_caching_allocator(0);
+  CHECK(&a == &ember::cuda_caching_allocator(0));  // one allocator per device
+  CHECK(&ember::allocator_for(Device::cuda(0)) == static_cast<ember::Allocator*>(&a));
+  const auto before = a.stats();
+  void* first;
+  {
+    ember::DataPtr p = a.allocate(12345);
+    REQUIRE(p.get() != nullptr);
+    first = p.get();
+    CHECK(a.stats().allocated == before.allocated + ember::CachingAllocator::round_size(12345));
+  }
+  CHECK(a.stats().allocated == before.allocated);
+  const auto mid = a.stats();
+  ember::DataPtr q = a.allocate(12000);  // same class, same (default) stream: the cached block
+  CHECK(q.get() == first);
+  CHECK(a.stats().num_backend_allocs == mid.num_backend_allocs);
+  CHECK(a.stats().cache_hits == mid.cache_hits + 1);
+  q.reset();
+  // On another stream the freed block is not handed out.
+  Stream s = ember::new_stream(Device::cuda(0));
+  ember::StreamGuard guard(s);
+  ember::DataPtr r = a.allocate(12000);
+  CHECK(r.get() != first);
+  r.reset();
+  a.empty_cache();
+  CHECK(a.stats().reserved <= mid.reserved);
+}
+
+TEST_CASE("CUDA out of memory names the device and the size, and leaves the allocator usable", "[cuda]") {
+  ember::CachingAllocator& a = ember::cuda_caching_allocator(0);
+  const size_t huge = size_t(1) << 50;  // 1 PiB
+  try {
+    a.allocate(huge);
+    FAIL("no exception");
+  } catch (const ember::Error& e) {
+    std::string msg = e.what();
+    CHECK(msg.find("out of memory on cuda:0") != std::string::npos);
+    CHECK(msg.find(std::to_string(huge) + " bytes") != std::string::npos);
+  }
+  ember::DataPtr p = a.allocate(4096);
+  CHECK(p.get() != nullptr);
+  CHECK_NOTHROW(ember::synchronize(Device::cuda(0)));  // no sticky error left behind
+}
+
+TEST_CASE("CUDA streams: current stream per thread, guards, new streams", "[cuda]") {
+  const Device d = Device::cuda(0);
+  Stream def = ember::current_stream(d);
+  CHECK(def.device() == d);
+  CHECK(def.handle() == nullptr);  // the legacy default stream until set otherwise
+  Stream s1 = ember::new_stream(d), s2 = ember::new_stream(d);
+  CHECK(s1.handle() != nullptr);
+  CHECK(s2.handle() != nullptr);
+  CHECK(s1.handle() != s2.handle());
+  {
+    ember::StreamGuard g(s1);
+    CHECK(ember::current_stream(d) == s1);
+    {
+      ember::StreamGuard g2(s2);
+      CHECK(ember::current_stream(d) == s2);
+    }
+    CHECK(ember::current_stream(d) == s1);
+  }
+  CHECK(ember::current_stream(d) == def);
+  CHECK_NOTHROW(s1.synchronize());
+  CHECK_NOTHROW(def.synchronize());
+}
+
+TEST_CASE("CUDA events record, order streams and time", "[cuda]") {
+  const Device d = Device::cuda(0);
+  Stream s1 = ember::new_stream(d), s2 = ember::new_stream(d);
+  Event start, end;
+  start.record(s1);
+  end.record(s1);
+  end.wait(s2);  // s2 waits for s1's work so far
+  end.synchronize();
+  CHECK(start.query());
+  CHECK(end.query());
+  const float ms = start.elapsed_ms(end);
+  CHECK(ms >= 0.0f);
+  CHECK(ms < 10000.0f);
+  Event moved(std::move(end));
+  CHECK(start.elapsed_ms(moved) == ms);
+  // Mixing a CPU and a CUDA event is an error naming both devices.
+  Event host;
+  host.record(Stream());
+  try {
+    start.elapsed_ms(host);
+    FAIL("no exception");
+  } catch (const ember::Error& e) {
+    std::string msg = e.what();
+    CHECK(msg.find("cuda:0") != std::string::npos);
+    CHECK(msg.find("cpu") != std::string::npos);
+  }
+}

@@ -28,7 +28,8 @@ class Stream {
 Stream current_stream(Device device);
 /// Sets the current stream for its device on this thread.
 void set_current_stream(Stream s);
-/// A new non-blocking stream on `device` (owned by a process-wide pool; never destroyed).
+/// A non-blocking stream on `device` from a process-wide pool (never destroyed). The pool hands
+/// out 32 distinct streams per device, then reuses them round-robin (CPU: the null stream).
 Stream new_stream(Device device);
 /// Blocks until all work on `device` is done (no-op for the CPU).
 void synchronize(Device device);

@@ -72,7 +72,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
     Tensor out = matmul(a2, b2);
     if (b.dim() == 1) out = out.squeeze(-1);
-    if (a.dim() == 1) out = out.squeeze(-2);
+    if (a.dim() == 1) out = out.squeeze(b.dim() == 1 ? -1 : -2);
     return out;
   }
   Tensor out = matmul_nd(a, b);

@@ -1,0 +1,196 @@
+// matmul, softmax / log_softmax, cross_entropy and index_select (autograd/ops_nn.cpp): forward
+// values against float64 references and finite-difference gradients.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "kernels/factory.h"
+#include "support/gradcheck.h"
+#include "support/reference.h"
+
+using namespace ember;
+using ember::testing::check_close;
+using ember::testing::GradcheckOptions;
+using ember::testing::Layout;
+using ember::testing::make_tensor;
+using ember::testing::random_tensor;
+using ember::testing::to_f64;
+using ember::testing::tol;
+using ember::testing::tol_sum;
+using TL = std::vector<Tensor>;
+
+namespace {
+
+// Batched reference: a (B, M, K) and b (B, K, N) as flat row-major vectors; b_shared: b is (K, N).
+std::vector<double> mm_ref(const std::vector<double>& a, const std::vector<double>& b, int64_t B, int64_t M,
+                           int64_t K, int64_t N, bool b_shared = false) {
+  std::vector<double> out;
+  for (int64_t z = 0; z < B; ++z)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k) s += a[(z * M + i) * K + k] * b[((b_shared ? 0 : z) * K + k) * N + j];
+        out.push_back(s);
+      }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("matmul forward: 2-D, vectors, batched, shared and broadcast batches", "[cpu][autograd]") {
+  const double rt = tol_sum(DType::f32, 7) * 4;
+  Tensor a = random_tensor({5, 7}, DType::f32, 400, -1, 1, Layout::Transposed);
+  Tensor b = random_tensor({7, 3}, DType::f32, 401, -1, 1, Layout::Strided);
+  check_close(matmul(a, b), mm_ref(to_f64(a), to_f64(b), 1, 5, 7, 3), rt, rt);
+  Tensor v = random_tensor({7}, DType::f32, 402);
+  CHECK(matmul(a, v).sizes() == Shape{5});
+  check_close(matmul(a, v), mm_ref(to_f64(a), to_f64(v), 1, 5, 7, 1), rt, rt);
+  CHECK(matmul(v, b).sizes() == Shape{3});
+  check_close(matmul(v, b), mm_ref(to_f64(v), to_f64(b), 1, 1, 7, 3), rt, rt);
+  CHECK(matmul(v, v).sizes() == Shape{});
+  check_close(matmul(v, v), mm_ref(to_f64(v), to_f64(v), 1, 1, 7, 1), rt, rt);
+  Tensor a3 = random_tensor({2, 5, 7}, DType::f32, 403, -1, 1, Layout::Transposed);
+  Tensor b3 = random_tensor({2, 7, 3}, DType::f32, 404);
+  check_close(matmul(a3, b3), mm_ref(to_f64(a3), to_f64(b3), 2, 5, 7, 3), rt, rt);
+  check_close(matmul(a3, b), mm_ref(to_f64(a3), to_f64(b), 2, 5, 7, 3, true), rt, rt);
+  // Broadcast batch: (2, 1, 5, 7) @ (3, 7, 3) -> (2, 3, 5, 3).
+  Tensor a4 = random_tensor({2, 1, 5, 7}, DType::f32, 405);
+  Tensor b4 = random_tensor({3, 7, 3}, DType::f32, 406);
+  Tensor o4 = matmul(a4, b4);
+  REQUIRE(o4.sizes() == Shape{2, 3, 5, 3});
+  const auto va4 = to_f64(a4), vb4 = to_f64(b4);
+  std::vector<double> ref;
+  for (int p = 0; p < 2; ++p)
+    for (int q = 0; q < 3; ++q) {
+      std::vector<double> ap(va4.begin() + p * 35, va4.begin() + (p + 1) * 35);
+      std::vector<double> bq(vb4.begin() + q * 21, vb4.begin() + (q + 1) * 21);
+      auto r = mm_ref(ap, bq, 1, 5, 7, 3);
+      ref.insert(ref.end(), r.begin(), r.end());
+    }
+  check_close(o4, ref, rt, rt);
+}
+
+TEST_CASE("gradcheck: matmul in all its forms", "[cpu][autograd]") {
+  const Tensor a = random_tensor({5, 7}, DType::f64, 410, -1, 1, Layout::Transposed);
+  const Tensor b = random_tensor({7, 3}, DType::f64, 411, -1, 1, Layout::Strided);
+  const Tensor v = random_tensor({7}, DType::f64, 412);
+  const Tensor w = random_tensor({5}, DType::f64, 413);
+  const Tensor a3 = random_tensor({2, 5, 7}, DType::f64, 414, -1, 1, Layout::Transposed);
+  const Tensor b3 = random_tensor({2, 7, 3}, DType::f64, 415);
+  const Tensor a4 = random_tensor({2, 1, 5, 7}, DType::f64, 416);
+  const Tensor b4 = random_tensor({3, 7, 3}, DType::f64, 417, -1, 1, Layout::Strided);
+  auto mm = [](const TL& t) { return matmul(t[0], t[1]); };
+  EMBER_CHECK_GRADIENTS(mm, {a, b});
+  EMBER_CHECK_GRADIENTS(mm, {a, v});
+  EMBER_CHECK_GRADIENTS(mm, {v, b});
+  EMBER_CHECK_GRADIENTS(mm, {w, a});
+  EMBER_CHECK_GRADIENTS(mm, {v, v});
+  EMBER_CHECK_GRADIENTS(mm, {a3, b3});
+  EMBER_CHECK_GRADIENTS(mm, {a3, b});
+  EMBER_CHECK_GRADIENTS(mm, {a, b3});
+  EMBER_CHECK_GRADIENTS(mm, {a4, b4});
+  EMBER_CHECK_GRADIENTS(mm, {a3, v});
+  EMBER_CHECK_GRADIENTS([](const TL& t) { return matmul(t[0].t(), t[0]); }, {a});
+}
+
+TEST_CASE("softmax and log_softmax: forward values over any dim", "[cpu][autograd]") {
+  Tensor x = random_tensor({3, 4, 5}, DType::f64, 420, -3, 3, Layout::Transposed);
+  const auto v = to_f64(x);
+  std::vector<double> sm(v.size()), lsm(v.size());
+  for (int i = 0; i < 3; ++i)
+    for (int k = 0; k < 5; ++k) {
+      double mx = -1e30, s = 0;
+      for (int j = 0; j < 4; ++j) mx = std::max(mx, v[(i * 4 + j) * 5 + k]);
+      for (int j = 0; j < 4; ++j) s += std::exp(v[(i * 4 + j) * 5 + k] - mx);
+      for (int j = 0; j < 4; ++j) {
+        const size_t idx = (i * 4 + j) * 5 + k;
+        sm[idx] = std::exp(v[idx] - mx) / s;
+        lsm[idx] = v[idx] - mx - std::log(s);
+      }
+    }
+  check_close(softmax(x, 1), sm, 1e-12, 1e-14);
+  check_close(log_softmax(x, -2), lsm, 1e-12, 1e-14);
+}
+
+TEST_CASE("gradcheck: softmax and log_softmax", "[cpu][autograd]") {
+  const Tensor x = random_tensor({3, 4, 5}, DType::f64, 430, -2, 2, Layout::Transposed);
+  EMBER_CHECK_GRADIENTS([](const TL& t) { return softmax(t[0], 1); }, {x});
+  EMBER_CHECK_GRADIENTS([](const TL& t) { return softmax(t[0], -1); }, {x});
+  EMBER_CHECK_GRADIENTS([](const TL& t) { return log_softmax(t[0], 0); }, {x});
+  EMBER_CHECK_GRADIENTS([](const TL& t) { return log_softmax(t[0], 2); }, {x});
+}
+
+TEST_CASE("cross_entropy: value and gradient against float64 references", "[cpu][autograd]") {
+  const int64_t N = 6, C = 5;
+  const std::vector<int64_t> tv{0, 4, 2, 2, 1, 3};
+  Tensor target = from_vector(tv, {N});
+  for (double ls : {0.0, 0.1}) {
+    for (DType dt : {DType::f32, DType::f64}) {
+      INFO("label_smoothing " << ls << " dtype " << dtype_name(dt));
+      Tensor logits = random_tensor({N, C}, dt, 440, -3, 3, Layout::Transposed);
+      logits.requires_grad_();
+      Tensor loss = cross_entropy(logits, target, ls);
+      CHECK(loss.dim() == 0);
+      const auto x = to_f64(logits);
+      double ref = 0;
+      std::vector<double> gref(N * C);
+      for (int64_t n = 0; n < N; ++n) {
+        double mx = -1e30, s = 0, sx = 0;
+        for (int64_t c = 0; c < C; ++c) mx = std::max(mx, x[n * C + c]);
+        for (int64_t c = 0; c < C; ++c) s += std::exp(x[n * C + c] - mx), sx += x[n * C + c];
+        const double lse = mx + std::log(s);
+        ref += (lse - (1 - ls) * x[n * C + tv[n]] - ls / C * sx) / N;
+        for (int64_t c = 0; c < C; ++c)
+          gref[n * C + c] = (std::exp(x[n * C + c] - lse) - (1 - ls) * (c == tv[n]) - ls / C) / N;
+      }
+      // The fused kernel computes in f32 for every input dtype.
+      const double rt = tol_sum(DType::f32, C) * 4;
+      check_close(loss, {ref}, rt, rt);
+      loss.backward();
+      REQUIRE(logits.grad().defined());
+      CHECK(logits.grad().dtype() == dt);
+      check_close(logits.grad(), gref, rt, rt);
+    }
+  }
+  // A wrong target is reported with its value.
+  Tensor bad = from_vector(std::vector<int64_t>{0, 9, 0, 0, 0, 0}, {N});
+  CHECK_THROWS_WITH(cross_entropy(random_tensor({N, C}, DType::f32, 1), bad), Catch::Contains("9"));
+}
+
+TEST_CASE("gradcheck: cross_entropy (f32-precision loss, so a wider step)", "[cpu][autograd]") {
+  const Tensor logits = random_tensor({4, 7}, DType::f64, 450, -2, 2, Layout::Strided);
+  Tensor target = from_vector(std::vector<int64_t>{6, 0, 3, 3}, {4});
+  GradcheckOptions opt;
+  opt.eps = 1e-2;  // f32 rounding in the loss (~1e-7) / eps stays below 1e-4; truncation ~eps^2
+  EMBER_CHECK_GRADIENTS([target](const TL& t) { return cross_entropy(t[0], target); }, {logits}, opt);
+  EMBER_CHECK_GRADIENTS([target](const TL& t) { return cross_entropy(t[0], target, 0.2); }, {logits}, opt);
+}
+
+TEST_CASE("index_select: forward and scatter-add gradient with repeated indices", "[cpu][autograd]") {
+  Tensor x = make_tensor({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {3, 4}, DType::f64);
+  Tensor idx = from_vector(std::vector<int64_t>{3, 0, 3}, {3});
+  check_close(index_select(x, 1, idx), {3, 0, 3, 7, 4, 7, 11, 8, 11}, 0.0);
+  x.requires_grad_();
+  sum(index_select(x, 1, idx)).backward();
+  check_close(x.grad(), {1, 0, 0, 2, 1, 0, 0, 2, 1, 0, 0, 2}, 0.0);
+  const Tensor y = random_tensor({5, 4, 3}, DType::f64, 460, -1, 1, Layout::Transposed);
+  Tensor rows = from_vector(std::vector<int64_t>{4, 1, 1, 0}, {4});
+  EMBER_CHECK_GRADIENTS([rows](const TL& t) { return index_select(t[0], 0, rows); }, {y});
+  EMBER_CHECK_GRADIENTS([rows](const TL& t) { return index_select(t[0], -1, rows.slice(0, 1, 4)); }, {y});
+}
+
+TEST_CASE("gradcheck: a small network end to end", "[cpu][autograd]") {
+  const Tensor x = random_tensor({4, 5}, DType::f64, 470);
+  const Tensor w1 = random_tensor({5, 6}, DType::f64, 471, -1, 1, Layout::Transposed);
+  const Tensor b1 = random_tensor({6}, DType::f64, 472);
+  const Tensor w2 = random_tensor({6, 3}, DType::f64, 473);
+  EMBER_CHECK_GRADIENTS(
+      [](const TL& t) {
+        Tensor h = tanh(matmul(t[0], t[1]) + t[2]);
+        Tensor o = log_softmax(matmul(h, t[3]), 1);
+        return mean(o * sigmoid(o)) + sum(gelu(h), {0});
+      },
+      {x, w1, b1, w2});
+}

@@ -22,7 +22,7 @@ namespace {
 
 struct Options {
   int steps = 300;
-  double lr = 0.2;
+  double lr = 0.05;
   double momentum = 0.9;
   uint64_t seed = 1;
   std::string device = "best";
@@ -55,13 +55,13 @@ Options parse(int argc, char** argv) {
 constexpr int kClasses = 3, kPerClass = 300, kHidden = 64;
 void make_spirals(uint64_t seed, Tensor& x, Tensor& y) {
   std::mt19937_64 rng(seed);
-  std::normal_distribution<float> noise(0.0f, 0.15f);
+  std::normal_distribution<float> noise(0.0f, 0.2f);
   std::vector<float> xs;
   std::vector<int64_t> ys;
   for (int c = 0; c < kClasses; ++c) {
     for (int i = 0; i < kPerClass; ++i) {
       const float r = static_cast<float>(i) / kPerClass;                       // radius 0..1
-      const float t = 2.0f * static_cast<float>(c) * 3.14159265f / kClasses + 3.0f * r + noise(rng);
+      const float t = 2.0f * static_cast<float>(c) * 3.14159265f / kClasses + 5.0f * r + noise(rng);
       xs.push_back(r * std::cos(t));
       xs.push_back(r * std::sin(t));
       ys.push_back(c);
@@ -95,10 +95,11 @@ int main(int argc, char** argv) {
                 "(lr %.2f, momentum %.1f)\n",
                 kHidden, kHidden, kClasses, kClasses, kClasses * kPerClass, dev.str().c_str(), opt.steps, opt.lr,
                 opt.momentum);
-    Tensor x, y;
+    // A training set and a held-out test set drawn from the same distribution.
+    Tensor x, y, x_test, y_test;
     make_spirals(opt.seed, x, y);
-    x = x.to(dev);
-    y = y.to(dev);
+    make_spirals(opt.seed + 1000, x_test, y_test);
+    x = x.to(dev), y = y.to(dev), x_test = x_test.to(dev), y_test = y_test.to(dev);
 
     Generator gen(opt.seed);
     std::vector<Tensor> params = {weight(2, kHidden, dev, gen),       bias(kHidden, dev),
@@ -122,7 +123,7 @@ int main(int argc, char** argv) {
       last_loss = loss.item<float>();
       if (step == 0) first_loss = last_loss;
       if (step % log_every == 0 || step == opt.steps)
-        std::printf("step %4d  loss %.4f  accuracy %5.1f%%\n", step, last_loss, 100.0 * accuracy(logits, y));
+        std::printf("step %4d  loss %.4f  train accuracy %5.1f%%\n", step, last_loss, 100.0 * accuracy(logits, y));
       if (step == opt.steps) break;
       for (Tensor& p : params)
         if (p.grad().defined()) p.grad().zero_();
@@ -135,13 +136,14 @@ int main(int argc, char** argv) {
       }
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    double acc;
+    double train_acc, test_acc;
     {
       NoGradGuard no_grad;
-      acc = accuracy(forward(x), y);
+      train_acc = accuracy(forward(x), y);
+      test_acc = accuracy(forward(x_test), y_test);
     }
-    std::printf("final: loss %.4f (from %.4f), train accuracy %.1f%%, %.2f s on %s\n", last_loss, first_loss,
-                100.0 * acc, secs, dev.str().c_str());
+    std::printf("final: loss %.4f (from %.4f), accuracy %.1f%% train, %.1f%% held-out test; %.2f s on %s\n",
+                last_loss, first_loss, 100.0 * train_acc, 100.0 * test_acc, secs, dev.str().c_str());
     if (!(last_loss < first_loss)) {
       std::printf("ember-demo: training did not lower the loss\n");
       return 1;

@@ -103,3 +103,9 @@ run_step("build the consumer" ${CMAKE_COMMAND} --build "${WORK_DIR}/consumer" --
 file(GLOB_RECURSE exe "${WORK_DIR}/consumer/ember_consumer" "${WORK_DIR}/consumer/ember_consumer.exe")
 run_step("run the consumer" ${exe})
 message(STATUS "${step_output}")
+
+# 4. The installed program finds the installed library from its own location ($ORIGIN RUNPATH).
+file(GLOB demo "${P}/bin/ember-demo" "${P}/bin/ember-demo.exe")
+if(demo)
+  run_step("run the installed ember-demo" ${demo} --steps 5 --device cpu)
+endif()

@@ -42,23 +42,40 @@ EMBER_HOST_DEVICE inline T uniform_value(uint32_t bits, double lo, double hi) {
   return t;
 }
 
-/// Standard normal for `lane` of a Philox block by Box-Muller: lanes (lane & ~1, lane | 1) form the
-/// pair; u1 = 1 - unit(first) lies in (0, 1] so log(u1) is finite; u2 = unit(second); even lanes
-/// take r * cos(2 pi u2), odd lanes r * sin(2 pi u2), r = sqrt(-2 log u1). Float math.
-EMBER_HOST_DEVICE inline float normal_value_f32(const Philox4& r, int lane) {
-  const float u1 = 1.0f - uint_to_unit_float(r.v[lane & ~1]);
-  const float u2 = uint_to_unit_float(r.v[lane | 1]);
+/// Standard normals of one Box-Muller pair of a Philox block: lanes (2 * pair, 2 * pair + 1).
+/// u1 = 1 - unit(first word) lies in (0, 1] so log(u1) is finite; u2 = unit(second word);
+/// r = sqrt(-2 log u1); the even lane gets r * cos(2 pi u2), the odd lane r * sin(2 pi u2).
+/// Float math. Computing a pair at once halves the log/sqrt work of normal_value_f32.
+EMBER_HOST_DEVICE inline void normal_pair_f32(const Philox4& r, int pair, float& z_even, float& z_odd) {
+  const float u1 = 1.0f - uint_to_unit_float(r.v[2 * pair]);
+  const float u2 = uint_to_unit_float(r.v[2 * pair + 1]);
   const float rad = sqrtf(-2.0f * logf(u1));
   const float theta = 6.2831853071795864769f * u2;
-  return (lane & 1) ? rad * sinf(theta) : rad * cosf(theta);
+  z_even = rad * cosf(theta);
+  z_odd = rad * sinf(theta);
+}
+/// Same as normal_pair_f32 in double math (for f64 tensors).
+EMBER_HOST_DEVICE inline void normal_pair_f64(const Philox4& r, int pair, double& z_even, double& z_odd) {
+  const double u1 = 1.0 - static_cast<double>(uint_to_unit_float(r.v[2 * pair]));
+  const double u2 = static_cast<double>(uint_to_unit_float(r.v[2 * pair + 1]));
+  const double rad = sqrt(-2.0 * log(u1));
+  const double theta = 6.283185307179586476925 * u2;
+  z_even = rad * cos(theta);
+  z_odd = rad * sin(theta);
+}
+
+/// Standard normal for one `lane` of a Philox block: the lane's half of its Box-Muller pair
+/// (lanes (lane & ~1, lane | 1)), identical to what normal_pair_f32 gives for that lane.
+EMBER_HOST_DEVICE inline float normal_value_f32(const Philox4& r, int lane) {
+  float z_even, z_odd;
+  normal_pair_f32(r, lane >> 1, z_even, z_odd);
+  return (lane & 1) ? z_odd : z_even;
 }
 /// Same as normal_value_f32 in double math (for f64 tensors).
 EMBER_HOST_DEVICE inline double normal_value_f64(const Philox4& r, int lane) {
-  const double u1 = 1.0 - static_cast<double>(uint_to_unit_float(r.v[lane & ~1]));
-  const double u2 = static_cast<double>(uint_to_unit_float(r.v[lane | 1]));
-  const double rad = sqrt(-2.0 * log(u1));
-  const double theta = 6.283185307179586476925 * u2;
-  return (lane & 1) ? rad * sin(theta) : rad * cos(theta);
+  double z_even, z_odd;
+  normal_pair_f64(r, lane >> 1, z_even, z_odd);
+  return (lane & 1) ? z_odd : z_even;
 }
 
 }  // namespace ember::kernels

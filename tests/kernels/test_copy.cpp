@@ -77,6 +77,24 @@ TEST_CASE("copy: large transposed copies cross the parallel grain", "[cpu]") {
   check_close(back, ref_convert_all(DType::f64, DType::bf16, to_f64(dst)), 0.0);
 }
 
+TEST_CASE("copy: batched transposes (tiled path) with ragged tile edges", "[cpu]") {
+  // Source transposed into a contiguous destination, and the reverse, over a batch of 3.
+  Tensor src = random_tensor({3, 67, 45}, DType::f32, 21, -1.0, 1.0, Layout::Transposed);
+  Tensor dst = empty({3, 67, 45}, DType::f16);
+  kernels::copy(dst, src);
+  check_close(dst, ref_convert_all(DType::f32, DType::f16, to_f64(src)), 0.0);
+  Tensor src2 = random_tensor({3, 45, 67}, DType::i64, 22, -1000.0, 1000.0);
+  Tensor dst2 = random_tensor({3, 45, 67}, DType::f64, 23, 0.0, 1.0, Layout::Transposed);
+  kernels::copy(dst2, src2);
+  check_close(dst2, to_f64(src2), 0.0);
+  // A transpose inside an expanded (stride-0) batch dim.
+  Tensor m = random_tensor({40, 33}, DType::f64, 24);
+  Tensor expanded_t = as_strided_raw(m, {2, 33, 40}, {0, 1, 33}, 0);
+  Tensor dst3 = empty({2, 33, 40}, DType::f64);
+  kernels::copy(dst3, expanded_t);
+  check_close(dst3, to_f64(expanded_t), 0.0);
+}
+
 TEST_CASE("copy: broadcasting the source", "[cpu]") {
   Tensor src = make_tensor({1, 2, 3}, {3, 1});
   Tensor dst = empty({2, 3, 5}, DType::i32);

@@ -168,7 +168,7 @@ TEST_CASE("unary: every op, floating dtypes, three layouts", "[cpu]") {
   }
 }
 
-TEST_CASE("unary: integer dtypes for neg, abs, relu; others refuse them", "[cpu]") {
+TEST_CASE("unary: integer dtypes for neg, abs, relu, and other ops refuse them", "[cpu]") {
   for (DType dt : {DType::i32, DType::i64}) {
     Tensor x = random_tensor({5, 9}, dt, 3, -50, 50, Layout::Transposed);
     for (UnaryOp op : {UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Relu}) {

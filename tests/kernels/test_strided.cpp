@@ -99,7 +99,7 @@ TEST_CASE("make_indexer: too many unmergeable dims is an error", "[cpu]") {
   CHECK(make_indexer(geometry(sizes, cstrides)).ndim == 1);
 }
 
-TEST_CASE("strided_runs: covers any [begin, end) with correct offsets for two operands", "[cpu]") {
+TEST_CASE("strided_runs: covers any begin..end range with correct offsets for two operands", "[cpu]") {
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 200; ++trial) {
     auto [sizes, sa] = random_geometry(rng);

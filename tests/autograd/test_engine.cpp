@@ -94,7 +94,7 @@ TEST_CASE("diamond graph sums the gradients of both paths", "[cpu][autograd]") {
   check_close(z.grad(), {2.0}, 0.0);
 }
 
-TEST_CASE("retain_graph allows a second backward; otherwise it is a clear error", "[cpu][autograd]") {
+TEST_CASE("retain_graph allows a second backward, otherwise it is a clear error", "[cpu][autograd]") {
   Tensor x = leaf({1.0, 2.0}, {2});
   Tensor y = sum(exp(x));
   y.backward(Tensor(), /*retain_graph=*/true);

@@ -82,7 +82,7 @@ TEST_CASE("gradcheck: max/min along a dim and amax/amin over dims", "[cpu][autog
   EMBER_CHECK_GRADIENTS([](const TL& t) { return amax(t[0]); }, {x});
 }
 
-TEST_CASE("max along a dim sends the gradient to the first arg-max; amax shares it among ties", "[cpu][autograd]") {
+TEST_CASE("max along a dim sends the gradient to the first arg-max, amax shares it among ties", "[cpu][autograd]") {
   Tensor x = make_tensor({1, 3, 3, 2, 5, 5}, {2, 3}, DType::f64);
   x.requires_grad_();
   sum(max(x, 1)).backward();

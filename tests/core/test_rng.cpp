@@ -49,7 +49,7 @@ TEST_CASE("philox_element follows the 4-lane layout", "[cpu]") {
   CHECK(ember::philox_element(seed + 1, offset, 0) != ember::philox_element(seed, offset, 0));
 }
 
-TEST_CASE("uint_to_unit_float maps 32 bits onto [0, 1) with 24-bit resolution", "[cpu]") {
+TEST_CASE("uint_to_unit_float maps 32 bits onto the unit interval with 24-bit resolution", "[cpu]") {
   CHECK(ember::uint_to_unit_float(0) == 0.0f);
   CHECK(ember::uint_to_unit_float(0xffffffffu) == static_cast<float>(1.0 - std::ldexp(1.0, -24)));
   CHECK(ember::uint_to_unit_float(0xffffffffu) < 1.0f);

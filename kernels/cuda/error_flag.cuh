@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "core/stream.h"
 #include "kernels/cuda/common.cuh"
 
 namespace ember::kernels::cuda {
@@ -24,12 +25,14 @@ __device__ inline void raise_error_flag(unsigned long long* flag, int64_t value)
 class DeviceErrorFlag {
  public:
   DeviceErrorFlag(Device device, cudaStream_t stream) : buf_(empty({2}, DType::i64, device)), stream_(stream) {
+    DeviceGuard guard(device);  // `stream` belongs to `device`, which need not be current
     CUDA_CHECK(cudaMemsetAsync(buf_.data_ptr(), 0, 2 * sizeof(int64_t), stream_));
   }
   unsigned long long* ptr() const { return static_cast<unsigned long long*>(buf_.data_ptr()); }
   /// Waits for the stream; returns {raised, value}.
   std::pair<bool, int64_t> read() const {
     int64_t host[2] = {0, 0};
+    DeviceGuard guard(buf_.device());
     CUDA_CHECK(cudaMemcpyAsync(host, buf_.data_ptr(), sizeof(host), cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return {host[0] != 0, host[1]};

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
-#include <vector>
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -23,13 +22,16 @@ constexpr int64_t kGrainElems = 32768;
 /// Arithmetic type: double for f64, float otherwise.
 template <typename T> using calc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-/// Calls fn(o, i0, i1) for runs of one outer index covering the flattened (outer, inner) range,
-/// split across threads; each run is a set of complete softmax columns.
+/// Columns handled together; their running max and sum live in stack arrays of this size.
+constexpr int64_t kColBlock = 256;
+
+/// Calls fn(o, i0, i1) for runs of one outer index (at most kColBlock long) covering the flattened
+/// (outer, inner) range, split across threads; each run is a set of complete softmax columns.
 template <typename Fn> void for_columns(int64_t outer, int64_t D, int64_t inner, const Fn& fn) {
   const int64_t grain = std::max<int64_t>(1, kGrainElems / std::max<int64_t>(D, 1));
   parallel_for(0, outer * inner, grain, [&](int64_t b, int64_t e) {
     while (b < e) {
-      const int64_t o = b / inner, i0 = b % inner, i1 = std::min(inner, i0 + (e - b));
+      const int64_t o = b / inner, i0 = b % inner, i1 = std::min({inner, i0 + (e - b), i0 + kColBlock});
       fn(o, i0, i1);
       b += i1 - i0;
     }
@@ -45,8 +47,10 @@ template <typename T> void softmax_typed(const Tensor& xt, const Tensor& outt, b
     const int64_t n = i1 - i0;
     const T* xs = x + o * D * inner + i0;
     T* os = out + o * D * inner + i0;
-    std::vector<C> mx(static_cast<size_t>(n), -std::numeric_limits<C>::infinity());
-    std::vector<double> sum(static_cast<size_t>(n), 0.0);
+    C mx[kColBlock];
+    double sum[kColBlock];
+    std::fill(mx, mx + n, -std::numeric_limits<C>::infinity());
+    std::fill(sum, sum + n, 0.0);
     for (int64_t d = 0; d < D; ++d) {
       for (int64_t i = 0; i < n; ++i) mx[i] = std::max(mx[i], static_cast<C>(xs[d * inner + i]));
     }
@@ -55,7 +59,7 @@ template <typename T> void softmax_typed(const Tensor& xt, const Tensor& outt, b
     }
     if (log) {
       // (x - max) - log(sum), never x - (max + log(sum)), which loses log(sum) when max is huge.
-      std::vector<C> log_sum(static_cast<size_t>(n));
+      C log_sum[kColBlock];
       for (int64_t i = 0; i < n; ++i) log_sum[i] = static_cast<C>(std::log(sum[i]));
       for (int64_t d = 0; d < D; ++d) {
         for (int64_t i = 0; i < n; ++i) {
@@ -63,7 +67,7 @@ template <typename T> void softmax_typed(const Tensor& xt, const Tensor& outt, b
         }
       }
     } else {
-      std::vector<C> inv(static_cast<size_t>(n));
+      C inv[kColBlock];
       for (int64_t i = 0; i < n; ++i) inv[i] = static_cast<C>(1.0 / sum[i]);
       for (int64_t d = 0; d < D; ++d) {
         for (int64_t i = 0; i < n; ++i) {
@@ -88,7 +92,8 @@ template <typename T> void softmax_backward_typed(const Tensor& gt, const Tensor
   const int64_t outer = yt.size(0), D = yt.size(1), inner = yt.size(2);
   for_columns(outer, D, inner, [&](int64_t o, int64_t i0, int64_t i1) {
     const int64_t n = i1 - i0, base = o * D * inner + i0;
-    std::vector<double> dot(static_cast<size_t>(n), 0.0);
+    double dot[kColBlock];
+    std::fill(dot, dot + n, 0.0);
     for (int64_t d = 0; d < D; ++d) {
       for (int64_t i = 0; i < n; ++i) {
         const int64_t k = base + d * inner + i;

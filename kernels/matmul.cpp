@@ -5,6 +5,7 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "kernels/copy.h"
 

@@ -52,7 +52,7 @@ void gemm_cuda(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a
               dtype_name(a.dtype()), ", b ", dtype_name(b.dtype()), ", out ", dtype_name(out.dtype()));
   EMBER_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3, "gemm: expected 3-D a (B, ra, ca), b (B|1, rb, cb) ",
               "and out (B, M, N), got a ", a.shape_str(), ", b ", b.shape_str(), ", out ", out.shape_str());
-  EMBER_CHECK(a.is_contiguous() && b.is_contiguous() && out.is_contiguous(),
+  EMBER_CHECK(is_dense(a) && is_dense(b) && is_dense(out),
               "gemm: expected contiguous operands (a ", a.shape_str(), ", b ", b.shape_str(), ", out ",
               out.shape_str(), ")");
   const int64_t batch = a.size(0), ra = a.size(1), ca = a.size(2);

@@ -356,9 +356,9 @@ void launch_reduction(const Tensor& x, const Tensor& out, const Red& first, cons
 void check_operands(const char* what, const Tensor& x, const Tensor& out) {
   EMBER_CHECK(x.device().is_cuda() && out.device() == x.device(), what, ": expected x and out on one CUDA device, got x on ",
               x.device().str(), " and out on ", out.device().str());
-  EMBER_ASSERT(x.dim() == 3 && x.is_contiguous(), what, ": expected x contiguous (outer, R, inner), got shape ",
+  EMBER_ASSERT(x.dim() == 3 && is_dense(x), what, ": expected x contiguous (outer, R, inner), got shape ",
                x.shape_str());
-  EMBER_ASSERT(out.is_contiguous() && out.numel() == x.size(0) * x.size(2), what, ": out of shape ",
+  EMBER_ASSERT(is_dense(out) && out.numel() == x.size(0) * x.size(2), what, ": out of shape ",
                out.shape_str(), " does not hold (outer, inner) = (", x.size(0), ", ", x.size(2), ") for x ",
                x.shape_str());
 }

@@ -105,4 +105,8 @@ inline int sm_count(int index) {
 
 constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/// Contiguous for the kernels' purposes: row-major, or empty (Tensor::is_contiguous() says false
+/// for some empty geometries, e.g. [2, 5, 0] with strides [5, 1, 1], yet nothing is read).
+inline bool is_dense(const Tensor& t) { return t.numel() == 0 || t.is_contiguous(); }
+
 }  // namespace ember::kernels::cuda

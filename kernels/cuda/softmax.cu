@@ -11,7 +11,8 @@
 //    walking D with stride inner. Consecutive threads take consecutive inner indices, so each
 //    step of the walk is a coalesced load across the warp.
 //  - cross-entropy forward fuses the row's (max, sum exp) with the row sum needed by label
-//    smoothing and the gather of x[n, t_n]; backward is elementwise given the saved lse.
+//    smoothing and the gather of x[n, t_n]; backward is elementwise given the saved (f32) lse,
+//    except for f64 logits, whose rows recompute lse in double to keep f64 accuracy.
 // f16/bf16 compute in f32, f64 in f64. exp/log are the accurate library functions, not the
 // __expf intrinsics: these kernels are bound by memory traffic, and results are compared
 // against the CPU to a few ulp.
@@ -269,6 +270,38 @@ __global__ void cross_entropy_backward_kernel(const float* __restrict__ grad_row
   }
 }
 
+/// f64 logits: lse is only stored in f32, which would cap the gradient at f32 accuracy (and fail a
+/// float64 finite-difference check), so each row's lse is recomputed in double here, one group
+/// (warp or block) per row as in the forward pass.
+template <typename T, bool kWarp>
+__global__ void cross_entropy_backward_rows_kernel(const float* __restrict__ grad_rows, int64_t grad_stride,
+                                                   const T* __restrict__ x, const int64_t* __restrict__ target,
+                                                   int64_t target_stride, T* __restrict__ dx, int64_t N, int64_t C,
+                                                   double ls) {
+  using A = acc_t<T>;
+  using G = RowGroup<kWarp>;
+  __shared__ __align__(16) unsigned char smem_raw[32 * sizeof(MaxSum<A>)];
+  auto* smem = reinterpret_cast<MaxSum<A>*>(smem_raw);
+  auto combine = [](MaxSum<A> a, MaxSum<A> b) { return merge(a, b); };
+  const A smooth = static_cast<A>(ls);
+  const A uniform = smooth / static_cast<A>(C);
+  const A on_target = A(1) - smooth;
+  const int rank = G::rank(), gsize = G::size();
+  for (int64_t row = G::first(); row < N; row += G::step()) {
+    const T* xr = x + row * C;
+    MaxSum<A> ms{neg_inf<A>(), A(0)};
+    for (int64_t c = rank; c < C; c += gsize) online_add(ms, load_as<A>(xr[c]));
+    ms = G::reduce(ms, combine, MaxSum<A>{neg_inf<A>(), A(0)}, smem);
+    const A log_s = dev_log(ms.s);
+    const A g = static_cast<A>(grad_rows[row * grad_stride]);
+    const int64_t t = target[row * target_stride];
+    for (int64_t c = rank; c < C; c += gsize) {
+      const A p = dev_exp((load_as<A>(xr[c]) - ms.m) - log_s);
+      dx[row * C + c] = store_as<T>(g * (p - (c == t ? on_target : A(0)) - uniform));
+    }
+  }
+}
+
 // ---- launchers ----
 
 void check_same_cuda(const char* what, const Tensor& ref, std::initializer_list<const Tensor*> others) {
@@ -281,7 +314,7 @@ void check_same_cuda(const char* what, const Tensor& ref, std::initializer_list<
 
 /// (outer, D, inner) of a 3-D contiguous operand.
 void check_3d(const char* what, const Tensor& t, const Tensor& like) {
-  EMBER_ASSERT(t.dim() == 3 && t.is_contiguous() && t.sizes() == like.sizes() && t.dtype() == like.dtype(), what,
+  EMBER_ASSERT(t.dim() == 3 && is_dense(t) && t.sizes() == like.sizes() && t.dtype() == like.dtype(), what,
                ": expected contiguous (outer, D, inner) operands of one shape and dtype, got ", t.shape_str(), " ",
                dtype_name(t.dtype()), " and ", like.shape_str(), " ", dtype_name(like.dtype()));
 }
@@ -349,13 +382,13 @@ void check_rows(const char* what, const Tensor& t, int64_t N, DType dtype, const
 void cross_entropy_cuda(const Tensor& logits, const Tensor& target, double ls, const Tensor& loss,
                         const Tensor& lse) {
   check_same_cuda("cross_entropy", logits, {&target, &loss, &lse});
-  EMBER_CHECK(logits.dim() == 2 && logits.is_contiguous(), "cross_entropy: expected contiguous logits (N, C), got ",
+  EMBER_CHECK(logits.dim() == 2 && is_dense(logits), "cross_entropy: expected contiguous logits (N, C), got ",
               logits.shape_str());
   const int64_t N = logits.size(0), C = logits.size(1);
   check_rows("cross_entropy", target, N, DType::i64, "target");
   check_rows("cross_entropy", loss, N, DType::f32, "loss");
   check_rows("cross_entropy", lse, N, DType::f32, "lse");
-  EMBER_ASSERT(loss.is_contiguous() && lse.is_contiguous(), "cross_entropy: loss and lse must be contiguous");
+  EMBER_ASSERT(is_dense(loss) && is_dense(lse), "cross_entropy: loss and lse must be contiguous");
   if (N == 0) return;
   EMBER_CHECK(C > 0, "cross_entropy: logits of shape ", logits.shape_str(), " have no classes");
   DeviceGuard guard(logits.device());
@@ -394,9 +427,9 @@ void cross_entropy_cuda(const Tensor& logits, const Tensor& target, double ls, c
 void cross_entropy_backward_cuda(const Tensor& grad_rows, const Tensor& logits, const Tensor& target,
                                  const Tensor& lse, double ls, const Tensor& dlogits) {
   check_same_cuda("cross_entropy_backward", logits, {&grad_rows, &target, &lse, &dlogits});
-  EMBER_CHECK(logits.dim() == 2 && logits.is_contiguous(),
+  EMBER_CHECK(logits.dim() == 2 && is_dense(logits),
               "cross_entropy_backward: expected contiguous logits (N, C), got ", logits.shape_str());
-  EMBER_ASSERT(dlogits.sizes() == logits.sizes() && dlogits.is_contiguous() && dlogits.dtype() == logits.dtype(),
+  EMBER_ASSERT(dlogits.sizes() == logits.sizes() && is_dense(dlogits) && dlogits.dtype() == logits.dtype(),
                "cross_entropy_backward: dlogits ", dlogits.shape_str(), " ", dtype_name(dlogits.dtype()),
                " does not match logits ", logits.shape_str(), " ", dtype_name(logits.dtype()));
   const int64_t N = logits.size(0), C = logits.size(1);
@@ -407,6 +440,23 @@ void cross_entropy_backward_cuda(const Tensor& grad_rows, const Tensor& logits, 
   if (n == 0) return;
   DeviceGuard guard(logits.device());
   cudaStream_t stream = stream_of(logits);
+  if (logits.dtype() == DType::f64) {
+    const float* gp = static_cast<const float*>(grad_rows.data_ptr());
+    const double* xp = static_cast<const double*>(logits.data_ptr());
+    const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
+    double* dp = static_cast<double*>(dlogits.data_ptr());
+    if (C <= kWarpRowMax) {
+      const int grid = static_cast<int>(std::min(ceil_div(N, kWarpsPerBlock), kMaxGrid));
+      cross_entropy_backward_rows_kernel<double, true>
+          <<<grid, kBlock, 0, stream>>>(gp, grad_rows.stride(0), xp, tp, target.stride(0), dp, N, C, ls);
+    } else {
+      const int grid = static_cast<int>(std::min(N, kMaxGrid));
+      cross_entropy_backward_rows_kernel<double, false>
+          <<<grid, kBlock, 0, stream>>>(gp, grad_rows.stride(0), xp, tp, target.stride(0), dp, N, C, ls);
+    }
+    EMBER_LAUNCH_CHECK();
+    return;
+  }
   EMBER_DISPATCH_FLOAT(logits.dtype(), "cross_entropy_backward (cuda)", [&]<typename T>() {
     cross_entropy_backward_kernel<T><<<grid_for(n), kBlock, 0, stream>>>(
         static_cast<const float*>(grad_rows.data_ptr()), grad_rows.stride(0), static_cast<const T*>(logits.data_ptr()),

@@ -245,8 +245,12 @@ void check_cross_entropy(int64_t N, int64_t C, double ls, DType dt, uint64_t see
   check_both(rg.lse, rc.lse, Expect{ref.lse, ref.lse_bound});
 
   // Backward, fed an lse we control (the reference's, rounded to f32) and per-row gradients.
-  std::vector<double> lse32(ref.lse.size());
-  for (size_t i = 0; i < lse32.size(); ++i) lse32[i] = round_to(DType::f32, ref.lse[i]);
+  // f64 logits must not be limited by the f32 lse: their reference uses the exact one.
+  std::vector<double> lse32(ref.lse.size()), lse_used(ref.lse.size());
+  for (size_t i = 0; i < lse32.size(); ++i) {
+    lse32[i] = round_to(DType::f32, ref.lse[i]);
+    lse_used[i] = dt == DType::f64 ? ref.lse[i] : lse32[i];
+  }
   const std::vector<double> gv = random_values(N, seed + 2, -1.0, 1.0);
   std::vector<double> g32(gv.size());
   for (size_t i = 0; i < gv.size(); ++i) g32[i] = round_to(DType::f32, gv[i]);
@@ -256,7 +260,7 @@ void check_cross_entropy(int64_t N, int64_t C, double ls, DType dt, uint64_t see
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < C; ++c) {
       const size_t k = static_cast<size_t>(n * C + c);
-      const double z = xv[k] - lse32[n];
+      const double z = xv[k] - lse_used[n];
       const double p = std::exp(z);
       const double d = g32[n] * (p - (c == t[n] ? 1.0 - ls : 0.0) - ls / C);
       eb.out[k] = d;

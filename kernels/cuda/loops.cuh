@@ -8,10 +8,13 @@
 //    where kVec = 16 / the widest element among the operands (f32x4, 8 halves, 2 doubles). The
 //    narrower operands then move kVec * their size (e.g. 4 bools next to 4 floats).
 //  * Everything else takes the strided path: one element per thread, each operand's storage offset
-//    computed from the linear index by its own StridedIndexer (dims already merged by make_indexer,
-//    so a contiguous operand costs one multiply; broadcast operands have stride 0).
-//  * Grid-stride loops over a grid capped by grid_for(), 64-bit indices throughout: tensors past
-//    2^31 elements work, and huge launches loop instead of spawning millions of blocks.
+//    computed from the linear index by its own indexer (dims already merged by make_indexer, so a
+//    contiguous operand costs one multiply; broadcast operands have stride 0).
+//  * Grid-stride loops over a grid capped by grid_for(). Index math is 64-bit whenever a tensor
+//    needs it (past 2^31 elements or offsets); otherwise the strided path switches to Indexer32,
+//    whose per-dim divisions are a multiply-high and a shift with precomputed magic numbers. A
+//    64-bit division is a ~60-instruction software routine on the GPU, and two or three of them
+//    per element would make a broadcast add compute bound.
 //  * The op is a functor (plain struct with a __device__ operator()), not an extended lambda, so
 //    no --extended-lambda flag is needed; ops pick their branch at run time from a member (a
 //    warp-uniform switch costs nothing next to the memory traffic) to keep instantiations few.
@@ -42,12 +45,69 @@ Operand<T> operand(const Tensor& t) {
   return Operand<T>{t};
 }
 
-/// Kernel-side view of a strided operand: base pointer plus the offset map.
-template <typename T>
+/// Division by a fixed divisor as a multiply-high, an add and a shift (Granlund-Montgomery, the
+/// scheme of PyTorch's IntDivider). Exact for dividends and divisors below 2^31.
+struct FastDiv32 {
+  uint32_t divisor = 1;
+  uint32_t multiplier = 1;
+  uint32_t shift = 0;
+  FastDiv32() = default;
+  explicit FastDiv32(uint32_t d) : divisor(d) {
+    while (shift < 32 && (uint64_t(1) << shift) < d) ++shift;  // shift = ceil(log2(d))
+    // 2^32 * (2^shift - d) / d + 1 < 2^32 because 2^shift - d < d.
+    multiplier = static_cast<uint32_t>(((uint64_t(1) << 32) * ((uint64_t(1) << shift) - d)) / d + 1);
+  }
+  __device__ uint32_t div(uint32_t n) const { return (__umulhi(n, multiplier) + n) >> shift; }
+};
+
+/// StridedIndexer in 32-bit arithmetic, for tensors whose element count and largest offset are
+/// below 2^31 (see fits_32bit_indexing).
+struct Indexer32 {
+  int ndim = 0;
+  FastDiv32 sizes[kMaxDims];
+  uint32_t strides[kMaxDims] = {};
+
+  Indexer32() = default;
+  explicit Indexer32(const StridedIndexer& ix) : ndim(ix.ndim) {
+    for (int d = 0; d < ndim; ++d) {
+      sizes[d] = FastDiv32(static_cast<uint32_t>(ix.sizes[d]));
+      strides[d] = static_cast<uint32_t>(ix.strides[d]);
+    }
+  }
+  /// Element offset of linear index i (< the tensor's numel).
+  __device__ uint32_t operator()(uint32_t i) const {
+    uint32_t off = 0;
+    for (int d = ndim - 1; d > 0; --d) {
+      const uint32_t q = sizes[d].div(i);
+      off += (i - q * sizes[d].divisor) * strides[d];
+      i = q;
+    }
+    // What is left of i is the index along dim 0 (i < numel, so no division is needed).
+    return ndim > 0 ? off + i * strides[0] : 0u;
+  }
+};
+
+/// True when every element of t is reachable with 32-bit indices: numel and the largest element
+/// offset from data_ptr() (strides are never negative) both below 2^31.
+inline bool fits_32bit_indexing(const Tensor& t) {
+  constexpr int64_t kLimit = int64_t(1) << 31;
+  if (t.numel() >= kLimit) return false;
+  int64_t max_off = 0;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) > 1) max_off += (t.size(d) - 1) * t.stride(d);
+  return max_off < kLimit;
+}
+
+/// Kernel-side view of a strided operand: base pointer plus the offset map (StridedIndexer with
+/// 64-bit indices, Indexer32 with 32-bit ones).
+template <typename T, typename Ix>
 struct StridedArg {
   const T* p;
-  StridedIndexer idx;
-  __device__ T operator[](int64_t i) const { return p[idx(i)]; }
+  Ix idx;
+  template <typename I>
+  __device__ T operator[](I i) const {
+    return p[idx(i)];
+  }
 };
 
 inline bool is_aligned(const void* p, size_t bytes) {
@@ -85,16 +145,27 @@ __global__ void __launch_bounds__(kBlock) contiguous_kernel(int64_t n, F f, Out*
   for (int64_t i = nvec * kVec + tid; i < n; i += stride) out[i] = f(ins[i]...);
 }
 
-// General strides. kOutContig skips the output's index arithmetic (elementwise outputs are always
-// contiguous; copy/fill destinations may not be).
-template <bool kOutContig, typename F, typename Out, typename... Ins>
+// General strides, index type I (uint32_t with Indexer32, int64_t with StridedIndexer).
+// kOutContig skips the output's index arithmetic (elementwise outputs are always contiguous;
+// copy/fill destinations may not be). With I = uint32_t, i + stride cannot wrap: i < n < 2^31 and
+// the capped grid has at most 2^24 threads.
+template <bool kOutContig, typename I, typename Ix, typename F, typename Out, typename... Ins>
 __global__ void __launch_bounds__(kBlock)
-    strided_kernel(int64_t n, F f, Out* out, StridedIndexer out_idx, StridedArg<Ins>... ins) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const int64_t o = kOutContig ? i : out_idx(i);
+    strided_kernel(I n, F f, Out* out, Ix out_idx, StridedArg<Ins, Ix>... ins) {
+  const I stride = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); i < n;
+       i += stride) {
+    const I o = kOutContig ? i : static_cast<I>(out_idx(i));
     out[o] = f(ins[i]...);
   }
+}
+
+template <bool kOutContig, typename I, typename Ix, typename F, typename Out, typename... Ins>
+void launch_strided(int64_t n, const F& f, Out* out, const Tensor& out_t, cudaStream_t stream, Operand<Ins>... ins) {
+  strided_kernel<kOutContig, I, Ix><<<grid_for(n), kBlock, 0, stream>>>(
+      static_cast<I>(n), f, out, kOutContig ? Ix{} : Ix(make_indexer(out_t)),
+      StridedArg<Ins, Ix>{static_cast<const Ins*>(ins.t.data_ptr()), Ix(make_indexer(ins.t))}...);
+  EMBER_LAUNCH_CHECK();
 }
 
 }  // namespace detail
@@ -129,14 +200,14 @@ void launch_elementwise(const Tensor& out, const F& f, Operand<Ins>... ins) {
     EMBER_LAUNCH_CHECK();
     return;
   }
-  if (out_contig) {
-    detail::strided_kernel<true><<<grid_for(n), kBlock, 0, stream>>>(
-        n, f, po, StridedIndexer{}, StridedArg<Ins>{static_cast<const Ins*>(ins.t.data_ptr()), make_indexer(ins.t)}...);
+  const bool small = fits_32bit_indexing(out) && (fits_32bit_indexing(ins.t) && ...);
+  if (small) {
+    if (out_contig) detail::launch_strided<true, uint32_t, Indexer32>(n, f, po, out, stream, ins...);
+    else detail::launch_strided<false, uint32_t, Indexer32>(n, f, po, out, stream, ins...);
   } else {
-    detail::strided_kernel<false><<<grid_for(n), kBlock, 0, stream>>>(
-        n, f, po, make_indexer(out), StridedArg<Ins>{static_cast<const Ins*>(ins.t.data_ptr()), make_indexer(ins.t)}...);
+    if (out_contig) detail::launch_strided<true, int64_t, StridedIndexer>(n, f, po, out, stream, ins...);
+    else detail::launch_strided<false, int64_t, StridedIndexer>(n, f, po, out, stream, ins...);
   }
-  EMBER_LAUNCH_CHECK();
 }
 
 /// The same-sized unsigned integer type: kernels that only move bits (copy without cast, where,

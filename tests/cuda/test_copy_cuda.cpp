@@ -10,6 +10,7 @@
 
 #include "core/device.h"
 #include "kernels/copy.h"
+#include "kernels/elementwise.h"
 #include "support/reference.h"
 
 using namespace ember;
@@ -195,4 +196,24 @@ TEST_CASE("cuda peer copies between two GPUs", "[cuda]") {
     if (after[2 * i + 1] != before[2 * i + 1]) ++bad;
   }
   CHECK(bad == 0);
+}
+
+TEST_CASE("cuda strided copies with offsets past 2^31 take the 64-bit indexing path", "[cuda][slow]") {
+  // A 2 GiB u8 buffer and a (3, 5) view with row stride 2^30 and column stride 3: the view has 15
+  // elements but its last row lies past 2^31, so no 32-bit offset can reach it.
+  const int64_t big = (int64_t(1) << 31) + 64;
+  Tensor buf = empty({big}, DType::u8, kGpu);
+  kernels::fill(buf, 7.0);
+  const Tensor view = as_strided_raw(buf, {3, 5}, {int64_t(1) << 30, 3}, 1);
+  std::vector<double> vals(15);
+  for (int i = 0; i < 15; ++i) vals[i] = 10 + i;
+  kernels::copy(view, make_tensor(vals, {3, 5}, DType::u8));  // strided destination, 64-bit
+  check_close(view, vals, 0, 0);                               // strided source, 64-bit
+  check_close(kernels::cast(view, DType::f32), vals, 0, 0);
+  std::vector<double> twice(vals);
+  for (double& v : twice) v *= 2;
+  check_close(kernels::binary(kernels::BinaryOp::Add, view, view), twice, 0, 0);
+  // The bytes between the view's elements kept the fill value.
+  check_close(buf.narrow(0, 2, 2), {7, 7}, 0, 0);
+  check_close(buf.narrow(0, (int64_t(1) << 31) + 2, 2), {7, 7}, 0, 0);
 }

@@ -10,6 +10,7 @@ int64_t Tensor::stride(int64_t dim) const { return strides()[wrap_dim(dim, this-
 
 bool Tensor::is_contiguous() const {
   const TensorImpl* t = impl();
+  if (numel_of(t->sizes) == 0) return true;  // no element to be out of place
   int64_t expected = 1;
   for (size_t i = t->sizes.size(); i-- > 0;) {
     if (t->sizes[i] == 1) continue;

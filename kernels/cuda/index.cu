@@ -7,9 +7,10 @@
 //  * index_select only moves bytes, so it works on chunks: the widest of 16/8/4/2/1 bytes that
 //    divides a row's byte length (inner * element size) and to which both base pointers are
 //    aligned. An embedding row of 64 f32 becomes 16 uint4 moves. One grid-stride loop over every
-//    chunk of the output, 64-bit indices: chunk i -> (b, k, j) = (i / (K * inner_c),
-//    (i / inner_c) % K, i % inner_c), read from x[b, index[k], j]. Consecutive threads read
-//    consecutive chunks of one row, so loads and stores coalesce whatever outer, K and inner are.
+//    chunk of the output: chunk i -> (b, k, j) = (i / (K * inner_c), (i / inner_c) % K,
+//    i % inner_c), read from x[b, index[k], j]. Consecutive threads read consecutive chunks of one
+//    row, so loads and stores coalesce whatever outer, K and inner are. Index math is 32-bit with
+//    precomputed-magic division when every index fits (FastDiv32), 64-bit otherwise.
 //  * index_add: one thread per src element, atomicAdd into out (duplicates in index accumulate,
 //    in whatever order the atomics land). f16/bf16 use the native atomics (f16 from sm_70, bf16
 //    from sm_80) with a 32-bit compare-and-swap fallback for older architectures; u8/bool (no byte
@@ -35,23 +36,43 @@
 namespace ember::kernels::cuda {
 namespace {
 
-template <typename U, typename I>
+// Index arithmetic comes in two widths: (int64_t, Div64) in general, (uint32_t, FastDiv32) when
+// every linear index and offset is below 2^31 (the usual case), where the two divisions per
+// element become multiply-high + shift instead of 64-bit software division.
+struct Div64 {
+  int64_t divisor = 1;
+  Div64() = default;
+  explicit Div64(int64_t d) : divisor(d) {}
+  __device__ int64_t div(int64_t n) const { return n / divisor; }
+};
+
+template <typename I>
+__device__ inline I grid_start() {
+  return static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+}
+template <typename I>
+__device__ inline I grid_stride() {
+  return static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+}
+
+// out chunk i of (outer, K, inner_c) -> (b, k, j), read from x chunk (b, index[k], j) of
+// (outer, D, inner_c).
+template <typename I, typename Dv, typename U, typename Ix>
 __global__ void __launch_bounds__(kBlock)
-    index_select_kernel(const U* __restrict__ x, const I* __restrict__ index, U* __restrict__ out, int64_t n,
-                        int64_t K, int64_t D, int64_t inner_c, unsigned long long* err) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const int64_t j = i % inner_c;
-    const int64_t r = i / inner_c;  // row of out: b * K + k
-    const int64_t k = r % K;
-    const int64_t b = r / K;
+    index_select_kernel(const U* __restrict__ x, const Ix* __restrict__ index, U* __restrict__ out, I n, Dv inner_c,
+                        Dv K, I D, unsigned long long* err) {
+  for (I i = grid_start<I>(); i < n; i += grid_stride<I>()) {
+    const I r = inner_c.div(i);  // row of out: b * K + k
+    const I j = i - r * inner_c.divisor;
+    const I b = K.div(r);
+    const I k = r - b * K.divisor;
     const int64_t id = static_cast<int64_t>(index[k]);
-    if (id < 0 || id >= D) {
+    if (id < 0 || id >= static_cast<int64_t>(D)) {
       raise_error_flag(err, id);
       out[i] = U{};
       continue;
     }
-    out[i] = x[(b * D + id) * inner_c + j];
+    out[i] = x[(b * D + static_cast<I>(id)) * inner_c.divisor + j];
   }
 }
 
@@ -116,23 +137,33 @@ __device__ inline void atomic_add(T* addr, T val) {
   }
 }
 
-template <typename T, typename I>
+// src element i of (outer, K, inner) -> (b, k, j), added into out element (b, index[k], j) of
+// (outer, D, inner).
+template <typename I, typename Dv, typename T, typename Ix>
 __global__ void __launch_bounds__(kBlock)
-    index_add_kernel(T* out, const I* __restrict__ index, const T* __restrict__ src, int64_t n, int64_t K,
-                     int64_t D, int64_t inner, unsigned long long* err) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const int64_t j = i % inner;
-    const int64_t r = i / inner;  // row of src: b * K + k
-    const int64_t k = r % K;
-    const int64_t b = r / K;
+    index_add_kernel(T* out, const Ix* __restrict__ index, const T* __restrict__ src, I n, Dv inner, Dv K, I D,
+                     unsigned long long* err) {
+  for (I i = grid_start<I>(); i < n; i += grid_stride<I>()) {
+    const I r = inner.div(i);  // row of src: b * K + k
+    const I j = i - r * inner.divisor;
+    const I b = K.div(r);
+    const I k = r - b * K.divisor;
     const int64_t id = static_cast<int64_t>(index[k]);
-    if (id < 0 || id >= D) {
+    if (id < 0 || id >= static_cast<int64_t>(D)) {
       raise_error_flag(err, id);
       continue;
     }
-    atomic_add(out + (b * D + id) * inner + j, src[i]);
+    atomic_add(out + (b * D + static_cast<I>(id)) * inner.divisor + j, src[i]);
   }
+}
+
+// Launches kernel<I, Dv> with 32-bit indexing when both the iterated tensor (n elements) and the
+// indexed one (`other` elements) are below 2^31, else with 64-bit indexing.
+template <typename Launch>
+void with_index_width(int64_t n, int64_t other, Launch&& launch) {
+  constexpr int64_t kLimit = int64_t(1) << 31;
+  if (n < kLimit && other < kLimit) launch.template operator()<uint32_t, FastDiv32>();
+  else launch.template operator()<int64_t, Div64>();
 }
 
 // ---- host side ----
@@ -186,12 +217,16 @@ void index_select_impl(const Tensor& x, const Tensor& index, const Tensor& out) 
   const int64_t inner_c = static_cast<int64_t>(row_bytes / c);
   const int64_t n = outer * K * inner_c;
   DeviceErrorFlag err(out.device(), stream);
-  dispatch_index(index, what, [&]<typename I>() {
-    const I* ip = static_cast<const I*>(index.data_ptr());
+  const int64_t x_chunks = x.size(0) * D * inner_c;
+  dispatch_index(index, what, [&]<typename Ix>() {
+    const Ix* ip = static_cast<const Ix*>(index.data_ptr());
     auto launch = [&]<typename U>() {
-      index_select_kernel<U, I><<<grid_for(n), kBlock, 0, stream>>>(
-          static_cast<const U*>(x.data_ptr()), ip, static_cast<U*>(out.data_ptr()), n, K, D, inner_c, err.ptr());
-      EMBER_LAUNCH_CHECK();
+      with_index_width(n, x_chunks, [&]<typename I, typename Dv>() {
+        index_select_kernel<I, Dv><<<grid_for(n), kBlock, 0, stream>>>(
+            static_cast<const U*>(x.data_ptr()), ip, static_cast<U*>(out.data_ptr()), static_cast<I>(n),
+            Dv(static_cast<I>(inner_c)), Dv(static_cast<I>(K)), static_cast<I>(D), err.ptr());
+        EMBER_LAUNCH_CHECK();
+      });
     };
     switch (c) {
       case 16: launch.template operator()<uint4>(); break;
@@ -214,12 +249,15 @@ void index_add_impl(const Tensor& out, const Tensor& index, const Tensor& src) {
   const cudaStream_t stream = stream_of(out);
   const DType dt = out.dtype();
   DeviceErrorFlag err(out.device(), stream);
-  dispatch_index(index, what, [&]<typename I>() {
+  dispatch_index(index, what, [&]<typename Ix>() {
     EMBER_DISPATCH_ALL(dt, what, [&]<typename T>() {
-      index_add_kernel<T, I><<<grid_for(n), kBlock, 0, stream>>>(
-          static_cast<T*>(out.data_ptr()), static_cast<const I*>(index.data_ptr()),
-          static_cast<const T*>(src.data_ptr()), n, K, D, inner, err.ptr());
-      EMBER_LAUNCH_CHECK();
+      with_index_width(n, out.numel(), [&]<typename I, typename Dv>() {
+        index_add_kernel<I, Dv><<<grid_for(n), kBlock, 0, stream>>>(
+            static_cast<T*>(out.data_ptr()), static_cast<const Ix*>(index.data_ptr()),
+            static_cast<const T*>(src.data_ptr()), static_cast<I>(n), Dv(static_cast<I>(inner)),
+            Dv(static_cast<I>(K)), static_cast<I>(D), err.ptr());
+        EMBER_LAUNCH_CHECK();
+      });
     });
   });
   check_index_flag(err, what, D);

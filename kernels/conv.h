@@ -1,0 +1,40 @@
+#pragma once
+// 2-D convolution (NCHW). CPU: im2col + GEMM. CUDA: cuDNN, algorithms chosen once per shape and
+// cached, workspace from the caching allocator.
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "kernels/dispatch.h"
+
+namespace ember::kernels {
+
+struct Conv2dParams {
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;
+};
+
+/// Output size of one spatial dim.
+int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation);
+
+/// x (N, C, H, W), w (O, C/groups, kh, kw), bias (O) or undefined -> (N, O, Ho, Wo).
+/// Checks every shape and names both shapes on mismatch.
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p);
+/// dL/dx (shape x_shape) from grad_out (N, O, Ho, Wo) and w.
+Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Shape& x_shape, const Conv2dParams& p);
+/// dL/dw (shape w_shape) from grad_out and x.
+Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Shape& w_shape, const Conv2dParams& p);
+
+// ---- implementation signatures: all tensors contiguous, one float dtype ----
+using Conv2dForwardFn = void(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
+                             const Tensor& out);
+using Conv2dBackwardInputFn = void(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p,
+                                   const Tensor& grad_x);
+using Conv2dBackwardWeightFn = void(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
+                                    const Tensor& grad_w);
+extern DispatchTable<Conv2dForwardFn> conv2d_forward_table;
+extern DispatchTable<Conv2dBackwardInputFn> conv2d_backward_input_table;
+extern DispatchTable<Conv2dBackwardWeightFn> conv2d_backward_weight_table;
+
+}  // namespace ember::kernels

@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
   auto row = [&](const char* name, double secs, const float* result) {
     const double err = worst_error(pa, pb, result, n, n, n);
     ok = ok && err <= 1.0;
-    table.add({name, fmt("%.2f", secs * 1e3), fmt("%.1f", flops / secs / 1e9), fmt("%.3f", err)});
+    table.add({name, fmt("%.2f", secs * 1e3), fmt("%.1f", flops / secs / 1e9), fmt("%.2g", err)});
   };
 
   Tensor out;

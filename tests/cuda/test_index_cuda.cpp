@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "kernels/copy.h"
 #include "kernels/index.h"
 #include "support/reference.h"
 
@@ -211,4 +212,21 @@ TEST_CASE("cuda index_select and index_add at 2^24 elements", "[cuda][slow]") {
       if (std::fabs(got[r * width + j] - expect) > tol(DType::f32) * count[r] * count[r] + 1e-30) ++bad;
     }
   CHECK(bad == 0);
+}
+
+TEST_CASE("cuda index_select and index_add past 2^31 elements take the 64-bit path", "[cuda][slow]") {
+  // A 1-D u8 tensor of 2^31 + 8 elements (2 GiB): one-byte chunks, so the gathered tensor has more
+  // than 2^31 chunks and the kernels must index in 64 bits.
+  const int64_t big = (int64_t(1) << 31) + 8, far = (int64_t(1) << 31) + 5;
+  Tensor x = empty({big}, DType::u8, kGpu);
+  kernels::fill(x, 3.0);
+  kernels::fill(x.narrow(0, far, 1), 9.0);
+  kernels::fill(x.narrow(0, 7, 1), 5.0);
+  const Tensor idx = index_tensor({0, far, 7, far}, DType::i64, kGpu);
+  check_close(kernels::index_select(x, 0, idx), {3, 9, 5, 9}, 0, 0);
+  kernels::index_add(x, 0, idx, make_tensor({1, 2, 4, 8}, {4}, DType::u8, kGpu));
+  check_close(x.narrow(0, far - 1, 3), {3, 19, 3}, 0, 0);  // 9 + 2 + 8
+  check_close(x.narrow(0, 0, 8), {4, 3, 3, 3, 3, 3, 3, 9}, 0, 0);
+  const Tensor bad = index_tensor({big}, DType::i64, kGpu);
+  CHECK_THROWS_WITH(kernels::index_select(x, 0, bad), Catch::Contains("out of range"));
 }

@@ -4,7 +4,8 @@
 # consumer with add_subdirectory(<source tree>) and compiles its main.cpp (linking would rebuild the
 # whole library), which checks that ember::ember and <ember/ember.h> also work that way.
 #
-# Inputs (-D): BUILD_DIR, SOURCE_DIR, WORK_DIR, GENERATOR, CXX_COMPILER, CONFIG, WITH_CUDA, MODE.
+# Inputs (-D): BUILD_DIR, SOURCE_DIR, WORK_DIR, GENERATOR, CXX_COMPILER, CONFIG, MODE, HINTS_FILE (an
+# initial-cache script carrying the build's CMAKE_PREFIX_PATH and ZLIB_ROOT).
 cmake_minimum_required(VERSION 3.24)
 foreach(v BUILD_DIR SOURCE_DIR WORK_DIR GENERATOR)
   if(NOT DEFINED ${v})
@@ -32,9 +33,15 @@ if(CXX_COMPILER)
 endif()
 
 if(MODE STREQUAL "add_subdirectory")
+  # ember's own dependencies (zlib, BLAS) are found where this build found them. The find_package
+  # mode gets no such hints: an installed ember must need nothing but itself.
+  set(hints "")
+  if(HINTS_FILE)
+    set(hints -C ${HINTS_FILE})
+  endif()
   run_step("configure the consumer with add_subdirectory(ember)"
            ${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/install/consumer" -B "${WORK_DIR}/consumer"
-           ${consumer_args} -DEMBER_SOURCE_DIR=${SOURCE_DIR} -DEMBER_CUDA=OFF)
+           ${consumer_args} -DEMBER_SOURCE_DIR=${SOURCE_DIR} -DEMBER_CUDA=OFF ${hints})
   run_step("compile the consumer's main.cpp against the source tree"
            ${CMAKE_COMMAND} --build "${WORK_DIR}/consumer" --target CMakeFiles/ember_consumer.dir/main.cpp.o)
   return()

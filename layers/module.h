@@ -40,6 +40,8 @@ class Module : public std::enable_shared_from_this<Module> {
 
   /// Moves every parameter and buffer (and children's) to `device`, keeping parameter identity
   /// semantics: a parameter stays a leaf that requires grad. Returns *this.
+  /// Each tensor's TensorImpl is updated in place, so handles copied earlier (a layer's weight_
+  /// member, an optimizer's parameter list) follow the move.
   Module& to(Device device);
   /// Casts floating parameters and buffers to `dtype`.
   Module& to(DType dtype);
@@ -60,6 +62,7 @@ class Module : public std::enable_shared_from_this<Module> {
 
  protected:
   /// Registers a parameter (sets requires_grad) and returns it. Names must be unique per module.
+  /// The returned reference is invalidated by the next registration: keep a copy of the handle.
   Tensor& register_parameter(const std::string& name, Tensor t);
   Tensor& register_buffer(const std::string& name, Tensor t);
   template <typename M>

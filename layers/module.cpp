@@ -1,0 +1,229 @@
+// Module: registration, traversal, mode switching, device/dtype moves and state dicts.
+//
+// Moving a module (to(Device), to(DType)) rewrites each parameter's and buffer's TensorImpl in
+// place (storage, strides, offset, dtype) instead of swapping in a new handle. The tensor inside the
+// module is thereby replaced by the moved one while every handle to it — a layer's `weight_`
+// member, an optimizer's parameter list, DDP's hooks — keeps naming the same tensor, which stays a
+// leaf that requires grad (PyTorch's `param.data = param.data.to(...)`).
+#include "layers/module.h"
+
+#include <algorithm>
+#include <functional>
+#include <sstream>
+
+#include "autograd/grad_mode.h"
+#include "autograd/meta.h"
+#include "core/error.h"
+
+namespace ember::layers {
+namespace {
+
+// Checks a registration name: non-empty, no '.', unique among this module's entries.
+void check_name(const char* what, const std::string& name, bool taken, const std::string& module_name) {
+  EMBER_CHECK(!name.empty(), module_name, ": ", what, " name must not be empty");
+  EMBER_CHECK(name.find('.') == std::string::npos, module_name, ": ", what, " name '", name,
+              "' must not contain '.' (dots separate nesting levels in state dict keys)");
+  EMBER_CHECK(!taken, module_name, ": a parameter, buffer or child named '", name, "' is already registered");
+}
+
+// Points t's TensorImpl at `moved`'s storage and geometry; autograd state (requires_grad, hooks)
+// is kept. Callers move an accumulated .grad() alongside.
+void rebind_in_place(Tensor& t, const Tensor& moved) {
+  if (moved.is_same(t)) return;
+  TensorImpl* impl = t.impl();
+  const TensorImpl* src = moved.impl();
+  impl->storage = src->storage;
+  impl->sizes = src->sizes;
+  impl->strides = src->strides;
+  impl->offset = src->offset;
+  impl->dtype = src->dtype;
+}
+
+// True when `name` is already used by a parameter, buffer or child of one module.
+template <typename P, typename B, typename C>
+bool name_taken(const P& params, const B& buffers, const C& children, const std::string& name) {
+  auto match = [&](const auto& e) { return e.first == name; };
+  return std::any_of(params.begin(), params.end(), match) || std::any_of(buffers.begin(), buffers.end(), match) ||
+         std::any_of(children.begin(), children.end(), match);
+}
+
+template <typename F>
+void for_each_module(const Module& m, const std::string& prefix, F&& fn) {
+  fn(prefix, m);
+  for (const auto& [name, child] : m.named_children())
+    for_each_module(*child, prefix + name + ".", fn);
+}
+
+}  // namespace
+
+// ---- registration ----
+
+Tensor& Module::register_parameter(const std::string& name, Tensor t) {
+  EMBER_CHECK(t.defined(), this->name(), ": register_parameter('", name, "') got an undefined tensor");
+  check_name("parameter", name, name_taken(params_, buffers_, children_, name), this->name());
+  EMBER_CHECK(is_floating(t.dtype()), this->name(), ": parameter '", name, "' must be floating, got dtype ",
+              dtype_name(t.dtype()), " (register integer state as a buffer)");
+  // A parameter is a leaf: cut it off any graph it came from.
+  if (!t.is_leaf()) t = t.detach();
+  t.requires_grad_(true);
+  params_.emplace_back(name, std::move(t));
+  return params_.back().second;
+}
+
+Tensor& Module::register_buffer(const std::string& name, Tensor t) {
+  EMBER_CHECK(t.defined(), this->name(), ": register_buffer('", name, "') got an undefined tensor");
+  check_name("buffer", name, name_taken(params_, buffers_, children_, name), this->name());
+  if (t.requires_grad()) t = t.detach();
+  buffers_.emplace_back(name, std::move(t));
+  return buffers_.back().second;
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
+  EMBER_CHECK(m != nullptr, this->name(), ": register_module('", name, "') got a null module");
+  EMBER_CHECK(m.get() != this, this->name(), ": a module cannot be its own child ('", name, "')");
+  check_name("child module", name, name_taken(params_, buffers_, children_, name), this->name());
+  children_.emplace_back(name, std::move(m));
+}
+
+// ---- traversal ----
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for_each_module(*this, "", [&](const std::string&, const Module& m) {
+    for (const auto& [n, p] : m.params_) out.push_back(p);
+  });
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for_each_module(*this, "", [&](const std::string& prefix, const Module& m) {
+    for (const auto& [n, p] : m.params_) out.emplace_back(prefix + n, p);
+  });
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for_each_module(*this, "", [&](const std::string& prefix, const Module& m) {
+    for (const auto& [n, b] : m.buffers_) out.emplace_back(prefix + n, b);
+  });
+  return out;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_children() const { return children_; }
+
+// ---- modes, moves ----
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [n, c] : children_) c->train(on);
+}
+
+Module& Module::to(Device device) {
+  device.validate();
+  NoGradGuard no_grad;
+  for (auto& [n, p] : params_) {
+    if (p.device() == device) continue;
+    Tensor g = p.grad();
+    rebind_in_place(p, p.detach().to(device));
+    if (g.defined()) p.set_grad(g.to(device));
+  }
+  for (auto& [n, b] : buffers_)
+    if (b.device() != device) rebind_in_place(b, b.detach().to(device));
+  for (auto& [n, c] : children_) c->to(device);
+  return *this;
+}
+
+Module& Module::to(DType dtype) {
+  EMBER_CHECK(is_floating(dtype), name(), ".to(", dtype_name(dtype), "): expected a floating dtype");
+  NoGradGuard no_grad;
+  for (auto& [n, p] : params_) {
+    if (p.dtype() == dtype) continue;
+    Tensor g = p.grad();
+    rebind_in_place(p, p.detach().to(dtype));
+    if (g.defined()) p.set_grad(g.to(dtype));
+  }
+  // Integer buffers (e.g. BatchNorm's num_batches_tracked) keep their dtype.
+  for (auto& [n, b] : buffers_)
+    if (is_floating(b.dtype()) && b.dtype() != dtype) rebind_in_place(b, b.detach().to(dtype));
+  for (auto& [n, c] : children_) c->to(dtype);
+  return *this;
+}
+
+void Module::zero_grad() {
+  for (Tensor& p : parameters()) p.set_grad(Tensor());
+}
+
+// ---- state dicts ----
+
+StateDict Module::state_dict() const {
+  StateDict out;
+  for (auto& [n, p] : named_parameters()) out.emplace(n, p.detach());
+  for (auto& [n, b] : named_buffers()) out.emplace(n, b.detach());
+  return out;
+}
+
+void Module::load_state_dict(const StateDict& state) {
+  // Validate every entry first, collecting all problems, so a failed load modifies nothing.
+  std::vector<std::pair<std::string, Tensor>> targets = named_parameters();
+  for (auto& nb : named_buffers()) targets.push_back(nb);
+  std::ostringstream problems;
+  int n_problems = 0;
+  std::vector<std::string> expected;
+  for (const auto& [key, t] : targets) {
+    expected.push_back(key);
+    auto it = state.find(key);
+    if (it == state.end()) {
+      problems << "\n  missing key '" << key << "' (expected shape " << t.shape_str() << ")";
+      ++n_problems;
+    } else if (!it->second.defined()) {
+      problems << "\n  key '" << key << "' holds an undefined tensor (expected shape " << t.shape_str() << ")";
+      ++n_problems;
+    } else if (it->second.sizes() != t.sizes()) {
+      problems << "\n  shape mismatch for '" << key << "': the state dict has " << it->second.shape_str()
+               << ", the module expects " << t.shape_str();
+      ++n_problems;
+    }
+  }
+  std::sort(expected.begin(), expected.end());
+  for (const auto& [key, t] : state) {
+    if (!std::binary_search(expected.begin(), expected.end(), key)) {
+      problems << "\n  unexpected key '" << key << "'" << (t.defined() ? " of shape " + t.shape_str() : "");
+      ++n_problems;
+    }
+  }
+  EMBER_CHECK(n_problems == 0, name(), ".load_state_dict: ", n_problems, " problem(s), nothing was loaded:",
+              problems.str());
+  NoGradGuard no_grad;
+  for (auto& [key, t] : targets) {
+    const Tensor& src = state.at(key);
+    if (src.is_same(t)) continue;
+    t.copy_(src.detach());
+  }
+}
+
+// ---- printing ----
+
+std::string Module::str() const {
+  std::ostringstream os;
+  std::function<void(const Module&, int)> print = [&](const Module& m, int depth) {
+    os << m.name() << "(";
+    const std::string extra = m.extra_repr();
+    if (m.children_.empty()) {
+      os << extra << ")";
+      return;
+    }
+    const std::string indent(2 * (depth + 1), ' ');
+    if (!extra.empty()) os << "\n" << indent << extra;
+    for (const auto& [n, c] : m.children_) {
+      os << "\n" << indent << "(" << n << "): ";
+      print(*c, depth + 1);
+    }
+    os << "\n" << std::string(2 * depth, ' ') << ")";
+  };
+  print(*this, 0);
+  return os.str();
+}
+
+}  // namespace ember::layers

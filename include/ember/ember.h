@@ -11,3 +11,8 @@
 #include "kernels/factory.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "layers/module.h"
+#include "layers/init.h"
+#include "layers/linear.h"
+#include "layers/activation.h"
+#include "layers/sequential.h"

@@ -1,0 +1,20 @@
+#include "layers/activation.h"
+
+#include "autograd/ops.h"
+#include "core/error.h"
+
+namespace ember::layers {
+
+Tensor ReLU::forward(const Tensor& x) { return relu(x); }
+
+Tensor Flatten::forward(const Tensor& x) {
+  EMBER_CHECK(x.defined(), "Flatten: undefined input");
+  if (x.dim() == 0) return x.reshape({1});
+  return x.flatten(start_, end_);
+}
+
+std::string Flatten::extra_repr() const {
+  return "start_dim=" + std::to_string(start_) + ", end_dim=" + std::to_string(end_);
+}
+
+}  // namespace ember::layers

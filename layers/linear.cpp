@@ -1,0 +1,37 @@
+#include "layers/linear.h"
+
+#include <cmath>
+
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "kernels/factory.h"
+#include "layers/init.h"
+
+namespace ember::layers {
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool bias) : in_(in_features), out_(out_features) {
+  EMBER_CHECK(in_features > 0 && out_features > 0, "Linear: expected positive in/out features, got (", in_features,
+              ", ", out_features, ")");
+  weight_ = register_parameter("weight", empty({out_, in_}));
+  init::kaiming_uniform_(weight_, std::sqrt(5.0));
+  if (bias) {
+    bias_ = register_parameter("bias", empty({out_}));
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in_));
+    init::uniform_(bias_, -bound, bound);
+  }
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  EMBER_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_, "Linear(", in_, ", ", out_,
+              "): expected input (..., ", in_, "), got ", x.defined() ? x.shape_str() : "an undefined tensor");
+  Tensor y = matmul(x, weight_.t());  // (..., in) @ (in, out)
+  if (bias_.defined()) y = y + bias_;   // bias (out) broadcasts over the rows
+  return y;
+}
+
+std::string Linear::extra_repr() const {
+  return "in_features=" + std::to_string(in_) + ", out_features=" + std::to_string(out_) +
+         ", bias=" + (bias_.defined() ? "True" : "False");
+}
+
+}  // namespace ember::layers

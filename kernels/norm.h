@@ -1,8 +1,10 @@
 #pragma once
 // Batch normalization over (N, H, W) per channel of NCHW (or over N of (N, C)), and dropout.
 // CUDA: cuDNN batch norm; dropout is a hand-written kernel on the counter-based RNG.
+#include <cmath>
 #include <cstdint>
 
+#include "core/rng.h"
 #include "core/tensor.h"
 #include "kernels/dispatch.h"
 
@@ -13,6 +15,10 @@ struct BatchNormResult {
   Tensor save_mean;    // (C) f32: batch mean (training) — empty in eval mode
   Tensor save_invstd;  // (C) f32: 1/sqrt(batch var + eps) (training) — empty in eval mode
 };
+/// Parameter dtype ("f32" above): f64 when x is f64, else f32 (cuDNN's rule). weight, bias and the
+/// running statistics must have it; save_mean / save_invstd are allocated with it by the front.
+/// x is (N, C) or (N, C, ...) (e.g. NCHW); training needs more than one value per channel.
+/// Running statistics may be undefined in training (then nothing is tracked), never in eval.
 /// training: normalizes with batch statistics (biased variance) and updates running_mean and
 /// running_var in place: r = (1 - momentum) * r + momentum * batch_stat (unbiased variance for
 /// running_var). eval: normalizes with the running statistics. weight/bias (C) may be undefined.
@@ -26,8 +32,15 @@ struct BatchNormGrads {
 BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
                                    const Tensor& save_mean, const Tensor& save_invstd, bool training, double eps);
 
+/// Dropout keeps element i (row-major index) iff (philox_element(seed, offset, i) >> 8) >=
+/// dropout_threshold(p): exactly u >= p for u = uint_to_unit_float(bits), in integer arithmetic, so
+/// CPU and CUDA masks agree bit for bit.
+EMBER_HOST_DEVICE inline uint32_t dropout_threshold(double p) {
+  return static_cast<uint32_t>(::ceil(p * 16777216.0));
+}
 /// y = x * keep / (1 - p), keep = (u >= p) with u the Philox uniform of element i at
-/// (seed, offset) — so the mask is regenerated, not stored, for the backward.
+/// (seed, offset) — so the mask is regenerated, not stored, for the backward. 0 <= p <= 1; the front
+/// handles p == 1 (all zeros) itself, so implementations only see p < 1 and contiguous x, out.
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset);
 /// grad * keep / (1 - p) with the same mask.
 Tensor dropout_backward(const Tensor& grad, double p, uint64_t seed, uint64_t offset);

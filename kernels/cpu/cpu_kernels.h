@@ -8,4 +8,5 @@ void register_reduce();       // reduce, argmax
 void register_matmul();       // gemm
 void register_softmax();      // softmax, softmax_backward, cross_entropy(+backward)
 void register_index();        // index_select, index_add
+void register_norm();         // batch_norm(+backward), dropout
 }  // namespace ember::kernels::cpu

@@ -11,6 +11,7 @@ void register_cpu_kernels() {
   cpu::register_matmul();
   cpu::register_softmax();
   cpu::register_index();
+  cpu::register_norm();
 }
 
 }  // namespace ember::kernels

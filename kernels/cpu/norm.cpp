@@ -1,0 +1,188 @@
+// CPU batch norm (f32, f64) and dropout (all floating dtypes).
+//
+// Batch norm: x is a contiguous (N, C, S) view; each task owns whole channels, so per-channel sums
+// never cross tasks and results do not depend on the thread count. Sums accumulate in double;
+// the variance is two-pass (sum of squared deviations from the mean), which stays accurate when
+// |mean| >> std, where E[x^2] - E[x]^2 cancels.
+// Dropout: one Philox block per 4 consecutive elements (the layout of core/rng.h), the keep test
+// in integers (dropout_threshold), so CUDA's kernel reproduces the mask exactly.
+#include <algorithm>
+#include <cmath>
+
+#include "core/half.h"
+#include "core/rng.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/norm.h"
+
+namespace ember::kernels::cpu {
+namespace {
+
+constexpr int64_t kGrainElems = 32768;
+
+void for_channels(int64_t C, int64_t per_channel, const std::function<void(int64_t)>& fn) {
+  const int64_t grain = std::max<int64_t>(1, kGrainElems / std::max<int64_t>(per_channel, 1));
+  parallel_for(0, C, grain, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) fn(c);
+  });
+}
+
+template <typename T>
+void batch_norm_typed(const Tensor& xt, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                      const Tensor& running_var, bool training, double momentum, double eps,
+                      const BatchNormResult& r) {
+  const int64_t N = xt.size(0), C = xt.size(1), S = xt.size(2), M = N * S;
+  const T* x = static_cast<const T*>(xt.data_ptr());
+  T* out = static_cast<T*>(r.out.data_ptr());
+  const T* w = weight.defined() ? weight.data<T>() : nullptr;
+  const T* b = bias.defined() ? bias.data<T>() : nullptr;
+  T* rm = running_mean.defined() ? running_mean.data<T>() : nullptr;
+  T* rv = running_var.defined() ? running_var.data<T>() : nullptr;
+  T* save_mean = training ? r.save_mean.data<T>() : nullptr;
+  T* save_invstd = training ? r.save_invstd.data<T>() : nullptr;
+  for_channels(C, M, [&](int64_t c) {
+    double mean, invstd;
+    if (training) {
+      double sum = 0.0;
+      for (int64_t n = 0; n < N; ++n) {
+        const T* xs = x + (n * C + c) * S;
+        for (int64_t s = 0; s < S; ++s) sum += static_cast<double>(xs[s]);
+      }
+      mean = sum / static_cast<double>(M);
+      double sq = 0.0;
+      for (int64_t n = 0; n < N; ++n) {
+        const T* xs = x + (n * C + c) * S;
+        for (int64_t s = 0; s < S; ++s) {
+          const double d = static_cast<double>(xs[s]) - mean;
+          sq += d * d;
+        }
+      }
+      const double var = sq / static_cast<double>(M);  // biased: what normalizes the batch
+      invstd = 1.0 / std::sqrt(var + eps);
+      save_mean[c] = static_cast<T>(mean);
+      save_invstd[c] = static_cast<T>(invstd);
+      if (rm != nullptr) {
+        const double unbiased = sq / static_cast<double>(M - 1);
+        rm[c] = static_cast<T>((1.0 - momentum) * static_cast<double>(rm[c]) + momentum * mean);
+        rv[c] = static_cast<T>((1.0 - momentum) * static_cast<double>(rv[c]) + momentum * unbiased);
+      }
+    } else {
+      mean = static_cast<double>(rm[c]);
+      invstd = 1.0 / std::sqrt(static_cast<double>(rv[c]) + eps);
+    }
+    // y = (x - mean) * invstd * w + b = x * scale + shift
+    const double scale_d = invstd * (w ? static_cast<double>(w[c]) : 1.0);
+    const double shift_d = (b ? static_cast<double>(b[c]) : 0.0) - mean * scale_d;
+    const T scale = static_cast<T>(scale_d), shift = static_cast<T>(shift_d);
+    for (int64_t n = 0; n < N; ++n) {
+      const T* xs = x + (n * C + c) * S;
+      T* os = out + (n * C + c) * S;
+      for (int64_t s = 0; s < S; ++s) os[s] = xs[s] * scale + shift;
+    }
+  });
+}
+
+void batch_norm_cpu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                    const Tensor& running_var, bool training, double momentum, double eps,
+                    const BatchNormResult& out) {
+  switch (x.dtype()) {
+    case DType::f32:
+      return batch_norm_typed<float>(x, weight, bias, running_mean, running_var, training, momentum, eps, out);
+    case DType::f64:
+      return batch_norm_typed<double>(x, weight, bias, running_mean, running_var, training, momentum, eps, out);
+    default:
+      EMBER_FAIL("batch_norm (CPU): expected dtype f32 or f64, got ", dtype_name(x.dtype()), " for input ",
+                 x.shape_str());
+  }
+}
+
+template <typename T>
+void batch_norm_backward_typed(const Tensor& got, const Tensor& xt, const Tensor& weight, const Tensor& save_mean,
+                               const Tensor& save_invstd, bool training, const BatchNormGrads& r) {
+  const int64_t N = xt.size(0), C = xt.size(1), S = xt.size(2), M = N * S;
+  const T* x = static_cast<const T*>(xt.data_ptr());
+  const T* g = static_cast<const T*>(got.data_ptr());
+  const T* w = weight.defined() ? weight.data<T>() : nullptr;
+  const T* sm = save_mean.data<T>();
+  const T* si = save_invstd.data<T>();
+  T* gx = static_cast<T*>(r.grad_x.data_ptr());
+  T* gw = r.grad_weight.data<T>();
+  T* gb = r.grad_bias.data<T>();
+  for_channels(C, M, [&](int64_t c) {
+    const double mean = static_cast<double>(sm[c]), invstd = static_cast<double>(si[c]);
+    double sum_g = 0.0, sum_gd = 0.0;  // sum(g), sum(g * (x - mean))
+    for (int64_t n = 0; n < N; ++n) {
+      const T* xs = x + (n * C + c) * S;
+      const T* gs = g + (n * C + c) * S;
+      for (int64_t s = 0; s < S; ++s) {
+        const double gv = static_cast<double>(gs[s]);
+        sum_g += gv;
+        sum_gd += gv * (static_cast<double>(xs[s]) - mean);
+      }
+    }
+    const double sum_g_xhat = sum_gd * invstd;
+    gb[c] = static_cast<T>(sum_g);
+    gw[c] = static_cast<T>(sum_g_xhat);
+    const double wi = (w ? static_cast<double>(w[c]) : 1.0) * invstd;
+    // training: dx = w * invstd * (g - mean(g) - xhat * mean(g * xhat)); eval: dx = w * invstd * g
+    const double k = training ? sum_g_xhat * invstd / static_cast<double>(M) : 0.0;  // per (x - mean)
+    const double mg = training ? sum_g / static_cast<double>(M) : 0.0;
+    for (int64_t n = 0; n < N; ++n) {
+      const T* xs = x + (n * C + c) * S;
+      const T* gs = g + (n * C + c) * S;
+      T* o = gx + (n * C + c) * S;
+      for (int64_t s = 0; s < S; ++s) {
+        const double d = static_cast<double>(xs[s]) - mean;
+        o[s] = static_cast<T>(wi * (static_cast<double>(gs[s]) - mg - d * k));
+      }
+    }
+  });
+}
+
+void batch_norm_backward_cpu(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& save_mean,
+                             const Tensor& save_invstd, bool training, double eps, const BatchNormGrads& out) {
+  switch (x.dtype()) {
+    case DType::f32:
+      return batch_norm_backward_typed<float>(grad_out, x, weight, save_mean, save_invstd, training, out);
+    case DType::f64:
+      return batch_norm_backward_typed<double>(grad_out, x, weight, save_mean, save_invstd, training, out);
+    default:
+      EMBER_FAIL("batch_norm_backward (CPU): expected dtype f32 or f64, got ", dtype_name(x.dtype()),
+                 " for input ", x.shape_str());
+  }
+}
+
+template <typename T>
+void dropout_typed(const Tensor& xt, double p, uint64_t seed, uint64_t offset, const Tensor& outt) {
+  using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const T* x = static_cast<const T*>(xt.data_ptr());
+  T* out = static_cast<T*>(outt.data_ptr());
+  const int64_t n = xt.numel();
+  const uint32_t thr = dropout_threshold(p);
+  const C scale = static_cast<C>(1.0 / (1.0 - p));
+  const int64_t blocks = (n + 3) / 4;
+  parallel_for(0, blocks, kGrainElems / 4, [&](int64_t b0, int64_t b1) {
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const Philox4 r = philox4x32(seed, offset + static_cast<uint64_t>(blk));
+      const int64_t base = blk * 4, lanes = std::min<int64_t>(4, n - base);
+      for (int64_t l = 0; l < lanes; ++l) {
+        const bool keep = (r.v[l] >> 8) >= thr;
+        out[base + l] = keep ? static_cast<T>(static_cast<C>(x[base + l]) * scale) : static_cast<T>(C(0));
+      }
+    }
+  });
+}
+
+void dropout_cpu(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Tensor& out) {
+  EMBER_DISPATCH_FLOAT(x.dtype(), "dropout (CPU)", [&]<typename T>() { dropout_typed<T>(x, p, seed, offset, out); });
+}
+
+}  // namespace
+
+void register_norm() {
+  batch_norm_table.set(DeviceType::CPU, &batch_norm_cpu);
+  batch_norm_backward_table.set(DeviceType::CPU, &batch_norm_backward_cpu);
+  dropout_table.set(DeviceType::CPU, &dropout_cpu);
+}
+
+}  // namespace ember::kernels::cpu

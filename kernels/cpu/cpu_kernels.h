@@ -8,5 +8,8 @@ void register_reduce();       // reduce, argmax
 void register_matmul();       // gemm
 void register_softmax();      // softmax, softmax_backward, cross_entropy(+backward)
 void register_index();        // index_select, index_add
+void register_conv();         // conv2d forward, backward input, backward weight
+void register_pool();         // max / avg / adaptive avg pooling and their backwards
 void register_norm();         // batch_norm(+backward), dropout
+void register_optim();         // sgd_step, adam_step, global_norm, clip_by_norm
 }  // namespace ember::kernels::cpu

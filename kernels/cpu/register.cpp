@@ -11,6 +11,9 @@ void register_cpu_kernels() {
   cpu::register_matmul();
   cpu::register_softmax();
   cpu::register_index();
+  cpu::register_optim();
+  cpu::register_conv();
+  cpu::register_pool();
   cpu::register_norm();
 }
 

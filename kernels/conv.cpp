@@ -1,0 +1,126 @@
+// Front of 2-D convolution: parameter and shape checks (every message names the shapes involved),
+// output allocation, contiguous operands, dispatch by device.
+#include "kernels/conv.h"
+
+#include <sstream>
+#include <string>
+
+#include "kernels/copy.h"
+
+namespace ember::kernels {
+
+DispatchTable<Conv2dForwardFn> conv2d_forward_table("conv2d");
+DispatchTable<Conv2dBackwardInputFn> conv2d_backward_input_table("conv2d_backward_input");
+DispatchTable<Conv2dBackwardWeightFn> conv2d_backward_weight_table("conv2d_backward_weight");
+
+namespace {
+
+Tensor contiguous_raw(const Tensor& x) {
+  if (x.is_contiguous()) return x;
+  Tensor out = empty(x.sizes(), x.dtype(), x.device());
+  copy(out, x);
+  return out;
+}
+
+std::string params_str(const Conv2dParams& p) {
+  std::ostringstream os;
+  os << "stride (" << p.stride_h << ", " << p.stride_w << "), padding (" << p.pad_h << ", " << p.pad_w
+     << "), dilation (" << p.dilation_h << ", " << p.dilation_w << "), groups " << p.groups;
+  return os.str();
+}
+
+void check_params(const char* what, const Conv2dParams& p) {
+  EMBER_CHECK(p.stride_h >= 1 && p.stride_w >= 1 && p.pad_h >= 0 && p.pad_w >= 0 && p.dilation_h >= 1 &&
+                  p.dilation_w >= 1 && p.groups >= 1,
+              what, ": expected stride >= 1, padding >= 0, dilation >= 1, groups >= 1, got ", params_str(p));
+}
+
+/// Checks x (N, C, H, W) against w (O, C/groups, kh, kw) and returns the output shape (N, O, Ho, Wo).
+Shape check_conv_shapes(const char* what, const Shape& xs, const Shape& ws, const Conv2dParams& p) {
+  check_params(what, p);
+  EMBER_CHECK(xs.size() == 4, what, ": expected input (N, C, H, W), got shape ", shape_str(xs), " (weight ",
+              shape_str(ws), ")");
+  EMBER_CHECK(ws.size() == 4, what, ": expected weight (O, C/groups, kh, kw), got shape ", shape_str(ws),
+              " (input ", shape_str(xs), ")");
+  EMBER_CHECK(ws[0] % p.groups == 0 && ws[0] > 0, what, ": weight ", shape_str(ws), " has ", ws[0],
+              " output channels, not a positive multiple of groups = ", p.groups);
+  EMBER_CHECK(xs[1] == ws[1] * p.groups, what, ": input ", shape_str(xs), " has ", xs[1],
+              " channels but weight ", shape_str(ws), " with groups = ", p.groups, " expects ", ws[1] * p.groups,
+              " (C/groups = weight.size(1))");
+  EMBER_CHECK(ws[2] >= 1 && ws[3] >= 1, what, ": weight ", shape_str(ws), " has an empty kernel");
+  const int64_t ho = conv_out_size(xs[2], ws[2], p.stride_h, p.pad_h, p.dilation_h);
+  const int64_t wo = conv_out_size(xs[3], ws[3], p.stride_w, p.pad_w, p.dilation_w);
+  EMBER_CHECK(ho >= 1 && wo >= 1, what, ": input ", shape_str(xs), " is too small for weight ", shape_str(ws),
+              " with ", params_str(p), ": the output would be ", ho, " x ", wo, " (the dilated kernel is ",
+              (ws[2] - 1) * p.dilation_h + 1, " x ", (ws[3] - 1) * p.dilation_w + 1, ", the padded input ",
+              xs[2] + 2 * p.pad_h, " x ", xs[3] + 2 * p.pad_w, ")");
+  return {xs[0], ws[0], ho, wo};
+}
+
+void check_pair(const char* what, const Tensor& a, const char* an, const Tensor& b, const char* bn) {
+  EMBER_CHECK(a.defined() && b.defined(), what, ": ", an, " or ", bn, " is an undefined tensor");
+  EMBER_CHECK(a.device() == b.device(), what, ": ", an, " ", a.shape_str(), " is on ", a.device().str(), " but ", bn,
+              " ", b.shape_str(), " is on ", b.device().str());
+  EMBER_CHECK(a.dtype() == b.dtype(), what, ": ", an, " ", a.shape_str(), " is ", dtype_name(a.dtype()), " but ", bn,
+              " ", b.shape_str(), " is ", dtype_name(b.dtype()));
+  EMBER_CHECK(is_floating(a.dtype()), what, ": expected a floating dtype (f32, f64, f16, bf16), got ",
+              dtype_name(a.dtype()), " for ", an, " ", a.shape_str());
+}
+
+}  // namespace
+
+int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation) {
+  EMBER_CHECK(stride >= 1 && dilation >= 1 && pad >= 0 && kernel >= 1, "conv_out_size: expected kernel >= 1, ",
+              "stride >= 1, pad >= 0, dilation >= 1, got kernel ", kernel, ", stride ", stride, ", pad ", pad,
+              ", dilation ", dilation);
+  const int64_t span = in + 2 * pad - dilation * (kernel - 1) - 1;
+  // Floor division (span may be negative when the kernel does not fit).
+  const int64_t q = span >= 0 ? span / stride : -((-span + stride - 1) / stride);
+  return q + 1;
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
+  const char* what = "conv2d";
+  check_pair(what, x, "input", w, "weight");
+  const Shape out_shape = check_conv_shapes(what, x.sizes(), w.sizes(), p);
+  if (bias.defined()) {
+    EMBER_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0), what, ": expected bias (", w.size(0),
+                ") for weight ", w.shape_str(), ", got shape ", bias.shape_str());
+    check_pair(what, bias, "bias", w, "weight");
+  }
+  Tensor out = empty(out_shape, x.dtype(), x.device());
+  if (out.numel() == 0) return out;
+  conv2d_forward_table(x.device(), contiguous_raw(x), contiguous_raw(w),
+                       bias.defined() ? contiguous_raw(bias) : Tensor(), p, out);
+  return out;
+}
+
+Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Shape& x_shape, const Conv2dParams& p) {
+  const char* what = "conv2d_backward_input";
+  check_pair(what, grad_out, "grad_out", w, "weight");
+  const Shape expect = check_conv_shapes(what, x_shape, w.sizes(), p);
+  EMBER_CHECK(grad_out.sizes() == expect, what, ": grad_out has shape ", grad_out.shape_str(), ", expected ",
+              shape_str(expect), " for input ", shape_str(x_shape), " and weight ", w.shape_str());
+  Tensor grad_x = empty(x_shape, w.dtype(), w.device());
+  if (grad_x.numel() == 0) return grad_x;
+  conv2d_backward_input_table(w.device(), contiguous_raw(grad_out), contiguous_raw(w), p, grad_x);
+  return grad_x;
+}
+
+Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Shape& w_shape, const Conv2dParams& p) {
+  const char* what = "conv2d_backward_weight";
+  check_pair(what, grad_out, "grad_out", x, "input");
+  const Shape expect = check_conv_shapes(what, x.sizes(), w_shape, p);
+  EMBER_CHECK(grad_out.sizes() == expect, what, ": grad_out has shape ", grad_out.shape_str(), ", expected ",
+              shape_str(expect), " for input ", x.shape_str(), " and weight ", shape_str(w_shape));
+  Tensor grad_w = empty(w_shape, x.dtype(), x.device());
+  if (grad_w.numel() == 0) return grad_w;
+  if (x.numel() == 0) {  // N == 0: no contributions
+    fill(grad_w, 0.0);
+    return grad_w;
+  }
+  conv2d_backward_weight_table(x.device(), contiguous_raw(grad_out), contiguous_raw(x), p, grad_w);
+  return grad_w;
+}
+
+}  // namespace ember::kernels

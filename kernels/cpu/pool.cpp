@@ -1,0 +1,227 @@
+// CPU 2-D pooling: max (with arg-max indices), average (count_include_pad), adaptive average, and
+// their backwards. Every (n, c) plane is independent, so all six run parallel over planes; the
+// backwards scatter into their own plane only, so no two threads ever write the same element.
+// Sums and comparisons run in f32 (f64 for f64); f16 / bf16 are widened per element.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/pool.h"
+
+namespace ember::kernels::cpu {
+namespace {
+
+constexpr int64_t kGrainElems = int64_t{1} << 14;  // min input elements per parallel_for chunk
+
+template <typename T>
+using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+/// Runs fn(plane) for every plane in [0, planes), parallel; `per_plane` elements of work each.
+template <typename F>
+void for_planes(int64_t planes, int64_t per_plane, const F& fn) {
+  parallel_for(0, planes, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(per_plane, 1)),
+               [&](int64_t p0, int64_t p1) {
+                 for (int64_t p = p0; p < p1; ++p) fn(p);
+               });
+}
+
+/// Window [start, end) of output index o along one dim for PyTorch's avg/max pooling, clipped
+/// to [0, in); `padded` is the window size counted against the padded input (for count_include_pad).
+struct Window {
+  int64_t start, end, padded;
+};
+inline Window pool_window(int64_t o, int64_t kernel, int64_t stride, int64_t pad, int64_t in) {
+  int64_t s = o * stride - pad;
+  int64_t e = std::min(s + kernel, in + pad);
+  const int64_t padded = e - s;
+  return {std::max<int64_t>(s, 0), std::min(e, in), padded};
+}
+/// Adaptive window of output index o: [floor(o * in / out), ceil((o + 1) * in / out)).
+inline Window adaptive_window(int64_t o, int64_t out, int64_t in) {
+  const int64_t s = (o * in) / out;
+  const int64_t e = ((o + 1) * in + out - 1) / out;
+  return {s, e, e - s};
+}
+
+// ---- max ----
+// NaN wins (as in PyTorch): a window holding a NaN yields NaN and points at it.
+template <typename T>
+void max_pool_impl(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) {
+  using A = acc_t<T>;
+  const int64_t H = x.size(2), W = x.size(3), Ho = out.size(2), Wo = out.size(3);
+  const T* xp = x.data<T>();
+  T* op = out.data<T>();
+  int64_t* ip = indices.data<int64_t>();
+  for_planes(x.size(0) * x.size(1), H * W, [&](int64_t pl) {
+    const T* xs = xp + pl * H * W;
+    for (int64_t oh = 0; oh < Ho; ++oh) {
+      const Window wh = pool_window(oh, p.kernel_h, p.stride_h, p.pad_h, H);
+      for (int64_t ow = 0; ow < Wo; ++ow) {
+        const Window ww = pool_window(ow, p.kernel_w, p.stride_w, p.pad_w, W);
+        A best = -std::numeric_limits<A>::infinity();
+        int64_t arg = wh.start * W + ww.start;
+        for (int64_t ih = wh.start; ih < wh.end && !std::isnan(best); ++ih) {
+          for (int64_t iw = ww.start; iw < ww.end; ++iw) {
+            const A v = static_cast<A>(xs[ih * W + iw]);
+            if (v > best || std::isnan(v)) {
+              best = v;
+              arg = ih * W + iw;
+              if (std::isnan(v)) break;
+            }
+          }
+        }
+        op[(pl * Ho + oh) * Wo + ow] = static_cast<T>(best);
+        ip[(pl * Ho + oh) * Wo + ow] = arg;
+      }
+    }
+  });
+}
+
+template <typename T>
+void max_pool_backward_impl(const Tensor& gout, const Tensor& indices, const Tensor& gx) {
+  const int64_t HW = gx.size(2) * gx.size(3), L = gout.size(2) * gout.size(3);
+  const T* gp = gout.data<T>();
+  const int64_t* ip = indices.data<int64_t>();
+  T* xp = gx.data<T>();
+  for_planes(gx.size(0) * gx.size(1), HW + L, [&](int64_t pl) {
+    T* d = xp + pl * HW;
+    std::fill(d, d + HW, T(0));
+    for (int64_t i = 0; i < L; ++i) {
+      const int64_t k = ip[pl * L + i];
+      EMBER_CHECK(k >= 0 && k < HW, "max_pool2d_backward: index ", k, " at position ", pl * L + i,
+                  " is outside its plane of ", HW, " elements");
+      d[k] = static_cast<T>(static_cast<acc_t<T>>(d[k]) + static_cast<acc_t<T>>(gp[pl * L + i]));
+    }
+  });
+}
+
+// ---- average ----
+template <typename T>
+void avg_pool_impl(const Tensor& x, const Pool2dParams& p, const Tensor& out) {
+  using A = acc_t<T>;
+  const int64_t H = x.size(2), W = x.size(3), Ho = out.size(2), Wo = out.size(3);
+  const T* xp = x.data<T>();
+  T* op = out.data<T>();
+  for_planes(x.size(0) * x.size(1), H * W, [&](int64_t pl) {
+    const T* xs = xp + pl * H * W;
+    for (int64_t oh = 0; oh < Ho; ++oh) {
+      const Window wh = pool_window(oh, p.kernel_h, p.stride_h, p.pad_h, H);
+      for (int64_t ow = 0; ow < Wo; ++ow) {
+        const Window ww = pool_window(ow, p.kernel_w, p.stride_w, p.pad_w, W);
+        A s = 0;
+        for (int64_t ih = wh.start; ih < wh.end; ++ih)
+          for (int64_t iw = ww.start; iw < ww.end; ++iw) s += static_cast<A>(xs[ih * W + iw]);
+        const int64_t count = p.count_include_pad ? wh.padded * ww.padded
+                                                  : (wh.end - wh.start) * (ww.end - ww.start);
+        op[(pl * Ho + oh) * Wo + ow] = static_cast<T>(s / static_cast<A>(count));
+      }
+    }
+  });
+}
+
+template <typename T>
+void avg_pool_backward_impl(const Tensor& gout, const Pool2dParams& p, const Tensor& gx) {
+  using A = acc_t<T>;
+  const int64_t H = gx.size(2), W = gx.size(3), Ho = gout.size(2), Wo = gout.size(3);
+  const T* gp = gout.data<T>();
+  T* xp = gx.data<T>();
+  for_planes(gx.size(0) * gx.size(1), H * W, [&](int64_t pl) {
+    T* d = xp + pl * H * W;
+    std::fill(d, d + H * W, T(0));
+    for (int64_t oh = 0; oh < Ho; ++oh) {
+      const Window wh = pool_window(oh, p.kernel_h, p.stride_h, p.pad_h, H);
+      for (int64_t ow = 0; ow < Wo; ++ow) {
+        const Window ww = pool_window(ow, p.kernel_w, p.stride_w, p.pad_w, W);
+        const int64_t count = p.count_include_pad ? wh.padded * ww.padded
+                                                  : (wh.end - wh.start) * (ww.end - ww.start);
+        const A g = static_cast<A>(gp[(pl * Ho + oh) * Wo + ow]) / static_cast<A>(count);
+        for (int64_t ih = wh.start; ih < wh.end; ++ih)
+          for (int64_t iw = ww.start; iw < ww.end; ++iw)
+            d[ih * W + iw] = static_cast<T>(static_cast<A>(d[ih * W + iw]) + g);
+      }
+    }
+  });
+}
+
+// ---- adaptive average ----
+template <typename T>
+void adaptive_avg_impl(const Tensor& x, const Tensor& out) {
+  using A = acc_t<T>;
+  const int64_t H = x.size(2), W = x.size(3), Ho = out.size(2), Wo = out.size(3);
+  const T* xp = x.data<T>();
+  T* op = out.data<T>();
+  for_planes(x.size(0) * x.size(1), H * W, [&](int64_t pl) {
+    const T* xs = xp + pl * H * W;
+    for (int64_t oh = 0; oh < Ho; ++oh) {
+      const Window wh = adaptive_window(oh, Ho, H);
+      for (int64_t ow = 0; ow < Wo; ++ow) {
+        const Window ww = adaptive_window(ow, Wo, W);
+        A s = 0;
+        for (int64_t ih = wh.start; ih < wh.end; ++ih)
+          for (int64_t iw = ww.start; iw < ww.end; ++iw) s += static_cast<A>(xs[ih * W + iw]);
+        op[(pl * Ho + oh) * Wo + ow] = static_cast<T>(s / static_cast<A>(wh.padded * ww.padded));
+      }
+    }
+  });
+}
+
+template <typename T>
+void adaptive_avg_backward_impl(const Tensor& gout, const Tensor& gx) {
+  using A = acc_t<T>;
+  const int64_t H = gx.size(2), W = gx.size(3), Ho = gout.size(2), Wo = gout.size(3);
+  const T* gp = gout.data<T>();
+  T* xp = gx.data<T>();
+  for_planes(gx.size(0) * gx.size(1), H * W, [&](int64_t pl) {
+    T* d = xp + pl * H * W;
+    std::fill(d, d + H * W, T(0));
+    for (int64_t oh = 0; oh < Ho; ++oh) {
+      const Window wh = adaptive_window(oh, Ho, H);
+      for (int64_t ow = 0; ow < Wo; ++ow) {
+        const Window ww = adaptive_window(ow, Wo, W);
+        const A g = static_cast<A>(gp[(pl * Ho + oh) * Wo + ow]) / static_cast<A>(wh.padded * ww.padded);
+        for (int64_t ih = wh.start; ih < wh.end; ++ih)
+          for (int64_t iw = ww.start; iw < ww.end; ++iw)
+            d[ih * W + iw] = static_cast<T>(static_cast<A>(d[ih * W + iw]) + g);
+      }
+    }
+  });
+}
+
+// ---- dtype dispatch ----
+void max_pool_cpu(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) {
+  EMBER_DISPATCH_FLOAT(x.dtype(), "max_pool2d (cpu)", [&]<typename T>() { max_pool_impl<T>(x, p, out, indices); });
+}
+void max_pool_backward_cpu(const Tensor& gout, const Tensor& indices, const Tensor& gx) {
+  EMBER_DISPATCH_FLOAT(gx.dtype(), "max_pool2d_backward (cpu)",
+                       [&]<typename T>() { max_pool_backward_impl<T>(gout, indices, gx); });
+}
+void avg_pool_cpu(const Tensor& x, const Pool2dParams& p, const Tensor& out) {
+  EMBER_DISPATCH_FLOAT(x.dtype(), "avg_pool2d (cpu)", [&]<typename T>() { avg_pool_impl<T>(x, p, out); });
+}
+void avg_pool_backward_cpu(const Tensor& gout, const Pool2dParams& p, const Tensor& gx) {
+  EMBER_DISPATCH_FLOAT(gx.dtype(), "avg_pool2d_backward (cpu)",
+                       [&]<typename T>() { avg_pool_backward_impl<T>(gout, p, gx); });
+}
+void adaptive_avg_cpu(const Tensor& x, const Tensor& out) {
+  EMBER_DISPATCH_FLOAT(x.dtype(), "adaptive_avg_pool2d (cpu)", [&]<typename T>() { adaptive_avg_impl<T>(x, out); });
+}
+void adaptive_avg_backward_cpu(const Tensor& gout, const Tensor& gx) {
+  EMBER_DISPATCH_FLOAT(gx.dtype(), "adaptive_avg_pool2d_backward (cpu)",
+                       [&]<typename T>() { adaptive_avg_backward_impl<T>(gout, gx); });
+}
+
+}  // namespace
+
+void register_pool() {
+  max_pool2d_table.set(DeviceType::CPU, &max_pool_cpu);
+  max_pool2d_backward_table.set(DeviceType::CPU, &max_pool_backward_cpu);
+  avg_pool2d_table.set(DeviceType::CPU, &avg_pool_cpu);
+  avg_pool2d_backward_table.set(DeviceType::CPU, &avg_pool_backward_cpu);
+  adaptive_avg_pool2d_table.set(DeviceType::CPU, &adaptive_avg_cpu);
+  adaptive_avg_pool2d_backward_table.set(DeviceType::CPU, &adaptive_avg_backward_cpu);
+}
+
+}  // namespace ember::kernels::cpu

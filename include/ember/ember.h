@@ -16,3 +16,7 @@
 #include "layers/linear.h"
 #include "layers/activation.h"
 #include "layers/sequential.h"
+#include "autograd/ops_norm.h"
+#include "layers/batchnorm.h"
+#include "layers/dropout.h"
+#include "layers/loss.h"

@@ -1,0 +1,45 @@
+#include "layers/batchnorm.h"
+
+#include <sstream>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "autograd/ops_norm.h"
+#include "core/error.h"
+#include "kernels/factory.h"
+
+namespace ember::layers {
+
+BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, bool affine)
+    : c_(num_features), eps_(eps), momentum_(momentum) {
+  EMBER_CHECK(num_features > 0, "BatchNorm2d: expected a positive number of features, got ", num_features);
+  EMBER_CHECK(eps > 0.0, "BatchNorm2d: eps must be positive, got ", eps);
+  EMBER_CHECK(momentum >= 0.0 && momentum <= 1.0, "BatchNorm2d: momentum must be in [0, 1], got ", momentum);
+  if (affine) {
+    weight_ = register_parameter("weight", ones({c_}));
+    bias_ = register_parameter("bias", zeros({c_}));
+  }
+  running_mean_ = register_buffer("running_mean", zeros({c_}));
+  running_var_ = register_buffer("running_var", ones({c_}));
+  num_batches_tracked_ = register_buffer("num_batches_tracked", zeros({}, DType::i64));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  EMBER_CHECK(x.defined() && x.dim() == 4 && x.size(1) == c_, "BatchNorm2d(", c_, "): expected input (N, ", c_,
+              ", H, W), got ", x.defined() ? x.shape_str() : "an undefined tensor");
+  const bool training = is_training();
+  Tensor y = batch_norm(x, weight_, bias_, running_mean_, running_var_, training, momentum_, eps_);
+  if (training) {
+    NoGradGuard no_grad;
+    num_batches_tracked_.copy_(num_batches_tracked_ + 1.0);  // stays on the device, no host sync
+  }
+  return y;
+}
+
+std::string BatchNorm2d::extra_repr() const {
+  std::ostringstream os;
+  os << c_ << ", eps=" << eps_ << ", momentum=" << momentum_ << ", affine=" << (weight_.defined() ? "True" : "False");
+  return os.str();
+}
+
+}  // namespace ember::layers

@@ -1,0 +1,37 @@
+#pragma once
+// BatchNorm2d: per-channel normalization of NCHW input with running statistics.
+#include <cstdint>
+#include <string>
+
+#include "layers/module.h"
+
+namespace ember::layers {
+
+/// Parameters (affine): weight (C) = 1, bias (C) = 0. Buffers: running_mean (C) = 0,
+/// running_var (C) = 1, num_batches_tracked (0-d i64) = 0. Training mode normalizes with the
+/// batch's mean and biased variance and updates running = (1 - momentum) * running + momentum *
+/// batch (unbiased variance for running_var); eval mode normalizes with the running statistics.
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true);
+  /// x (N, C, H, W) -> (N, C, H, W).
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "BatchNorm2d"; }
+  std::string extra_repr() const override;
+
+  int64_t num_features() const { return c_; }
+  double eps() const { return eps_; }
+  double momentum() const { return momentum_; }
+  const Tensor& weight() const { return weight_; }  // undefined when !affine
+  const Tensor& bias() const { return bias_; }      // undefined when !affine
+  const Tensor& running_mean() const { return running_mean_; }
+  const Tensor& running_var() const { return running_var_; }
+  const Tensor& num_batches_tracked() const { return num_batches_tracked_; }
+
+ private:
+  int64_t c_;
+  double eps_, momentum_;
+  Tensor weight_, bias_, running_mean_, running_var_, num_batches_tracked_;
+};
+
+}  // namespace ember::layers

@@ -8,4 +8,7 @@ void register_reduce();       // reduce, argmax
 void register_matmul();       // gemm (cuBLAS)
 void register_softmax();      // softmax, softmax_backward, cross_entropy(+backward)
 void register_index();        // index_select, index_add
+void register_conv();         // conv2d forward, backward-input, backward-weight (cuDNN)
+void register_pool();         // max/avg/adaptive-avg pool2d and their backwards
+void register_norm();         // batch_norm(+backward) (cuDNN), dropout
 }  // namespace ember::kernels::cuda

@@ -11,6 +11,9 @@ void register_cuda_kernels() {
   cuda::register_matmul();
   cuda::register_softmax();
   cuda::register_index();
+  cuda::register_conv();
+  cuda::register_pool();
+  cuda::register_norm();
 }
 
 }  // namespace ember::kernels

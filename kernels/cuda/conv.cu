@@ -1,0 +1,461 @@
+// CUDA 2-D convolution through cuDNN: forward, backward-data, backward-filter (NCHW, groups,
+// stride, padding, dilation; f32, f64, f16, bf16).
+//
+// Why it is shaped this way:
+//  * Algorithms: the first call for a (device, direction, dtype, shapes, params, TF32 switch)
+//    runs cudnnFind*AlgorithmEx, which times every algorithm on the real inputs, and caches the
+//    fastest successful one (with its math type) in a process-wide map; later calls only look it
+//    up. The search writes into a scratch output, never into the caller's tensor, because the
+//    filter gradient of a batch split into chunks accumulates (beta = 1) into the real one.
+//  * Workspace: an `ember::empty` u8 tensor on the device, i.e. the stream-aware caching
+//    allocator; it is released when the call returns and reused in stream order. The search may
+//    use up to kSearchWorkspaceCap bytes; if that much cannot be had it searches with none (every
+//    direction has an algorithm needing no workspace).
+//  * Precision: f32 runs with CUDNN_FMA_MATH (no TF32) unless cuda::set_allow_tf32(true) — the
+//    same switch as the cuBLAS GEMMs — so results agree with the CPU to f32 precision. f16/bf16
+//    keep their storage type and accumulate in f32 (compute type FLOAT, tensor cores allowed);
+//    f64 computes in f64.
+//  * cuDNN's legacy descriptors take int sizes and strides, and its kernels index in 32 bits. A
+//    batch whose input or output has 2^31 elements or more is split along N into chunks below
+//    that (the per-sample sizes must fit); the filter gradient sums over the chunks with beta = 1.
+//  * Bias is added by a small grid-stride kernel rather than cudnnAddTensor, whose support for
+//    bf16 varies between cuDNN versions; the add is cheap next to the convolution.
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "core/stream.h"
+#include "kernels/conv.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cublas_handle.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cudnn_handle.h"
+#include "kernels/cuda/reduce_utils.cuh"
+
+namespace ember::kernels::cuda {
+namespace {
+
+constexpr size_t kSearchWorkspaceCap = size_t(1) << 30;  // bytes the algorithm search may use
+constexpr int64_t kIntLimit = INT_MAX;                    // cuDNN's 32-bit element counts
+
+enum class Direction : int { Forward = 0, BackwardData = 1, BackwardFilter = 2 };
+
+/// One convolution problem (possibly a chunk of the batch): x (n, c, h, w), filter (o, cg, kh, kw),
+/// y (n, o, ho, wo), with cg = c / groups.
+struct Geometry {
+  DType dtype;
+  int64_t n, c, h, w;
+  int64_t o, cg, kh, kw;
+  int64_t ho, wo;
+  Conv2dParams p;
+};
+
+struct AlgoKey {
+  int device;
+  Direction dir;
+  DType dtype;
+  bool tf32;
+  int64_t n, c, h, w, o, cg, kh, kw, sh, sw, ph, pw, dh, dw, g;
+  auto tie() const { return std::tie(device, dir, dtype, tf32, n, c, h, w, o, cg, kh, kw, sh, sw, ph, pw, dh, dw, g); }
+  bool operator<(const AlgoKey& b) const { return tie() < b.tie(); }
+};
+
+struct AlgoChoice {
+  int algo;              // cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
+  cudnnMathType_t math;  // math type the algorithm was timed with
+};
+
+struct AlgoCache {
+  std::mutex mu;
+  std::map<AlgoKey, AlgoChoice> map;
+};
+AlgoCache& algo_cache() {
+  static AlgoCache* c = new AlgoCache();  // leaked on purpose: no destruction-order hazards at exit
+  return *c;
+}
+
+AlgoKey key_of(Device dev, Direction dir, const Geometry& g, bool tf32) {
+  return AlgoKey{dev.index(), dir, g.dtype, tf32, g.n, g.c, g.h, g.w, g.o, g.cg, g.kh, g.kw, g.p.stride_h,
+                 g.p.stride_w, g.p.pad_h, g.p.pad_w, g.p.dilation_h, g.p.dilation_w, g.p.groups};
+}
+
+std::string geometry_str(const Geometry& g) {
+  std::ostringstream os;
+  os << "x (" << g.n << ", " << g.c << ", " << g.h << ", " << g.w << "), w (" << g.o << ", " << g.cg << ", " << g.kh
+     << ", " << g.kw << "), y (" << g.n << ", " << g.o << ", " << g.ho << ", " << g.wo << "), stride (" << g.p.stride_h
+     << ", " << g.p.stride_w << "), padding (" << g.p.pad_h << ", " << g.p.pad_w << "), dilation (" << g.p.dilation_h
+     << ", " << g.p.dilation_w << "), groups " << g.p.groups << ", " << dtype_name(g.dtype);
+  return os.str();
+}
+
+/// Math type requested before the search: see the top comment.
+cudnnMathType_t requested_math(DType dt, bool tf32) {
+  switch (dt) {
+    case DType::f32: return tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    case DType::f16:
+    case DType::bf16: return CUDNN_TENSOR_OP_MATH;
+    default: return CUDNN_DEFAULT_MATH;
+  }
+}
+
+/// The math type to run a found algorithm with. Strict f32 stays FMA whatever the search reports
+/// (cuDNN may label an FMA algorithm DEFAULT_MATH, which on Ampere+ would permit TF32).
+cudnnMathType_t run_math(DType dt, bool tf32, cudnnMathType_t found) {
+  if (dt == DType::f32 && !tf32) return CUDNN_FMA_MATH;
+  return found;
+}
+
+/// alpha/beta as cuDNN wants them: double for f64 data, float otherwise.
+struct Scale {
+  float f;
+  double d;
+  explicit Scale(double v) : f(static_cast<float>(v)), d(v) {}
+  const void* ptr(DType dt) const { return dt == DType::f64 ? static_cast<const void*>(&d) : static_cast<const void*>(&f); }
+};
+
+/// Descriptors of one problem. The convolution descriptor carries the requested math type.
+struct Descs {
+  TensorDescriptor x, y;
+  FilterDescriptor w;
+  ConvolutionDescriptor conv;
+  Descs(const Geometry& g, cudnnMathType_t math) {
+    x.set_4d(g.dtype, g.n, g.c, g.h, g.w);
+    y.set_4d(g.dtype, g.n, g.o, g.ho, g.wo);
+    w.set_4d(g.dtype, g.o, g.cg, g.kh, g.kw);
+    conv.set_2d(g.p.pad_h, g.p.pad_w, g.p.stride_h, g.p.stride_w, g.p.dilation_h, g.p.dilation_w, g.p.groups,
+                g.dtype == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT);
+    conv.set_math_type(math);
+    // cuDNN's own output-size rule must agree with the shapes the front end allocated.
+    int n = 0, c = 0, h = 0, w_ = 0;
+    CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv.get(), x.get(), w.get(), &n, &c, &h, &w_));
+    EMBER_CHECK(n == g.n && c == g.o && h == g.ho && w_ == g.wo, "conv2d (cuda): cuDNN computes output (", n, ", ",
+                c, ", ", h, ", ", w_, ") for ", geometry_str(g));
+  }
+};
+
+/// Workspace bytes of `algo` for direction `dir` under the descriptors' current math type
+/// (SIZE_MAX when cuDNN says the algorithm does not apply).
+size_t workspace_size(cudnnHandle_t h, Direction dir, const Descs& d, int algo) {
+  size_t bytes = 0;
+  cudnnStatus_t st;
+  switch (dir) {
+    case Direction::Forward:
+      st = cudnnGetConvolutionForwardWorkspaceSize(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
+                                                   static_cast<cudnnConvolutionFwdAlgo_t>(algo), &bytes);
+      break;
+    case Direction::BackwardData:
+      st = cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(),
+                                                        static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), &bytes);
+      break;
+    default:
+      st = cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(),
+                                                          static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), &bytes);
+      break;
+  }
+  return st == CUDNN_STATUS_SUCCESS ? bytes : SIZE_MAX;
+}
+
+int algo_count(Direction dir) {
+  switch (dir) {
+    case Direction::Forward: return CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+    case Direction::BackwardData: return CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+    default: return CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+  }
+}
+const char* dir_name(Direction dir) {
+  switch (dir) {
+    case Direction::Forward: return "forward";
+    case Direction::BackwardData: return "backward-data";
+    default: return "backward-filter";
+  }
+}
+
+/// A u8 workspace on `dev` from the caching allocator (undefined tensor for 0 bytes).
+Tensor make_workspace(size_t bytes, Device dev) {
+  if (bytes == 0) return Tensor();
+  return empty({static_cast<int64_t>(bytes)}, DType::u8, dev);
+}
+
+/// The search's workspace: the largest any algorithm asks for, capped; none if it cannot be had.
+Tensor search_workspace(cudnnHandle_t h, Direction dir, const Descs& d, Device dev, size_t& bytes) {
+  size_t want = 0;
+  for (int a = 0; a < algo_count(dir); ++a) {
+    const size_t s = workspace_size(h, dir, d, a);
+    if (s != SIZE_MAX) want = std::max(want, s);
+  }
+  bytes = std::min(want, kSearchWorkspaceCap);
+  try {
+    return make_workspace(bytes, dev);
+  } catch (const Error&) {  // out of memory even after the allocator emptied its cache
+    bytes = 0;
+    return Tensor();
+  }
+}
+
+/// First (fastest) usable entry of a perf array sorted by time.
+template <typename Perf>
+bool pick(const std::vector<Perf>& perfs, int returned, size_t ws_bytes, AlgoChoice& out) {
+  for (int i = 0; i < returned; ++i) {
+    const Perf& pf = perfs[static_cast<size_t>(i)];
+    if (pf.status == CUDNN_STATUS_SUCCESS && pf.memory <= ws_bytes) {
+      out = AlgoChoice{static_cast<int>(pf.algo), pf.mathType};
+      return true;
+    }
+  }
+  return false;
+}
+
+/// Times the algorithms of `dir` on the given operands (the output is a scratch tensor) and
+/// returns the fastest. x/w/y are device pointers of the problem's three tensors.
+AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs& d, Device dev, const void* x,
+                  const void* w, const void* y) {
+  size_t ws_bytes = 0;
+  Tensor ws = search_workspace(h, dir, d, dev, ws_bytes);
+  void* ws_ptr = ws.defined() ? ws.data_ptr() : nullptr;
+  const int count = algo_count(dir);
+  int returned = 0;
+  AlgoChoice choice{0, CUDNN_DEFAULT_MATH};
+  bool ok = false;
+  switch (dir) {
+    case Direction::Forward: {
+      Tensor scratch = empty({g.n, g.o, g.ho, g.wo}, g.dtype, dev);
+      std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(static_cast<size_t>(count));
+      CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, d.x.get(), x, d.w.get(), w, d.conv.get(), d.y.get(),
+                                                         scratch.data_ptr(), count, &returned, perfs.data(), ws_ptr,
+                                                         ws_bytes));
+      ok = pick(perfs, returned, ws_bytes, choice);
+      break;
+    }
+    case Direction::BackwardData: {
+      Tensor scratch = empty({g.n, g.c, g.h, g.w}, g.dtype, dev);
+      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(static_cast<size_t>(count));
+      CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w.get(), w, d.y.get(), y, d.conv.get(), d.x.get(),
+                                                              scratch.data_ptr(), count, &returned, perfs.data(),
+                                                              ws_ptr, ws_bytes));
+      ok = pick(perfs, returned, ws_bytes, choice);
+      break;
+    }
+    case Direction::BackwardFilter: {
+      Tensor scratch = empty({g.o, g.cg, g.kh, g.kw}, g.dtype, dev);
+      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(static_cast<size_t>(count));
+      CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x.get(), x, d.y.get(), y, d.conv.get(),
+                                                                d.w.get(), scratch.data_ptr(), count, &returned,
+                                                                perfs.data(), ws_ptr, ws_bytes));
+      ok = pick(perfs, returned, ws_bytes, choice);
+      break;
+    }
+  }
+  EMBER_CHECK(ok, "conv2d (cuda): cuDNN found no ", dir_name(dir), " algorithm for ", geometry_str(g), " (",
+              returned, " candidates, search workspace ", ws_bytes, " bytes)");
+  return choice;
+}
+
+/// Runs direction `dir` on one problem: finds (or looks up) the algorithm, then calls cuDNN with
+/// out = alpha * op + beta * out. x/w/y are the three tensors' device pointers; the one written is
+/// y (forward), x (backward-data) or w (backward-filter).
+void run(Direction dir, const Geometry& g, Device dev, cudaStream_t stream, const void* x, const void* w,
+         const void* y, double beta) {
+  const bool tf32 = g.dtype == DType::f32 && allow_tf32();
+  cudnnHandle_t h = cudnn_handle(dev, stream);
+  Descs d(g, requested_math(g.dtype, tf32));
+  const AlgoKey key = key_of(dev, dir, g, tf32);
+  AlgoChoice choice{};
+  bool found = false;
+  {
+    AlgoCache& c = algo_cache();
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.map.find(key);
+    if (it != c.map.end()) choice = it->second, found = true;
+  }
+  if (!found) {  // searched outside the lock; two threads racing on one shape both search, harmlessly
+    choice = search(h, dir, g, d, dev, x, w, y);
+    AlgoCache& c = algo_cache();
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.map.emplace(key, choice);
+  }
+  d.conv.set_math_type(run_math(g.dtype, tf32, choice.math));
+  const size_t ws_bytes = workspace_size(h, dir, d, choice.algo);
+  EMBER_CHECK(ws_bytes != SIZE_MAX, "conv2d (cuda): cuDNN ", dir_name(dir), " algorithm ", choice.algo,
+              " does not apply to ", geometry_str(g));
+  Tensor ws = make_workspace(ws_bytes, dev);
+  void* ws_ptr = ws.defined() ? ws.data_ptr() : nullptr;
+  const Scale one(1.0), b(beta);
+  switch (dir) {
+    case Direction::Forward:
+      CUDNN_CHECK(cudnnConvolutionForward(h, one.ptr(g.dtype), d.x.get(), x, d.w.get(), w, d.conv.get(),
+                                          static_cast<cudnnConvolutionFwdAlgo_t>(choice.algo), ws_ptr, ws_bytes,
+                                          b.ptr(g.dtype), d.y.get(), const_cast<void*>(y)));
+      break;
+    case Direction::BackwardData:
+      CUDNN_CHECK(cudnnConvolutionBackwardData(h, one.ptr(g.dtype), d.w.get(), w, d.y.get(), y, d.conv.get(),
+                                               static_cast<cudnnConvolutionBwdDataAlgo_t>(choice.algo), ws_ptr,
+                                               ws_bytes, b.ptr(g.dtype), d.x.get(), const_cast<void*>(x)));
+      break;
+    case Direction::BackwardFilter:
+      CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, one.ptr(g.dtype), d.x.get(), x, d.y.get(), y, d.conv.get(),
+                                                 static_cast<cudnnConvolutionBwdFilterAlgo_t>(choice.algo), ws_ptr,
+                                                 ws_bytes, b.ptr(g.dtype), d.w.get(), const_cast<void*>(w)));
+      break;
+  }
+  // `ws` goes back to the caching allocator here; the block is reused only in `stream`'s order.
+}
+
+// ---- bias ----
+
+/// y[n, o, s] += bias[o] over y (n, o_count, s_count) contiguous; accumulation type A.
+template <typename T>
+__global__ void __launch_bounds__(kBlock) add_bias_kernel(T* __restrict__ y, const T* __restrict__ bias,
+                                                          int64_t total, int64_t o_count, int64_t s_count) {
+  using A = acc_t<T>;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int64_t o = (i / s_count) % o_count;
+    y[i] = store_as<T>(load_as<A>(y[i]) + load_as<A>(bias[o]));
+  }
+}
+
+void add_bias(const Tensor& y, const Tensor& bias, cudaStream_t stream) {
+  const int64_t total = y.numel();
+  if (total == 0) return;
+  const int64_t o = y.size(1), s = y.size(2) * y.size(3);
+  EMBER_DISPATCH_FLOAT(y.dtype(), "conv2d bias", [&]<typename T>() {
+    add_bias_kernel<T><<<grid_for(total), kBlock, 0, stream>>>(static_cast<T*>(y.data_ptr()),
+                                                               static_cast<const T*>(bias.data_ptr()), total, o, s);
+    EMBER_LAUNCH_CHECK();
+  });
+}
+
+// ---- shape checks and batch chunking ----
+
+void check_operands(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> ts) {
+  const Tensor& first = *ts.begin()->second;
+  for (const auto& [name, t] : ts) {
+    EMBER_CHECK(t->device() == first.device() && t->device().is_cuda(), op, ": expected every operand on one CUDA ",
+                "device, got ", ts.begin()->first, " on ", first.device().str(), " and ", name, " on ",
+                t->device().str());
+    EMBER_CHECK(t->dtype() == first.dtype(), op, ": expected one dtype, got ", ts.begin()->first, " ",
+                dtype_name(first.dtype()), " and ", name, " ", dtype_name(t->dtype()));
+    EMBER_CHECK(t->dim() == 4 && is_dense(*t), op, ": expected a contiguous 4-D ", name, ", got shape ",
+                t->shape_str(), " strides ", shape_str(t->strides()));
+  }
+  (void)cudnn_data_type(first.dtype());  // throws for non-float dtypes
+}
+
+/// Geometry from x (N, C, H, W), w (O, C/g, kh, kw), y (N, O, Ho, Wo) shapes.
+Geometry geometry_of(DType dt, const Shape& xs, const Shape& ws, const Shape& ys, const Conv2dParams& p,
+                     const char* op) {
+  Geometry g{dt, xs[0], xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], ws[3], ys[2], ys[3], p};
+  EMBER_CHECK(p.groups >= 1 && g.c == g.cg * p.groups && g.o % p.groups == 0 && ys[0] == xs[0] && ys[1] == ws[0],
+              op, ": inconsistent shapes x ", shape_str(xs), ", w ", shape_str(ws), ", y ", shape_str(ys),
+              " with groups ", p.groups);
+  return g;
+}
+
+/// Samples per cuDNN call so that x and y of one call stay below 2^31 elements.
+int64_t chunk_size(const Geometry& g) {
+  const int64_t per_sample = std::max<int64_t>({g.c * g.h * g.w, g.o * g.ho * g.wo, 1});
+  EMBER_CHECK(per_sample <= kIntLimit, "conv2d (cuda): one sample has ", per_sample,
+              " elements, more than cuDNN's 32-bit limit, for ", geometry_str(g));
+  return std::max<int64_t>(1, std::min<int64_t>(g.n, kIntLimit / per_sample));
+}
+
+const char* byte_ptr(const Tensor& t, int64_t elem_offset) {
+  return static_cast<const char*>(t.data_ptr()) + elem_offset * static_cast<int64_t>(t.element_size());
+}
+
+// ---- the three entry points ----
+
+/// out (N, O, Ho, Wo) = conv(x (N, C, H, W), w (O, C/g, kh, kw)) + bias (O).
+void conv2d_forward_cuda(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
+                         const Tensor& out) {
+  check_operands("conv2d (cuda)", {{"x", &x}, {"w", &w}, {"out", &out}});
+  const Geometry full = geometry_of(x.dtype(), x.shape(), w.shape(), out.shape(), p, "conv2d (cuda)");
+  if (bias.defined()) {
+    EMBER_CHECK(bias.device() == out.device() && bias.dtype() == out.dtype() && bias.numel() == full.o &&
+                    is_dense(bias),
+                "conv2d (cuda): expected a contiguous bias of ", full.o, " ", dtype_name(out.dtype()), " values on ",
+                out.device().str(), ", got shape ", bias.shape_str(), " ", dtype_name(bias.dtype()), " on ",
+                bias.device().str());
+  }
+  if (out.numel() == 0) return;
+  DeviceGuard guard(out.device());
+  const cudaStream_t stream = stream_of(out);
+  if (x.numel() == 0 || w.numel() == 0) {  // C == 0: an empty sum (cuDNN rejects zero sizes)
+    CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, static_cast<size_t>(out.numel()) * out.element_size(), stream));
+  } else {
+    const int64_t chunk = chunk_size(full);
+    for (int64_t n0 = 0; n0 < full.n; n0 += chunk) {
+      Geometry g = full;
+      g.n = std::min(chunk, full.n - n0);
+      run(Direction::Forward, g, out.device(), stream, byte_ptr(x, n0 * g.c * g.h * g.w), w.data_ptr(),
+          byte_ptr(out, n0 * g.o * g.ho * g.wo), 0.0);
+    }
+  }
+  if (bias.defined()) add_bias(out, bias, stream);
+}
+
+/// grad_x (N, C, H, W) from grad_out (N, O, Ho, Wo) and w (O, C/g, kh, kw).
+void conv2d_backward_input_cuda(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p,
+                                const Tensor& grad_x) {
+  check_operands("conv2d_backward_input (cuda)", {{"grad_out", &grad_out}, {"w", &w}, {"grad_x", &grad_x}});
+  const Geometry full =
+      geometry_of(w.dtype(), grad_x.shape(), w.shape(), grad_out.shape(), p, "conv2d_backward_input (cuda)");
+  if (grad_x.numel() == 0) return;
+  DeviceGuard guard(grad_x.device());
+  const cudaStream_t stream = stream_of(grad_x);
+  if (grad_out.numel() == 0 || w.numel() == 0) {  // no output element depends on x
+    CUDA_CHECK(cudaMemsetAsync(grad_x.data_ptr(), 0, static_cast<size_t>(grad_x.numel()) * grad_x.element_size(),
+                               stream));
+    return;
+  }
+  const int64_t chunk = chunk_size(full);
+  for (int64_t n0 = 0; n0 < full.n; n0 += chunk) {
+    Geometry g = full;
+    g.n = std::min(chunk, full.n - n0);
+    run(Direction::BackwardData, g, grad_x.device(), stream, byte_ptr(grad_x, n0 * g.c * g.h * g.w), w.data_ptr(),
+        byte_ptr(grad_out, n0 * g.o * g.ho * g.wo), 0.0);
+  }
+}
+
+/// grad_w (O, C/g, kh, kw) from grad_out (N, O, Ho, Wo) and x (N, C, H, W); chunks of the batch
+/// accumulate into grad_w.
+void conv2d_backward_weight_cuda(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
+                                 const Tensor& grad_w) {
+  check_operands("conv2d_backward_weight (cuda)", {{"grad_out", &grad_out}, {"x", &x}, {"grad_w", &grad_w}});
+  const Geometry full =
+      geometry_of(x.dtype(), x.shape(), grad_w.shape(), grad_out.shape(), p, "conv2d_backward_weight (cuda)");
+  if (grad_w.numel() == 0) return;
+  DeviceGuard guard(grad_w.device());
+  const cudaStream_t stream = stream_of(grad_w);
+  if (grad_out.numel() == 0 || x.numel() == 0) {  // an empty batch (or empty planes): zero gradient
+    CUDA_CHECK(cudaMemsetAsync(grad_w.data_ptr(), 0, static_cast<size_t>(grad_w.numel()) * grad_w.element_size(),
+                               stream));
+    return;
+  }
+  const int64_t chunk = chunk_size(full);
+  for (int64_t n0 = 0; n0 < full.n; n0 += chunk) {
+    Geometry g = full;
+    g.n = std::min(chunk, full.n - n0);
+    run(Direction::BackwardFilter, g, grad_w.device(), stream, byte_ptr(x, n0 * g.c * g.h * g.w), grad_w.data_ptr(),
+        byte_ptr(grad_out, n0 * g.o * g.ho * g.wo), n0 == 0 ? 0.0 : 1.0);
+  }
+}
+
+}  // namespace
+
+void register_conv() {
+  conv2d_forward_table.set(DeviceType::CUDA, &conv2d_forward_cuda);
+  conv2d_backward_input_table.set(DeviceType::CUDA, &conv2d_backward_input_cuda);
+  conv2d_backward_weight_table.set(DeviceType::CUDA, &conv2d_backward_weight_cuda);
+}
+
+}  // namespace ember::kernels::cuda

@@ -1,0 +1,286 @@
+// CUDA batch normalization (cuDNN) and dropout (hand-written, counter-based RNG).
+//
+// Batch norm: x arrives from the front (kernels/norm.cpp) as a contiguous (N, C, S) view and is
+// described to cuDNN as the NCHW tensor (N, C, S, 1) in CUDNN_BATCHNORM_SPATIAL mode, so one mean
+// and variance per channel over (N, S). Scale, bias, running and saved statistics are f32 (f64 for
+// f64 input), as cuDNN requires and the front enforces. Training calls
+// cudnnBatchNormalizationForwardTraining with exponentialAverageFactor = momentum; cuDNN updates
+// the running variance with the unbiased batch variance and returns 1/sqrt(biased var + eps) as
+// resultSaveInvVariance, which is exactly save_invstd. Eval calls ForwardInference. The training
+// backward is cudnnBatchNormalizationBackward fed with the saved mean and inverse std. cuDNN has
+// no eval-mode backward (its backward always differentiates through the batch statistics), so
+// that one is a small kernel here: with fixed statistics dx = w * invstd * dy, and the parameter
+// gradients are per-channel sums; one block per channel, sums in f64, no atomics.
+// An undefined weight or bias is passed to cuDNN as ones / zeros. cuDNN indexes in 32 bits, so
+// inputs of 2^31 elements or more are refused with a message.
+//
+// Dropout: one thread per Philox block of 4 consecutive elements (core/rng.h's layout: element i
+// uses block offset + i / 4, lane i % 4), grid-stride, 64-bit indices, 16-byte vector loads and
+// stores for f32 (8 bytes for f16/bf16) when both tensors are aligned. The keep test is the
+// integer test of kernels/norm.h's dropout_threshold, and the scaled value is computed exactly as
+// the CPU twin does (x widened to f32, or f64 for f64, times the scale 1 / (1 - p) rounded once on
+// the host, then rounded to T by the same conversion), so CPU and GPU give identical bits.
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "core/rng.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cudnn_handle.h"
+#include "kernels/cuda/loops.cuh"
+#include "kernels/cuda/reduce_utils.cuh"
+#include "kernels/factory.h"
+#include "kernels/norm.h"
+
+namespace ember::kernels::cuda {
+namespace {
+
+// ---- batch norm ----
+
+DType param_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
+
+/// alpha/beta as cuDNN wants them: double for f64 data, float otherwise.
+struct Scale {
+  float f;
+  double d;
+  explicit Scale(double v) : f(static_cast<float>(v)), d(v) {}
+  const void* ptr(DType dt) const { return dt == DType::f64 ? static_cast<const void*>(&d) : static_cast<const void*>(&f); }
+};
+
+/// Checks one per-channel tensor (C) of the parameter dtype on x's device, when defined.
+void check_channel(const char* op, const char* name, const Tensor& t, const Tensor& x) {
+  if (!t.defined()) return;
+  const int64_t C = x.size(1);
+  EMBER_CHECK(t.device() == x.device() && t.numel() == C && t.dtype() == param_dtype(x.dtype()) && is_dense(t), op,
+              ": ", name, " must be a contiguous (", C, ") ", dtype_name(param_dtype(x.dtype())), " tensor on ",
+              x.device().str(), " for input ", x.shape_str(), " ", dtype_name(x.dtype()), ", got ", t.shape_str(), " ",
+              dtype_name(t.dtype()), " on ", t.device().str());
+}
+
+void check_ncs(const char* op, const char* name, const Tensor& t, const Tensor& x) {
+  EMBER_CHECK(t.device() == x.device() && t.device().is_cuda() && t.dtype() == x.dtype() && t.sizes() == x.sizes() &&
+                  t.dim() == 3 && is_dense(t),
+              op, ": ", name, " must be a contiguous (N, C, S) ", dtype_name(x.dtype()), " tensor of shape ",
+              x.shape_str(), " on a CUDA device, got ", t.shape_str(), " ", dtype_name(t.dtype()), " on ",
+              t.device().str());
+}
+
+/// Descriptors of x (N, C, S) as NCHW (N, C, S, 1) and of the per-channel parameters.
+struct BnDescs {
+  TensorDescriptor x, bn;
+  explicit BnDescs(const Tensor& xt, const char* op) {
+    EMBER_CHECK(xt.numel() < (int64_t(1) << 31), op, ": input (N, C, S) = ", xt.shape_str(), " has ", xt.numel(),
+                " elements; cuDNN batch norm is limited to fewer than 2^31");
+    x.set_4d(xt.dtype(), xt.size(0), xt.size(1), xt.size(2), 1);
+    CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(bn.get(), x.get(), CUDNN_BATCHNORM_SPATIAL));
+  }
+};
+
+/// `t` itself, or a (C) tensor of `value` when t is undefined.
+Tensor or_filled(const Tensor& t, int64_t C, DType dt, Device dev, double value) {
+  return t.defined() ? t : full({C}, value, dt, dev);
+}
+
+void batch_norm_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                     const Tensor& running_var, bool training, double momentum, double eps,
+                     const BatchNormResult& r) {
+  const char* op = "batch_norm (cuda)";
+  EMBER_CHECK(x.dim() == 3 && is_dense(x) && x.device().is_cuda(), op,
+              ": expected a contiguous (N, C, S) input on a CUDA device, got ", x.shape_str(), " on ",
+              x.device().str());
+  check_ncs(op, "out", r.out, x);
+  check_channel(op, "weight", weight, x);
+  check_channel(op, "bias", bias, x);
+  check_channel(op, "running_mean", running_mean, x);
+  check_channel(op, "running_var", running_var, x);
+  EMBER_CHECK(running_mean.defined() == running_var.defined(), op,
+              ": running_mean and running_var must be both defined or both undefined");
+  if (training) {
+    EMBER_CHECK(r.save_mean.defined() && r.save_invstd.defined(), op, ": training needs save_mean and save_invstd");
+    check_channel(op, "save_mean", r.save_mean, x);
+    check_channel(op, "save_invstd", r.save_invstd, x);
+  } else {
+    EMBER_CHECK(running_mean.defined(), op, ": eval mode needs the running statistics");
+  }
+  if (x.numel() == 0) return;
+  const int64_t C = x.size(1);
+  const DType pd = param_dtype(x.dtype());
+  DeviceGuard guard(x.device());
+  const cudaStream_t stream = stream_of(x);
+  cudnnHandle_t h = cudnn_handle(x.device(), stream);
+  BnDescs d(x, op);
+  const Tensor w = or_filled(weight, C, pd, x.device(), 1.0);
+  const Tensor b = or_filled(bias, C, pd, x.device(), 0.0);
+  const Scale one(1.0), zero(0.0);
+  if (training) {
+    void* rm = running_mean.defined() ? running_mean.data_ptr() : nullptr;
+    void* rv = running_var.defined() ? running_var.data_ptr() : nullptr;
+    CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+        h, CUDNN_BATCHNORM_SPATIAL, one.ptr(x.dtype()), zero.ptr(x.dtype()), d.x.get(), x.data_ptr(), d.x.get(),
+        r.out.data_ptr(), d.bn.get(), w.data_ptr(), b.data_ptr(), momentum, rm, rv, eps, r.save_mean.data_ptr(),
+        r.save_invstd.data_ptr()));
+  } else {
+    CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
+        h, CUDNN_BATCHNORM_SPATIAL, one.ptr(x.dtype()), zero.ptr(x.dtype()), d.x.get(), x.data_ptr(), d.x.get(),
+        r.out.data_ptr(), d.bn.get(), w.data_ptr(), b.data_ptr(), running_mean.data_ptr(), running_var.data_ptr(),
+        eps));
+  }
+  // `w` / `b` may be temporaries: freed in stream order, after cuDNN's kernels have read them.
+}
+
+/// Eval-mode backward. Block c' handles channels c = c', c' + gridDim.x, ...: over the N * S
+/// elements (n, c, s) of x/g/gx (N, C, S) it writes gx = w[c] * invstd[c] * g and reduces
+/// sum(g) -> gb[c] and invstd[c] * sum(g * (x - mean[c])) -> gw[c] (sums in f64).
+template <typename T, typename P>
+__global__ void __launch_bounds__(kBlock) bn_backward_eval_kernel(const T* __restrict__ g, const T* __restrict__ x,
+                                                                  const P* __restrict__ w, const P* __restrict__ mean,
+                                                                  const P* __restrict__ invstd, T* __restrict__ gx,
+                                                                  P* __restrict__ gw, P* __restrict__ gb, int64_t N,
+                                                                  int64_t C, int64_t S) {
+  using A = acc_t<T>;
+  __shared__ double2 smem[32];
+  for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
+    const double m = static_cast<double>(mean[c]), is = static_cast<double>(invstd[c]);
+    const A k = static_cast<A>((w != nullptr ? static_cast<double>(w[c]) : 1.0) * is);
+    double sg = 0.0, sgd = 0.0;
+    const int64_t M = N * S;
+    for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+      const int64_t n = j / S, s = j - n * S;
+      const int64_t e = (n * C + c) * S + s;
+      const A gv = load_as<A>(g[e]);
+      sg += static_cast<double>(gv);
+      sgd += static_cast<double>(gv) * (static_cast<double>(load_as<A>(x[e])) - m);
+      gx[e] = store_as<T>(k * gv);
+    }
+    const double2 tot = block_reduce(
+        make_double2(sg, sgd), [](double2 a, double2 b) { return make_double2(a.x + b.x, a.y + b.y); },
+        make_double2(0.0, 0.0), smem);
+    if (threadIdx.x == 0) {
+      gb[c] = static_cast<P>(tot.x);
+      gw[c] = static_cast<P>(tot.y * is);
+    }
+  }
+}
+
+void batch_norm_backward_cuda(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& save_mean,
+                              const Tensor& save_invstd, bool training, double eps, const BatchNormGrads& r) {
+  const char* op = "batch_norm_backward (cuda)";
+  EMBER_CHECK(x.dim() == 3 && is_dense(x) && x.device().is_cuda(), op,
+              ": expected a contiguous (N, C, S) input on a CUDA device, got ", x.shape_str(), " on ",
+              x.device().str());
+  check_ncs(op, "grad_out", grad_out, x);
+  check_ncs(op, "grad_x", r.grad_x, x);
+  check_channel(op, "weight", weight, x);
+  EMBER_CHECK(save_mean.defined() && save_invstd.defined() && r.grad_weight.defined() && r.grad_bias.defined(), op,
+              ": save_mean, save_invstd, grad_weight and grad_bias must be defined");
+  check_channel(op, "save_mean", save_mean, x);
+  check_channel(op, "save_invstd", save_invstd, x);
+  check_channel(op, "grad_weight", r.grad_weight, x);
+  check_channel(op, "grad_bias", r.grad_bias, x);
+  const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
+  if (C == 0) return;
+  const DType pd = param_dtype(x.dtype());
+  DeviceGuard guard(x.device());
+  const cudaStream_t stream = stream_of(x);
+  if (x.numel() == 0) {  // no elements: zero parameter gradients (the front handles this too)
+    CUDA_CHECK(cudaMemsetAsync(r.grad_weight.data_ptr(), 0, static_cast<size_t>(C) * dtype_size(pd), stream));
+    CUDA_CHECK(cudaMemsetAsync(r.grad_bias.data_ptr(), 0, static_cast<size_t>(C) * dtype_size(pd), stream));
+    return;
+  }
+  if (training) {
+    cudnnHandle_t h = cudnn_handle(x.device(), stream);
+    BnDescs d(x, op);
+    const Tensor w = or_filled(weight, C, pd, x.device(), 1.0);
+    const Scale one(1.0), zero(0.0);
+    CUDNN_CHECK(cudnnBatchNormalizationBackward(
+        h, CUDNN_BATCHNORM_SPATIAL, one.ptr(x.dtype()), zero.ptr(x.dtype()), one.ptr(x.dtype()), zero.ptr(x.dtype()),
+        d.x.get(), x.data_ptr(), d.x.get(), grad_out.data_ptr(), d.x.get(), r.grad_x.data_ptr(), d.bn.get(),
+        w.data_ptr(), r.grad_weight.data_ptr(), r.grad_bias.data_ptr(), eps, save_mean.data_ptr(),
+        save_invstd.data_ptr()));
+    return;
+  }
+  const int grid = static_cast<int>(std::min<int64_t>(C, 65535));
+  EMBER_DISPATCH_FLOAT(x.dtype(), op, [&]<typename T>() {
+    using P = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    bn_backward_eval_kernel<T, P><<<grid, kBlock, 0, stream>>>(
+        static_cast<const T*>(grad_out.data_ptr()), static_cast<const T*>(x.data_ptr()),
+        weight.defined() ? static_cast<const P*>(weight.data_ptr()) : nullptr,
+        static_cast<const P*>(save_mean.data_ptr()), static_cast<const P*>(save_invstd.data_ptr()),
+        static_cast<T*>(r.grad_x.data_ptr()), static_cast<P*>(r.grad_weight.data_ptr()),
+        static_cast<P*>(r.grad_bias.data_ptr()), N, C, S);
+    EMBER_LAUNCH_CHECK();
+  });
+}
+
+// ---- dropout ----
+
+/// out[i] = keep(i) ? T(C(x[i]) * scale) : 0 with C = f64 for f64, else f32 (the CPU twin's math).
+template <typename T, typename C>
+__device__ __forceinline__ T dropout_value(T x, bool keep, C scale) {
+  return keep ? static_cast<T>(static_cast<C>(x) * scale) : static_cast<T>(C(0));
+}
+
+// kVec: x and out are aligned to 4 * sizeof(T), so a full block moves as one Vec<T, 4>.
+template <bool kVec, typename T, typename C>
+__global__ void __launch_bounds__(kBlock) dropout_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t n,
+                                                         uint64_t seed, uint64_t offset, uint32_t thr, C scale) {
+  const int64_t nblocks = (n + 3) / 4;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t blk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; blk < nblocks; blk += stride) {
+    const Philox4 r = philox4x32(seed, offset + static_cast<uint64_t>(blk));
+    const int64_t base = blk * 4;
+    if (kVec && base + 4 <= n) {
+      Vec<T, 4> v = *reinterpret_cast<const Vec<T, 4>*>(x + base);
+#pragma unroll
+      for (int lane = 0; lane < 4; ++lane) v.v[lane] = dropout_value(v.v[lane], (r.v[lane] >> 8) >= thr, scale);
+      *reinterpret_cast<Vec<T, 4>*>(out + base) = v;
+    } else {
+      const int lanes = static_cast<int>(n - base < 4 ? n - base : 4);
+      for (int lane = 0; lane < lanes; ++lane)
+        out[base + lane] = dropout_value(x[base + lane], (r.v[lane] >> 8) >= thr, scale);
+    }
+  }
+}
+
+void dropout_cuda(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Tensor& out) {
+  const char* op = "dropout (cuda)";
+  EMBER_CHECK(x.device().is_cuda() && out.device() == x.device() && out.dtype() == x.dtype() &&
+                  out.sizes() == x.sizes() && is_dense(x) && is_dense(out),
+              op, ": expected contiguous x and out of one shape, dtype and CUDA device, got x ", x.shape_str(), " ",
+              dtype_name(x.dtype()), " on ", x.device().str(), ", out ", out.shape_str(), " ", dtype_name(out.dtype()),
+              " on ", out.device().str());
+  EMBER_CHECK(p >= 0.0 && p < 1.0, op, ": p must be in [0, 1) here (the front handles p == 1), got ", p);
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  DeviceGuard guard(x.device());
+  const cudaStream_t stream = stream_of(x);
+  const uint32_t thr = dropout_threshold(p);
+  const int grid = grid_for((n + 3) / 4);
+  EMBER_DISPATCH_FLOAT(x.dtype(), op, [&]<typename T>() {
+    using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    const C scale = static_cast<C>(1.0 / (1.0 - p));  // rounded on the host, as the CPU twin does
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* op_ = static_cast<T*>(out.data_ptr());
+    // Vec<T, 4> is at most 16 bytes (f64 would need 32; it stays scalar).
+    if constexpr (sizeof(T) <= 4) {
+      if (is_aligned(xp, 4 * sizeof(T)) && is_aligned(op_, 4 * sizeof(T))) {
+        dropout_kernel<true, T, C><<<grid, kBlock, 0, stream>>>(xp, op_, n, seed, offset, thr, scale);
+        EMBER_LAUNCH_CHECK();
+        return;
+      }
+    }
+    dropout_kernel<false, T, C><<<grid, kBlock, 0, stream>>>(xp, op_, n, seed, offset, thr, scale);
+    EMBER_LAUNCH_CHECK();
+  });
+}
+
+}  // namespace
+
+void register_norm() {
+  batch_norm_table.set(DeviceType::CUDA, &batch_norm_cuda);
+  batch_norm_backward_table.set(DeviceType::CUDA, &batch_norm_backward_cuda);
+  dropout_table.set(DeviceType::CUDA, &dropout_cuda);
+}
+
+}  // namespace ember::kernels::cuda

@@ -1,0 +1,446 @@
+// CUDA 2-D pooling (NCHW, contiguous): max with arg-max indices and its backward, average and its
+// backward, adaptive average and its backward. Same windows, same NaN rule and same index
+// convention as the CPU twin (kernels/cpu/pool.cpp): index = h * W + w inside the (H, W) plane.
+//
+// Why the kernels are shaped this way:
+//  * Pooling windows are tiny and every output reads its own window, so the forwards run one
+//    thread per output element over a grid-stride loop with a capped grid; reads of neighbouring
+//    threads overlap in cache. Sums and comparisons run in f32 (f64 for f64).
+//  * The average backwards gather instead of scatter: one thread per input element sums the
+//    gradients of the (few) output windows that cover it, so they need no atomics, no zero fill,
+//    and give the same result on every run.
+//  * The max backward only gets the arg-max indices (no window geometry), so it scatters: grad_x
+//    is zeroed, then one thread per output element atomicAdds its gradient at its index.
+//    Overlapping windows may pick the same position; the atomics accumulate those (f16/bf16 add
+//    in their own precision, as the hardware atomics do). The indices come from max_pool2d; one
+//    outside its plane is skipped rather than written (a check would need a stream sync per step).
+//  * Index math is 32-bit (with the hardware's 32-bit division) when every tensor has fewer than
+//    2^31 elements, 64-bit otherwise: a 64-bit division is a long software routine on the GPU,
+//    and these kernels do several per element.
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/reduce_utils.cuh"
+#include "kernels/pool.h"
+
+namespace ember::kernels::cuda {
+namespace {
+
+constexpr int64_t kIndex32Limit = int64_t(1) << 31;
+
+template <typename I>
+__device__ __forceinline__ I imin(I a, I b) { return a < b ? a : b; }
+template <typename I>
+__device__ __forceinline__ I imax(I a, I b) { return a > b ? a : b; }
+
+/// The window of output o along one dim, clipped to [0, in); `padded` counts it against the
+/// padded input (count_include_pad). Same rule as pool_window in kernels/cpu/pool.cpp.
+template <typename I>
+struct Window {
+  I start, end, padded;
+};
+template <typename I>
+__device__ __forceinline__ Window<I> pool_window(I o, I kernel, I stride, I pad, I in) {
+  const I s = o * stride - pad;
+  const I e = imin(s + kernel, in + pad);
+  return {imax(s, I(0)), imin(e, in), e - s};
+}
+/// Adaptive window of output o: [floor(o * in / out), ceil((o + 1) * in / out)).
+template <typename I>
+__device__ __forceinline__ Window<I> adaptive_window(I o, I out, I in) {
+  const I s = (o * in) / out;
+  const I e = ((o + 1) * in + out - 1) / out;
+  return {s, e, e - s};
+}
+
+/// Pooling geometry in index type I: planes of (h, w) in, (ho, wo) out.
+template <typename I>
+struct PoolDims {
+  I h, w, ho, wo;
+  I kh, kw, sh, sw, ph, pw;
+  bool include_pad;
+};
+
+template <typename I>
+PoolDims<I> dims_of(const Tensor& in_plane, const Tensor& out_plane, const Pool2dParams& p) {
+  return PoolDims<I>{static_cast<I>(in_plane.size(2)), static_cast<I>(in_plane.size(3)),
+                     static_cast<I>(out_plane.size(2)), static_cast<I>(out_plane.size(3)),
+                     static_cast<I>(p.kernel_h), static_cast<I>(p.kernel_w), static_cast<I>(p.stride_h),
+                     static_cast<I>(p.stride_w), static_cast<I>(p.pad_h), static_cast<I>(p.pad_w),
+                     p.count_include_pad};
+}
+
+// ---- max ----
+
+/// out/indices (planes, ho, wo) from x (planes, h, w). First maximum in row-major window order
+/// wins; a NaN wins over everything and the first NaN stops the scan (as the CPU twin).
+template <typename T, typename I>
+__global__ void __launch_bounds__(kBlock) max_pool_kernel(const T* __restrict__ x, T* __restrict__ out,
+                                                          int64_t* __restrict__ indices, I total, PoolDims<I> d) {
+  using A = acc_t<T>;
+  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const I ow = i % d.wo;
+    const I t = i / d.wo;
+    const I oh = t % d.ho;
+    const I plane = t / d.ho;
+    const Window<I> wh = pool_window(oh, d.kh, d.sh, d.ph, d.h);
+    const Window<I> ww = pool_window(ow, d.kw, d.sw, d.pw, d.w);
+    const T* xs = x + plane * d.h * d.w;
+    A best = -INFINITY;
+    I arg = wh.start * d.w + ww.start;
+    bool nan = false;
+    for (I ih = wh.start; ih < wh.end && !nan; ++ih) {
+      for (I iw = ww.start; iw < ww.end; ++iw) {
+        const A v = load_as<A>(xs[ih * d.w + iw]);
+        if (v > best || v != v) {
+          best = v;
+          arg = ih * d.w + iw;
+          if (v != v) {
+            nan = true;
+            break;
+          }
+        }
+      }
+    }
+    out[i] = store_as<T>(best);
+    indices[i] = static_cast<int64_t>(arg);
+  }
+}
+
+/// 16-bit float atomic add through a 32-bit compare-and-swap (for architectures without the
+/// native f16 / bf16 atomics); the sum is rounded to T once per add, as the native ones do.
+template <typename T>
+__device__ inline void atomic_add_16_cas(T* addr, float val) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  unsigned int* word = reinterpret_cast<unsigned int*>(a & ~uintptr_t(3));
+  const unsigned int shift = (a & 2) ? 16u : 0u;
+  unsigned int old = *word, assumed;
+  do {
+    assumed = old;
+    T cur;
+    cur.bits = static_cast<uint16_t>((assumed >> shift) & 0xffffu);
+    const T sum = store_as<T>(load_as<float>(cur) + val);
+    old = atomicCAS(word, assumed, (assumed & ~(0xffffu << shift)) | (static_cast<unsigned int>(sum.bits) << shift));
+  } while (old != assumed);
+}
+
+template <typename T>
+__device__ inline void atomic_add(T* addr, T val) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    atomicAdd(addr, val);
+  } else if constexpr (std::is_same_v<T, Half>) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    atomicAdd(reinterpret_cast<__half*>(addr), __ushort_as_half(val.bits));
+#else
+    atomic_add_16_cas(addr, load_as<float>(val));
+#endif
+  } else {
+    static_assert(std::is_same_v<T, BFloat16>, "atomic_add: unexpected type");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    atomicAdd(reinterpret_cast<__nv_bfloat16*>(addr), __ushort_as_bfloat16(val.bits));
+#else
+    atomic_add_16_cas(addr, load_as<float>(val));
+#endif
+  }
+}
+
+/// grad_x (planes, hw) += grad_out (planes, l) scattered to the arg-max indices (grad_x zeroed).
+template <typename T, typename I>
+__global__ void __launch_bounds__(kBlock) max_pool_backward_kernel(const T* __restrict__ gout,
+                                                                   const int64_t* __restrict__ indices,
+                                                                   T* __restrict__ gx, I total, I l, I hw) {
+  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int64_t k = indices[i];
+    if (k < 0 || k >= static_cast<int64_t>(hw)) continue;  // see the top comment
+    const I plane = i / l;
+    atomic_add(gx + plane * hw + static_cast<I>(k), gout[i]);
+  }
+}
+
+// ---- average ----
+
+template <typename T, typename I>
+__global__ void __launch_bounds__(kBlock) avg_pool_kernel(const T* __restrict__ x, T* __restrict__ out, I total,
+                                                          PoolDims<I> d) {
+  using A = acc_t<T>;
+  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const I ow = i % d.wo;
+    const I t = i / d.wo;
+    const I oh = t % d.ho;
+    const I plane = t / d.ho;
+    const Window<I> wh = pool_window(oh, d.kh, d.sh, d.ph, d.h);
+    const Window<I> ww = pool_window(ow, d.kw, d.sw, d.pw, d.w);
+    const T* xs = x + plane * d.h * d.w;
+    A s = A(0);
+    for (I ih = wh.start; ih < wh.end; ++ih)
+      for (I iw = ww.start; iw < ww.end; ++iw) s += load_as<A>(xs[ih * d.w + iw]);
+    const I count = d.include_pad ? wh.padded * ww.padded : (wh.end - wh.start) * (ww.end - ww.start);
+    out[i] = store_as<T>(s / static_cast<A>(count));
+  }
+}
+
+/// First output index whose window (stride s, kernel k, padding p) covers input position x:
+/// windows start at o * s - p, so o covers x iff o * s <= x + p < o * s + k.
+template <typename I>
+__device__ __forceinline__ I first_cover(I x, I k, I s, I p) {
+  const I xp = x + p;
+  return xp < k ? I(0) : (xp - k) / s + 1;
+}
+
+/// grad_x (planes, h, w) gathered from grad_out (planes, ho, wo): each input element sums
+/// grad_out / count over the windows covering it.
+template <typename T, typename I>
+__global__ void __launch_bounds__(kBlock) avg_pool_backward_kernel(const T* __restrict__ gout, T* __restrict__ gx,
+                                                                   I total, PoolDims<I> d) {
+  using A = acc_t<T>;
+  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const I iw = i % d.w;
+    const I t = i / d.w;
+    const I ih = t % d.h;
+    const I plane = t / d.h;
+    const I oh0 = first_cover(ih, d.kh, d.sh, d.ph), oh1 = imin((ih + d.ph) / d.sh + 1, d.ho);
+    const I ow0 = first_cover(iw, d.kw, d.sw, d.pw), ow1 = imin((iw + d.pw) / d.sw + 1, d.wo);
+    const T* gs = gout + plane * d.ho * d.wo;
+    A s = A(0);
+    for (I oh = oh0; oh < oh1; ++oh) {
+      const Window<I> wh = pool_window(oh, d.kh, d.sh, d.ph, d.h);
+      for (I ow = ow0; ow < ow1; ++ow) {
+        const Window<I> ww = pool_window(ow, d.kw, d.sw, d.pw, d.w);
+        const I count = d.include_pad ? wh.padded * ww.padded : (wh.end - wh.start) * (ww.end - ww.start);
+        s += load_as<A>(gs[oh * d.wo + ow]) / static_cast<A>(count);
+      }
+    }
+    gx[i] = store_as<T>(s);
+  }
+}
+
+// ---- adaptive average ----
+
+template <typename T, typename I>
+__global__ void __launch_bounds__(kBlock) adaptive_avg_kernel(const T* __restrict__ x, T* __restrict__ out, I total,
+                                                              I h, I w, I ho, I wo) {
+  using A = acc_t<T>;
+  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const I ow = i % wo;
+    const I t = i / wo;
+    const I oh = t % ho;
+    const I plane = t / ho;
+    const Window<I> wh = adaptive_window(oh, ho, h);
+    const Window<I> ww = adaptive_window(ow, wo, w);
+    const T* xs = x + plane * h * w;
+    A s = A(0);
+    for (I ih = wh.start; ih < wh.end; ++ih)
+      for (I iw = ww.start; iw < ww.end; ++iw) s += load_as<A>(xs[ih * w + iw]);
+    out[i] = store_as<T>(s / static_cast<A>(wh.padded * ww.padded));
+  }
+}
+
+/// Outputs [first, last) along one dim whose adaptive windows may cover input x; a superset
+/// (see adaptive_window: o covers x iff floor(o*in/out) <= x < ceil((o+1)*in/out), which implies
+/// floor(x*out/in) <= o < ceil((x+1)*out/in)). The caller filters with the exact window.
+template <typename I>
+__device__ __forceinline__ void adaptive_cover(I x, I in, I out, I& first, I& last) {
+  first = (x * out) / in;
+  last = imin(((x + 1) * out + in - 1) / in, out);
+}
+
+template <typename T, typename I>
+__global__ void __launch_bounds__(kBlock) adaptive_avg_backward_kernel(const T* __restrict__ gout,
+                                                                       T* __restrict__ gx, I total, I h, I w, I ho,
+                                                                       I wo) {
+  using A = acc_t<T>;
+  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const I iw = i % w;
+    const I t = i / w;
+    const I ih = t % h;
+    const I plane = t / h;
+    I oh0, oh1, ow0, ow1;
+    adaptive_cover(ih, h, ho, oh0, oh1);
+    adaptive_cover(iw, w, wo, ow0, ow1);
+    const T* gs = gout + plane * ho * wo;
+    A s = A(0);
+    for (I oh = oh0; oh < oh1; ++oh) {
+      const Window<I> wh = adaptive_window(oh, ho, h);
+      if (ih < wh.start || ih >= wh.end) continue;
+      for (I ow = ow0; ow < ow1; ++ow) {
+        const Window<I> ww = adaptive_window(ow, wo, w);
+        if (iw < ww.start || iw >= ww.end) continue;
+        s += load_as<A>(gs[oh * wo + ow]) / static_cast<A>(wh.padded * ww.padded);
+      }
+    }
+    gx[i] = store_as<T>(s);
+  }
+}
+
+// ---- launchers ----
+
+void check_pool_operand(const char* op, const char* name, const Tensor& t, const Tensor& ref, bool same_dtype) {
+  EMBER_CHECK(t.device() == ref.device() && t.device().is_cuda(), op, ": ", name, " is on ", t.device().str(),
+              ", expected ", ref.device().str());
+  EMBER_CHECK(t.dim() == 4 && is_dense(t), op, ": expected a contiguous 4-D ", name, ", got shape ", t.shape_str(),
+              " strides ", shape_str(t.strides()));
+  EMBER_CHECK(!same_dtype || t.dtype() == ref.dtype(), op, ": ", name, " has dtype ", dtype_name(t.dtype()),
+              ", expected ", dtype_name(ref.dtype()));
+}
+
+/// True when 32-bit index math covers every tensor: element counts plus the grid-stride
+/// overshoot (i + gridDim.x * blockDim.x, at most 2^24 past the end) and, for windowed kernels,
+/// the window-end slack (ends reach (o + 1) * stride + kernel) stay below 2^31.
+bool use_32bit(std::initializer_list<const Tensor*> ts, const Pool2dParams* p = nullptr) {
+  int64_t slack = int64_t(1) << 25;
+  if (p != nullptr)
+    slack += std::max(p->kernel_h, p->kernel_w) + std::max(p->stride_h, p->stride_w) + std::max(p->pad_h, p->pad_w);
+  for (const Tensor* t : ts)
+    if (t->numel() + slack >= kIndex32Limit) return false;
+  return true;
+}
+
+/// Calls f.template operator()<T, I>() with T the float type of `dt`, I the index type.
+template <typename F>
+void dispatch_pool(DType dt, bool idx32, const char* op, const F& f) {
+  EMBER_DISPATCH_FLOAT(dt, op, [&]<typename T>() {
+    if (idx32) f.template operator()<T, int32_t>();
+    else f.template operator()<T, int64_t>();
+  });
+}
+
+void max_pool_cuda(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) {
+  const char* op = "max_pool2d (cuda)";
+  check_pool_operand(op, "x", x, x, true);
+  check_pool_operand(op, "out", out, x, true);
+  check_pool_operand(op, "indices", indices, x, false);
+  EMBER_CHECK(indices.dtype() == DType::i64 && indices.sizes() == out.sizes(), op, ": indices ",
+              indices.shape_str(), " ", dtype_name(indices.dtype()), " must be i64 of the output's shape ",
+              out.shape_str());
+  const int64_t total = out.numel();
+  if (total == 0) return;
+  DeviceGuard guard(x.device());
+  const cudaStream_t stream = stream_of(x);
+  dispatch_pool(x.dtype(), use_32bit({&x, &out}, &p), op, [&]<typename T, typename I>() {
+    max_pool_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
+        static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()),
+        static_cast<int64_t*>(indices.data_ptr()), static_cast<I>(total), dims_of<I>(x, out, p));
+    EMBER_LAUNCH_CHECK();
+  });
+}
+
+void max_pool_backward_cuda(const Tensor& gout, const Tensor& indices, const Tensor& gx) {
+  const char* op = "max_pool2d_backward (cuda)";
+  check_pool_operand(op, "grad_x", gx, gx, true);
+  check_pool_operand(op, "grad_out", gout, gx, true);
+  check_pool_operand(op, "indices", indices, gx, false);
+  EMBER_CHECK(indices.dtype() == DType::i64 && indices.sizes() == gout.sizes() && gout.size(0) == gx.size(0) &&
+                  gout.size(1) == gx.size(1),
+              op, ": indices ", indices.shape_str(), " (", dtype_name(indices.dtype()), ") and grad_out ",
+              gout.shape_str(), " must be (N, C, Ho, Wo) i64 / float for grad_x ", gx.shape_str());
+  if (gx.numel() == 0) return;
+  DeviceGuard guard(gx.device());
+  const cudaStream_t stream = stream_of(gx);
+  CUDA_CHECK(cudaMemsetAsync(gx.data_ptr(), 0, static_cast<size_t>(gx.numel()) * gx.element_size(), stream));
+  const int64_t total = gout.numel();
+  if (total == 0) return;
+  const int64_t l = gout.size(2) * gout.size(3), hw = gx.size(2) * gx.size(3);
+  dispatch_pool(gx.dtype(), use_32bit({&gx, &gout}), op, [&]<typename T, typename I>() {
+    max_pool_backward_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
+        static_cast<const T*>(gout.data_ptr()), static_cast<const int64_t*>(indices.data_ptr()),
+        static_cast<T*>(gx.data_ptr()), static_cast<I>(total), static_cast<I>(l), static_cast<I>(hw));
+    EMBER_LAUNCH_CHECK();
+  });
+}
+
+void avg_pool_cuda(const Tensor& x, const Pool2dParams& p, const Tensor& out) {
+  const char* op = "avg_pool2d (cuda)";
+  check_pool_operand(op, "x", x, x, true);
+  check_pool_operand(op, "out", out, x, true);
+  const int64_t total = out.numel();
+  if (total == 0) return;
+  DeviceGuard guard(x.device());
+  const cudaStream_t stream = stream_of(x);
+  dispatch_pool(x.dtype(), use_32bit({&x, &out}, &p), op, [&]<typename T, typename I>() {
+    avg_pool_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(static_cast<const T*>(x.data_ptr()),
+                                                                  static_cast<T*>(out.data_ptr()),
+                                                                  static_cast<I>(total), dims_of<I>(x, out, p));
+    EMBER_LAUNCH_CHECK();
+  });
+}
+
+void avg_pool_backward_cuda(const Tensor& gout, const Pool2dParams& p, const Tensor& gx) {
+  const char* op = "avg_pool2d_backward (cuda)";
+  check_pool_operand(op, "grad_x", gx, gx, true);
+  check_pool_operand(op, "grad_out", gout, gx, true);
+  const int64_t total = gx.numel();
+  if (total == 0) return;
+  DeviceGuard guard(gx.device());
+  const cudaStream_t stream = stream_of(gx);
+  dispatch_pool(gx.dtype(), use_32bit({&gx, &gout}, &p), op, [&]<typename T, typename I>() {
+    avg_pool_backward_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(static_cast<const T*>(gout.data_ptr()),
+                                                                           static_cast<T*>(gx.data_ptr()),
+                                                                           static_cast<I>(total),
+                                                                           dims_of<I>(gx, gout, p));
+    EMBER_LAUNCH_CHECK();
+  });
+}
+
+/// Adaptive products reach (o + 1) * in and (x + 1) * out: 32-bit only when those fit too.
+bool adaptive_32bit(const Tensor& big, const Tensor& small) {
+  const int64_t h = big.size(2), w = big.size(3), ho = small.size(2), wo = small.size(3);
+  return use_32bit({&big, &small}) && (h + 1) * (ho + 1) < kIndex32Limit && (w + 1) * (wo + 1) < kIndex32Limit;
+}
+
+void adaptive_avg_cuda(const Tensor& x, const Tensor& out) {
+  const char* op = "adaptive_avg_pool2d (cuda)";
+  check_pool_operand(op, "x", x, x, true);
+  check_pool_operand(op, "out", out, x, true);
+  const int64_t total = out.numel();
+  if (total == 0) return;
+  EMBER_CHECK(x.size(2) >= 1 && x.size(3) >= 1, op, ": input ", x.shape_str(), " has an empty plane");
+  DeviceGuard guard(x.device());
+  const cudaStream_t stream = stream_of(x);
+  dispatch_pool(x.dtype(), adaptive_32bit(x, out), op, [&]<typename T, typename I>() {
+    adaptive_avg_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
+        static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()), static_cast<I>(total),
+        static_cast<I>(x.size(2)), static_cast<I>(x.size(3)), static_cast<I>(out.size(2)), static_cast<I>(out.size(3)));
+    EMBER_LAUNCH_CHECK();
+  });
+}
+
+void adaptive_avg_backward_cuda(const Tensor& gout, const Tensor& gx) {
+  const char* op = "adaptive_avg_pool2d_backward (cuda)";
+  check_pool_operand(op, "grad_x", gx, gx, true);
+  check_pool_operand(op, "grad_out", gout, gx, true);
+  const int64_t total = gx.numel();
+  if (total == 0) return;
+  EMBER_CHECK(gout.size(2) >= 1 && gout.size(3) >= 1, op, ": grad_out ", gout.shape_str(), " has an empty plane");
+  DeviceGuard guard(gx.device());
+  const cudaStream_t stream = stream_of(gx);
+  dispatch_pool(gx.dtype(), adaptive_32bit(gx, gout), op, [&]<typename T, typename I>() {
+    adaptive_avg_backward_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
+        static_cast<const T*>(gout.data_ptr()), static_cast<T*>(gx.data_ptr()), static_cast<I>(total),
+        static_cast<I>(gx.size(2)), static_cast<I>(gx.size(3)), static_cast<I>(gout.size(2)),
+        static_cast<I>(gout.size(3)));
+    EMBER_LAUNCH_CHECK();
+  });
+}
+
+}  // namespace
+
+void register_pool() {
+  max_pool2d_table.set(DeviceType::CUDA, &max_pool_cuda);
+  max_pool2d_backward_table.set(DeviceType::CUDA, &max_pool_backward_cuda);
+  avg_pool2d_table.set(DeviceType::CUDA, &avg_pool_cuda);
+  avg_pool2d_backward_table.set(DeviceType::CUDA, &avg_pool_backward_cuda);
+  adaptive_avg_pool2d_table.set(DeviceType::CUDA, &adaptive_avg_cuda);
+  adaptive_avg_pool2d_backward_table.set(DeviceType::CUDA, &adaptive_avg_backward_cuda);
+}
+
+}  // namespace ember::kernels::cuda

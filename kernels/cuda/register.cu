@@ -14,6 +14,7 @@ void register_cuda_kernels() {
   cuda::register_conv();
   cuda::register_pool();
   cuda::register_norm();
+  cuda::register_optim();
 }
 
 }  // namespace ember::kernels

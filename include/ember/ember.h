@@ -20,3 +20,8 @@
 #include "layers/batchnorm.h"
 #include "layers/dropout.h"
 #include "layers/loss.h"
+#include "optim/optimizer.h"
+#include "optim/sgd.h"
+#include "optim/adam.h"
+#include "optim/schedule.h"
+#include "optim/clip.h"

@@ -6,6 +6,8 @@
 
 #if defined(__CUDACC__)
 #define EMBER_HOST_DEVICE __host__ __device__
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #else
 #define EMBER_HOST_DEVICE
 #endif
@@ -33,6 +35,9 @@ struct Half {
   EMBER_HOST_DEVICE operator float() const { return to_float(bits); }
 
   EMBER_HOST_DEVICE static uint16_t from_float(float f) {
+#if defined(__CUDA_ARCH__)
+    return __half_as_ushort(__float2half_rn(f));  // same round-to-nearest-even, one instruction
+#else
     uint32_t x = detail::float_bits(f);
     uint32_t sign = (x >> 16) & 0x8000u;
     uint32_t mag = x & 0x7fffffffu;
@@ -46,8 +51,12 @@ struct Half {
     uint32_t odd = (mag >> 13) & 1u;
     mag += 0xc8000fffu + odd;  // rebias exponent (-112 << 23) and round to nearest even
     return static_cast<uint16_t>(sign | (mag >> 13));
+#endif
   }
   EMBER_HOST_DEVICE static float to_float(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+    return __half2float(__ushort_as_half(h));
+#endif
     uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
     uint32_t man = h & 0x3ffu;
@@ -68,6 +77,9 @@ struct BFloat16 {
   EMBER_HOST_DEVICE operator float() const { return detail::bits_float(static_cast<uint32_t>(bits) << 16); }
 
   EMBER_HOST_DEVICE static uint16_t from_float(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+#endif
     uint32_t x = detail::float_bits(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
     x += 0x7fffu + ((x >> 16) & 1u);  // round to nearest even

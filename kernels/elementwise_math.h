@@ -109,7 +109,10 @@ EMBER_HOST_DEVICE inline auto binary_apply(A a, A b) {
     if constexpr (OP == BinaryOp::Add) return static_cast<A>(static_cast<U>(a) + static_cast<U>(b));
     else if constexpr (OP == BinaryOp::Sub) return static_cast<A>(static_cast<U>(a) - static_cast<U>(b));
     else if constexpr (OP == BinaryOp::Mul) return static_cast<A>(static_cast<U>(a) * static_cast<U>(b));
-    else return b == A(-1) ? static_cast<A>(U(0) - static_cast<U>(a)) : static_cast<A>(a / b);  // Div
+    else if constexpr (std::is_signed_v<A>)  // Div; x / -1 negates with wrap-around (INT_MIN / -1)
+      return b == A(-1) ? static_cast<A>(U(0) - static_cast<U>(a)) : static_cast<A>(a / b);
+    else
+      return static_cast<A>(a / b);
   } else {
     if constexpr (OP == BinaryOp::Add) return static_cast<A>(a + b);
     else if constexpr (OP == BinaryOp::Sub) return static_cast<A>(a - b);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 
 #include "kernels/copy.h"
 #include "kernels/elementwise.h"
@@ -389,4 +390,13 @@ TEST_CASE("elementwise: errors name the op, the shapes and the devices", "[cpu]"
   CHECK(kernels::binary(BinaryOp::Add, zeros({0, 3}), zeros({3})).sizes() == Shape{0, 3});
   CHECK(to_f64(kernels::binary(BinaryOp::Mul, make_tensor({3}, {}), make_tensor({-2}, {}))) ==
         std::vector<double>{-6});
+}
+
+TEST_CASE("integer division: unsigned u8 by 255 is plain division, signed by -1 negates", "[cpu]") {
+  Tensor a = from_vector(std::vector<int32_t>{254, 255, 7}, {3}).to(DType::u8);
+  Tensor b = from_vector(std::vector<int32_t>{255, 255, 255}, {3}).to(DType::u8);
+  CHECK(kernels::binary(kernels::BinaryOp::Div, a, b).to_vector<int32_t>() == std::vector<int32_t>{0, 1, 0});
+  Tensor c = from_vector(std::vector<int32_t>{7, -8, std::numeric_limits<int32_t>::min()}, {3});
+  CHECK(kernels::binary(kernels::BinaryOp::Div, c, -1.0).to_vector<int32_t>() ==
+        std::vector<int32_t>{-7, 8, std::numeric_limits<int32_t>::min()});
 }

@@ -25,3 +25,4 @@
 #include "optim/adam.h"
 #include "optim/schedule.h"
 #include "optim/clip.h"
+#include "train/checkpoint.h"

@@ -1,0 +1,273 @@
+// Pooling kernels (max with indices, average, adaptive average, and their backwards) against
+// direct float64 loops, on odd shapes with overlapping windows, padding and ceil_mode; errors.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/factory.h"
+#include "kernels/pool.h"
+#include "support/reference.h"
+
+using namespace ember;
+using namespace ember::testing;
+
+namespace {
+
+kernels::Pool2dParams pool(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, bool ceil = false,
+                           bool include_pad = true) {
+  return {kh, kw, sh, sw, ph, pw, ceil, include_pad};
+}
+
+std::string params_str(const kernels::Pool2dParams& p) {
+  return "kernel (" + std::to_string(p.kernel_h) + ", " + std::to_string(p.kernel_w) + ") stride (" +
+         std::to_string(p.stride_h) + ", " + std::to_string(p.stride_w) + ") pad (" + std::to_string(p.pad_h) + ", " +
+         std::to_string(p.pad_w) + ")" + (p.ceil_mode ? " ceil" : "") + (p.count_include_pad ? "" : " exclude_pad");
+}
+
+struct Ref {
+  std::vector<double> out, grad;
+  std::vector<int64_t> idx;
+};
+
+/// Window of output o along a dim: [start, end) clipped, and its size before clipping to the input
+/// (but after clipping to the padded input), as PyTorch counts it.
+void window(int64_t o, int64_t k, int64_t s, int64_t pad, int64_t in, int64_t& lo, int64_t& hi, int64_t& padded) {
+  const int64_t start = o * s - pad;
+  const int64_t end = std::min(start + k, in + pad);
+  padded = end - start;
+  lo = std::max<int64_t>(start, 0);
+  hi = std::min(end, in);
+}
+
+Ref max_ref(const std::vector<double>& x, const std::vector<double>& g, int64_t P, int64_t H, int64_t W, int64_t Ho,
+            int64_t Wo, const kernels::Pool2dParams& p) {
+  Ref r;
+  r.out.resize(P * Ho * Wo);
+  r.idx.resize(P * Ho * Wo);
+  r.grad.assign(P * H * W, 0.0);
+  for (int64_t pl = 0; pl < P; ++pl)
+    for (int64_t oh = 0; oh < Ho; ++oh)
+      for (int64_t ow = 0; ow < Wo; ++ow) {
+        int64_t h0, h1, w0, w1, unused;
+        window(oh, p.kernel_h, p.stride_h, p.pad_h, H, h0, h1, unused);
+        window(ow, p.kernel_w, p.stride_w, p.pad_w, W, w0, w1, unused);
+        double best = -INFINITY;
+        int64_t arg = -1;
+        for (int64_t ih = h0; ih < h1; ++ih)
+          for (int64_t iw = w0; iw < w1; ++iw)
+            if (arg < 0 || x[(pl * H + ih) * W + iw] > best) {
+              best = x[(pl * H + ih) * W + iw];
+              arg = ih * W + iw;
+            }
+        const int64_t oi = (pl * Ho + oh) * Wo + ow;
+        r.out[oi] = best;
+        r.idx[oi] = arg;
+        r.grad[pl * H * W + arg] += g[oi];
+      }
+  return r;
+}
+
+Ref avg_ref(const std::vector<double>& x, const std::vector<double>& g, int64_t P, int64_t H, int64_t W, int64_t Ho,
+            int64_t Wo, const kernels::Pool2dParams& p) {
+  Ref r;
+  r.out.assign(P * Ho * Wo, 0.0);
+  r.grad.assign(P * H * W, 0.0);
+  for (int64_t pl = 0; pl < P; ++pl)
+    for (int64_t oh = 0; oh < Ho; ++oh)
+      for (int64_t ow = 0; ow < Wo; ++ow) {
+        int64_t h0, h1, w0, w1, ph, pw;
+        window(oh, p.kernel_h, p.stride_h, p.pad_h, H, h0, h1, ph);
+        window(ow, p.kernel_w, p.stride_w, p.pad_w, W, w0, w1, pw);
+        const double count = p.count_include_pad ? double(ph * pw) : double((h1 - h0) * (w1 - w0));
+        const int64_t oi = (pl * Ho + oh) * Wo + ow;
+        for (int64_t ih = h0; ih < h1; ++ih)
+          for (int64_t iw = w0; iw < w1; ++iw) {
+            r.out[oi] += x[(pl * H + ih) * W + iw] / count;
+            r.grad[(pl * H + ih) * W + iw] += g[oi] / count;
+          }
+      }
+  return r;
+}
+
+Ref adaptive_ref(const std::vector<double>& x, const std::vector<double>& g, int64_t P, int64_t H, int64_t W,
+                 int64_t Ho, int64_t Wo) {
+  Ref r;
+  r.out.assign(P * Ho * Wo, 0.0);
+  r.grad.assign(P * H * W, 0.0);
+  for (int64_t pl = 0; pl < P; ++pl)
+    for (int64_t oh = 0; oh < Ho; ++oh)
+      for (int64_t ow = 0; ow < Wo; ++ow) {
+        // floor(i * H / Ho) and ceil((i + 1) * H / Ho), computed in floating point here.
+        const int64_t h0 = int64_t(std::floor(double(oh) * H / Ho)), h1 = int64_t(std::ceil(double(oh + 1) * H / Ho));
+        const int64_t w0 = int64_t(std::floor(double(ow) * W / Wo)), w1 = int64_t(std::ceil(double(ow + 1) * W / Wo));
+        const double count = double((h1 - h0) * (w1 - w0));
+        const int64_t oi = (pl * Ho + oh) * Wo + ow;
+        for (int64_t ih = h0; ih < h1; ++ih)
+          for (int64_t iw = w0; iw < w1; ++iw) {
+            r.out[oi] += x[(pl * H + ih) * W + iw] / count;
+            r.grad[(pl * H + ih) * W + iw] += g[oi] / count;
+          }
+      }
+  return r;
+}
+
+const std::vector<kernels::Pool2dParams>& pool_cases() {
+  static const std::vector<kernels::Pool2dParams> cases = {
+      pool(2, 2, 2, 2, 0, 0),                 // the MNIST pool
+      pool(3, 2, 2, 1, 1, 0),                 // overlapping rows, padded
+      pool(3, 3, 2, 2, 1, 1, true),           // ceil_mode with padding
+      pool(2, 3, 2, 2, 1, 1, true, false),    // ceil_mode, last window past the input, exclude pad
+      pool(3, 3, 1, 1, 1, 1, false, false),   // stride 1, every window overlaps
+      pool(4, 1, 3, 1, 2, 0, true, true),     // tall kernel, ceil_mode
+      pool(1, 1, 2, 3, 0, 0),                 // 1x1 window, subsampling
+  };
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("pool_out_size follows PyTorch's rule, including ceil_mode's last-window check", "[cpu]") {
+  CHECK(kernels::pool_out_size(7, 3, 2, 1, false) == 4);
+  CHECK(kernels::pool_out_size(7, 3, 2, 1, true) == 4);
+  CHECK(kernels::pool_out_size(6, 3, 2, 0, false) == 2);
+  CHECK(kernels::pool_out_size(6, 3, 2, 0, true) == 3);
+  CHECK(kernels::pool_out_size(5, 2, 2, 1, false) == 3);
+  CHECK(kernels::pool_out_size(5, 2, 2, 1, true) == 3);  // a 4th window would start in the right padding
+  CHECK(kernels::pool_out_size(24, 2, 2, 0, false) == 12);
+  CHECK(kernels::pool_out_size(1, 2, 2, 0, false) == 0);
+  CHECK(kernels::pool_out_size(9, 4, 3, 2, true) == 4);
+}
+
+TEST_CASE("max_pool2d values, indices and backward match float64 loops", "[cpu]") {
+  uint64_t seed = 1;
+  for (const auto& p : pool_cases()) {
+    for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+      for (Layout layout : {Layout::Contiguous, Layout::Transposed}) {
+        INFO(params_str(p) << " " << dtype_name(dt));
+        const int64_t N = 2, C = 3, H = 7, W = 9;
+        Tensor x = random_tensor({N, C, H, W}, dt, seed++, -1, 1, layout);
+        auto r = kernels::max_pool2d(x, p);
+        const int64_t Ho = kernels::pool_out_size(H, p.kernel_h, p.stride_h, p.pad_h, p.ceil_mode);
+        const int64_t Wo = kernels::pool_out_size(W, p.kernel_w, p.stride_w, p.pad_w, p.ceil_mode);
+        REQUIRE(r.out.sizes() == Shape{N, C, Ho, Wo});
+        REQUIRE(r.indices.sizes() == Shape{N, C, Ho, Wo});
+        REQUIRE(r.indices.dtype() == DType::i64);
+        Tensor g = random_tensor({N, C, Ho, Wo}, dt, seed++);
+        const Ref ref = max_ref(to_f64(x), to_f64(g), N * C, H, W, Ho, Wo, p);
+        // The max is one of the inputs: exact. Ties are impossible with random values... in f32/f64;
+        // in f16/bf16 two inputs may round to one value, so compare the value at the index instead.
+        check_close(r.out, ref.out, 0.0);
+        const std::vector<double> idx = to_f64(r.indices), xv = to_f64(x);
+        int bad = 0;
+        for (size_t i = 0; i < idx.size(); ++i) {
+          const int64_t plane = int64_t(i) / (Ho * Wo);
+          if (xv[plane * H * W + int64_t(idx[i])] != ref.out[i]) ++bad;
+          if (dt == DType::f32 || dt == DType::f64) bad += idx[i] != double(ref.idx[i]);
+        }
+        CHECK(bad == 0);
+        if (dt == DType::f32 || dt == DType::f64) {
+          // Overlapping windows add several gradients into one input: a short sum.
+          check_close(kernels::max_pool2d_backward(g, r.indices, x.sizes()), ref.grad, 4 * tol(dt), 4 * tol(dt));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("max_pool2d propagates NaN and handles -inf", "[cpu]") {
+  std::vector<double> v(1 * 1 * 4 * 4);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = double(i);
+  v[5] = NAN;
+  v[10] = -INFINITY;
+  v[11] = -INFINITY;
+  v[14] = -INFINITY;
+  v[15] = -INFINITY;
+  Tensor x = make_tensor(v, {1, 1, 4, 4}, DType::f32);
+  auto r = kernels::max_pool2d(x, pool(2, 2, 2, 2, 0, 0));
+  const std::vector<double> out = to_f64(r.out), idx = to_f64(r.indices);
+  CHECK(std::isnan(out[0]));
+  CHECK(idx[0] == 5);
+  CHECK(out[1] == 7);
+  CHECK(out[2] == 13);
+  CHECK(out[3] == -INFINITY);
+  CHECK((idx[3] == 10 || idx[3] == 11 || idx[3] == 14 || idx[3] == 15));
+}
+
+TEST_CASE("avg_pool2d and its backward match float64 loops (count_include_pad both ways)", "[cpu]") {
+  uint64_t seed = 500;
+  for (const auto& p : pool_cases()) {
+    for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+      INFO(params_str(p) << " " << dtype_name(dt));
+      const int64_t N = 2, C = 3, H = 7, W = 9;
+      Tensor x = random_tensor({N, C, H, W}, dt, seed++, -1, 1, Layout::Strided);
+      const int64_t Ho = kernels::pool_out_size(H, p.kernel_h, p.stride_h, p.pad_h, p.ceil_mode);
+      const int64_t Wo = kernels::pool_out_size(W, p.kernel_w, p.stride_w, p.pad_w, p.ceil_mode);
+      Tensor g = random_tensor({N, C, Ho, Wo}, dt, seed++, -1, 1, Layout::Transposed);
+      const Ref ref = avg_ref(to_f64(x), to_f64(g), N * C, H, W, Ho, Wo, p);
+      Tensor out = kernels::avg_pool2d(x, p);
+      REQUIRE(out.sizes() == Shape{N, C, Ho, Wo});
+      // Values in [-1, 1): sums of up to 16 terms, so an absolute tolerance is the right scale.
+      const double t = dt == DType::f64 ? 1e-14 : (dt == DType::f32 ? tol_sum(dt, 16) : 2 * tol(dt));
+      check_close(out, ref.out, t, t);
+      check_close(kernels::avg_pool2d_backward(g, x.sizes(), p), ref.grad, t, t);
+    }
+  }
+}
+
+TEST_CASE("adaptive_avg_pool2d and its backward match float64 loops", "[cpu]") {
+  uint64_t seed = 900;
+  const std::vector<std::pair<int64_t, int64_t>> sizes = {{3, 4}, {1, 1}, {7, 9}, {5, 2}, {10, 13}, {2, 7}};
+  for (auto [oh, ow] : sizes) {
+    for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
+      INFO("out " << oh << "x" << ow << " " << dtype_name(dt));
+      const int64_t N = 2, C = 3, H = 7, W = 9;
+      Tensor x = random_tensor({N, C, H, W}, dt, seed++, -1, 1, Layout::Transposed);
+      Tensor g = random_tensor({N, C, oh, ow}, dt, seed++);
+      const Ref ref = adaptive_ref(to_f64(x), to_f64(g), N * C, H, W, oh, ow);
+      Tensor out = kernels::adaptive_avg_pool2d(x, oh, ow);
+      REQUIRE(out.sizes() == Shape{N, C, oh, ow});
+      const double t = dt == DType::f64 ? 1e-14 : (dt == DType::f32 ? tol_sum(dt, H * W) : 2 * tol(dt));
+      check_close(out, ref.out, t, t);
+      check_close(kernels::adaptive_avg_pool2d_backward(g, x.sizes()), ref.grad, t, t);
+    }
+  }
+}
+
+TEST_CASE("pooling errors name the shapes and parameters", "[cpu]") {
+  using Catch::Matchers::Contains;
+  auto msg = [](auto&& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  Tensor x = random_tensor({2, 3, 7, 9}, DType::f32, 1);
+  CHECK_THAT(msg([&] { kernels::max_pool2d(x, pool(2, 2, 2, 2, 2, 0)); }), Contains("padding") && Contains("half"));
+  CHECK_THAT(msg([&] { kernels::max_pool2d(x, pool(9, 2, 1, 1, 0, 0)); }),
+             Contains("[2, 3, 7, 9]") && Contains("too small"));
+  CHECK_THAT(msg([&] { kernels::avg_pool2d(random_tensor({3, 7, 9}, DType::f32, 1), pool(2, 2, 2, 2, 0, 0)); }),
+             Contains("[3, 7, 9]"));
+  CHECK_THAT(msg([&] { kernels::avg_pool2d(x, pool(2, 2, 0, 2, 0, 0)); }), Contains("stride"));
+  CHECK_THROWS(kernels::max_pool2d(random_tensor({2, 3, 7, 9}, DType::i64, 1), pool(2, 2, 2, 2, 0, 0)));
+  CHECK_THAT(msg([&] { kernels::adaptive_avg_pool2d(x, 0, 3); }), Contains("[2, 3, 7, 9]"));
+  CHECK_THAT(msg([&] { kernels::avg_pool2d_backward(random_tensor({2, 3, 3, 3}, DType::f32, 2), x.sizes(),
+                                                    pool(2, 2, 2, 2, 0, 0)); }),
+             Contains("[2, 3, 3, 3]") && Contains("[2, 3, 3, 4]"));
+  auto r = kernels::max_pool2d(x, pool(2, 2, 2, 2, 0, 0));
+  CHECK_THAT(msg([&] { kernels::max_pool2d_backward(r.out, r.indices, {2, 4, 7, 9}); }),
+             Contains("[2, 3, 3, 4]") && Contains("[2, 4, 7, 9]"));
+  CHECK_THAT(msg([&] { kernels::max_pool2d_backward(r.out, r.out, x.sizes()); }), Contains("i64"));
+  // Corrupted indices are caught, not written out of bounds.
+  Tensor bad = make_tensor(std::vector<double>(24, 63.0), {2, 3, 2, 2}, DType::i64);
+  CHECK_THAT(msg([&] { kernels::max_pool2d_backward(make_tensor(std::vector<double>(24, 1.0), {2, 3, 2, 2}),
+                                                    bad, {2, 3, 7, 9}); }),
+             Contains("63"));
+  CHECK_THAT(msg([&] { kernels::adaptive_avg_pool2d_backward(random_tensor({2, 4, 3, 3}, DType::f32, 2), x.sizes()); }),
+             Contains("[2, 4, 3, 3]"));
+}

@@ -22,11 +22,11 @@ class BatchNorm2d : public Module {
   int64_t num_features() const { return c_; }
   double eps() const { return eps_; }
   double momentum() const { return momentum_; }
-  const Tensor& weight() const { return weight_; }  // undefined when !affine
-  const Tensor& bias() const { return bias_; }      // undefined when !affine
-  const Tensor& running_mean() const { return running_mean_; }
-  const Tensor& running_var() const { return running_var_; }
-  const Tensor& num_batches_tracked() const { return num_batches_tracked_; }
+  Tensor weight() const { return weight_; }  // undefined when !affine
+  Tensor bias() const { return bias_; }      // undefined when !affine
+  Tensor running_mean() const { return running_mean_; }
+  Tensor running_var() const { return running_var_; }
+  Tensor num_batches_tracked() const { return num_batches_tracked_; }
 
  private:
   int64_t c_;

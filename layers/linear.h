@@ -21,9 +21,9 @@ class Linear : public Module {
 
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
-  const Tensor& weight() const { return weight_; }
+  Tensor weight() const { return weight_; }
   /// Undefined when constructed with bias = false.
-  const Tensor& bias() const { return bias_; }
+  Tensor bias() const { return bias_; }
 
  private:
   int64_t in_, out_;

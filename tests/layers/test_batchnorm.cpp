@@ -1,0 +1,165 @@
+// Batch norm: forward against a float64 reference in training and eval mode, running statistics
+// (momentum, unbiased variance), num_batches_tracked, gradchecks in both modes, errors.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "autograd/ops_norm.h"
+#include "kernels/factory.h"
+#include "layers/batchnorm.h"
+#include "support/gradcheck.h"
+#include "support/reference.h"
+
+using namespace ember;
+using ember::layers::BatchNorm2d;
+using ember::testing::check_close;
+using ember::testing::Layout;
+using ember::testing::random_tensor;
+using ember::testing::to_f64;
+using ember::testing::tol;
+
+namespace {
+
+struct Stats {
+  std::vector<double> mean, var_biased, var_unbiased;
+};
+// Per-channel statistics of x (N, C, S) given in row-major order, two-pass in double.
+Stats channel_stats(const std::vector<double>& x, int64_t N, int64_t C, int64_t S) {
+  Stats st;
+  const double M = static_cast<double>(N * S);
+  for (int64_t c = 0; c < C; ++c) {
+    double s = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < S; ++i) s += x[(n * C + c) * S + i];
+    const double mean = s / M;
+    double q = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < S; ++i) q += (x[(n * C + c) * S + i] - mean) * (x[(n * C + c) * S + i] - mean);
+    st.mean.push_back(mean);
+    st.var_biased.push_back(q / M);
+    st.var_unbiased.push_back(q / (M - 1));
+  }
+  return st;
+}
+
+std::vector<double> normalize_ref(const std::vector<double>& x, const std::vector<double>& mean,
+                                  const std::vector<double>& var, const std::vector<double>& w,
+                                  const std::vector<double>& b, int64_t N, int64_t C, int64_t S, double eps) {
+  std::vector<double> y(x.size());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < S; ++i) {
+        const int64_t k = (n * C + c) * S + i;
+        y[k] = (x[k] - mean[c]) / std::sqrt(var[c] + eps) * w[c] + b[c];
+      }
+  return y;
+}
+
+double max_abs(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("BatchNorm2d: training forward and running statistics vs float64 reference", "[cpu][layers]") {
+  const int64_t N = 3, C = 5, H = 4, W = 7, S = H * W;
+  BatchNorm2d bn(C);
+  CHECK(bn.named_parameters().size() == 2);
+  auto bufs = bn.named_buffers();
+  REQUIRE(bufs.size() == 3);
+  CHECK(bufs[0].first == "running_mean");
+  CHECK(bufs[1].first == "running_var");
+  CHECK(bufs[2].first == "num_batches_tracked");
+  {
+    NoGradGuard no_grad;
+    bn.weight().copy_(random_tensor({C}, DType::f32, 1, 0.5, 2.0));
+    bn.bias().copy_(random_tensor({C}, DType::f32, 2));
+  }
+  const auto w = to_f64(bn.weight()), b = to_f64(bn.bias());
+  std::vector<double> rm(C, 0.0), rv(C, 1.0);
+  const double momentum = 0.1, eps = 1e-5;
+  for (int step = 0; step < 2; ++step) {
+    // Non-contiguous input with a channel offset so mean and variance differ per channel.
+    Tensor x = random_tensor({N, C, H, W}, DType::f32, 10 + step, -2.0, 3.0, Layout::Transposed);
+    const auto xv = to_f64(x);
+    Tensor y = bn.forward(x);
+    const Stats st = channel_stats(xv, N, C, S);
+    const auto ref = normalize_ref(xv, st.mean, st.var_biased, w, b, N, C, S, eps);
+    // y = x * scale + shift in f32: a few roundings relative to |x * scale| + |shift| <= ~max|y| scale.
+    check_close(y, ref, 4 * tol(DType::f32), 8 * tol(DType::f32) * max_abs(ref));
+    for (int64_t c = 0; c < C; ++c) {
+      rm[c] = (1 - momentum) * rm[c] + momentum * st.mean[c];
+      rv[c] = (1 - momentum) * rv[c] + momentum * st.var_unbiased[c];
+    }
+    check_close(bn.running_mean(), rm, 4 * tol(DType::f32), 4 * tol(DType::f32));
+    check_close(bn.running_var(), rv, 4 * tol(DType::f32), 4 * tol(DType::f32));
+    CHECK(bn.num_batches_tracked().item<int64_t>() == step + 1);
+  }
+}
+
+TEST_CASE("BatchNorm2d: eval mode normalizes with the running statistics and leaves them alone",
+          "[cpu][layers]") {
+  const int64_t N = 2, C = 3, H = 5, W = 3, S = H * W;
+  BatchNorm2d bn(C, 1e-3, 0.2);
+  {
+    NoGradGuard no_grad;
+    bn.running_mean().copy_(random_tensor({C}, DType::f32, 3));
+    bn.running_var().copy_(random_tensor({C}, DType::f32, 4, 0.5, 2.0));
+    bn.weight().copy_(random_tensor({C}, DType::f32, 5));
+    bn.bias().copy_(random_tensor({C}, DType::f32, 6));
+  }
+  const auto rm = to_f64(bn.running_mean()), rv = to_f64(bn.running_var());
+  bn.eval();
+  Tensor x = random_tensor({N, C, H, W}, DType::f32, 7);
+  Tensor y = bn.forward(x);
+  const auto ref = normalize_ref(to_f64(x), rm, rv, to_f64(bn.weight()), to_f64(bn.bias()), N, C, S, 1e-3);
+  check_close(y, ref, 4 * tol(DType::f32), 8 * tol(DType::f32) * max_abs(ref));
+  CHECK(to_f64(bn.running_mean()) == rm);
+  CHECK(to_f64(bn.running_var()) == rv);
+  CHECK(bn.num_batches_tracked().item<int64_t>() == 0);
+}
+
+TEST_CASE("batch_norm: gradcheck in training mode (x, weight, bias; non-contiguous x)", "[cpu][layers]") {
+  const int64_t C = 3;
+  Tensor rm = zeros({C}, DType::f64), rv = ones({C}, DType::f64);
+  auto fn = [&](const std::vector<Tensor>& v) { return batch_norm(v[0], v[1], v[2], rm, rv, true, 0.1, 1e-5); };
+  EMBER_CHECK_GRADIENTS(fn, {random_tensor({4, C, 3, 5}, DType::f64, 21, -1, 2, Layout::Transposed),
+                             random_tensor({C}, DType::f64, 22, 0.5, 1.5), random_tensor({C}, DType::f64, 23)});
+  // Without affine parameters, and (N, C) input.
+  auto fn2 = [](const std::vector<Tensor>& v) {
+    return batch_norm(v[0], Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5);
+  };
+  EMBER_CHECK_GRADIENTS(fn2, {random_tensor({6, C}, DType::f64, 24, -1, 1, Layout::Strided)});
+}
+
+TEST_CASE("batch_norm: gradcheck in eval mode", "[cpu][layers]") {
+  const int64_t C = 4;
+  Tensor rm = random_tensor({C}, DType::f64, 31), rv = random_tensor({C}, DType::f64, 32, 0.5, 2.0);
+  auto fn = [&](const std::vector<Tensor>& v) { return batch_norm(v[0], v[1], v[2], rm, rv, false, 0.1, 1e-5); };
+  EMBER_CHECK_GRADIENTS(fn, {random_tensor({3, C, 2, 3}, DType::f64, 33, -1, 1, Layout::Transposed),
+                             random_tensor({C}, DType::f64, 34), random_tensor({C}, DType::f64, 35)});
+}
+
+TEST_CASE("BatchNorm2d: layer gradients in f64 match the functional gradcheck", "[cpu][layers]") {
+  BatchNorm2d bn(2);
+  bn.to(DType::f64);
+  CHECK(bn.running_mean().dtype() == DType::f64);
+  CHECK(bn.num_batches_tracked().dtype() == DType::i64);
+  auto fn = [&](const std::vector<Tensor>& v) { return bn.forward(v[0]); };
+  EMBER_CHECK_GRADIENTS(fn, {random_tensor({3, 2, 3, 3}, DType::f64, 41)});
+  bn.eval();
+  EMBER_CHECK_GRADIENTS(fn, {random_tensor({3, 2, 3, 3}, DType::f64, 42)});
+}
+
+TEST_CASE("BatchNorm2d: errors name the shapes", "[cpu][layers]") {
+  BatchNorm2d bn(3);
+  CHECK_THROWS_WITH(bn.forward(zeros({2, 4, 3, 3})), Catch::Contains("[2, 4, 3, 3]") && Catch::Contains("(N, 3, H, W)"));
+  CHECK_THROWS_WITH(bn.forward(zeros({1, 3, 1, 1})), Catch::Contains("more than 1 value per channel"));
+  CHECK(bn.num_batches_tracked().item<int64_t>() == 0);
+  CHECK_THROWS_WITH(bn.forward(zeros({2, 3, 2, 2}, DType::f64)), Catch::Contains("dtype f64"));
+}

@@ -1,0 +1,104 @@
+// Losses against float64 references: cross_entropy (with label smoothing, i32 targets), nll_loss
+// (value, gradient, range errors), mse_loss (value, gradcheck).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "kernels/factory.h"
+#include "layers/loss.h"
+#include "support/gradcheck.h"
+#include "support/reference.h"
+
+using namespace ember;
+using ember::testing::check_close;
+using ember::testing::Layout;
+using ember::testing::random_tensor;
+using ember::testing::to_f64;
+using ember::testing::tol;
+using ember::testing::tol_sum;
+
+namespace {
+
+// Mean over rows of -sum_c q_c log softmax(z)_c with q = (1 - s) one_hot + s / C.
+double ce_ref(const std::vector<double>& z, const std::vector<int64_t>& t, int64_t N, int64_t C, double s) {
+  double total = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    double mx = -1e300;
+    for (int64_t c = 0; c < C; ++c) mx = std::max(mx, z[n * C + c]);
+    double se = 0;
+    for (int64_t c = 0; c < C; ++c) se += std::exp(z[n * C + c] - mx);
+    const double lse = mx + std::log(se);
+    for (int64_t c = 0; c < C; ++c) {
+      const double q = (c == t[n] ? 1 - s : 0) + s / static_cast<double>(C);
+      total -= q * (z[n * C + c] - lse);
+    }
+  }
+  return total / static_cast<double>(N);
+}
+
+std::vector<int64_t> random_targets(int64_t N, int64_t C, uint64_t seed) {
+  auto u = ember::testing::random_values(N, seed, 0.0, static_cast<double>(C));
+  std::vector<int64_t> t;
+  for (double v : u) t.push_back(std::min<int64_t>(C - 1, static_cast<int64_t>(v)));
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("cross_entropy: value vs float64 reference, label smoothing, i32 targets", "[cpu][layers]") {
+  const int64_t N = 37, C = 11;
+  Tensor z = random_tensor({N, C}, DType::f32, 1, -4, 4, Layout::Transposed);
+  auto t = random_targets(N, C, 2);
+  Tensor t64 = from_vector(t, {N});
+  std::vector<int32_t> t32v(t.begin(), t.end());
+  Tensor t32 = from_vector(t32v, {N});
+  for (double s : {0.0, 0.1}) {
+    const double ref = ce_ref(to_f64(z), t, N, C, s);
+    const double tol_ce = tol_sum(DType::f32, N * C) * std::max(1.0, std::abs(ref)) * 4;
+    CHECK(layers::cross_entropy(z, t64, {.label_smoothing = s}).item<double>() == Approx(ref).margin(tol_ce));
+    CHECK(layers::cross_entropy(z, t32, {.label_smoothing = s}).item<double>() == Approx(ref).margin(tol_ce));
+  }
+  CHECK_THROWS_WITH(layers::cross_entropy(z, zeros({N})), Catch::Contains("class indices"));
+}
+
+TEST_CASE("nll_loss: value and gradient vs reference; agrees with cross_entropy on log_softmax", "[cpu][layers]") {
+  const int64_t N = 19, C = 7;
+  Tensor lp = random_tensor({N, C}, DType::f64, 3, -3, 0, Layout::Strided);
+  lp.requires_grad_();
+  auto t = random_targets(N, C, 4);
+  Tensor loss = layers::nll_loss(lp, from_vector(t, {N}));
+  auto v = to_f64(lp);
+  double ref = 0;
+  for (int64_t n = 0; n < N; ++n) ref -= v[n * C + t[n]];
+  ref /= N;
+  CHECK(loss.dim() == 0);
+  CHECK(loss.dtype() == DType::f64);
+  CHECK(loss.item<double>() == Approx(ref).epsilon(1e-12));
+  loss.backward();
+  std::vector<double> g(N * C, 0.0);
+  for (int64_t n = 0; n < N; ++n) g[n * C + t[n]] = -1.0 / N;
+  check_close(lp.grad(), g, 1e-15, 1e-15);
+  // nll_loss(log_softmax(z)) == cross_entropy(z)
+  Tensor z = random_tensor({N, C}, DType::f32, 5, -2, 2);
+  const double a = layers::nll_loss(log_softmax(z, 1), from_vector(t, {N})).item<double>();
+  const double b = layers::cross_entropy(z, from_vector(t, {N})).item<double>();
+  CHECK(a == Approx(b).margin(4 * tol_sum(DType::f32, C)));
+  t[3] = C;
+  CHECK_THROWS_WITH(layers::nll_loss(lp, from_vector(t, {N})), Catch::Contains("target 7 at row 3"));
+}
+
+TEST_CASE("mse_loss: value vs reference and gradcheck", "[cpu][layers]") {
+  Tensor a = random_tensor({5, 9}, DType::f32, 6, -1, 1, Layout::Transposed);
+  Tensor b = random_tensor({5, 9}, DType::f32, 7);
+  auto av = to_f64(a), bv = to_f64(b);
+  double ref = 0;
+  for (size_t i = 0; i < av.size(); ++i) ref += (av[i] - bv[i]) * (av[i] - bv[i]);
+  ref /= static_cast<double>(av.size());
+  CHECK(layers::mse_loss(a, b).item<double>() == Approx(ref).epsilon(4 * tol_sum(DType::f32, 45)));
+  auto fn = [](const std::vector<Tensor>& v) { return layers::mse_loss(v[0], v[1]); };
+  EMBER_CHECK_GRADIENTS(fn, {random_tensor({4, 6}, DType::f64, 8, -1, 1, Layout::Strided),
+                             random_tensor({4, 6}, DType::f64, 9)});
+  CHECK_THROWS_WITH(layers::mse_loss(a, zeros({9, 5})), Catch::Contains("[5, 9]") && Catch::Contains("[9, 5]"));
+}

@@ -9,15 +9,15 @@
 
 namespace ember::layers {
 
-Linear::Linear(int64_t in_features, int64_t out_features, bool bias) : in_(in_features), out_(out_features) {
+Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Generator& gen) : in_(in_features), out_(out_features) {
   EMBER_CHECK(in_features > 0 && out_features > 0, "Linear: expected positive in/out features, got (", in_features,
               ", ", out_features, ")");
   weight_ = register_parameter("weight", empty({out_, in_}));
-  init::kaiming_uniform_(weight_, std::sqrt(5.0));
+  init::kaiming_uniform_(weight_, std::sqrt(5.0), init::FanMode::FanIn, init::Nonlinearity::LeakyReLU, gen);
   if (bias) {
     bias_ = register_parameter("bias", empty({out_}));
     const double bound = 1.0 / std::sqrt(static_cast<double>(in_));
-    init::uniform_(bias_, -bound, bound);
+    init::uniform_(bias_, -bound, bound, gen);
   }
 }
 

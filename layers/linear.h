@@ -3,16 +3,17 @@
 #include <cstdint>
 #include <string>
 
+#include "core/rng.h"
 #include "layers/module.h"
 
 namespace ember::layers {
 
 /// Fully connected layer. weight (out, in), bias (out). PyTorch's default initialisation, drawn
-/// from the default generator: weight ~ kaiming_uniform(a = sqrt(5)) = U[-1/sqrt(in), 1/sqrt(in)),
+/// from `gen`: weight ~ kaiming_uniform(a = sqrt(5)) = U[-1/sqrt(in), 1/sqrt(in)),
 /// bias ~ U[-1/sqrt(in), 1/sqrt(in)).
 class Linear : public Module {
  public:
-  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, Generator& gen = default_generator());
   /// x (N, in) or (..., in) -> (N, out) / (..., out). Multiplies by the transposed view of the
   /// weight (no copy); the CPU GEMM and cuBLAS take the transpose as a layout flag.
   Tensor forward(const Tensor& x) override;

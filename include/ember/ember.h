@@ -26,3 +26,6 @@
 #include "optim/schedule.h"
 #include "optim/clip.h"
 #include "train/checkpoint.h"
+#include "autograd/ops_conv.h"
+#include "layers/conv.h"
+#include "layers/pool.h"

@@ -29,3 +29,4 @@
 #include "autograd/ops_conv.h"
 #include "layers/conv.h"
 #include "layers/pool.h"
+#include "models/mnist_cnn.h"

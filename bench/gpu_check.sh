@@ -19,7 +19,8 @@ fi
 if cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1) && [ -n "$cc" ]; then
   args+=(-DCMAKE_CUDA_ARCHITECTURES="${cc/./}")
 fi
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "gpu_check: nvidia-smi failed"
+gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)
+echo "gpu_check: GPU: ${gpu:-none found (nvidia-smi failed)}"
 
 status_configure=ok status_build=ok status_tests=ok status_bench=ok
 cmake -S . -B "$build" "${args[@]}" || status_configure=FAILED
@@ -36,18 +37,20 @@ if [ $status_build = ok ]; then
   # On a GPU machine a skipped [cuda] test means the GPU was not used: that is a failure here.
   if grep -qE 'cuda/.*Skipped' "$ctest_log"; then
     echo "gpu_check: the CUDA tests were skipped: no usable GPU"
-    status_tests=FAILED
+    status_tests="FAILED: CUDA tests skipped, no usable GPU;"
   fi
 fi
 
 bench_log=$(mktemp)
 if [ $status_build = ok ]; then
   "$build/bin/bench_cuda_ops" 2>&1 | tee "$bench_log"
-  [ "${PIPESTATUS[0]}" -eq 0 ] || status_bench=FAILED
+  rc=${PIPESTATUS[0]}
+  if [ "$rc" -eq 77 ]; then status_bench="FAILED (bench_cuda_ops found no GPU)"
+  elif [ "$rc" -ne 0 ]; then status_bench="FAILED (bench_cuda_ops exit $rc)"; fi
 fi
 
 echo
-echo "==== gpu_check summary ($(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)) ===="
+echo "==== gpu_check summary ($(date -u +%Y-%m-%dT%H:%MZ), GPU: ${gpu:-none}) ===="
 printf '%-10s %s\n' configure "$status_configure" build "$status_build" \
   tests "$status_tests ($(grep -E 'tests passed|tests failed' "$ctest_log" | tail -n 1))" \
   bench "$status_bench"

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <functional>
 #include <sstream>
+#include <unordered_set>
 
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
@@ -87,18 +88,20 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
 
 // ---- traversal ----
 
+// A parameter shared by several modules (weight tying, a child registered twice) is listed once,
+// under the first name reached, so an optimizer updates it once per step.
 std::vector<Tensor> Module::parameters() const {
   std::vector<Tensor> out;
-  for_each_module(*this, "", [&](const std::string&, const Module& m) {
-    for (const auto& [n, p] : m.params_) out.push_back(p);
-  });
+  for (auto& [n, p] : named_parameters()) out.push_back(p);
   return out;
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
   std::vector<std::pair<std::string, Tensor>> out;
+  std::unordered_set<const TensorImpl*> seen;
   for_each_module(*this, "", [&](const std::string& prefix, const Module& m) {
-    for (const auto& [n, p] : m.params_) out.emplace_back(prefix + n, p);
+    for (const auto& [n, p] : m.params_)
+      if (seen.insert(p.impl()).second) out.emplace_back(prefix + n, p);
   });
   return out;
 }
@@ -157,22 +160,24 @@ void Module::zero_grad() {
 
 // ---- state dicts ----
 
+// Every name of this tree's parameters and buffers: shared tensors appear under each of their
+// names, as in PyTorch's state_dict.
 StateDict Module::state_dict() const {
   StateDict out;
-  for (auto& [n, p] : named_parameters()) out.emplace(n, p.detach());
-  for (auto& [n, b] : named_buffers()) out.emplace(n, b.detach());
+  for_each_module(*this, "", [&](const std::string& prefix, const Module& m) {
+    for (const auto& [n, p] : m.params_) out.emplace(prefix + n, p.detach());
+    for (const auto& [n, b] : m.buffers_) out.emplace(prefix + n, b.detach());
+  });
   return out;
 }
 
 void Module::load_state_dict(const StateDict& state) {
   // Validate every entry first, collecting all problems, so a failed load modifies nothing.
-  std::vector<std::pair<std::string, Tensor>> targets = named_parameters();
-  for (auto& nb : named_buffers()) targets.push_back(nb);
+  // Detached views of this module's tensors: copying into them writes the parameters' storage.
+  const StateDict targets = state_dict();
   std::ostringstream problems;
   int n_problems = 0;
-  std::vector<std::string> expected;
   for (const auto& [key, t] : targets) {
-    expected.push_back(key);
     auto it = state.find(key);
     if (it == state.end()) {
       problems << "\n  missing key '" << key << "' (expected shape " << t.shape_str() << ")";
@@ -186,9 +191,8 @@ void Module::load_state_dict(const StateDict& state) {
       ++n_problems;
     }
   }
-  std::sort(expected.begin(), expected.end());
   for (const auto& [key, t] : state) {
-    if (!std::binary_search(expected.begin(), expected.end(), key)) {
+    if (targets.count(key) == 0) {
       problems << "\n  unexpected key '" << key << "'" << (t.defined() ? " of shape " + t.shape_str() : "");
       ++n_problems;
     }
@@ -196,10 +200,13 @@ void Module::load_state_dict(const StateDict& state) {
   EMBER_CHECK(n_problems == 0, name(), ".load_state_dict: ", n_problems, " problem(s), nothing was loaded:",
               problems.str());
   NoGradGuard no_grad;
-  for (auto& [key, t] : targets) {
+  for (const auto& [key, view] : targets) {
+    Tensor dst = view;
     const Tensor& src = state.at(key);
-    if (src.is_same(t)) continue;
-    t.copy_(src.detach());
+    if (src.device() == dst.device() && src.data_ptr() == dst.data_ptr() && src.strides() == dst.strides() &&
+        src.dtype() == dst.dtype())
+      continue;  // loading a module's own state_dict back into it
+    dst.copy_(src);
   }
 }
 

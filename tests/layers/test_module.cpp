@@ -89,6 +89,28 @@ TEST_CASE("Module: parameters, buffers and children in registration order, depth
   for (auto& [n, b] : t.named_buffers()) CHECK_FALSE(b.requires_grad());
 }
 
+TEST_CASE("Module: a shared child or parameter is listed once by parameters(), under every name by state_dict",
+          "[cpu][layers]") {
+  class Tied : public Module {
+   public:
+    Tied() {
+      shared = std::make_shared<Leaf>(3);
+      register_module("enc", shared);
+      register_module("dec", shared);
+    }
+    Tensor forward(const Tensor& x) override { return x; }
+    std::string name() const override { return "Tied"; }
+    std::shared_ptr<Leaf> shared;
+  };
+  Tied t;
+  CHECK(names_of(t.named_parameters()) == std::vector<std::string>{"enc.a", "enc.b"});
+  CHECK(t.parameters().size() == 2);
+  StateDict sd = t.state_dict();
+  CHECK(sd.size() == 6);
+  CHECK(sd.count("dec.a") == 1);
+  t.load_state_dict(sd);  // its own state: a no-op, no error
+}
+
 TEST_CASE("Module: duplicate and dotted names are rejected", "[cpu][layers]") {
   class Bad : public Module {
    public:

@@ -56,19 +56,33 @@ struct Geometry {
   }
 };
 
-/// A per-thread scratch buffer that only grows: reused across calls so it stays mapped.
+/// The column buffer: a per-thread buffer that only grows, reused across calls so it stays mapped
+/// (and warm); a request above kMaxRetainedBytes (huge images, where one image is a chunk) gets a
+/// buffer of its own instead, freed on return, so no thread keeps hundreds of MiB alive.
+constexpr int64_t kMaxRetainedBytes = int64_t{64} << 20;
 template <typename T>
-T* scratch(int64_t n) {
-  thread_local std::vector<T> buf;
-  if (static_cast<int64_t>(buf.size()) < n) {
-    buf.clear();
-    buf.shrink_to_fit();
-    buf.resize(static_cast<size_t>(n));
+class ColumnBuffer {
+ public:
+  explicit ColumnBuffer(int64_t n) {
+    thread_local std::vector<T> retained;
+    std::vector<T>* buf = n * static_cast<int64_t>(sizeof(T)) > kMaxRetainedBytes ? &own_ : &retained;
+    if (static_cast<int64_t>(buf->size()) < n) {
+      buf->clear();
+      buf->shrink_to_fit();
+      buf->resize(static_cast<size_t>(n));
+    }
+    data_ = buf->data();
   }
-  return buf.data();
-}
+  ColumnBuffer(const ColumnBuffer&) = delete;
+  ColumnBuffer& operator=(const ColumnBuffer&) = delete;
+  T* data() const { return data_; }
 
-/// A contiguous tensor over memory owned elsewhere (the scratch buffer); the caller keeps it alive.
+ private:
+  std::vector<T> own_;
+  T* data_ = nullptr;
+};
+
+/// A contiguous tensor over memory owned elsewhere (the column buffer); the caller keeps it alive.
 template <typename T>
 Tensor wrap(T* p, const Shape& sizes) {
   auto impl = std::make_shared<TensorImpl>();
@@ -174,7 +188,8 @@ void forward_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Co
   }
   const double beta = bias.defined() ? 1.0 : 0.0;
   const int64_t chunk = g.chunk(sizeof(T));
-  T* col = g.direct ? nullptr : scratch<T>(chunk * g.col_per_image());
+  const ColumnBuffer<T> buf(g.direct ? 0 : chunk * g.col_per_image());
+  T* col = buf.data();
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t nb = std::min(chunk, g.N - n0);
     Tensor colt;
@@ -200,7 +215,8 @@ void backward_input_impl(const Tensor& gout, const Tensor& w, const Conv2dParams
     return;
   }
   const int64_t chunk = g.chunk(sizeof(T));
-  T* col = scratch<T>(chunk * g.col_per_image());
+  const ColumnBuffer<T> buf(chunk * g.col_per_image());
+  T* col = buf.data();
   T* gxp = gx.data<T>();
   const int64_t per = g.kh * g.kw * g.L;
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
@@ -223,7 +239,8 @@ void backward_weight_impl(const Tensor& gout, const Tensor& x, const Conv2dParam
   const Geometry g(x.sizes(), gw.sizes(), gout.sizes(), p);
   const Tensor gw3 = as_strided_raw(gw, {g.G, g.Og, g.Kg}, contiguous_strides({g.G, g.Og, g.Kg}), gw.offset());
   const int64_t chunk = g.chunk(sizeof(T));
-  T* col = g.direct ? nullptr : scratch<T>(chunk * g.col_per_image());
+  const ColumnBuffer<T> buf(g.direct ? 0 : chunk * g.col_per_image());
+  T* col = buf.data();
   const T* xp = x.data<T>();
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t nb = std::min(chunk, g.N - n0);

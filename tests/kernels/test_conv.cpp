@@ -192,6 +192,13 @@ TEST_CASE("conv2d kernels over several column-buffer chunks (MNIST-like conv)", 
            Layout::Contiguous, 8);
 }
 
+TEST_CASE("conv2d with one image's column buffer above the per-thread cap", "[cpu][slow]") {
+  // One image's column buffer (64*9*170*173*4 bytes = 64.6 MiB) above the 64 MiB a
+  // thread keeps between calls: a buffer of its own, freed on return.
+  run_case({1, 64, 172, 175, 2, 3, 3, params(1, 1, 0, 0, 1, 1, 1), false}, DType::f32, Layout::Contiguous,
+           Layout::Contiguous, 9);
+}
+
 TEST_CASE("conv2d in f16 and bf16 (computed in f32, rounded once)", "[cpu]") {
   const Case c{2, 4, 6, 7, 4, 3, 3, params(1, 2, 1, 0, 1, 1, 2), true};
   for (DType dt : {DType::f16, DType::bf16}) {

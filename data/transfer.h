@@ -1,0 +1,25 @@
+#pragma once
+// Internal (not part of the public API): host-to-device transfers for the data pipeline.
+// CUDA builds define these in data/cuda/transfer.cpp; builds without CUDA in data/transfer_cpu.cpp.
+#include "core/stream.h"
+#include "core/tensor.h"
+
+namespace ember::data::detail {
+
+/// An uninitialized contiguous CPU tensor for data bound to a GPU: page-locked memory
+/// (cudaHostAlloc) from a process-wide cache in CUDA builds, so copies from it are truly
+/// asynchronous; ordinary CPU memory in builds without CUDA.
+Tensor pinned_empty(const Shape& sizes, DType dtype);
+/// True when `p` points into memory from pinned_empty (page-locked).
+bool is_pinned(const Tensor& t);
+
+/// A copy of `host` (contiguous, CPU) on `device`. For a CUDA device the copy is asynchronous:
+/// the result is allocated on `consumer` (the stream that will read it), the transfer runs on
+/// `copy_stream` after the work already queued on `consumer` (whose freed blocks the result may
+/// reuse), and `consumer` waits for the transfer. `host` is staged through pinned memory when it
+/// is not pinned, and kept alive until the transfer completes. For the CPU device: `host` itself.
+Tensor copy_to_device_async(const Tensor& host, Device device, Stream consumer, Stream copy_stream);
+/// copy_to_device_async with the device's current stream as both streams.
+Tensor to_device_async(const Tensor& host, Device device);
+
+}  // namespace ember::data::detail

@@ -1,0 +1,23 @@
+// data/transfer.h in builds without CUDA: no pinned memory, and no device other than the CPU.
+#ifndef EMBER_WITH_CUDA
+
+#include "core/error.h"
+#include "data/transfer.h"
+
+namespace ember::data::detail {
+
+Tensor pinned_empty(const Shape& sizes, DType dtype) { return empty(sizes, dtype); }
+
+bool is_pinned(const Tensor&) { return false; }
+
+Tensor copy_to_device_async(const Tensor& host, Device device, Stream, Stream) {
+  EMBER_CHECK(device.is_cpu(), "DataLoader: cannot copy a batch to ", device.str(),
+              ": this ember build has no CUDA support (rebuild with -DEMBER_CUDA=ON)");
+  return host;
+}
+
+Tensor to_device_async(const Tensor& host, Device device) { return copy_to_device_async(host, device, {}, {}); }
+
+}  // namespace ember::data::detail
+
+#endif  // EMBER_WITH_CUDA

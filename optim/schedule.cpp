@@ -15,7 +15,12 @@ LRScheduler::LRScheduler(Optimizer& opt) : opt_(&opt), base_lr_(opt.lr()) {}
 
 void LRScheduler::step() {
   ++step_count_;
-  apply();
+  try {
+    apply();
+  } catch (...) {  // e.g. a wrapped OneCycleLR past its total_steps: the count stays valid
+    --step_count_;
+    throw;
+  }
 }
 
 namespace {

@@ -25,7 +25,8 @@ namespace ember::optim {
 
 class LRScheduler {
  public:
-  /// Remembers opt.lr() as the base lr. Subclass constructors finish by applying lr_at(0).
+  /// Remembers opt.lr() as the base lr and keeps a reference to opt (which must outlive the
+  /// schedule). Subclass constructors finish by applying lr_at(0).
   explicit LRScheduler(Optimizer& opt);
   virtual ~LRScheduler() = default;
   LRScheduler(const LRScheduler&) = delete;

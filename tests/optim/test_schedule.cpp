@@ -226,4 +226,12 @@ TEST_CASE("Schedules: load_state_dict errors name the entry and change nothing",
   far["step_count"] = scalar_tensor(11, DType::i64);
   CHECK_THAT(msg_of([&] { oc.load_state_dict(far); }), Catch::Contains("outside [0, total_steps = 10]"));
   CHECK(oc.step_count() == 0);
+  // A warm-up in front of OneCycleLR runs out with it; the failed step leaves the count alone.
+  Fixture m;
+  optim::LinearWarmup wo(m.opt, 2, std::make_unique<optim::OneCycleLR>(m.opt, optim::OneCycleOptions{.total_steps = 4}));
+  for (int t = 0; t < 6; ++t) wo.step();
+  const double last = m.opt.lr();
+  CHECK_THAT(msg_of([&] { wo.step(); }), Catch::Contains("step 5 is outside [0, total_steps = 4]"));
+  CHECK(wo.step_count() == 6);
+  CHECK(m.opt.lr() == last);
 }

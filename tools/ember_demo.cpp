@@ -1,6 +1,7 @@
 // ember-demo: trains a small MLP with autograd on a synthetic 3-class spiral (2-D points) on
 // Device::best() and prints the loss going down and the final accuracy. Everything it uses is
-// public API (<ember/ember.h>): tensors, differentiable ops, backward, NoGradGuard.
+// public API (<ember/ember.h>): tensors, layers::Sequential of Linear/ReLU, layers::cross_entropy,
+// backward, optim::SGD, NoGradGuard.
 //
 //   ember-demo [--steps N] [--lr X] [--device cpu|cuda|cuda:N] [--seed S]
 // Exits 1 when training did not lower the loss (so CI can run it as a smoke test).
@@ -12,6 +13,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -22,7 +25,7 @@ namespace {
 
 struct Options {
   int steps = 300;
-  double lr = 0.05;
+  double lr = 0.1;
   double momentum = 0.9;
   uint64_t seed = 1;
   std::string device = "best";
@@ -71,13 +74,6 @@ void make_spirals(uint64_t seed, Tensor& x, Tensor& y) {
   y = from_vector(ys, {kClasses * kPerClass});
 }
 
-// A weight (fan_in, fan_out) with He-normal init, or a zero bias (fan_out); both leaves with grad.
-Tensor weight(int64_t fan_in, int64_t fan_out, Device dev, Generator& gen) {
-  Tensor w = randn({fan_in, fan_out}, DType::f32, Device::cpu(), gen) * std::sqrt(2.0 / static_cast<double>(fan_in));
-  return w.to(dev).requires_grad_();
-}
-Tensor bias(int64_t n, Device dev) { return zeros({n}, DType::f32, dev).requires_grad_(); }
-
 double accuracy(const Tensor& logits, const Tensor& y) {
   std::vector<int64_t> pred = argmax(logits, 1).to_vector<int64_t>(), want = y.to_vector<int64_t>();
   int64_t hit = 0;
@@ -101,46 +97,37 @@ int main(int argc, char** argv) {
     make_spirals(opt.seed + 1000, x_test, y_test);
     x = x.to(dev), y = y.to(dev), x_test = x_test.to(dev), y_test = y_test.to(dev);
 
+    // (N, 2) -> (N, 64) -> (N, 64) -> logits (N, 3), PyTorch's default init from a seeded generator.
     Generator gen(opt.seed);
-    std::vector<Tensor> params = {weight(2, kHidden, dev, gen),       bias(kHidden, dev),
-                                  weight(kHidden, kHidden, dev, gen), bias(kHidden, dev),
-                                  weight(kHidden, kClasses, dev, gen), bias(kClasses, dev)};
-    std::vector<Tensor> velocity;
-    for (const Tensor& p : params) velocity.push_back(zeros_like(p));
-    // x (N, 2) -> (N, 64) -> (N, 64) -> logits (N, 3)
-    auto forward = [&](const Tensor& in) {
-      Tensor h = relu(matmul(in, params[0]) + params[1]);
-      h = relu(matmul(h, params[2]) + params[3]);
-      return matmul(h, params[4]) + params[5];
-    };
+    auto model = std::make_shared<layers::Sequential>(std::initializer_list<layers::ModulePtr>{
+        std::make_shared<layers::Linear>(2, kHidden, true, gen), std::make_shared<layers::ReLU>(),
+        std::make_shared<layers::Linear>(kHidden, kHidden, true, gen), std::make_shared<layers::ReLU>(),
+        std::make_shared<layers::Linear>(kHidden, kClasses, true, gen)});
+    model->to(dev);
+    optim::SGD sgd(model->parameters(), {.lr = opt.lr, .momentum = opt.momentum});
 
     const auto t0 = std::chrono::steady_clock::now();
     double first_loss = 0, last_loss = 0;
     const int log_every = std::max(1, opt.steps / 10);
     for (int step = 0; step <= opt.steps; ++step) {
-      Tensor logits = forward(x);
-      Tensor loss = cross_entropy(logits, y);
+      Tensor logits = model->forward(x);
+      Tensor loss = layers::cross_entropy(logits, y);
       last_loss = loss.item<float>();
       if (step == 0) first_loss = last_loss;
       if (step % log_every == 0 || step == opt.steps)
         std::printf("step %4d  loss %.4f  train accuracy %5.1f%%\n", step, last_loss, 100.0 * accuracy(logits, y));
       if (step == opt.steps) break;
-      for (Tensor& p : params)
-        if (p.grad().defined()) p.grad().zero_();
+      sgd.zero_grad();
       loss.backward();
-      // SGD with momentum: v = m v + g; p -= lr v (no graph: these are updates, not computation).
-      NoGradGuard no_grad;
-      for (size_t i = 0; i < params.size(); ++i) {
-        velocity[i].copy_(velocity[i] * opt.momentum + params[i].grad());
-        params[i].copy_(params[i] - velocity[i] * opt.lr);
-      }
+      sgd.step();
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double train_acc, test_acc;
     {
       NoGradGuard no_grad;
-      train_acc = accuracy(forward(x), y);
-      test_acc = accuracy(forward(x_test), y_test);
+      model->eval();
+      train_acc = accuracy(model->forward(x), y);
+      test_acc = accuracy(model->forward(x_test), y_test);
     }
     std::printf("final: loss %.4f (from %.4f), accuracy %.1f%% train, %.1f%% held-out test; %.2f s on %s\n",
                 last_loss, first_loss, 100.0 * train_acc, 100.0 * test_acc, secs, dev.str().c_str());

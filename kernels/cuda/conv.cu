@@ -265,7 +265,8 @@ AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs
 void run(Direction dir, const Geometry& g, Device dev, cudaStream_t stream, const void* x, const void* w,
          const void* y, double beta) {
   const bool tf32 = g.dtype == DType::f32 && allow_tf32();
-  cudnnHandle_t h = cudnn_handle(dev, stream);
+  const CudnnHandleLease lease = cudnn_handle(dev, stream);
+  cudnnHandle_t h = lease.get();
   Descs d(g, requested_math(g.dtype, tf32));
   const AlgoKey key = key_of(dev, dir, g, tf32);
   AlgoChoice choice{};

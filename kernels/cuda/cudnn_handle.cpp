@@ -61,13 +61,19 @@ CudnnHandle::~CudnnHandle() {
   handle_ = nullptr;
 }
 
-cudnnHandle_t cudnn_handle(Device device, cudaStream_t stream) {
+CudnnHandleLease cudnn_handle(Device device, cudaStream_t stream) {
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  auto key = std::make_pair(device.index(), stream);
-  auto it = r.handles.find(key);
-  if (it == r.handles.end()) it = r.handles.emplace(key, std::make_unique<CudnnHandle>(device, stream)).first;
-  return it->second->get();
+  CudnnHandle* handle = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto key = std::make_pair(device.index(), stream);
+    auto it = r.handles.find(key);
+    if (it == r.handles.end()) it = r.handles.emplace(key, std::make_unique<CudnnHandle>(device, stream)).first;
+    handle = it->second.get();
+  }
+  // The registry lock is released first: a thread waiting for a busy handle must not block others
+  // from getting theirs.
+  return CudnnHandleLease(handle->get(), std::unique_lock<std::mutex>(handle->mutex()));
 }
 
 void release_cudnn_handles() {

@@ -3,8 +3,11 @@
 //
 // Handles: one per (device, stream), created on first use and bound to that stream for life (as
 // the cuBLAS handles in cublas_handle.h), so two threads on two streams never race on
-// cudnnSetStream. The registry is deliberately never destroyed at process exit (the CUDA runtime
-// may be gone by then); release_cudnn_handles() destroys the handles in an orderly way.
+// cudnnSetStream. cuDNN allows many threads but not two at once on one handle, and two threads
+// may share a stream (the legacy default stream is everyone's until set otherwise), so a handle is
+// lent out with its mutex held (CudnnHandleLease) for one sequence of calls. The registry is
+// deliberately never destroyed at process exit (the CUDA runtime may be gone by then);
+// release_cudnn_handles() destroys the handles in an orderly way.
 //
 // Descriptors: thin owners of cudnn*Descriptor_t. cuDNN's legacy API takes int dimensions and
 // strides, so the setters check that every value fits and name the shape when it does not. The
@@ -13,6 +16,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <mutex>
+#include <utility>
 
 #include "core/device.h"
 #include "core/dtype.h"
@@ -28,15 +33,31 @@ class CudnnHandle {
   CudnnHandle& operator=(const CudnnHandle&) = delete;
 
   cudnnHandle_t get() const { return handle_; }
+  std::mutex& mutex() { return mu_; }
 
  private:
   int device_index_ = 0;
   cudnnHandle_t handle_ = nullptr;
+  std::mutex mu_;  // held by the CudnnHandleLease using the handle
 };
 
-/// The cuDNN handle for `device` and `stream` (created on first use; thread-safe). Valid until
-/// release_cudnn_handles(). The caller must have `device` current (DeviceGuard) when using it.
-cudnnHandle_t cudnn_handle(Device device, cudaStream_t stream);
+/// Exclusive use of one cuDNN handle while the lease lives (it holds the handle's mutex).
+class CudnnHandleLease {
+ public:
+  CudnnHandleLease(cudnnHandle_t handle, std::unique_lock<std::mutex> lock)
+      : handle_(handle), lock_(std::move(lock)) {}
+  cudnnHandle_t get() const { return handle_; }
+
+ private:
+  cudnnHandle_t handle_;
+  std::unique_lock<std::mutex> lock_;
+};
+
+/// The cuDNN handle for `device` and `stream` (created on first use; thread-safe), locked for the
+/// caller until the lease is dropped: keep the lease only for the cuDNN calls (never take a second
+/// one for the same stream while holding it). Valid until release_cudnn_handles(). The caller must
+/// have `device` current (DeviceGuard) when using it.
+CudnnHandleLease cudnn_handle(Device device, cudaStream_t stream);
 
 /// Destroys every cached handle. Only call when no thread is using one (e.g. at shutdown).
 void release_cudnn_handles();

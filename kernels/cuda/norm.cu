@@ -7,13 +7,17 @@
 // cudnnBatchNormalizationForwardTraining with exponentialAverageFactor = momentum; cuDNN updates
 // the running variance with the unbiased batch variance and returns 1/sqrt(biased var + eps) as
 // resultSaveInvVariance, which is exactly save_invstd. Eval calls ForwardInference. The training
-// backward is cudnnBatchNormalizationBackward fed with the saved mean and inverse std. cuDNN has
-// no eval-mode backward (its backward always differentiates through the batch statistics), so
-// that one is a small kernel here: with fixed statistics dx = w * invstd * dy, and the parameter
-// gradients are per-channel sums; one block per channel, sums in f64, no atomics.
-// An undefined weight or bias is passed to cuDNN as ones / zeros. cuDNN indexes in 32 bits, so
-// inputs of 2^31 elements or more are refused with a message.
-//
+// backward is cudnnBatchNormalizationBackward fed with the saved mean and inverse std.
+// Where cuDNN does not reach, small kernels here take over:
+//  * eval backward: cuDNN's backward always differentiates through the batch statistics; with
+//    fixed statistics dx = w * invstd * dy and the parameter gradients are per-channel sums (one
+//    block per channel, sums in f64, no atomics);
+//  * eval forward for bf16, and for N > 65535 (cuDNN's inference kernels put N on a grid
+//    dimension capped at 65535; PyTorch routes those around cuDNN too): y = x * scale + shift;
+//  * bf16 training goes through f32 copies of x (and dy): cuDNN's legacy batch norm does not
+//    promise bf16, and one rounding at the end loses nothing.
+// cuDNN indexes in 32 bits, and its training kernels fail past N = 880801 (the bound PyTorch
+// found and also enforces); inputs past either limit are refused with a message naming them.
 // Dropout: one thread per Philox block of 4 consecutive elements (core/rng.h's layout: element i
 // uses block offset + i / 4, lane i % 4), grid-stride, 64-bit indices, 16-byte vector loads and
 // stores for f32 (8 bytes for f16/bf16) when both tensors are aligned. The keep test is the
@@ -30,6 +34,7 @@
 #include "kernels/cuda/cudnn_handle.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/cuda/reduce_utils.cuh"
+#include "kernels/copy.h"
 #include "kernels/factory.h"
 #include "kernels/norm.h"
 
@@ -66,13 +71,16 @@ void check_ncs(const char* op, const char* name, const Tensor& t, const Tensor& 
               t.device().str());
 }
 
-/// Descriptors of x (N, C, S) as NCHW (N, C, S, 1) and of the per-channel parameters.
+constexpr int64_t kMaxTrainingBatch = 880801;  // see the top comment
+constexpr int64_t kMaxInferenceBatch = 65535;
+
+/// Descriptors of x (N, C, S) as NCHW (N, C, S, 1) of dtype dt and of the per-channel parameters.
 struct BnDescs {
   TensorDescriptor x, bn;
-  explicit BnDescs(const Tensor& xt, const char* op) {
+  BnDescs(const Tensor& xt, DType dt, const char* op) {
     EMBER_CHECK(xt.numel() < (int64_t(1) << 31), op, ": input (N, C, S) = ", xt.shape_str(), " has ", xt.numel(),
                 " elements; cuDNN batch norm is limited to fewer than 2^31");
-    x.set_4d(xt.dtype(), xt.size(0), xt.size(1), xt.size(2), 1);
+    x.set_4d(dt, xt.size(0), xt.size(1), xt.size(2), 1);
     CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(bn.get(), x.get(), CUDNN_BATCHNORM_SPATIAL));
   }
 };
@@ -80,6 +88,46 @@ struct BnDescs {
 /// `t` itself, or a (C) tensor of `value` when t is undefined.
 Tensor or_filled(const Tensor& t, int64_t C, DType dt, Device dev, double value) {
   return t.defined() ? t : full({C}, value, dt, dev);
+}
+
+/// The dtype cuDNN computes x in: bf16 is staged through f32 (see the top comment).
+DType cudnn_dtype_for(DType dt) { return dt == DType::bf16 ? DType::f32 : dt; }
+/// x itself, or its f32 copy when staged.
+Tensor staged(const Tensor& t) { return t.dtype() == DType::bf16 ? cast(t, DType::f32) : t; }
+/// `out` itself, or an f32 buffer of its shape to copy back from when staged.
+Tensor staged_out(const Tensor& out) {
+  return out.dtype() == DType::bf16 ? empty(out.sizes(), DType::f32, out.device()) : out;
+}
+
+/// Eval forward y = x * scale[c] + shift[c] over x, y (N, C, S); scale = w * invstd and
+/// shift = b - mean * scale per channel in P (f64 for f64, else f32), the element math in P.
+template <typename T, typename P>
+__global__ void __launch_bounds__(kBlock) bn_forward_eval_kernel(const T* __restrict__ x, T* __restrict__ y,
+                                                                 const P* __restrict__ w, const P* __restrict__ b,
+                                                                 const P* __restrict__ mean,
+                                                                 const P* __restrict__ var, P eps, int64_t total,
+                                                                 int64_t C, int64_t S) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int64_t c = (i / S) % C;
+    const P scale = (w != nullptr ? w[c] : P(1)) / sqrt(var[c] + eps);
+    const P shift = (b != nullptr ? b[c] : P(0)) - mean[c] * scale;
+    y[i] = store_as<T>(load_as<P>(x[i]) * scale + shift);
+  }
+}
+
+void batch_norm_eval_kernel(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& rm, const Tensor& rv,
+                            double eps, const Tensor& out, cudaStream_t stream, const char* op) {
+  const int64_t total = x.numel();
+  EMBER_DISPATCH_FLOAT(x.dtype(), op, [&]<typename T>() {
+    using P = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    bn_forward_eval_kernel<T, P><<<grid_for(total), kBlock, 0, stream>>>(
+        static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()),
+        w.defined() ? static_cast<const P*>(w.data_ptr()) : nullptr,
+        b.defined() ? static_cast<const P*>(b.data_ptr()) : nullptr, static_cast<const P*>(rm.data_ptr()),
+        static_cast<const P*>(rv.data_ptr()), static_cast<P>(eps), total, x.size(1), x.size(2));
+    EMBER_LAUNCH_CHECK();
+  });
 }
 
 void batch_norm_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
@@ -104,29 +152,38 @@ void batch_norm_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, 
     EMBER_CHECK(running_mean.defined(), op, ": eval mode needs the running statistics");
   }
   if (x.numel() == 0) return;
-  const int64_t C = x.size(1);
+  const int64_t N = x.size(0), C = x.size(1);
   const DType pd = param_dtype(x.dtype());
   DeviceGuard guard(x.device());
   const cudaStream_t stream = stream_of(x);
-  cudnnHandle_t h = cudnn_handle(x.device(), stream);
-  BnDescs d(x, op);
+  if (!training && (x.dtype() == DType::bf16 || N > kMaxInferenceBatch)) {
+    batch_norm_eval_kernel(x, weight, bias, running_mean, running_var, eps, r.out, stream, op);
+    return;
+  }
+  EMBER_CHECK(!training || N <= kMaxTrainingBatch, op, ": input ", x.shape_str(), " has N = ", N,
+              "; cuDNN's batch-norm training kernels take at most N = ", kMaxTrainingBatch);
+  const DType dt = cudnn_dtype_for(x.dtype());
+  const CudnnHandleLease lease = cudnn_handle(x.device(), stream);
+  cudnnHandle_t h = lease.get();
+  BnDescs d(x, dt, op);
   const Tensor w = or_filled(weight, C, pd, x.device(), 1.0);
   const Tensor b = or_filled(bias, C, pd, x.device(), 0.0);
+  const Tensor xs = staged(x), ys = staged_out(r.out);
   const Scale one(1.0), zero(0.0);
   if (training) {
     void* rm = running_mean.defined() ? running_mean.data_ptr() : nullptr;
     void* rv = running_var.defined() ? running_var.data_ptr() : nullptr;
     CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
-        h, CUDNN_BATCHNORM_SPATIAL, one.ptr(x.dtype()), zero.ptr(x.dtype()), d.x.get(), x.data_ptr(), d.x.get(),
-        r.out.data_ptr(), d.bn.get(), w.data_ptr(), b.data_ptr(), momentum, rm, rv, eps, r.save_mean.data_ptr(),
+        h, CUDNN_BATCHNORM_SPATIAL, one.ptr(dt), zero.ptr(dt), d.x.get(), xs.data_ptr(), d.x.get(), ys.data_ptr(),
+        d.bn.get(), w.data_ptr(), b.data_ptr(), momentum, rm, rv, eps, r.save_mean.data_ptr(),
         r.save_invstd.data_ptr()));
   } else {
     CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
-        h, CUDNN_BATCHNORM_SPATIAL, one.ptr(x.dtype()), zero.ptr(x.dtype()), d.x.get(), x.data_ptr(), d.x.get(),
-        r.out.data_ptr(), d.bn.get(), w.data_ptr(), b.data_ptr(), running_mean.data_ptr(), running_var.data_ptr(),
-        eps));
+        h, CUDNN_BATCHNORM_SPATIAL, one.ptr(dt), zero.ptr(dt), d.x.get(), xs.data_ptr(), d.x.get(), ys.data_ptr(),
+        d.bn.get(), w.data_ptr(), b.data_ptr(), running_mean.data_ptr(), running_var.data_ptr(), eps));
   }
-  // `w` / `b` may be temporaries: freed in stream order, after cuDNN's kernels have read them.
+  if (!ys.is_same(r.out)) copy(r.out, ys);
+  // Temporaries (w, b, staged copies) are freed in stream order, after cuDNN's kernels read them.
 }
 
 /// Eval-mode backward. Block c' handles channels c = c', c' + gridDim.x, ...: over the N * S
@@ -189,15 +246,20 @@ void batch_norm_backward_cuda(const Tensor& grad_out, const Tensor& x, const Ten
     return;
   }
   if (training) {
-    cudnnHandle_t h = cudnn_handle(x.device(), stream);
-    BnDescs d(x, op);
+    EMBER_CHECK(N <= kMaxTrainingBatch, op, ": input ", x.shape_str(), " has N = ", N,
+                "; cuDNN's batch-norm training kernels take at most N = ", kMaxTrainingBatch);
+    const DType dt = cudnn_dtype_for(x.dtype());
+    const CudnnHandleLease lease = cudnn_handle(x.device(), stream);
+    cudnnHandle_t h = lease.get();
+    BnDescs d(x, dt, op);
     const Tensor w = or_filled(weight, C, pd, x.device(), 1.0);
+    const Tensor xs = staged(x), gs = staged(grad_out), dxs = staged_out(r.grad_x);
     const Scale one(1.0), zero(0.0);
     CUDNN_CHECK(cudnnBatchNormalizationBackward(
-        h, CUDNN_BATCHNORM_SPATIAL, one.ptr(x.dtype()), zero.ptr(x.dtype()), one.ptr(x.dtype()), zero.ptr(x.dtype()),
-        d.x.get(), x.data_ptr(), d.x.get(), grad_out.data_ptr(), d.x.get(), r.grad_x.data_ptr(), d.bn.get(),
-        w.data_ptr(), r.grad_weight.data_ptr(), r.grad_bias.data_ptr(), eps, save_mean.data_ptr(),
-        save_invstd.data_ptr()));
+        h, CUDNN_BATCHNORM_SPATIAL, one.ptr(dt), zero.ptr(dt), one.ptr(dt), zero.ptr(dt), d.x.get(), xs.data_ptr(),
+        d.x.get(), gs.data_ptr(), d.x.get(), dxs.data_ptr(), d.bn.get(), w.data_ptr(), r.grad_weight.data_ptr(),
+        r.grad_bias.data_ptr(), eps, save_mean.data_ptr(), save_invstd.data_ptr()));
+    if (!dxs.is_same(r.grad_x)) copy(r.grad_x, dxs);
     return;
   }
   const int grid = static_cast<int>(std::min<int64_t>(C, 65535));

@@ -1,0 +1,315 @@
+// CUDA conv2d (kernels/cuda/conv.cu, cuDNN) forward, backward-input and backward-weight against
+// float64 references computed here and against the CPU twin (im2col + GEMM), on odd shapes with
+// groups, stride, padding and dilation, in f32, f64, f16 and bf16.
+//
+// Error bounds, per output element with K products whose magnitudes sum to A (bias included):
+//  * f32 / f64: tol_sum(dt, K) * A for the accumulation, plus tol(dt) * |ref| for the store. cuDNN
+//    may pick Winograd or FFT algorithms, whose transforms add a few roundings per term; tol(f32) is
+//    already ~80 f32 ulps, which covers them.
+//  * f16 / bf16: cuDNN accumulates in f32, but its algorithms may keep transformed operands or
+//    partial results in the storage type, so each term may carry one rounding of the storage
+//    type: tol(dt) * A, plus tol(dt) * |ref| for the store and half a subnormal step for f16.
+// The reference uses the inputs as stored (already rounded to dt), so input rounding is not error.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/device.h"
+#include "kernels/conv.h"
+#include "kernels/factory.h"
+#include "support/reference.h"
+#include "cuda/expect.h"
+
+using namespace ember;
+using namespace ember::testing;
+using kernels::Conv2dParams;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+const DType kFloatTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
+
+struct Case {
+  int64_t n, c, h, w, o, kh, kw;
+  Conv2dParams p;
+  bool bias;
+};
+
+std::string case_str(const Case& k) {
+  std::ostringstream os;
+  os << "x (" << k.n << ", " << k.c << ", " << k.h << ", " << k.w << "), w (" << k.o << ", " << k.c / k.p.groups
+     << ", " << k.kh << ", " << k.kw << "), stride (" << k.p.stride_h << ", " << k.p.stride_w << "), pad ("
+     << k.p.pad_h << ", " << k.p.pad_w << "), dilation (" << k.p.dilation_h << ", " << k.p.dilation_w << "), groups "
+     << k.p.groups << (k.bias ? ", bias" : "");
+  return os.str();
+}
+
+Conv2dParams params(int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t g) {
+  Conv2dParams p;
+  p.stride_h = sh, p.stride_w = sw, p.pad_h = ph, p.pad_w = pw, p.dilation_h = dh, p.dilation_w = dw, p.groups = g;
+  return p;
+}
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> cs = {
+      {2, 3, 7, 9, 4, 3, 3, params(1, 1, 1, 1, 1, 1, 1), true},
+      {3, 6, 11, 8, 9, 3, 2, params(2, 1, 1, 0, 1, 2, 3), true},   // groups, asymmetric everything
+      {1, 4, 5, 5, 4, 3, 3, params(1, 1, 2, 2, 2, 2, 4), false},   // depthwise, dilation 2
+      {5, 8, 6, 7, 3, 1, 1, params(2, 2, 0, 0, 1, 1, 1), false},   // 1x1, stride 2
+      {2, 5, 9, 13, 7, 5, 3, params(3, 2, 2, 1, 1, 1, 1), true},   // odd stride, output rows dropped
+      {4, 1, 28, 28, 32, 3, 3, params(1, 1, 0, 0, 1, 1, 1), true}, // mnist_cnn conv1
+      {2, 32, 26, 26, 64, 3, 3, params(1, 1, 0, 0, 1, 1, 1), true} // mnist_cnn conv2 (K = 288)
+  };
+  return cs;
+}
+
+int64_t out_h(const Case& k) { return kernels::conv_out_size(k.h, k.kh, k.p.stride_h, k.p.pad_h, k.p.dilation_h); }
+int64_t out_w(const Case& k) { return kernels::conv_out_size(k.w, k.kw, k.p.stride_w, k.p.pad_w, k.p.dilation_w); }
+
+/// Turns per-element (sum, sum of |terms|, term count) into an Expect for dtype dt.
+Expect finish(const std::vector<double>& sum, const std::vector<double>& abs, const std::vector<int64_t>& count,
+              DType dt) {
+  Expect e{sum, std::vector<double>(sum.size())};
+  const bool reduced = dt == DType::f16 || dt == DType::bf16;
+  for (size_t i = 0; i < sum.size(); ++i) {
+    const double acc = reduced ? tol(dt) * abs[i] : tol_sum(dt, count[i]) * abs[i];
+    e.bound[i] = acc + tol(dt) * std::fabs(sum[i]) + store_floor(dt);
+  }
+  return e;
+}
+
+/// Calls fn(n, o, oh, ow, ci, ki, kj, ih, iw) for every product of the convolution (ci is the
+/// input channel, ih/iw inside the input).
+template <typename F>
+void for_each_term(const Case& k, F fn) {
+  const int64_t ho = out_h(k), wo = out_w(k), g = k.p.groups, cg = k.c / g, og = k.o / g;
+  for (int64_t n = 0; n < k.n; ++n)
+    for (int64_t o = 0; o < k.o; ++o)
+      for (int64_t oh = 0; oh < ho; ++oh)
+        for (int64_t ow = 0; ow < wo; ++ow)
+          for (int64_t c = 0; c < cg; ++c)
+            for (int64_t ki = 0; ki < k.kh; ++ki)
+              for (int64_t kj = 0; kj < k.kw; ++kj) {
+                const int64_t ih = oh * k.p.stride_h - k.p.pad_h + ki * k.p.dilation_h;
+                const int64_t iw = ow * k.p.stride_w - k.p.pad_w + kj * k.p.dilation_w;
+                if (ih < 0 || ih >= k.h || iw < 0 || iw >= k.w) continue;
+                fn(n, o, oh, ow, (o / og) * cg + c, c, ki, kj, ih, iw);
+              }
+}
+
+Expect ref_forward(const Case& k, const std::vector<double>& x, const std::vector<double>& w,
+                   const std::vector<double>& b, DType dt) {
+  const int64_t ho = out_h(k), wo = out_w(k), cg = k.c / k.p.groups;
+  const size_t total = static_cast<size_t>(k.n * k.o * ho * wo);
+  std::vector<double> sum(total, 0.0), abs(total, 0.0);
+  std::vector<int64_t> count(total, 0);
+  for_each_term(k, [&](int64_t n, int64_t o, int64_t oh, int64_t ow, int64_t ci, int64_t c, int64_t ki, int64_t kj,
+                       int64_t ih, int64_t iw) {
+    const size_t yi = static_cast<size_t>(((n * k.o + o) * ho + oh) * wo + ow);
+    const double t = x[static_cast<size_t>(((n * k.c + ci) * k.h + ih) * k.w + iw)] *
+                     w[static_cast<size_t>(((o * cg + c) * k.kh + ki) * k.kw + kj)];
+    sum[yi] += t, abs[yi] += std::fabs(t), ++count[yi];
+  });
+  if (k.bias)
+    for (size_t i = 0; i < total; ++i) {
+      const double bv = b[(i / static_cast<size_t>(ho * wo)) % static_cast<size_t>(k.o)];
+      sum[i] += bv, abs[i] += std::fabs(bv), ++count[i];
+    }
+  return finish(sum, abs, count, dt);
+}
+
+Expect ref_backward_input(const Case& k, const std::vector<double>& gy, const std::vector<double>& w, DType dt) {
+  const int64_t ho = out_h(k), wo = out_w(k), cg = k.c / k.p.groups;
+  const size_t total = static_cast<size_t>(k.n * k.c * k.h * k.w);
+  std::vector<double> sum(total, 0.0), abs(total, 0.0);
+  std::vector<int64_t> count(total, 0);
+  for_each_term(k, [&](int64_t n, int64_t o, int64_t oh, int64_t ow, int64_t ci, int64_t c, int64_t ki, int64_t kj,
+                       int64_t ih, int64_t iw) {
+    const size_t xi = static_cast<size_t>(((n * k.c + ci) * k.h + ih) * k.w + iw);
+    const double t = gy[static_cast<size_t>(((n * k.o + o) * ho + oh) * wo + ow)] *
+                     w[static_cast<size_t>(((o * cg + c) * k.kh + ki) * k.kw + kj)];
+    sum[xi] += t, abs[xi] += std::fabs(t), ++count[xi];
+  });
+  return finish(sum, abs, count, dt);
+}
+
+Expect ref_backward_weight(const Case& k, const std::vector<double>& gy, const std::vector<double>& x, DType dt) {
+  const int64_t ho = out_h(k), wo = out_w(k), cg = k.c / k.p.groups;
+  const size_t total = static_cast<size_t>(k.o * cg * k.kh * k.kw);
+  std::vector<double> sum(total, 0.0), abs(total, 0.0);
+  std::vector<int64_t> count(total, 0);
+  for_each_term(k, [&](int64_t n, int64_t o, int64_t oh, int64_t ow, int64_t ci, int64_t c, int64_t ki, int64_t kj,
+                       int64_t ih, int64_t iw) {
+    const size_t wi = static_cast<size_t>(((o * cg + c) * k.kh + ki) * k.kw + kj);
+    const double t = gy[static_cast<size_t>(((n * k.o + o) * ho + oh) * wo + ow)] *
+                     x[static_cast<size_t>(((n * k.c + ci) * k.h + ih) * k.w + iw)];
+    sum[wi] += t, abs[wi] += std::fabs(t), ++count[wi];
+  });
+  return finish(sum, abs, count, dt);
+}
+
+/// Widens a GPU-vs-reference bound to a GPU-vs-CPU one: both sides may err by the bound.
+Expect doubled(Expect e, const Tensor& cpu_result) {
+  e.val = to_f64(cpu_result);
+  for (double& b : e.bound) b *= 2.0;
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("cuda conv2d forward matches float64 and the CPU (groups, stride, padding, dilation, bias)", "[cuda]") {
+  uint64_t seed = 100;
+  for (const Case& k : cases()) {
+    for (DType dt : kFloatTypes) {
+      INFO(case_str(k) << ", " << dtype_name(dt));
+      const Shape xs{k.n, k.c, k.h, k.w}, ws{k.o, k.c / k.p.groups, k.kh, k.kw};
+      // x comes in transposed (H and W swapped in memory): the front makes it contiguous.
+      const Tensor x = random_tensor(xs, dt, ++seed, -1.0, 1.0, Layout::Transposed, kGpu);
+      const Tensor w = random_tensor(ws, dt, ++seed, -1.0, 1.0, Layout::Contiguous, kGpu);
+      const Tensor b = k.bias ? random_tensor({k.o}, dt, ++seed, -1.0, 1.0, Layout::Contiguous, kGpu) : Tensor();
+      const Tensor y = kernels::conv2d(x, w, b, k.p);
+      REQUIRE(y.device() == kGpu);
+      REQUIRE(y.sizes() == Shape{k.n, k.o, out_h(k), out_w(k)});
+      const Expect e = ref_forward(k, to_f64(x), to_f64(w), k.bias ? to_f64(b) : std::vector<double>(), dt);
+      check_expect(y, e);
+      const Tensor yc = kernels::conv2d(x.to(Device::cpu()), w.to(Device::cpu()),
+                                        k.bias ? b.to(Device::cpu()) : Tensor(), k.p);
+      check_expect(y, doubled(e, yc));
+    }
+  }
+}
+
+TEST_CASE("cuda conv2d backward-input and backward-weight match float64 and the CPU", "[cuda]") {
+  uint64_t seed = 500;
+  for (const Case& k : cases()) {
+    for (DType dt : kFloatTypes) {
+      INFO(case_str(k) << ", " << dtype_name(dt));
+      const Shape xs{k.n, k.c, k.h, k.w}, ws{k.o, k.c / k.p.groups, k.kh, k.kw};
+      const Shape ys{k.n, k.o, out_h(k), out_w(k)};
+      const Tensor x = random_tensor(xs, dt, ++seed, -1.0, 1.0, Layout::Contiguous, kGpu);
+      const Tensor w = random_tensor(ws, dt, ++seed, -1.0, 1.0, Layout::Strided, kGpu);
+      const Tensor gy = random_tensor(ys, dt, ++seed, -1.0, 1.0, Layout::Transposed, kGpu);
+      const std::vector<double> xv = to_f64(x), wv = to_f64(w), gv = to_f64(gy);
+
+      const Tensor gx = kernels::conv2d_backward_input(gy, w, xs, k.p);
+      REQUIRE(gx.sizes() == xs);
+      const Expect ex = ref_backward_input(k, gv, wv, dt);
+      check_expect(gx, ex);
+      check_expect(gx, doubled(ex, kernels::conv2d_backward_input(gy.to(Device::cpu()), w.to(Device::cpu()), xs, k.p)));
+
+      const Tensor gw = kernels::conv2d_backward_weight(gy, x, ws, k.p);
+      REQUIRE(gw.sizes() == ws);
+      const Expect ew = ref_backward_weight(k, gv, xv, dt);
+      check_expect(gw, ew);
+      check_expect(gw, doubled(ew, kernels::conv2d_backward_weight(gy.to(Device::cpu()), x.to(Device::cpu()), ws, k.p)));
+    }
+  }
+}
+
+TEST_CASE("cuda conv2d gives identical results when the cached algorithm is reused", "[cuda]") {
+  // Forward algorithms are deterministic, so a second call (cache hit, same algorithm and math
+  // type) must reproduce the first bit for bit; a wrong cached entry (another shape's algorithm,
+  // or a math type that allows TF32) would not.
+  Case k = cases()[1];
+  k.bias = false;
+  for (DType dt : kFloatTypes) {
+    INFO(dtype_name(dt));
+    const Tensor x = random_tensor({k.n, k.c, k.h, k.w}, dt, 7, -1.0, 1.0, Layout::Contiguous, kGpu);
+    const Tensor w = random_tensor({k.o, k.c / k.p.groups, k.kh, k.kw}, dt, 8, -1.0, 1.0, Layout::Contiguous, kGpu);
+    const Tensor y1 = kernels::conv2d(x, w, Tensor(), k.p);
+    const Tensor y2 = kernels::conv2d(x, w, Tensor(), k.p);
+    check_same_bits(y1, y2);
+    // A different batch size is a different cache entry and still correct.
+    const Tensor x1 = x.narrow(0, 1, 2);
+    const Tensor y3 = kernels::conv2d(x1, w, Tensor(), k.p);
+    Case k2 = k;
+    k2.n = 2;
+    check_expect(y3, ref_forward(k2, to_f64(x1), to_f64(w), {}, dt));
+  }
+}
+
+TEST_CASE("cuda conv2d with an empty batch or zero input channels", "[cuda]") {
+  const Conv2dParams p = params(1, 1, 1, 1, 1, 1, 1);
+  const Tensor x0 = zeros({0, 3, 5, 5}, DType::f32, kGpu);
+  const Tensor w = random_tensor({4, 3, 3, 3}, DType::f32, 3, -1.0, 1.0, Layout::Contiguous, kGpu);
+  CHECK(kernels::conv2d(x0, w, Tensor(), p).sizes() == Shape{0, 4, 5, 5});
+  const Tensor gw = kernels::conv2d_backward_weight(zeros({0, 4, 5, 5}, DType::f32, kGpu), x0, {4, 3, 3, 3}, p);
+  check_close(gw, std::vector<double>(static_cast<size_t>(gw.numel()), 0.0), 0.0, 0.0);
+  // C = 0 input channels: every output is the bias alone.
+  const Tensor xc = zeros({2, 0, 5, 5}, DType::f32, kGpu);
+  const Tensor wc = zeros({3, 0, 3, 3}, DType::f32, kGpu);
+  const Tensor b = make_tensor({0.5, -1.0, 2.0}, {3}, DType::f32, kGpu);
+  const Tensor y = kernels::conv2d(xc, wc, b, p);
+  std::vector<double> expect;
+  for (int n = 0; n < 2; ++n)
+    for (double bv : {0.5, -1.0, 2.0}) expect.insert(expect.end(), 25, bv);
+  check_close(y, expect, 0.0, 0.0);
+}
+
+TEST_CASE("cuda conv2d splits a batch of 2^31+ elements into cuDNN-sized chunks", "[cuda][slow]") {
+  // x (2049, 1, 1024, 1024) f64 has 2^31 + 2^20 elements: cuDNN sees two chunks (2047 and 2
+  // samples). Sample n holds the constant n + 1 and grad_out is all ones, so the filter gradient
+  // is a sum of integers below 2^53, exact in f64 in any order, and every output of sample n is
+  // (n + 1) times a sum of at most 9 taps. This checks the chunk offsets, the second chunk's own
+  // algorithm and the beta = 1 accumulation of the filter gradient across chunks.
+  const int64_t N = 2049, H = 1024, W = 1024;
+  const Conv2dParams p = params(1, 1, 1, 1, 1, 1, 1);
+  const std::vector<double> wv = random_values(9, 31, -1.0, 1.0);
+  const Tensor w = make_tensor(wv, {1, 1, 3, 3}, DType::f64, kGpu);
+  /// Sum of the kernel taps that land inside the image for output (or input) position (h, w).
+  auto tap_sum = [&](int64_t h, int64_t ww, bool flipped) {
+    double s = 0.0, a = 0.0;
+    for (int64_t ki = 0; ki < 3; ++ki)
+      for (int64_t kj = 0; kj < 3; ++kj) {
+        const int64_t ih = flipped ? h + 1 - ki : h - 1 + ki, iw = flipped ? ww + 1 - kj : ww - 1 + kj;
+        if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+        s += wv[static_cast<size_t>(ki * 3 + kj)], a += std::fabs(wv[static_cast<size_t>(ki * 3 + kj)]);
+      }
+    return std::pair<double, double>(s, a);
+  };
+  auto check_sample = [&](const Tensor& t, int64_t n, bool flipped, double scale) {
+    INFO("sample " << n);
+    const Tensor s = t.narrow(0, n, 1);
+    Expect e;
+    e.val.resize(static_cast<size_t>(H * W));
+    e.bound.resize(e.val.size());
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t ww = 0; ww < W; ++ww) {
+        const auto [sum, abs] = tap_sum(h, ww, flipped);
+        e.val[static_cast<size_t>(h * W + ww)] = scale * sum;
+        e.bound[static_cast<size_t>(h * W + ww)] = tol_sum(DType::f64, 9) * scale * abs;
+      }
+    check_expect(s, e);
+  };
+  {
+    const Tensor xv = (arange(1.0, static_cast<double>(N) + 1.0, 1.0, DType::f64, kGpu));
+    Tensor x = empty({N, 1, H, W}, DType::f64, kGpu);
+    x.copy_(xv.view({N, 1, 1, 1}).expand({N, 1, H, W}));
+    const Tensor y = kernels::conv2d(x, w, Tensor(), p);
+    for (int64_t n : {int64_t(0), int64_t(1000), N - 3, N - 2, N - 1})
+      check_sample(y, n, false, static_cast<double>(n + 1));
+    // Filter gradient: grad_out = 1, so gw[ki, kj] = sum_n (n + 1) * (number of valid positions).
+    const Tensor gy = ones({N, 1, H, W}, DType::f64, kGpu);
+    const Tensor gw = kernels::conv2d_backward_weight(gy, x, {1, 1, 3, 3}, p);
+    const double total = static_cast<double>(N) * static_cast<double>(N + 1) / 2.0;
+    Expect e;
+    for (int64_t ki = 0; ki < 3; ++ki)
+      for (int64_t kj = 0; kj < 3; ++kj) {
+        const double cnt = static_cast<double>((H - (ki == 1 ? 0 : 1)) * (W - (kj == 1 ? 0 : 1)));
+        e.val.push_back(total * cnt);
+        e.bound.push_back(tol_sum(DType::f64, N * H * W) * total * cnt);
+      }
+    check_expect(gw, e);
+  }
+  {
+    // Input gradient of grad_out = 1: gx[n, h, w] = sum of the taps whose output exists.
+    const Tensor gy = ones({N, 1, H, W}, DType::f64, kGpu);
+    const Tensor gx = kernels::conv2d_backward_input(gy, w, {N, 1, H, W}, p);
+    for (int64_t n : {int64_t(0), N - 2, N - 1}) check_sample(gx, n, true, 1.0);
+  }
+}

@@ -1,0 +1,384 @@
+// CUDA batch norm (kernels/cuda/norm.cu, cuDNN) and dropout against float64 references computed
+// here and against the CPU twin (kernels/cpu/norm.cpp: f32/f64 batch norm, every float dropout).
+//
+// Batch-norm bounds, with acc the compute type (f32 for f16/bf16/f32, f64 for f64), P the
+// parameter type, M = N * H * W values per channel:
+//   mean:   em = tol_sum(acc, M) * mean(|x|)
+//   var:    ev = 3 * tol_sum(acc, M) * mean(x^2)   (covers a one-pass E[x^2] - E[x]^2 as well)
+//   invstd: relative ri = ev / (2 * (var + eps)) + tol(acc)
+//   y:      |w| * invstd * (em + |x - mean| * ri + 2 * tol(acc) * (|x| + |mean|)) + tol(acc) * |b|
+//           + tol(dt) * |y| (the store) + half an f16 subnormal step
+// and each stored statistic one more rounding in P. Backward sums of M terms get
+// tol_sum(acc, M) times the sum of their magnitudes. Dropout must match the CPU bit for bit.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/rng.h"
+#include "kernels/factory.h"
+#include "kernels/norm.h"
+#include "support/reference.h"
+#include "cuda/expect.h"
+
+using namespace ember;
+using namespace ember::testing;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+const DType kFloatTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
+
+DType acc_of(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f32; }
+DType param_of(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f32; }
+
+struct Layout3 {
+  int64_t n, c, s;
+};
+Layout3 ncs(const Shape& x) {
+  int64_t s = 1;
+  for (size_t d = 2; d < x.size(); ++d) s *= x[d];
+  return {x[0], x[1], s};
+}
+size_t at(const Layout3& l, int64_t n, int64_t c, int64_t s) { return static_cast<size_t>((n * l.c + c) * l.s + s); }
+
+struct BnRef {
+  Expect out, save_mean, save_invstd, running_mean, running_var;
+};
+
+/// Float64 batch norm in training (batch statistics, running update) or eval (running stats).
+BnRef ref_batch_norm(const Shape& shape, const std::vector<double>& x, const std::vector<double>& w,
+                     const std::vector<double>& b, const std::vector<double>& rm, const std::vector<double>& rv,
+                     bool training, double momentum, double eps, DType dt) {
+  const Layout3 l = ncs(shape);
+  const int64_t M = l.n * l.s;
+  const DType acc = acc_of(dt), P = param_of(dt);
+  BnRef r;
+  r.out.val.assign(x.size(), 0.0);
+  r.out.bound.assign(x.size(), 0.0);
+  for (int64_t c = 0; c < l.c; ++c) {
+    double mean, invstd, em, ri;
+    if (training) {
+      double s = 0.0, sa = 0.0, s2 = 0.0;
+      for (int64_t n = 0; n < l.n; ++n)
+        for (int64_t k = 0; k < l.s; ++k) {
+          const double v = x[at(l, n, c, k)];
+          s += v, sa += std::fabs(v), s2 += v * v;
+        }
+      mean = s / static_cast<double>(M);
+      double sq = 0.0;
+      for (int64_t n = 0; n < l.n; ++n)
+        for (int64_t k = 0; k < l.s; ++k) sq += (x[at(l, n, c, k)] - mean) * (x[at(l, n, c, k)] - mean);
+      const double var = sq / static_cast<double>(M);
+      invstd = 1.0 / std::sqrt(var + eps);
+      em = tol_sum(acc, M) * sa / static_cast<double>(M);
+      const double ev = 3.0 * tol_sum(acc, M) * s2 / static_cast<double>(M);
+      ri = ev / (2.0 * (var + eps)) + tol(acc);
+      r.save_mean.val.push_back(mean);
+      r.save_mean.bound.push_back(em + tol(P) * std::fabs(mean));
+      r.save_invstd.val.push_back(invstd);
+      r.save_invstd.bound.push_back(invstd * (ri + tol(P)));
+      if (!rm.empty()) {
+        const double unbiased = sq / static_cast<double>(M - 1);
+        const double nm = (1.0 - momentum) * rm[static_cast<size_t>(c)] + momentum * mean;
+        const double nv = (1.0 - momentum) * rv[static_cast<size_t>(c)] + momentum * unbiased;
+        r.running_mean.val.push_back(nm);
+        r.running_mean.bound.push_back(momentum * em + 2.0 * tol(P) * (std::fabs((1.0 - momentum) * rm[c]) +
+                                                                      std::fabs(momentum * mean)));
+        r.running_var.val.push_back(nv);
+        r.running_var.bound.push_back(momentum * ev * static_cast<double>(M) / static_cast<double>(M - 1) +
+                                      2.0 * tol(P) * (std::fabs((1.0 - momentum) * rv[c]) + momentum * unbiased));
+      }
+    } else {
+      mean = rm[static_cast<size_t>(c)];
+      invstd = 1.0 / std::sqrt(rv[static_cast<size_t>(c)] + eps);
+      em = 0.0;
+      ri = 2.0 * tol(acc);
+    }
+    const double wc = w.empty() ? 1.0 : w[static_cast<size_t>(c)], bc = b.empty() ? 0.0 : b[static_cast<size_t>(c)];
+    for (int64_t n = 0; n < l.n; ++n)
+      for (int64_t k = 0; k < l.s; ++k) {
+        const size_t i = at(l, n, c, k);
+        const double y = (x[i] - mean) * invstd * wc + bc;
+        r.out.val[i] = y;
+        r.out.bound[i] = std::fabs(wc) * invstd *
+                             (em + std::fabs(x[i] - mean) * ri + 2.0 * tol(acc) * (std::fabs(x[i]) + std::fabs(mean))) +
+                         tol(acc) * std::fabs(bc) + tol(dt) * std::fabs(y) + store_floor(dt);
+      }
+  }
+  return r;
+}
+
+struct BnGradRef {
+  Expect gx, gw, gb;
+};
+
+/// Float64 batch-norm backward with the given statistics (training: through the batch stats).
+BnGradRef ref_batch_norm_backward(const Shape& shape, const std::vector<double>& g, const std::vector<double>& x,
+                                  const std::vector<double>& w, const std::vector<double>& mean,
+                                  const std::vector<double>& invstd, bool training, DType dt) {
+  const Layout3 l = ncs(shape);
+  const int64_t M = l.n * l.s;
+  const DType acc = acc_of(dt), P = param_of(dt);
+  const double tm = tol_sum(acc, M);
+  BnGradRef r;
+  r.gx.val.assign(x.size(), 0.0);
+  r.gx.bound.assign(x.size(), 0.0);
+  for (int64_t c = 0; c < l.c; ++c) {
+    const double m = mean[static_cast<size_t>(c)], is = invstd[static_cast<size_t>(c)];
+    double sg = 0.0, sga = 0.0, sgx = 0.0, sgxa = 0.0;
+    for (int64_t n = 0; n < l.n; ++n)
+      for (int64_t k = 0; k < l.s; ++k) {
+        const size_t i = at(l, n, c, k);
+        const double xh = (x[i] - m) * is;
+        sg += g[i], sga += std::fabs(g[i]), sgx += g[i] * xh, sgxa += std::fabs(g[i] * xh);
+      }
+    r.gb.val.push_back(sg);
+    r.gb.bound.push_back(tm * sga + tol(P) * std::fabs(sg));
+    r.gw.val.push_back(sgx);
+    r.gw.bound.push_back((tm + 2.0 * tol(acc)) * sgxa + tol(P) * std::fabs(sgx));
+    const double wc = w.empty() ? 1.0 : w[static_cast<size_t>(c)], Md = static_cast<double>(M);
+    for (int64_t n = 0; n < l.n; ++n)
+      for (int64_t k = 0; k < l.s; ++k) {
+        const size_t i = at(l, n, c, k);
+        const double xh = (x[i] - m) * is;
+        const double inner = training ? g[i] - sg / Md - xh * sgx / Md : g[i];
+        const double gx = wc * is * inner;
+        const double err_inner = training ? tol(acc) * std::fabs(g[i]) + tm * sga / Md +
+                                                std::fabs(xh) * (tm + 2.0 * tol(acc)) * sgxa / Md +
+                                                2.0 * tol(acc) * std::fabs(xh * sgx / Md)
+                                          : tol(acc) * std::fabs(g[i]);
+        r.gx.val[i] = gx;
+        r.gx.bound[i] = std::fabs(wc) * is * (err_inner + 2.0 * tol(acc) * std::fabs(inner)) + tol(dt) * std::fabs(gx) +
+                        store_floor(dt);
+      }
+  }
+  return r;
+}
+
+Expect doubled(Expect e, const Tensor& cpu_result) {
+  e.val = to_f64(cpu_result);
+  for (double& b : e.bound) b *= 2.0;
+  return e;
+}
+
+struct BnCase {
+  Shape x;
+  double lo, hi;  // input range (an offset range checks the variance's conditioning)
+  double momentum, eps;
+  bool affine;
+};
+
+const std::vector<BnCase>& bn_cases() {
+  static const std::vector<BnCase> cs = {
+      {{3, 5, 7, 9}, -1.0, 1.0, 0.1, 1e-5, true},   {{16, 7}, -1.0, 1.0, 0.1, 1e-5, true},
+      {{4, 3, 10}, 1.0, 3.0, 0.3, 1e-3, true},       {{2, 4, 1, 1}, -2.0, 2.0, 1.0, 1e-5, false},
+      {{1, 6, 13, 11}, -1.0, 1.0, 0.1, 1e-5, false}, {{64, 32, 12, 12}, -1.0, 1.0, 0.1, 1e-5, true},
+  };
+  return cs;
+}
+
+}  // namespace
+
+TEST_CASE("cuda batch_norm training matches float64 and the CPU: output, saved and running statistics", "[cuda]") {
+  uint64_t seed = 10;
+  for (const BnCase& k : bn_cases()) {
+    for (DType dt : kFloatTypes) {
+      INFO("x " << shape_str(k.x) << " in [" << k.lo << ", " << k.hi << "), momentum " << k.momentum << ", eps "
+                << k.eps << (k.affine ? "" : ", no affine") << ", " << dtype_name(dt));
+      const DType P = param_of(dt);
+      const int64_t C = k.x[1];
+      const Tensor x = random_tensor(k.x, dt, ++seed, k.lo, k.hi, Layout::Transposed, kGpu);
+      const Tensor w = k.affine ? random_tensor({C}, P, ++seed, 0.5, 1.5, Layout::Contiguous, kGpu) : Tensor();
+      const Tensor b = k.affine ? random_tensor({C}, P, ++seed, -1.0, 1.0, Layout::Contiguous, kGpu) : Tensor();
+      const std::vector<double> rm0 = random_values(C, ++seed, -0.5, 0.5), rv0 = random_values(C, ++seed, 0.5, 2.0);
+      Tensor rm = make_tensor(rm0, {C}, P, kGpu), rv = make_tensor(rv0, {C}, P, kGpu);
+      const kernels::BatchNormResult r = kernels::batch_norm(x, w, b, rm, rv, true, k.momentum, k.eps);
+      const BnRef e = ref_batch_norm(k.x, to_f64(x), k.affine ? to_f64(w) : std::vector<double>(),
+                                     k.affine ? to_f64(b) : std::vector<double>(), rm0, rv0, true, k.momentum, k.eps, dt);
+      check_expect(r.out, e.out);
+      check_expect(r.save_mean, e.save_mean);
+      check_expect(r.save_invstd, e.save_invstd);
+      check_expect(rm, e.running_mean);
+      check_expect(rv, e.running_var);
+      if (dt == DType::f32 || dt == DType::f64) {  // the CPU twin has f32/f64 batch norm only
+        Tensor rmc = make_tensor(rm0, {C}, P), rvc = make_tensor(rv0, {C}, P);
+        const kernels::BatchNormResult rc =
+            kernels::batch_norm(x.to(Device::cpu()), k.affine ? w.to(Device::cpu()) : Tensor(),
+                                k.affine ? b.to(Device::cpu()) : Tensor(), rmc, rvc, true, k.momentum, k.eps);
+        check_expect(r.out, doubled(e.out, rc.out));
+        check_expect(r.save_mean, doubled(e.save_mean, rc.save_mean));
+        check_expect(r.save_invstd, doubled(e.save_invstd, rc.save_invstd));
+        check_expect(rm, doubled(e.running_mean, rmc));
+        check_expect(rv, doubled(e.running_var, rvc));
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda batch_norm training without running statistics", "[cuda]") {
+  const Shape xs{5, 3, 4, 6};
+  for (DType dt : kFloatTypes) {
+    INFO(dtype_name(dt));
+    const Tensor x = random_tensor(xs, dt, 77, -1.0, 1.0, Layout::Contiguous, kGpu);
+    const kernels::BatchNormResult r = kernels::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5);
+    const BnRef e = ref_batch_norm(xs, to_f64(x), {}, {}, {}, {}, true, 0.1, 1e-5, dt);
+    check_expect(r.out, e.out);
+    check_expect(r.save_mean, e.save_mean);
+    check_expect(r.save_invstd, e.save_invstd);
+  }
+}
+
+TEST_CASE("cuda batch_norm eval uses the running statistics", "[cuda]") {
+  uint64_t seed = 200;
+  for (const BnCase& k : bn_cases()) {
+    for (DType dt : kFloatTypes) {
+      INFO("x " << shape_str(k.x) << ", " << dtype_name(dt));
+      const DType P = param_of(dt);
+      const int64_t C = k.x[1];
+      const Tensor x = random_tensor(k.x, dt, ++seed, k.lo, k.hi, Layout::Strided, kGpu);
+      const Tensor w = k.affine ? random_tensor({C}, P, ++seed, 0.5, 1.5, Layout::Contiguous, kGpu) : Tensor();
+      const Tensor b = k.affine ? random_tensor({C}, P, ++seed, -1.0, 1.0, Layout::Contiguous, kGpu) : Tensor();
+      const std::vector<double> rm0 = random_values(C, ++seed, -0.5, 0.5), rv0 = random_values(C, ++seed, 0.5, 2.0);
+      const Tensor rm = make_tensor(rm0, {C}, P, kGpu), rv = make_tensor(rv0, {C}, P, kGpu);
+      const kernels::BatchNormResult r = kernels::batch_norm(x, w, b, rm, rv, false, k.momentum, k.eps);
+      const BnRef e = ref_batch_norm(k.x, to_f64(x), k.affine ? to_f64(w) : std::vector<double>(),
+                                     k.affine ? to_f64(b) : std::vector<double>(), rm0, rv0, false, k.momentum, k.eps,
+                                     dt);
+      check_expect(r.out, e.out);
+      check_close(rm, to_f64(make_tensor(rm0, {C}, P)), 0.0, 0.0);  // untouched in eval
+      check_close(rv, to_f64(make_tensor(rv0, {C}, P)), 0.0, 0.0);
+      if (dt == DType::f32 || dt == DType::f64) {
+        const kernels::BatchNormResult rc =
+            kernels::batch_norm(x.to(Device::cpu()), k.affine ? w.to(Device::cpu()) : Tensor(),
+                                k.affine ? b.to(Device::cpu()) : Tensor(), rm.to(Device::cpu()),
+                                rv.to(Device::cpu()), false, k.momentum, k.eps);
+        check_expect(r.out, doubled(e.out, rc.out));
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda batch_norm eval past cuDNN's batch limit (N > 65535) and in bf16 uses its own kernel", "[cuda]") {
+  for (DType dt : kFloatTypes) {
+    for (int64_t n : {int64_t(70000), int64_t(5)}) {
+      INFO(dtype_name(dt) << ", N " << n);
+      const DType P = param_of(dt);
+      const Shape xs{n, 3};
+      const Tensor x = random_tensor(xs, dt, 55, -1.0, 1.0, Layout::Contiguous, kGpu);
+      const Tensor w = random_tensor({3}, P, 56, 0.5, 1.5, Layout::Contiguous, kGpu);
+      const Tensor b = random_tensor({3}, P, 57, -1.0, 1.0, Layout::Contiguous, kGpu);
+      const std::vector<double> rm0 = random_values(3, 58, -0.5, 0.5), rv0 = random_values(3, 59, 0.5, 2.0);
+      const kernels::BatchNormResult r = kernels::batch_norm(x, w, b, make_tensor(rm0, {3}, P, kGpu),
+                                                             make_tensor(rv0, {3}, P, kGpu), false, 0.1, 1e-5);
+      check_expect(r.out, ref_batch_norm(xs, to_f64(x), to_f64(w), to_f64(b), rm0, rv0, false, 0.1, 1e-5, dt).out);
+    }
+  }
+}
+
+TEST_CASE("cuda batch_norm training past cuDNN's batch limit is refused with a message", "[cuda]") {
+  const Tensor x = zeros({880802, 1}, DType::f32, kGpu);
+  REQUIRE_THROWS_WITH(kernels::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5),
+                      Catch::Contains("880801") && Catch::Contains("N = 880802"));
+}
+
+TEST_CASE("cuda batch_norm_backward in training (cuDNN) and eval (kernel) matches float64 and the CPU", "[cuda]") {
+  uint64_t seed = 400;
+  for (const BnCase& k : bn_cases()) {
+    for (bool training : {true, false}) {
+      for (DType dt : kFloatTypes) {
+        INFO("x " << shape_str(k.x) << (training ? ", training" : ", eval") << ", " << dtype_name(dt));
+        const DType P = param_of(dt);
+        const int64_t C = k.x[1];
+        const Tensor x = random_tensor(k.x, dt, ++seed, k.lo, k.hi, Layout::Contiguous, kGpu);
+        const Tensor gy = random_tensor(k.x, dt, ++seed, -1.0, 1.0, Layout::Transposed, kGpu);
+        const Tensor w = k.affine ? random_tensor({C}, P, ++seed, 0.5, 1.5, Layout::Contiguous, kGpu) : Tensor();
+        Tensor mean, invstd;
+        if (training) {  // the statistics the forward saved
+          const kernels::BatchNormResult r = kernels::batch_norm(x, w, Tensor(), Tensor(), Tensor(), true, 0.1, k.eps);
+          mean = r.save_mean, invstd = r.save_invstd;
+        } else {  // eval: running mean and 1 / sqrt(running var + eps), as the caller passes them
+          const std::vector<double> rv = random_values(C, ++seed, 0.5, 2.0);
+          std::vector<double> is(rv.size());
+          for (size_t i = 0; i < rv.size(); ++i) is[i] = 1.0 / std::sqrt(rv[i] + k.eps);
+          mean = make_tensor(random_values(C, ++seed, -0.5, 0.5), {C}, P, kGpu);
+          invstd = make_tensor(is, {C}, P, kGpu);
+        }
+        const kernels::BatchNormGrads g = kernels::batch_norm_backward(gy, x, w, mean, invstd, training, k.eps);
+        const BnGradRef e = ref_batch_norm_backward(k.x, to_f64(gy), to_f64(x),
+                                                    k.affine ? to_f64(w) : std::vector<double>(), to_f64(mean),
+                                                    to_f64(invstd), training, dt);
+        check_expect(g.grad_x, e.gx);
+        check_expect(g.grad_weight, e.gw);
+        check_expect(g.grad_bias, e.gb);
+        if (dt == DType::f32 || dt == DType::f64) {
+          const kernels::BatchNormGrads gc = kernels::batch_norm_backward(
+              gy.to(Device::cpu()), x.to(Device::cpu()), k.affine ? w.to(Device::cpu()) : Tensor(),
+              mean.to(Device::cpu()), invstd.to(Device::cpu()), training, k.eps);
+          check_expect(g.grad_x, doubled(e.gx, gc.grad_x));
+          check_expect(g.grad_weight, doubled(e.gw, gc.grad_weight));
+          check_expect(g.grad_bias, doubled(e.gb, gc.grad_bias));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda dropout and dropout_backward match the CPU bit for bit", "[cuda]") {
+  uint64_t seed = 1000;
+  for (DType dt : kFloatTypes) {
+    for (int64_t n : {1, 3, 4, 5, 17, 1000, 100003}) {
+      for (double p : {0.0, 0.1, 1.0 / 3.0, 0.5, 0.9}) {
+        for (int64_t skip : {0, 1}) {  // skip = 1: the data starts one element in (misaligned)
+          INFO(dtype_name(dt) << ", n " << n << ", p " << p << ", misaligned " << skip);
+          const uint64_t s = ++seed, off = seed * 7;
+          const Tensor buf = random_tensor({n + skip}, dt, s, -2.0, 2.0, Layout::Contiguous, kGpu);
+          const Tensor x = buf.narrow(0, skip, n);
+          const Tensor y = kernels::dropout(x, p, s, off);
+          const Tensor yc = kernels::dropout(x.to(Device::cpu()), p, s, off);
+          check_same_bits(y, yc);
+          const Tensor gy = kernels::dropout_backward(x, p, s, off);
+          check_same_bits(gy, kernels::dropout_backward(x.to(Device::cpu()), p, s, off));
+          check_same_bits(gy, y);  // one mask, one scaling
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda dropout keeps element i iff its Philox uniform is >= p, scaled by 1 / (1 - p)", "[cuda]") {
+  // An independent statement of the rule of kernels/norm.h (u compared in double, as u is a
+  // multiple of 2^-24), on a tensor of ones, plus the kept fraction against a 5-sigma bound.
+  const int64_t n = 1 << 20;
+  for (double p : {0.25, 0.5, 0.8}) {
+    INFO("p " << p);
+    const uint64_t seed = 0xabcdef, offset = 12345;
+    const Tensor y = kernels::dropout(ones({n}, DType::f32, kGpu), p, seed, offset);
+    const std::vector<double> v = to_f64(y);
+    const double scale = static_cast<double>(static_cast<float>(1.0 / (1.0 - p)));
+    int64_t bad = 0, kept = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double u = static_cast<double>(uint_to_unit_float(philox_element(seed, offset, static_cast<uint64_t>(i))));
+      const double expect = u >= p ? scale : 0.0;
+      bad += v[static_cast<size_t>(i)] != expect;
+      kept += u >= p;
+    }
+    CHECK(bad == 0);
+    const double frac = static_cast<double>(kept) / static_cast<double>(n);
+    CHECK(std::fabs(frac - (1.0 - p)) <= 5.0 * std::sqrt(p * (1.0 - p) / static_cast<double>(n)));
+  }
+  // p == 1 drops everything (the front's special case), p == 0 is the identity.
+  const Tensor x = random_tensor({37}, DType::f32, 5, -1.0, 1.0, Layout::Contiguous, kGpu);
+  check_close(kernels::dropout(x, 1.0, 1, 2), std::vector<double>(37, 0.0), 0.0, 0.0);
+  check_same_bits(kernels::dropout(x, 0.0, 1, 2), x);
+}
+
+TEST_CASE("cuda dropout on 2^24+ elements matches the CPU", "[cuda][slow]") {
+  const int64_t n = (int64_t(1) << 24) + 7;
+  Generator gen(3);
+  const Tensor x = rand({n}, DType::f32, kGpu, gen);
+  check_same_bits(kernels::dropout(x, 0.3, 99, 1u << 30), kernels::dropout(x.to(Device::cpu()), 0.3, 99, 1u << 30));
+}

@@ -162,7 +162,7 @@ Expect doubled(Expect e, const Tensor& cpu_result) {
 
 }  // namespace
 
-TEST_CASE("cuda conv2d forward matches float64 and the CPU (groups, stride, padding, dilation, bias)", "[cuda]") {
+TEST_CASE("cuda conv2d forward matches float64 and the CPU (groups, stride, padding, dilation, bias)", "[cuda][slow]") {
   uint64_t seed = 100;
   for (const Case& k : cases()) {
     for (DType dt : kFloatTypes) {
@@ -184,7 +184,7 @@ TEST_CASE("cuda conv2d forward matches float64 and the CPU (groups, stride, padd
   }
 }
 
-TEST_CASE("cuda conv2d backward-input and backward-weight match float64 and the CPU", "[cuda]") {
+TEST_CASE("cuda conv2d backward-input and backward-weight match float64 and the CPU", "[cuda][slow]") {
   uint64_t seed = 500;
   for (const Case& k : cases()) {
     for (DType dt : kFloatTypes) {

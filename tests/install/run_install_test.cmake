@@ -5,7 +5,8 @@
 # whole library), which checks that ember::ember and <ember/ember.h> also work that way.
 #
 # Inputs (-D): BUILD_DIR, SOURCE_DIR, WORK_DIR, GENERATOR, CXX_COMPILER, CONFIG, MODE, HINTS_FILE (an
-# initial-cache script carrying the build's CMAKE_PREFIX_PATH and ZLIB_ROOT).
+# initial-cache script carrying the build's CMAKE_PREFIX_PATH and ZLIB_ROOT), FOLDERS (the library
+# folders, comma-separated, whose headers must all be installed).
 cmake_minimum_required(VERSION 3.24)
 foreach(v BUILD_DIR SOURCE_DIR WORK_DIR GENERATOR)
   if(NOT DEFINED ${v})
@@ -59,12 +60,25 @@ if(NOT config)
 endif()
 get_filename_component(libdir "${config}" DIRECTORY)   # <libdir>/cmake/ember
 get_filename_component(libdir "${libdir}/../.." ABSOLUTE)
-foreach(f include/ember/ember.h include/ember/core/tensor.h include/ember/kernels/dispatch.h
-          include/ember/autograd/ops.h)
+# Every header of every library folder (FOLDERS, comma-separated) lands under include/ember/.
+set(headers include/ember/ember.h)
+string(REPLACE "," ";" folders "${FOLDERS}")
+foreach(dir IN LISTS folders)
+  file(GLOB_RECURSE hs RELATIVE "${SOURCE_DIR}" "${SOURCE_DIR}/${dir}/*.h" "${SOURCE_DIR}/${dir}/*.cuh")
+  foreach(h IN LISTS hs)
+    list(APPEND headers include/ember/${h})
+  endforeach()
+endforeach()
+list(LENGTH headers n_headers)
+if(n_headers LESS 2)
+  message(FATAL_ERROR "install test: no library headers found under ${SOURCE_DIR} for folders '${FOLDERS}'")
+endif()
+foreach(f IN LISTS headers)
   if(NOT EXISTS "${P}/${f}")
     message(FATAL_ERROR "install test: ${P}/${f} was not installed")
   endif()
 endforeach()
+message(STATUS "install test: all ${n_headers} headers installed")
 foreach(f cmake/ember/ember-config.cmake cmake/ember/ember-config-version.cmake cmake/ember/emberTargets.cmake)
   if(NOT EXISTS "${libdir}/${f}")
     message(FATAL_ERROR "install test: ${libdir}/${f} was not installed")

@@ -43,8 +43,13 @@ if(MODE STREQUAL "add_subdirectory")
   run_step("configure the consumer with add_subdirectory(ember)"
            ${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/install/consumer" -B "${WORK_DIR}/consumer"
            ${consumer_args} -DEMBER_SOURCE_DIR=${SOURCE_DIR} -DEMBER_CUDA=OFF ${hints})
+  # The object file alone: Ninja names it by path, the Makefile generators by source file.
+  set(object main.cpp.o)
+  if(GENERATOR MATCHES "Ninja")
+    set(object CMakeFiles/ember_consumer.dir/main.cpp.o)
+  endif()
   run_step("compile the consumer's main.cpp against the source tree"
-           ${CMAKE_COMMAND} --build "${WORK_DIR}/consumer" --target CMakeFiles/ember_consumer.dir/main.cpp.o)
+           ${CMAKE_COMMAND} --build "${WORK_DIR}/consumer" --target ${object})
   return()
 endif()
 

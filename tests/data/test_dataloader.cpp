@@ -252,7 +252,7 @@ TEST_CASE("DataLoader: a worker's exception is rethrown on the consumer, in batc
   }
 }
 
-TEST_CASE("DataLoader: one pass at a time; option errors", "[cpu][data]") {
+TEST_CASE("DataLoader: one pass at a time, option errors, custom sampler", "[cpu][data]") {
   auto ds = make_dataset(20);
   data::DataLoader loader(ds, {.batch_size = 4, .workers = 1});
   {

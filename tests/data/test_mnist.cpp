@@ -70,7 +70,7 @@ TEST_CASE("IDX reader: gzip data larger than one stored block and than zlib's bu
   check_images(data::read_idx_images(dir.file("t10k-images-idx3-ubyte.gz")), n, rows, cols, s.pixels);
 }
 
-TEST_CASE("Mnist: train and test splits, get() in [0, 1], plain beside gzip", "[cpu][data]") {
+TEST_CASE("Mnist: train and test splits, get() scaled to 0..1, plain beside gzip", "[cpu][data]") {
   TempDir dir;
   Split train = write_split(dir, "train", 9, 4, 6, false, 1);
   Split test = write_split(dir, "t10k", 4, 4, 6, true, 2);

@@ -15,13 +15,6 @@ DispatchTable<Conv2dBackwardWeightFn> conv2d_backward_weight_table("conv2d_backw
 
 namespace {
 
-Tensor contiguous_raw(const Tensor& x) {
-  if (x.is_contiguous()) return x;
-  Tensor out = empty(x.sizes(), x.dtype(), x.device());
-  copy(out, x);
-  return out;
-}
-
 std::string params_str(const Conv2dParams& p) {
   std::ostringstream os;
   os << "stride (" << p.stride_h << ", " << p.stride_w << "), padding (" << p.pad_h << ", " << p.pad_w

@@ -72,4 +72,17 @@ Tensor cast(const Tensor& src, DType dtype) {
   return out;
 }
 
+Tensor contiguous_raw(const Tensor& x) {
+  if (x.is_contiguous()) return x;
+  Tensor out = empty(x.sizes(), x.dtype(), x.device());
+  copy(out, x);
+  return out;
+}
+
+Tensor raw_view(const Tensor& x, const Shape& sizes) {
+  EMBER_ASSERT(x.is_contiguous() && numel_of(sizes) == x.numel(), "raw_view of ", x.shape_str(), " as ",
+               shape_str(sizes));
+  return as_strided_raw(x, sizes, contiguous_strides(sizes), x.offset());
+}
+
 }  // namespace ember::kernels

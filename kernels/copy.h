@@ -14,6 +14,10 @@ void copy(const Tensor& dst, const Tensor& src);
 void fill(const Tensor& dst, double value);
 /// A contiguous copy of src with the given dtype on src's device.
 Tensor cast(const Tensor& src, DType dtype);
+/// x itself when contiguous, else a contiguous copy on x's device (no autograd).
+Tensor contiguous_raw(const Tensor& x);
+/// A row-major view of contiguous x's elements with new sizes (same numel; no autograd).
+Tensor raw_view(const Tensor& x, const Shape& sizes);
 
 // ---- implementation signatures ----
 /// Same device, same shape; any dtypes (cast on the fly), any strides on both sides.

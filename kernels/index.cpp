@@ -13,17 +13,6 @@ DispatchTable<IndexAddFn> index_add_table("index_add");
 
 namespace {
 
-Tensor contiguous_raw(const Tensor& x) {
-  if (x.is_contiguous()) return x;
-  Tensor out = empty(x.sizes(), x.dtype(), x.device());
-  copy(out, x);
-  return out;
-}
-
-Tensor raw_view(const Tensor& x, const Shape& sizes) {
-  return as_strided_raw(x, sizes, contiguous_strides(sizes), x.offset());
-}
-
 /// The index as a contiguous 1-D i64 tensor, after checking its rank, dtype and device.
 Tensor index_i64(const Tensor& index, const Tensor& x, const char* what) {
   EMBER_CHECK(index.defined(), what, ": undefined index");

@@ -13,13 +13,6 @@ DispatchTable<DropoutFn> dropout_table("dropout");
 
 namespace {
 
-Tensor contiguous_raw(const Tensor& x) {
-  if (x.is_contiguous()) return x;
-  Tensor out = empty(x.sizes(), x.dtype(), x.device());
-  copy(out, x);
-  return out;
-}
-
 /// x (N, C, ...) as a contiguous (N, C, S) view, S = product of the trailing dims (1 for 2-D x).
 Tensor as_ncs(const Tensor& xc) {
   const int64_t N = xc.size(0), C = xc.size(1);

@@ -18,13 +18,6 @@ DispatchTable<AdaptiveAvgPoolBackwardFn> adaptive_avg_pool2d_backward_table("ada
 
 namespace {
 
-Tensor contiguous_raw(const Tensor& x) {
-  if (x.is_contiguous()) return x;
-  Tensor out = empty(x.sizes(), x.dtype(), x.device());
-  copy(out, x);
-  return out;
-}
-
 std::string params_str(const Pool2dParams& p) {
   std::ostringstream os;
   os << "kernel (" << p.kernel_h << ", " << p.kernel_w << "), stride (" << p.stride_h << ", " << p.stride_w

@@ -24,19 +24,8 @@ const char* op_name(ReduceOp op) {
 namespace {
 
 /// A contiguous view of x's elements with the given sizes (no copy; x must be contiguous).
-Tensor raw_view(const Tensor& x, const Shape& sizes) {
-  return as_strided_raw(x, sizes, contiguous_strides(sizes), x.offset());
-}
-
 /// A contiguous copy of x (x itself when already contiguous). Uses the kernel-level copy, so no
 /// autograd record is made.
-Tensor contiguous_raw(const Tensor& x) {
-  if (x.is_contiguous()) return x;
-  Tensor out = empty(x.sizes(), x.dtype(), x.device());
-  copy(out, x);
-  return out;
-}
-
 DType result_dtype(ReduceOp op, DType in) {
   if (is_floating(in)) return in;
   if (op == ReduceOp::Sum) return DType::i64;

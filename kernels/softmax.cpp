@@ -15,17 +15,6 @@ DispatchTable<CrossEntropyBackwardFn> cross_entropy_backward_table("cross_entrop
 
 namespace {
 
-Tensor contiguous_raw(const Tensor& x) {
-  if (x.is_contiguous()) return x;
-  Tensor out = empty(x.sizes(), x.dtype(), x.device());
-  copy(out, x);
-  return out;
-}
-
-Tensor raw_view(const Tensor& x, const Shape& sizes) {
-  return as_strided_raw(x, sizes, contiguous_strides(sizes), x.offset());
-}
-
 /// (outer, D, inner) around `dim` of `shape`; a 0-d shape is one element along dim 0.
 Shape split_at(const Shape& shape, int64_t dim) {
   Shape s{1, 1, 1};

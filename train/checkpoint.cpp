@@ -123,7 +123,8 @@ class TmpFile {
  public:
   explicit TmpFile(std::string path) : path_(std::move(path)) {
     fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    EMBER_CHECK(fd_ >= 0, "checkpoint: cannot create temporary file '", path_, "': ", sys_error(errno));
+    const int err = errno;
+    EMBER_CHECK(fd_ >= 0, "checkpoint: cannot create temporary file '", path_, "': ", sys_error(err));
   }
   ~TmpFile() {
     if (fd_ >= 0) ::close(fd_);
@@ -136,9 +137,10 @@ class TmpFile {
     const char* p = static_cast<const char*>(data);
     while (n > 0) {
       ssize_t w = ::write(fd_, p, static_cast<size_t>(std::min<uint64_t>(n, 1u << 30)));
-      if (w < 0 && errno == EINTR) continue;
+      const int err = errno;  // before anything else can overwrite it
+      if (w < 0 && err == EINTR) continue;
       EMBER_CHECK(w > 0, "checkpoint: writing '", path_, "' failed after ", written_, " bytes: ",
-                  w < 0 ? sys_error(errno) : std::string("no progress"));
+                  w < 0 ? sys_error(err) : std::string("no progress"));
       p += w;
       n -= static_cast<uint64_t>(w);
       written_ += static_cast<uint64_t>(w);
@@ -146,10 +148,13 @@ class TmpFile {
   }
   // Flushes the data to the disk and closes; the file is complete after this returns.
   void sync_and_close() {
-    EMBER_CHECK(::fsync(fd_) == 0, "checkpoint: fsync of '", path_, "' failed: ", sys_error(errno));
-    int rc = ::close(fd_);
+    int rc = ::fsync(fd_);
+    int err = errno;
+    EMBER_CHECK(rc == 0, "checkpoint: fsync of '", path_, "' failed: ", sys_error(err));
+    rc = ::close(fd_);
+    err = errno;
     fd_ = -1;
-    EMBER_CHECK(rc == 0, "checkpoint: closing '", path_, "' failed: ", sys_error(errno));
+    EMBER_CHECK(rc == 0, "checkpoint: closing '", path_, "' failed: ", sys_error(err));
   }
   void commit() { committed_ = true; }
 
@@ -181,7 +186,8 @@ struct PreparedEntry {
 // ---- reading ----
 std::vector<uint8_t> read_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  EMBER_CHECK(fd >= 0, "checkpoint: cannot open '", path, "': ", sys_error(errno));
+  const int open_err = errno;
+  EMBER_CHECK(fd >= 0, "checkpoint: cannot open '", path, "': ", sys_error(open_err));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     int err = errno;
@@ -331,8 +337,9 @@ void save_tensors(const StateDict& entries, const std::string& path) {
   put_u32(trailer, payload_crc);
   f.write(trailer.data(), trailer.size());
   f.sync_and_close();
-  EMBER_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "save checkpoint: renaming '", tmp, "' to '", path,
-              "' failed: ", sys_error(errno));
+  const int rename_rc = std::rename(tmp.c_str(), path.c_str());
+  const int rename_err = errno;
+  EMBER_CHECK(rename_rc == 0, "save checkpoint: renaming '", tmp, "' to '", path, "' failed: ", sys_error(rename_err));
   f.commit();
   sync_directory_of(path);
 }

@@ -10,22 +10,26 @@ namespace {
 
 constexpr size_t kCpuAlignment = 64;
 
-class CpuAllocator final : public Allocator {
+// Host segments for the caching allocator. Caching matters on the CPU too: glibc hands large
+// blocks back to the OS on free, so every fresh activation or gradient buffer was page-faulted and
+// zeroed again by the kernel (measured 7-18x slower than the add kernel itself on a 1M-element
+// add, docs/benchmarks.md). Blocks are 512-byte multiples inside 64-byte aligned segments.
+class HostBackend final : public CachingAllocator::Backend {
  public:
-  DataPtr allocate(size_t nbytes) override {
-    if (nbytes == 0) return {};
-    size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
-    void* p = std::aligned_alloc(kCpuAlignment, rounded);
-    EMBER_CHECK(p != nullptr, "out of host memory allocating ", nbytes, " bytes");
-    return DataPtr(p, nullptr, [](void*, void* ptr) { std::free(ptr); });
+  void* alloc(size_t nbytes) override {
+    return std::aligned_alloc(kCpuAlignment, (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment);
   }
+  void free(void* ptr) override { std::free(ptr); }
+  void* current_stream() override { return nullptr; }
+  std::string name() const override { return "cpu"; }
 };
 
 }  // namespace
 
 Allocator& cpu_allocator() {
-  static CpuAllocator alloc;
-  return alloc;
+  // Never destroyed: tensors held by other statics may be freed after this one would have been.
+  static CachingAllocator* alloc = new CachingAllocator(std::make_unique<HostBackend>());
+  return *alloc;
 }
 
 Allocator& allocator_for(Device device) {

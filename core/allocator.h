@@ -46,7 +46,7 @@ class Allocator {
   virtual DataPtr allocate(size_t nbytes) = 0;
 };
 
-/// 64-byte aligned host memory.
+/// 64-byte aligned host memory, cached like device memory (a CachingAllocator over host segments).
 Allocator& cpu_allocator();
 /// The allocator for tensors on `device`: cpu_allocator() or that GPU's caching allocator
 /// (cuda_caching_allocator in core/caching_allocator.h). Throws for CUDA in a build without it.

@@ -364,13 +364,14 @@ StateDict load_tensors(const std::string& path, Device device) {
   EMBER_CHECK(header_crc == get_u32(p + 44), "checkpoint '", path, "': header (bytes [0, 44)) fails its CRC-32 check: "
               "stored ", hex32(get_u32(p + 44)), ", computed ", hex32(header_crc), "; the file is corrupt");
   const uint64_t count = get_u64(p + 16), table_bytes = get_u64(p + 24), payload_bytes = get_u64(p + 32);
-  // Overflow-safe: each length alone must fit in the file before they are added.
-  const uint64_t expected = (table_bytes <= size && payload_bytes <= size)
-                                ? kCheckpointHeaderBytes + table_bytes + payload_bytes + kTrailerBytes
-                                : UINT64_MAX;
-  EMBER_CHECK(size >= expected, "checkpoint '", path, "': truncated: the header promises ",
-              expected == UINT64_MAX ? std::string("more") : std::to_string(expected), " bytes (table ", table_bytes,
-              ", payload ", payload_bytes, "), the file has ", size, "; bytes from offset ", size, " on are missing");
+  // Lengths this large cannot come from a writer (and would overflow the sum below).
+  constexpr uint64_t kMaxLength = uint64_t{1} << 60;
+  EMBER_CHECK(table_bytes < kMaxLength && payload_bytes < kMaxLength, "checkpoint '", path,
+              "': the header states impossible lengths (table ", table_bytes, ", payload ", payload_bytes, " bytes)");
+  const uint64_t expected = kCheckpointHeaderBytes + table_bytes + payload_bytes + kTrailerBytes;
+  EMBER_CHECK(size >= expected, "checkpoint '", path, "': truncated: the header promises ", expected,
+              " bytes (table ", table_bytes, ", payload ", payload_bytes, "), the file has ", size, "; bytes from offset ",
+              size, " on are missing");
   EMBER_CHECK(size == expected, "checkpoint '", path, "': ", size - expected, " unexpected bytes after the end ",
               "of the checkpoint at offset ", expected);
   const uint8_t* table = p + kCheckpointHeaderBytes;

@@ -6,7 +6,8 @@
 // Stated targets, CPU, 2 epochs over 2,000 training images, batch 32, SGD(0.02, momentum 0.9):
 //   Fashion-MNIST: test accuracy >= 0.70 on the first 1,000 test images (chance is 0.10; measured
 //   0.766 on the development machine); synthetic: >= 0.90.
-//   Time budget: 150 s for the whole test (measured 19 s on 2 cores shared with other builds).
+//   Time budget: 300 s for the whole test (measured 19 s on 2 cores shared with other work, 98 s
+//   while a parallel build also ran there).
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -22,7 +23,7 @@ namespace {
 
 constexpr const char* kFashion = "/usr/share/datasets/fashion-mnist";
 constexpr int64_t kTrain = 2000, kTest = 1000, kBatch = 32, kEpochs = 2;
-constexpr double kBudgetSeconds = 150;
+constexpr double kBudgetSeconds = 300;
 
 bool have_fashion_mnist() {
   std::error_code ec;

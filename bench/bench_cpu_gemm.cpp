@@ -19,12 +19,6 @@
 #include "kernels/factory.h"
 #include "kernels/matmul.h"
 
-#ifdef EMBER_BENCH_HAVE_BLAS
-extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
-                       const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
-                       const float* beta, float* c, const int* ldc, size_t transa_len, size_t transb_len);
-#endif
-
 using namespace ember;
 using ember::bench::fmt;
 

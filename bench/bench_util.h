@@ -11,6 +11,13 @@
 #include <string>
 #include <vector>
 
+// The raw Fortran BLAS entry point, for the benchmarks that time OpenBLAS itself as the peer.
+#ifdef EMBER_BENCH_HAVE_BLAS
+extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
+                       const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
+                       const float* beta, float* c, const int* ldc, size_t transa_len, size_t transb_len);
+#endif
+
 namespace ember::bench {
 
 /// Median seconds of one call of fn, over `reps` timed calls after `warmup` untimed ones.

@@ -1,0 +1,172 @@
+#pragma once
+// Experiment configs: the JSON file users write for ember-train, its schema, command-line
+// overrides and validation.
+//
+//   {"name": "mnist", "epochs": 10, "optim": {"name": "adam", "lr": 0.001}, ...}
+//
+// Every key is optional; a missing key takes the default below. Validation happens before any
+// work starts, and every error is an ember::Error naming the config source, the full key path,
+// what was expected and what was found:
+//   "runs.json: optim.lrr: unknown key; did you mean optim.lr?"
+//   "runs.json: data.batch_size: expected an integer >= 1, found -3"
+//   "override 'epochs=ten': epochs: expected an integer >= 1, found \"ten\""
+// Overrides ("key.path=value") are typed by the schema: "optim.lr=0.1" is a number,
+// "optim.nesterov=true" a bool, "schedule.milestones=[30,60]" a list, "device=cuda:1" a string;
+// they are applied after the file, in order, and validated like file keys.
+// A top-level "provenance" object (ember-train writes the git commit, the overrides, the start
+// time and the host there in a run's config.json) is accepted and ignored, so a run directory's
+// config.json can be run again as it is.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ember::train {
+
+/// model.*
+struct ModelConfig {
+  /// mnist_cnn | cifar_cnn | resnet18 | wide_resnet
+  std::string name = "mnist_cnn";
+  /// wide_resnet only: depth (6k+4, >= 10), widen factor (>= 1), dropout between convs in a block.
+  int64_t depth = 28;
+  int64_t widen = 10;
+  /// Dropout probability in [0, 1): wide_resnet's in-block dropout, cifar_cnn's before the
+  /// classifier; mnist_cnn and resnet18 ignore it (mnist_cnn has its fixed 0.25/0.5).
+  double dropout = 0.0;
+  friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
+};
+
+/// data.*
+struct DataConfig {
+  /// mnist | cifar10 | cifar100 | synthetic ("mnist" reads any MNIST-format IDX set, e.g.
+  /// Fashion-MNIST; "synthetic" is random images and labels of CIFAR-10's shape, no files).
+  std::string dataset = "mnist";
+  /// Directory of the files. Empty: the dataset's default (see default_data_path()).
+  std::string path;
+  int64_t batch_size = 64;
+  int64_t test_batch_size = 1000;
+  /// Worker threads collating batches (host mode). >= 0.
+  int64_t workers = 1;
+  /// Training augmentation: CIFAR random crop 32 (padding 4) + horizontal flip; MNIST none.
+  bool augment = false;
+  /// Keep the whole dataset on the device and batch there (see data::DataLoader).
+  bool resident = false;
+  /// Use only the first N training / test examples (0: all). For synthetic data the split sizes
+  /// are 50000 / 10000 before these limits.
+  int64_t limit_train = 0;
+  int64_t limit_test = 0;
+  friend bool operator==(const DataConfig&, const DataConfig&) = default;
+};
+
+/// optim.*
+struct OptimConfig {
+  /// sgd | adam | adamw
+  std::string name = "sgd";
+  double lr = 0.1;        // > 0
+  double momentum = 0.0;  // sgd, in [0, 1)
+  bool nesterov = false;  // sgd (needs momentum > 0)
+  double weight_decay = 0.0;                   // >= 0
+  std::pair<double, double> betas = {0.9, 0.999};  // adam/adamw, each in [0, 1); JSON [b1, b2]
+  double eps = 1e-8;                           // adam/adamw, > 0
+  friend bool operator==(const OptimConfig&, const OptimConfig&) = default;
+};
+
+/// schedule.* All lengths are in epochs; the trainer steps the schedule once per optimizer step,
+/// converting epochs to steps, so epoch-wise schedules change exactly at epoch boundaries.
+struct ScheduleConfig {
+  /// none | step | multistep | cosine | onecycle
+  std::string name = "none";
+  int64_t step_size = 30;              // step: epochs between decays (>= 1)
+  double gamma = 0.1;                  // step, multistep: decay factor in (0, 1]
+  std::vector<int64_t> milestones;     // multistep: epochs (each >= 1, ascending)
+  int64_t t_max = 0;                   // cosine: period in epochs (0: the run's epochs)
+  double eta_min = 0.0;                // cosine: final lr (>= 0)
+  double max_lr = 0.0;                 // onecycle: peak lr (0: optim.lr)
+  double pct_start = 0.3;              // onecycle: fraction of steps rising, in (0, 1)
+  /// Linear warm-up from 0.1 x lr over this many epochs in front of the schedule (0: none).
+  /// Not combinable with onecycle (it has its own warm-up).
+  int64_t warmup_epochs = 0;
+  friend bool operator==(const ScheduleConfig&, const ScheduleConfig&) = default;
+};
+
+/// early_stop.*
+///   With target_accuracy: stop once test_acc >= target for `patience` consecutive epochs
+///   (patience 0 counts as 1). Without: stop when test_acc has not improved on the best by more
+///   than min_delta for `patience` epochs; patience 0 disables early stopping.
+struct EarlyStopConfig {
+  std::optional<double> target_accuracy;  // in (0, 1]; JSON null or absent: none
+  int64_t patience = 0;                   // >= 0
+  double min_delta = 0.0;                 // >= 0
+  friend bool operator==(const EarlyStopConfig&, const EarlyStopConfig&) = default;
+};
+
+/// checkpoint.*
+struct CheckpointConfig {
+  /// Write checkpoints/epoch_N.ckpt every this many epochs (0: never; last.ckpt and best.ckpt are
+  /// written every epoch regardless).
+  int64_t every_epochs = 1;
+  /// Keep the newest this many epoch_N.ckpt files (0: keep all).
+  int64_t keep_last = 2;
+  /// Write checkpoints/best.ckpt whenever test_acc reaches a new best.
+  bool keep_best = true;
+  /// "" (start fresh), "auto" (continue the run directory's checkpoints/last.ckpt when it
+  /// exists, else start fresh), or the path of a checkpoint file.
+  std::string resume;
+  friend bool operator==(const CheckpointConfig&, const CheckpointConfig&) = default;
+};
+
+/// output.*
+struct OutputConfig {
+  /// Parent of run directories named <name>-<YYYYmmdd-HHMMSS>.
+  std::string dir = "runs";
+  /// An explicit run directory (overrides dir; required for resume=auto to find an earlier run).
+  std::string run_dir;
+  /// Seconds between progress lines written to log.txt (and to stdout when it is not a terminal).
+  double log_interval = 10.0;
+  friend bool operator==(const OutputConfig&, const OutputConfig&) = default;
+};
+
+struct ExperimentConfig {
+  /// What the experiment shows (free text; configs/ files carry one).
+  std::string description;
+  /// Run name: letters, digits, '-', '_', '.' (it names the run directory).
+  std::string name = "run";
+  uint64_t seed = 1;
+  /// auto | cpu | cuda | cuda:N
+  std::string device = "auto";
+  int64_t epochs = 10;  // >= 1
+  ModelConfig model;
+  DataConfig data;
+  OptimConfig optim;
+  ScheduleConfig schedule;
+  EarlyStopConfig early_stop;
+  CheckpointConfig checkpoint;
+  OutputConfig output;
+  friend bool operator==(const ExperimentConfig&, const ExperimentConfig&) = default;
+};
+
+/// Parses JSON text (`source` names it in errors: a file path or "<string>"), applies the
+/// overrides in order and validates everything. Throws ember::Error on the first problem
+/// (malformed JSON: the source, line and column).
+ExperimentConfig parse_config(const std::string& json_text, const std::vector<std::string>& overrides = {},
+                              const std::string& source = "<string>");
+/// Reads `path` and calls parse_config; an unreadable file is an error naming it.
+ExperimentConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+/// The resolved config as pretty JSON (every key, defaults filled in; target_accuracy null when
+/// unset). parse_config(to_json(c)) == c.
+std::string to_json(const ExperimentConfig& config, int indent = 2);
+
+/// Every valid key path ("optim.lr", "data.batch_size", ...), in schema order.
+std::vector<std::string> config_key_paths();
+
+/// data.path, or the dataset's default when empty: mnist -> /usr/share/datasets/fashion-mnist,
+/// cifar10 -> data/cifar10, cifar100 -> data/cifar100, synthetic -> "".
+std::string default_data_path(const DataConfig& data);
+/// Checks that the dataset's files can be found before training starts. A missing directory or
+/// file is an error naming it and saying how to get the data (the Debian package for
+/// Fashion-MNIST, scripts/get-data.sh for MNIST/CIFAR). Synthetic data always passes.
+void check_data_available(const ExperimentConfig& config);
+
+}  // namespace ember::train

@@ -1,0 +1,60 @@
+#pragma once
+// The records a run directory holds: metrics.jsonl (one EpochMetrics per line) and summary.json
+// (one RunSummary). ember-train writes them, ember-report reads them.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ember::train {
+
+/// One line of metrics.jsonl. Times in seconds; test_acc a fraction.
+struct EpochMetrics {
+  int64_t epoch = 0;
+  double train_loss = 0, test_loss = 0, test_acc = 0;
+  double epoch_seconds = 0;      // the training pass (not evaluation)
+  double images_per_second = 0;  // training images / epoch_seconds
+  double lr = 0;                 // learning rate at the start of the epoch
+  double eval_seconds = 0;
+  // Phase times summed over the epoch (train/phase_timer.h).
+  double data_wait_seconds = 0, h2d_seconds = 0, forward_seconds = 0, backward_seconds = 0, optimizer_seconds = 0;
+  friend bool operator==(const EpochMetrics&, const EpochMetrics&) = default;
+};
+
+/// summary.json.
+struct RunSummary {
+  std::string name;
+  std::string device;        // "cpu", "cuda:0", ...
+  int64_t world_size = 1;    // devices/processes the run trained on (parallel runs later)
+  int64_t epochs_run = 0;    // epochs completed, including ones before a resume
+  double best_test_acc = 0;
+  int64_t best_epoch = 0;
+  bool stopped_early = false;
+  /// "completed" | "target_accuracy" | "patience" | "signal"
+  std::string stop_reason = "completed";
+  /// The early stopper's sentence, or "SIGTERM received: stopped after step N", or "".
+  std::string stop_detail;
+  double total_seconds = 0;      // wall time of training + evaluation, over all sessions of the run
+  double images_per_second = 0;  // training images / training seconds, over the run
+  /// Training seconds (cumulative) until the end of the first epoch with test_acc >= target.
+  std::optional<double> time_to_target_seconds;
+  std::optional<double> target_accuracy;
+  friend bool operator==(const RunSummary&, const RunSummary&) = default;
+};
+
+/// One JSON object on one line (no newline), keys in the order of the struct.
+std::string to_json_line(const EpochMetrics& m);
+/// Parses one metrics.jsonl line; errors name `source`, the line number, and the missing or
+/// mistyped key. Unknown keys are ignored (newer writers may add some).
+EpochMetrics parse_epoch_metrics(const std::string& line, const std::string& source, int64_t line_no);
+/// Reads a whole metrics.jsonl (blank lines skipped).
+std::vector<EpochMetrics> read_metrics_file(const std::string& path);
+
+/// Pretty JSON (null for unset optionals).
+std::string to_json(const RunSummary& s);
+RunSummary parse_run_summary(const std::string& json_text, const std::string& source);
+
+/// Writes `text` to `path` via "<path>.tmp" + rename, so readers never see half a file.
+void write_file_atomic(const std::string& path, const std::string& text);
+
+}  // namespace ember::train

@@ -1,0 +1,47 @@
+#pragma once
+// ember-report: reads run directories and writes a Markdown table and SVG plots.
+#include <string>
+#include <vector>
+
+#include "train/metrics.h"
+
+namespace ember::train {
+
+/// A run directory as ember-report sees it.
+struct RunRecord {
+  std::string dir;      // as given
+  std::string label;    // summary.name, made unique with the directory's name when two runs share it
+  RunSummary summary;
+  std::vector<EpochMetrics> epochs;
+};
+
+/// Reads dir/summary.json and dir/metrics.jsonl. A missing or malformed file is an error naming
+/// it (and the line for metrics). A run without summary.json (still running, or killed) is read
+/// from metrics.jsonl alone, its summary derived and stop_reason "incomplete".
+RunRecord read_run(const std::string& dir);
+
+/// The table: | run | device | devices | epochs | best acc | epoch time (s) | images/s | speedup |
+/// efficiency |. Epoch time is the mean epoch_seconds; images/s the summary's. Speedup and
+/// parallel efficiency are relative to the run with the fewest devices (ties: the first given):
+/// speedup = images/s / baseline images/s, efficiency = speedup / (devices / baseline devices);
+/// both columns show "-" while every run has the same device count.
+std::string markdown_table(const std::vector<RunRecord>& runs);
+
+/// A self-contained SVG line chart: one polyline per series over x = epoch, axes with ticks and
+/// labels, a legend. Series with no points are skipped.
+struct Series {
+  std::string label;
+  std::vector<double> x, y;
+};
+std::string svg_line_chart(const std::string& title, const std::string& x_label, const std::string& y_label,
+                           const std::vector<Series>& series);
+/// A bar chart (throughput per run).
+std::string svg_bar_chart(const std::string& title, const std::string& y_label, const std::vector<std::string>& labels,
+                          const std::vector<double>& values);
+
+/// Writes out_dir/report.md (the table and the plots linked), loss.svg (train and test loss per
+/// epoch, per run), accuracy.svg (test accuracy per epoch) and throughput.svg (images/s per run);
+/// creates out_dir. Returns the table.
+std::string write_report(const std::vector<RunRecord>& runs, const std::string& out_dir);
+
+}  // namespace ember::train

@@ -1,0 +1,242 @@
+// Builders from an ExperimentConfig to datasets, loaders, model, optimizer and schedule
+// (train/factories.h).
+#include "train/factories.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "data/cifar.h"
+#include "data/mnist.h"
+#include "data/synthetic.h"
+#include "data/transforms.h"
+#include "models/cifar_cnn.h"
+#include "models/mnist_cnn.h"
+#include "models/resnet.h"
+#include "models/wide_resnet.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
+
+namespace ember::train {
+
+namespace {
+
+// Split sizes of the synthetic dataset before data.limit_train / data.limit_test (CIFAR-10's).
+constexpr int64_t kSyntheticTrain = 50000, kSyntheticTest = 10000, kSyntheticClasses = 10;
+// Padding of the CIFAR-style random crop (data.augment).
+constexpr int64_t kCropPadding = 4;
+
+int64_t limited(int64_t size, int64_t limit) { return limit > 0 ? std::min(size, limit) : size; }
+
+std::vector<int64_t> iota_from(int64_t first, int64_t count) {
+  std::vector<int64_t> idx(static_cast<size_t>(count));
+  std::iota(idx.begin(), idx.end(), first);
+  return idx;
+}
+
+// The first `n` examples of `base` (all of them, without a copy, when n covers it).
+std::shared_ptr<const data::Dataset> first_n(std::shared_ptr<const data::Dataset> base, int64_t n) {
+  if (n >= base->size()) return base;
+  return std::make_shared<data::Subset>(std::move(base), iota_from(0, n));
+}
+
+// Per-channel mean and standard deviation of the pixels (in [0, 1]) of a u8 (N, C, H, W) image
+// tensor. Computed from the data rather than taken from a table, because "mnist" stands for any
+// MNIST-format set (MNIST, Fashion-MNIST, ...) and synthetic data has no published values. Plain
+// sequential sums in double: deterministic, and exact enough for normalisation.
+void channel_stats(const Tensor& images_u8, std::vector<float>& mean, std::vector<float>& std_out) {
+  Tensor images = images_u8.contiguous();
+  const int64_t n = images.size(0), c = images.size(1), hw = images.size(2) * images.size(3);
+  const auto* px = images.data<uint8_t>();
+  mean.assign(static_cast<size_t>(c), 0.5f);
+  std_out.assign(static_cast<size_t>(c), 0.25f);
+  if (n == 0 || hw == 0) return;
+  for (int64_t ch = 0; ch < c; ++ch) {
+    // Histogram first: 256 counters instead of N*H*W floating-point additions.
+    std::vector<int64_t> hist(256, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* p = px + (i * c + ch) * hw;
+      for (int64_t k = 0; k < hw; ++k) ++hist[p[k]];
+    }
+    double count = 0, sum = 0, sum_sq = 0;
+    for (int v = 0; v < 256; ++v) {
+      const double x = v / 255.0, h = static_cast<double>(hist[static_cast<size_t>(v)]);
+      count += h;
+      sum += h * x;
+      sum_sq += h * x * x;
+    }
+    const double m = sum / count, var = std::max(sum_sq / count - m * m, 0.0);
+    mean[static_cast<size_t>(ch)] = static_cast<float>(m);
+    // A constant channel would divide by zero: keep unit scale then.
+    std_out[static_cast<size_t>(ch)] = var > 0 ? static_cast<float>(std::sqrt(var)) : 1.0f;
+  }
+}
+
+}  // namespace
+
+Datasets make_datasets(const DataConfig& data, uint64_t seed) {
+  Datasets d;
+  const std::string dir = default_data_path(data);
+  Tensor stats_images;  // u8 images the normalisation statistics are computed from
+  if (data.dataset == "synthetic") {
+    // One generated sequence: the test examples follow the training ones, so both splits share the
+    // class prototypes (a pure function of the seed) but no example. Only what the limits keep is
+    // generated.
+    const int64_t n_train = limited(kSyntheticTrain, data.limit_train);
+    const int64_t n_test = limited(kSyntheticTest, data.limit_test);
+    auto all = std::make_shared<data::Synthetic>(n_train + n_test, Shape{3, 32, 32}, kSyntheticClasses, seed);
+    d.train = std::make_shared<data::Subset>(all, iota_from(0, n_train));
+    d.test = std::make_shared<data::Subset>(all, iota_from(n_train, n_test));
+    stats_images = all->images().narrow(0, 0, n_train);
+    d.num_classes = kSyntheticClasses;
+  } else {
+    std::shared_ptr<data::TensorDataset> train, test;
+    if (data.dataset == "mnist") {
+      train = std::make_shared<data::Mnist>(dir, data::Split::Train);
+      test = std::make_shared<data::Mnist>(dir, data::Split::Test);
+    } else if (data.dataset == "cifar10") {
+      train = std::make_shared<data::Cifar10>(dir, data::Split::Train);
+      test = std::make_shared<data::Cifar10>(dir, data::Split::Test);
+    } else if (data.dataset == "cifar100") {
+      train = std::make_shared<data::Cifar100>(dir, data::Split::Train);
+      test = std::make_shared<data::Cifar100>(dir, data::Split::Test);
+    } else {
+      EMBER_FAIL("data.dataset: expected mnist, cifar10, cifar100 or synthetic, found \"", data.dataset, "\"");
+    }
+    EMBER_CHECK(train->image_shape() == test->image_shape(), "data.dataset ", data.dataset, " in ", dir,
+                ": the training images are ", shape_str(train->image_shape()), " but the test images ",
+                shape_str(test->image_shape()));
+    // The whole training split, before limit_train, so a limit does not change the normalisation.
+    stats_images = train->images();
+    // Both splits' label ranges: a test label above every training label still needs an output.
+    d.num_classes = std::max(train->num_classes(), test->num_classes());
+    d.train = first_n(train, limited(train->size(), data.limit_train));
+    d.test = first_n(test, limited(test->size(), data.limit_test));
+  }
+  EMBER_CHECK(d.train->size() > 0 && d.test->size() > 0, "data.dataset ", data.dataset,
+              (dir.empty() ? std::string() : " in " + dir), ": expected non-empty splits, found ", d.train->size(),
+              " training and ", d.test->size(), " test examples");
+  channel_stats(stats_images, d.mean, d.std);
+  return d;
+}
+
+std::unique_ptr<data::DataLoader> make_train_loader(const Datasets& d, const DataConfig& data, Device device,
+                                                    uint64_t seed) {
+  const Shape chw = d.train->image_shape();
+  std::vector<std::shared_ptr<const data::Transform>> ts;
+  // Crops and mirror images suit natural 3-channel images; flipping digits or garments
+  // (MNIST-format, 1 channel) changes what they are, so those get no augmentation.
+  if (data.augment && chw[0] == 3) {
+    ts.push_back(std::make_shared<data::RandomCrop>(chw[1], chw[2], kCropPadding));
+    ts.push_back(std::make_shared<data::RandomHorizontalFlip>());
+  }
+  ts.push_back(std::make_shared<data::Normalize>(d.mean, d.std));
+  return std::make_unique<data::DataLoader>(
+      d.train, data::DataLoaderOptions{.batch_size = data.batch_size,
+                                       .shuffle = true,
+                                       .workers = static_cast<int>(data.workers),
+                                       .device = device,
+                                       .seed = seed,
+                                       .resident = data.resident,
+                                       .transform = data::Compose(std::move(ts))});
+}
+
+std::unique_ptr<data::DataLoader> make_test_loader(const Datasets& d, const DataConfig& data, Device device) {
+  return std::make_unique<data::DataLoader>(
+      d.test, data::DataLoaderOptions{.batch_size = data.test_batch_size,
+                                      .shuffle = false,
+                                      .workers = static_cast<int>(data.workers),
+                                      .device = device,
+                                      .resident = data.resident,
+                                      .transform = data::Compose(data::Normalize(d.mean, d.std))});
+}
+
+std::shared_ptr<layers::Module> make_model(const ModelConfig& model, int64_t num_classes,
+                                           const data::Dataset& train_set, Generator& gen) {
+  const Shape chw = train_set.image_shape();
+  const std::string shape = shape_str(chw);
+  EMBER_CHECK(num_classes >= 1, "model.name ", model.name, ": expected at least one class, found ", num_classes);
+  if (model.name == "mnist_cnn") {
+    EMBER_CHECK(chw == Shape({1, 28, 28}), "model.name mnist_cnn expects images of shape (1, 28, 28), but ",
+                train_set.description(), " has ", shape, "; use cifar_cnn, resnet18 or wide_resnet for them");
+    EMBER_CHECK(num_classes == 10, "model.name mnist_cnn has a fixed 10-class output, but the data has ",
+                num_classes, " classes");
+    return models::mnist_cnn(gen);
+  }
+  EMBER_CHECK(model.name == "cifar_cnn" || model.name == "resnet18" || model.name == "wide_resnet",
+              "model.name: expected mnist_cnn, cifar_cnn, resnet18 or wide_resnet, found \"", model.name, "\"");
+  EMBER_CHECK(chw.size() == 3 && chw[0] == 3, "model.name ", model.name, " expects 3-channel images (3, H, W), but ",
+              train_set.description(), " has ", shape, (chw.size() == 3 && chw[0] == 1 ? "; use mnist_cnn" : ""));
+  if (model.name == "cifar_cnn") {
+    // Three 2x2 poolings in front of Linear(128*4*4, ...): only 32x32 inputs fit.
+    EMBER_CHECK(chw[1] == 32 && chw[2] == 32, "model.name cifar_cnn expects images of shape (3, 32, 32), but ",
+                train_set.description(), " has ", shape);
+    return models::cifar_cnn(num_classes, model.dropout, gen);
+  }
+  if (model.name == "resnet18") return models::resnet18(num_classes, gen);
+  return models::wide_resnet(model.depth, model.widen, num_classes, model.dropout, gen);
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const OptimConfig& optim, std::vector<Tensor> params) {
+  if (optim.name == "sgd") {
+    return std::make_unique<optim::SGD>(std::move(params),
+                                        optim::SGDOptions{.lr = optim.lr,
+                                                          .momentum = optim.momentum,
+                                                          .weight_decay = optim.weight_decay,
+                                                          .nesterov = optim.nesterov});
+  }
+  if (optim.name == "adam") {
+    return std::make_unique<optim::Adam>(
+        std::move(params),
+        optim::AdamOptions{.lr = optim.lr, .betas = optim.betas, .eps = optim.eps, .weight_decay = optim.weight_decay});
+  }
+  EMBER_CHECK(optim.name == "adamw", "optim.name: expected sgd, adam or adamw, found \"", optim.name, "\"");
+  return std::make_unique<optim::AdamW>(
+      std::move(params),
+      optim::AdamWOptions{.lr = optim.lr, .betas = optim.betas, .eps = optim.eps, .weight_decay = optim.weight_decay});
+}
+
+std::unique_ptr<optim::LRScheduler> make_schedule(const ScheduleConfig& schedule, optim::Optimizer& opt,
+                                                  int64_t steps_per_epoch, int64_t epochs) {
+  EMBER_CHECK(steps_per_epoch >= 1, "make_schedule: expected steps_per_epoch >= 1, found ", steps_per_epoch);
+  EMBER_CHECK(epochs >= 1, "make_schedule: expected epochs >= 1, found ", epochs);
+  const int64_t spe = steps_per_epoch;
+  const int64_t warmup_steps = schedule.warmup_epochs * spe;
+  EMBER_CHECK(schedule.warmup_epochs == 0 || schedule.name != "onecycle",
+              "schedule.warmup_epochs: onecycle has its own warm-up, expected 0, found ", schedule.warmup_epochs);
+  // The schedule behind the warm-up runs on a clock shifted by the warm-up, so its length is
+  // what is left of the run after it.
+  const int64_t after_epochs = std::max<int64_t>(epochs - schedule.warmup_epochs, 1);
+
+  std::unique_ptr<optim::LRScheduler> after;
+  if (schedule.name == "step") {
+    after = std::make_unique<optim::StepLR>(opt,
+                                            optim::StepLROptions{.step_size = schedule.step_size * spe,
+                                                                 .gamma = schedule.gamma});
+  } else if (schedule.name == "multistep") {
+    std::vector<int64_t> steps;
+    for (int64_t m : schedule.milestones) steps.push_back(m * spe);
+    after = std::make_unique<optim::MultiStepLR>(opt, std::move(steps), schedule.gamma);
+  } else if (schedule.name == "cosine") {
+    const int64_t t_max = schedule.t_max > 0 ? schedule.t_max : after_epochs;
+    after = std::make_unique<optim::CosineAnnealingLR>(
+        opt, optim::CosineAnnealingOptions{.T_max = t_max * spe, .eta_min = schedule.eta_min});
+  } else if (schedule.name == "onecycle") {
+    return std::make_unique<optim::OneCycleLR>(
+        opt, optim::OneCycleOptions{.max_lr = schedule.max_lr > 0 ? schedule.max_lr : opt.lr(),
+                                    .total_steps = epochs * spe,
+                                    .pct_start = schedule.pct_start});
+  } else {
+    EMBER_CHECK(schedule.name == "none", "schedule.name: expected none, step, multistep, cosine or onecycle, found \"",
+                schedule.name, "\"");
+  }
+  if (warmup_steps > 0) return std::make_unique<optim::LinearWarmup>(opt, warmup_steps, std::move(after), 0.1);
+  return after;
+}
+
+}  // namespace ember::train

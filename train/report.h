@@ -19,6 +19,9 @@ struct RunRecord {
 /// it (and the line for metrics). A run without summary.json (still running, or killed) is read
 /// from metrics.jsonl alone, its summary derived and stop_reason "incomplete".
 RunRecord read_run(const std::string& dir);
+/// read_run for each directory, in order, then labels made unique: a label two runs share gets
+/// " (<directory name>)" appended (or " (<dir as given>)", then " #k", when that does not separate them).
+std::vector<RunRecord> read_runs(const std::vector<std::string>& dirs);
 
 /// The table: | run | device | devices | epochs | best acc | epoch time (s) | images/s | speedup |
 /// efficiency |. Epoch time is the mean epoch_seconds; images/s the summary's. Speedup and

@@ -1,0 +1,82 @@
+# Runs ember-report (PROGRAM) in one MODE of tests/tools/report.cmake and checks what a user would
+# see: exit status, stdout/stderr, and the report files under OUT. Fails with FATAL_ERROR showing
+# the program's output.
+#   cmake -DPROGRAM=... -DRUNS=<fixtures/runs> -DOUT=<scratch dir> -DMODE=<mode> -P check_report.cmake
+foreach(_v PROGRAM RUNS OUT MODE)
+  if(NOT DEFINED ${_v})
+    message(FATAL_ERROR "check_report.cmake: -D${_v}=... is required")
+  endif()
+endforeach()
+file(REMOVE_RECURSE ${OUT})
+file(MAKE_DIRECTORY ${OUT})
+
+# run(<expected exit status> args...): runs PROGRAM in OUT, leaves _stdout/_stderr set.
+macro(run expected_rc)
+  execute_process(COMMAND ${PROGRAM} ${ARGN} WORKING_DIRECTORY ${OUT} RESULT_VARIABLE _rc
+                  OUTPUT_VARIABLE _stdout ERROR_VARIABLE _stderr TIMEOUT 50)
+  if(NOT "${_rc}" STREQUAL "${expected_rc}")
+    message(FATAL_ERROR "ember-report ${ARGN}: exit status ${_rc}, expected ${expected_rc}\n"
+                        "stdout:\n${_stdout}\nstderr:\n${_stderr}")
+  endif()
+endmacro()
+
+# expect_contains(<text variable> <what>...): each `what` must occur literally in the text.
+function(expect_contains var)
+  foreach(_what IN LISTS ARGN)
+    string(FIND "${${var}}" "${_what}" _at)
+    if(_at EQUAL -1)
+      message(FATAL_ERROR "${MODE}: '${_what}' not found in ${var}:\n${${var}}\n(stderr: ${_stderr})")
+    endif()
+  endforeach()
+endfunction()
+
+function(expect_report_files dir)
+  foreach(_f report.md loss.svg accuracy.svg throughput.svg)
+    if(NOT EXISTS ${dir}/${_f})
+      message(FATAL_ERROR "${MODE}: ${dir}/${_f} was not written\nstdout:\n${_stdout}")
+    endif()
+  endforeach()
+  foreach(_f loss.svg accuracy.svg throughput.svg)
+    file(READ ${dir}/${_f} _svg)
+    expect_contains(_svg "<svg xmlns=\"http://www.w3.org/2000/svg\"" "viewBox=" "</svg>")
+  endforeach()
+  file(READ ${dir}/loss.svg _svg)
+  expect_contains(_svg "<polyline" "class=\"legend\"")
+endfunction()
+
+if(MODE STREQUAL "ok")
+  run(0 ${RUNS}/cpu-1 ${RUNS}/cpu-ddp2 ${RUNS}/cpu-ddp4 ${RUNS}/incomplete --out ${OUT}/r)
+  # 1870 images/s on 2 devices and 3400 on 4 against 1000 on one (the fixtures' summary.json).
+  expect_contains(_stdout "| run " "| speedup" "| efficiency" "| cpu-ddp2 " "1.87x" "93.5%" "3.40x" "85.0%"
+                  "0.9282" "(incomplete)"
+                  "wrote ${OUT}/r/report.md, ${OUT}/r/loss.svg, ${OUT}/r/accuracy.svg, ${OUT}/r/throughput.svg")
+  expect_report_files(${OUT}/r)
+  file(READ ${OUT}/r/report.md _md)
+  expect_contains(_md "| cpu-ddp4 " "1.87x" "(loss.svg)" "(accuracy.svg)" "(throughput.svg)")
+elseif(MODE STREQUAL "default_out")
+  run(0 ${RUNS}/cpu-1)
+  expect_contains(_stdout "| cpu-1 " "wrote report/report.md")
+  expect_report_files(${OUT}/report)
+elseif(MODE STREQUAL "bad_run")
+  run(1 ${RUNS}/cpu-1 ${RUNS}/malformed-metrics --out ${OUT}/r)
+  expect_contains(_stderr "malformed-metrics/metrics.jsonl:2" "test_acc")
+  if(EXISTS ${OUT}/r/report.md)
+    message(FATAL_ERROR "bad_run: a report was written although a run could not be read")
+  endif()
+  run(1 ${RUNS}/malformed-summary --out ${OUT}/r)
+  expect_contains(_stderr "malformed-summary/summary.json")
+elseif(MODE STREQUAL "missing_dir")
+  run(1 ${RUNS}/cpu-1 ${OUT}/no-such-run --out ${OUT}/r)
+  expect_contains(_stderr "${OUT}/no-such-run")
+elseif(MODE STREQUAL "usage")
+  run(2)
+  expect_contains(_stderr "no run directories" "usage: ember-report RUN_DIR... [--out DIR]")
+  run(2 --bogus ${RUNS}/cpu-1)
+  expect_contains(_stderr "unknown flag '--bogus'" "usage: ember-report")
+  run(2 ${RUNS}/cpu-1 --out)
+  expect_contains(_stderr "--out needs a directory")
+  run(0 --help)
+  expect_contains(_stdout "usage: ember-report RUN_DIR... [--out DIR]" "--out DIR")
+else()
+  message(FATAL_ERROR "check_report.cmake: unknown MODE '${MODE}'")
+endif()

@@ -1,0 +1,543 @@
+// ember-report's library (train/report.h, train/svg.h): run directories read from the fixtures in
+// tests/train/fixtures/runs, the table's numbers recomputed here from the fixture values, SVG
+// output checked for well-formed XML and parsed back (points map to the data through the axis
+// ticks), and the report files.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "train/report.h"
+#include "train/svg.h"
+
+using namespace ember;
+using namespace ember::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kRuns = fs::path(__FILE__).parent_path() / "fixtures" / "runs";
+std::string run_dir(const std::string& name) { return (kRuns / name).string(); }
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path = fs::temp_directory_path() / ("ember_report_test_" + std::to_string(::getpid()) + "_" +
+                                        std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  REQUIRE(f.is_open());
+  std::ostringstream os;
+  os << f.rdbuf();
+  return os.str();
+}
+
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+// The table's body rows as trimmed cells (header and separator dropped).
+std::vector<std::vector<std::string>> table_rows(const std::string& table) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(table);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    if (n++ < 2) continue;
+    std::vector<std::string> cells;
+    std::string cell;
+    for (size_t i = 1; i < line.size(); ++i) {
+      if (line[i] == '|' && line[i - 1] != '\\') {
+        const size_t a = cell.find_first_not_of(' '), b = cell.find_last_not_of(' ');
+        cells.push_back(a == std::string::npos ? "" : cell.substr(a, b - a + 1));
+        cell.clear();
+      } else {
+        cell += line[i];
+      }
+    }
+    rows.push_back(cells);
+  }
+  return rows;
+}
+enum Col { kRun, kDevice, kDevices, kEpochs, kBestAcc, kEpochTime, kImages, kSpeedup, kEfficiency };
+
+// A minimal well-formedness check for the XML these charts emit: one root <svg>, every tag closed
+// in order, attribute values quoted, '&' only as a predefined entity, no raw '<' in text.
+void check_well_formed(const std::string& xml) {
+  std::vector<std::string> stack;
+  int roots = 0;
+  size_t i = 0;
+  auto check_entities = [](const std::string& s) {
+    for (size_t k = s.find('&'); k != std::string::npos; k = s.find('&', k + 1)) {
+      const std::string rest = s.substr(k, 6);
+      INFO(s);
+      CHECK((rest.rfind("&amp;", 0) == 0 || rest.rfind("&lt;", 0) == 0 || rest.rfind("&gt;", 0) == 0 ||
+             rest.rfind("&quot;", 0) == 0 || rest.rfind("&apos;", 0) == 0));
+    }
+  };
+  while (i < xml.size()) {
+    const size_t lt = xml.find('<', i);
+    const std::string text = xml.substr(i, lt == std::string::npos ? std::string::npos : lt - i);
+    check_entities(text);
+    if (stack.empty()) CHECK(text.find_first_not_of(" \n") == std::string::npos);  // nothing outside the root
+    if (lt == std::string::npos) break;
+    if (xml.compare(lt, 2, "<?") == 0) {
+      CHECK(lt == 0);
+      i = xml.find("?>", lt) + 2;
+      continue;
+    }
+    // Find the tag's end outside quoted attribute values.
+    size_t j = lt + 1;
+    bool quoted = false;
+    for (; j < xml.size() && (quoted || xml[j] != '>'); ++j) {
+      if (xml[j] == '"') quoted = !quoted;
+      REQUIRE((quoted || xml[j] != '<'));
+    }
+    REQUIRE(j < xml.size());
+    const std::string tag = xml.substr(lt + 1, j - lt - 1);
+    check_entities(tag);
+    if (tag[0] == '/') {
+      REQUIRE_FALSE(stack.empty());
+      CHECK(tag.substr(1) == stack.back());
+      stack.pop_back();
+    } else {
+      const std::string name = tag.substr(0, tag.find_first_of(" \n/"));
+      // Attributes: name="value" pairs only.
+      static const std::regex attrs(R"(^[a-zA-Z][\w:-]*(\s+[a-zA-Z][\w:-]*="[^"<]*")*\s*/?$)");
+      INFO(tag);
+      CHECK(std::regex_match(tag, attrs));
+      if (stack.empty()) {
+        ++roots;
+        CHECK(name == "svg");
+      }
+      if (tag.back() != '/') stack.push_back(name);
+    }
+    i = j + 1;
+  }
+  CHECK(stack.empty());
+  CHECK(roots == 1);
+}
+
+struct Box {
+  double x, y, w, h;
+};
+Box plot_box(const std::string& svg) {
+  static const std::regex re(
+      R"re(<rect class="plot-box" x="([-\d.]+)" y="([-\d.]+)" width="([-\d.]+)" height="([-\d.]+)")re");
+  std::smatch m;
+  REQUIRE(std::regex_search(svg, m, re));
+  return {std::stod(m[1]), std::stod(m[2]), std::stod(m[3]), std::stod(m[4])};
+}
+
+// (pixel position, tick value) of one axis: the tick mark's x1 (x axis) or y1 (y axis) and its label.
+std::vector<std::pair<double, double>> ticks(const std::string& svg, const std::string& group, bool x_axis) {
+  const size_t start = svg.find("<g class=\"" + group + "\"");
+  REQUIRE(start != std::string::npos);
+  const std::string body = svg.substr(start, svg.find("</g>", start) - start);
+  static const std::regex re(
+      R"re(<line x1="([-\d.]+)" y1="([-\d.]+)" x2="[-\d.]+" y2="[-\d.]+" stroke="[^"]*"/>)re"
+      R"re(<text x="[-\d.]+" y="[-\d.]+">([^<]*)</text>)re");
+  std::vector<std::pair<double, double>> out;
+  for (auto it = std::sregex_iterator(body.begin(), body.end(), re); it != std::sregex_iterator(); ++it)
+    out.emplace_back(std::stod((*it)[x_axis ? 1 : 2]), std::stod((*it)[3]));
+  return out;
+}
+
+std::vector<std::vector<std::pair<double, double>>> polylines(const std::string& svg) {
+  static const std::regex re(R"re(<polyline [^>]*points="([^"]*)")re");
+  std::vector<std::vector<std::pair<double, double>>> out;
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), re); it != std::sregex_iterator(); ++it) {
+    std::vector<std::pair<double, double>> pts;
+    std::istringstream in((*it)[1].str());
+    std::string p;
+    while (in >> p) {
+      const size_t comma = p.find(',');
+      pts.emplace_back(std::stod(p.substr(0, comma)), std::stod(p.substr(comma + 1)));
+    }
+    out.push_back(pts);
+  }
+  return out;
+}
+
+size_t count_of(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t k = s.find(what); k != std::string::npos; k = s.find(what, k + 1)) ++n;
+  return n;
+}
+
+// Coordinates are written with 2 decimals: a parsed pixel is within 0.005 of the exact one.
+constexpr double kPixelTol = 0.0051;
+
+}  // namespace
+
+TEST_CASE("read_run reads summary.json and metrics.jsonl of a finished run", "[cpu]") {
+  const RunRecord r = read_run(run_dir("cpu-1"));
+  CHECK(r.dir == run_dir("cpu-1"));
+  CHECK(r.label == "cpu-1");
+  CHECK(r.summary.name == "cpu-1");
+  CHECK(r.summary.device == "cpu");
+  CHECK(r.summary.world_size == 1);
+  CHECK(r.summary.epochs_run == 3);
+  CHECK(r.summary.best_test_acc == 0.9282);
+  CHECK(r.summary.images_per_second == 1000.0);
+  REQUIRE(r.summary.target_accuracy.has_value());
+  CHECK(*r.summary.target_accuracy == 0.9);
+  REQUIRE(r.epochs.size() == 3);
+  CHECK(r.epochs[1].epoch == 2);
+  CHECK(r.epochs[1].test_acc == 0.9282);
+  CHECK(r.epochs[2].epoch_seconds == 60.5);
+}
+
+TEST_CASE("read_run derives the summary of a run without summary.json from its epochs", "[cpu]") {
+  const RunRecord r = read_run(run_dir("incomplete") + "/");
+  REQUIRE(r.epochs.size() == 2);
+  CHECK(r.summary.stop_reason == "incomplete");
+  CHECK(r.summary.name == "incomplete");  // the directory's name, trailing slash or not
+  CHECK(r.label == "incomplete");
+  CHECK(r.summary.epochs_run == 2);
+  CHECK(r.summary.best_test_acc == r.epochs[1].test_acc);
+  CHECK(r.summary.best_epoch == r.epochs[1].epoch);
+  // Over the run: training images / training seconds, each epoch's images = rate * seconds.
+  double images = 0, seconds = 0, total = 0;
+  for (const EpochMetrics& e : r.epochs) {
+    images += e.images_per_second * e.epoch_seconds;
+    seconds += e.epoch_seconds;
+    total += e.epoch_seconds + e.eval_seconds;
+  }
+  CHECK(r.summary.images_per_second == Approx(images / seconds).epsilon(4 * std::numeric_limits<double>::epsilon()));
+  CHECK(r.summary.total_seconds == Approx(total).epsilon(4 * std::numeric_limits<double>::epsilon()));
+}
+
+TEST_CASE("read_run errors name the missing or malformed file", "[cpu]") {
+  CHECK_THAT(error_of([] { read_run(run_dir("malformed-metrics")); }),
+             Catch::Contains(run_dir("malformed-metrics") + "/metrics.jsonl:2") && Catch::Contains("\"test_acc\""));
+  CHECK_THAT(error_of([] { read_run(run_dir("malformed-summary")); }),
+             Catch::Contains(run_dir("malformed-summary") + "/summary.json") && Catch::Contains("not valid JSON"));
+  CHECK_THAT(error_of([] { read_run(run_dir("no-such-run")); }), Catch::Contains(run_dir("no-such-run")));
+  TempDir empty;
+  CHECK_THAT(error_of([&] { read_run(empty.path.string()); }),
+             Catch::Contains((empty.path / "metrics.jsonl").string()));
+  // A summary without metrics is an error too: the plots need the epochs.
+  fs::copy_file(kRuns / "cpu-1" / "summary.json", empty.path / "summary.json");
+  CHECK_THAT(error_of([&] { read_run(empty.path.string()); }),
+             Catch::Contains((empty.path / "metrics.jsonl").string()));
+}
+
+TEST_CASE("markdown_table computes speedup and efficiency against the run with the fewest devices", "[cpu]") {
+  // The 4-device run first: the baseline is the fewest devices, not the first row.
+  const std::vector<RunRecord> runs = read_runs({run_dir("cpu-ddp4"), run_dir("cpu-1"), run_dir("cpu-ddp2")});
+  const std::string table = markdown_table(runs);
+  INFO(table);
+  CHECK_THAT(table, Catch::StartsWith("| run ") && Catch::Contains("| speedup") && Catch::Contains("| efficiency"));
+  const auto rows = table_rows(table);
+  REQUIRE(rows.size() == 3);
+  const RunSummary& base = runs[1].summary;
+  REQUIRE(base.world_size == 1);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const RunRecord& r = runs[i];
+    INFO(r.label);
+    REQUIRE(rows[i].size() == 9);
+    CHECK(rows[i][kRun] == r.label);
+    CHECK(rows[i][kDevice] == r.summary.device);
+    CHECK(rows[i][kDevices] == std::to_string(r.summary.world_size));
+    CHECK(rows[i][kEpochs] == std::to_string(r.summary.epochs_run));
+    CHECK(rows[i][kBestAcc] == fmt("%.4f", r.summary.best_test_acc));
+    double mean = 0;
+    for (const EpochMetrics& e : r.epochs) mean += e.epoch_seconds / static_cast<double>(r.epochs.size());
+    CHECK(rows[i][kEpochTime] == fmt("%.2f", mean));
+    CHECK(rows[i][kImages] == fmt("%.0f", r.summary.images_per_second));
+    const double speedup = r.summary.images_per_second / base.images_per_second;
+    CHECK(rows[i][kSpeedup] == fmt("%.2fx", speedup));
+    CHECK(rows[i][kEfficiency] ==
+          fmt("%.1f%%", 100 * speedup / (static_cast<double>(r.summary.world_size) / base.world_size)));
+  }
+  // The fixture numbers in the issue's words: 1870 images/s on 2 devices vs 1000 on one.
+  CHECK(rows[2][kSpeedup] == "1.87x");
+  CHECK(rows[2][kEfficiency] == "93.5%");
+  CHECK(rows[1][kSpeedup] == "1.00x");
+  CHECK(rows[1][kEfficiency] == "100.0%");
+  CHECK(rows[0][kBestAcc] == "0.9261");
+}
+
+TEST_CASE("markdown_table shows no speedup while all runs have one device count", "[cpu]") {
+  std::vector<RunRecord> runs = read_runs({run_dir("cpu-1"), run_dir("cpu-1")});
+  REQUIRE(runs.size() == 2);
+  CHECK(runs[0].label != runs[1].label);  // the same run twice still gets two labels
+  runs[1].summary.images_per_second = 2000;
+  for (const auto& row : table_rows(markdown_table(runs))) {
+    CHECK(row[kSpeedup] == "-");
+    CHECK(row[kEfficiency] == "-");
+  }
+  // Ties for the fewest devices: the first given is the baseline.
+  runs.push_back(read_run(run_dir("cpu-ddp2")));
+  const auto rows = table_rows(markdown_table(runs));
+  CHECK(rows[0][kSpeedup] == "1.00x");
+  CHECK(rows[1][kSpeedup] == "2.00x");
+  CHECK(rows[2][kSpeedup] == fmt("%.2fx", runs[2].summary.images_per_second / runs[0].summary.images_per_second));
+}
+
+TEST_CASE("markdown_table leaves an incomplete run out of the speedup comparison", "[cpu]") {
+  // Its device count is unknown (metrics.jsonl does not say), so it can be no baseline.
+  const std::vector<RunRecord> runs = read_runs({run_dir("incomplete"), run_dir("cpu-ddp2"), run_dir("cpu-ddp4")});
+  const auto rows = table_rows(markdown_table(runs));
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0][kDevices] == "?");
+  CHECK(rows[0][kEpochs] == "2 (incomplete)");
+  CHECK(rows[0][kSpeedup] == "-");
+  CHECK(rows[1][kSpeedup] == "1.00x");
+  const double sp = runs[2].summary.images_per_second / runs[1].summary.images_per_second;
+  CHECK(rows[2][kSpeedup] == fmt("%.2fx", sp));
+  CHECK(rows[2][kEfficiency] == fmt("%.1f%%", 100 * sp / 2));
+}
+
+TEST_CASE("read_runs tells runs with one name apart by directory", "[cpu]") {
+  TempDir tmp;
+  for (const char* d : {"a", "b"}) {
+    fs::create_directories(tmp.path / d);
+    fs::copy_file(kRuns / "cpu-1" / "summary.json", tmp.path / d / "summary.json");
+    fs::copy_file(kRuns / "cpu-1" / "metrics.jsonl", tmp.path / d / "metrics.jsonl");
+  }
+  const auto runs = read_runs({(tmp.path / "a").string(), (tmp.path / "b").string(), run_dir("cpu-ddp2")});
+  CHECK(runs[0].label == "cpu-1 (a)");
+  CHECK(runs[1].label == "cpu-1 (b)");
+  CHECK(runs[2].label == "cpu-ddp2");
+}
+
+TEST_CASE("markdown_table escapes a '|' in a run label", "[cpu]") {
+  std::vector<RunRecord> runs = {read_run(run_dir("cpu-1"))};
+  runs[0].label = "a|b";
+  const std::string table = markdown_table(runs);
+  CHECK_THAT(table, Catch::Contains("a\\|b"));
+  CHECK(table_rows(table)[0].size() == 9);
+}
+
+TEST_CASE("nice_axis picks 1-2-5 steps whose ticks cover the data", "[cpu]") {
+  const std::vector<std::pair<double, double>> ranges = {
+      {0, 1},     {0.3, 0.9},  {0.8431, 0.9282}, {1, 10},     {-3.7, 12.2}, {1e-7, 3e-7},
+      {950, 3400}, {5, 5},     {0, 0},           {-2, -2},    {1e6, 1.00001e6}, {0.1, 0.7}};
+  for (const auto& [lo, hi] : ranges) {
+    for (int max_ticks : {3, 5, 7, 11}) {
+      const svg::Axis a = svg::nice_axis(lo, hi, max_ticks);
+      INFO(lo << " .. " << hi << " max_ticks " << max_ticks);
+      REQUIRE(a.ticks.size() >= 2);
+      CHECK(static_cast<int>(a.ticks.size()) <= max_ticks);
+      CHECK(a.ticks.front() == a.lo);
+      CHECK(a.ticks.back() == a.hi);
+      CHECK(a.lo <= lo);
+      CHECK(a.hi >= hi);
+      CHECK(a.lo < a.hi);
+      // step = m * 10^k with m in {1, 2, 5}
+      const double decade = std::pow(10.0, std::floor(std::log10(a.step) + 1e-9));
+      const double m = a.step / decade;
+      CHECK((std::abs(m - 1) < 1e-9 || std::abs(m - 2) < 1e-9 || std::abs(m - 5) < 1e-9));
+      for (size_t i = 1; i < a.ticks.size(); ++i) CHECK(a.ticks[i] - a.ticks[i - 1] == Approx(a.step).epsilon(1e-9));
+      // Loose but not wasteful: the axis overshoots the data by less than a step on each side.
+      if (lo < hi) {
+        CHECK(lo - a.lo < a.step * (1 + 1e-9));
+        CHECK(a.hi - hi < a.step * (1 + 1e-9));
+      }
+    }
+  }
+  // A bound that is a multiple of the step is not pushed outward by rounding (0.3 / 0.1 < 3).
+  const svg::Axis a = svg::nice_axis(0.3, 0.9, 7);
+  CHECK(a.step == Approx(0.1));
+  CHECK(a.lo == Approx(0.3));
+  CHECK(a.hi == Approx(0.9));
+  // Epoch axes: no fractional steps.
+  CHECK(svg::nice_axis(1, 3, 9, true).step == 1);
+  CHECK(svg::nice_axis(1, 3, 9, false).step < 1);
+  const svg::Axis nan_axis = svg::nice_axis(std::nan(""), 1, 5);
+  CHECK(nan_axis.lo == 0);
+  CHECK(nan_axis.hi == 1);
+}
+
+TEST_CASE("format_tick uses the decimals of the step and never prints -0", "[cpu]") {
+  CHECK(svg::format_tick(0.25, 0.05) == "0.25");
+  CHECK(svg::format_tick(1500, 500) == "1500");
+  CHECK(svg::format_tick(0.1 * 3 - 0.3, 0.1) == "0.0");
+  CHECK(svg::format_tick(-0.0, 1) == "0");
+  CHECK(svg::format_tick(-2e-7, 1e-7) == "-0.0000002");
+  CHECK(svg::xml_escape("a&b<c>\"d'") == "a&amp;b&lt;c&gt;&quot;d&apos;");
+}
+
+TEST_CASE("svg_line_chart draws each non-empty series inside the plot box on ticked axes", "[cpu]") {
+  // x from 0 to 10 and y from 0 to 1 are tick values themselves, so the extreme points must land
+  // exactly on the plot box's edges.
+  const std::vector<Series> series = {
+      {"run <a> & \"b\"", {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {1, 0.8, 0.55, 0.4, 0.3, 0.22, 0.16, 0.1, 0.05, 0.02, 0}},
+      {"empty", {}, {}},
+      {"nan only", {1, 2}, {std::nan(""), std::nan("")}},
+      {"run c", {2, 5, 9}, {0.5, std::nan(""), 0.75}},
+  };
+  const std::string s = svg_line_chart("Loss & <more>", "epoch", "loss", series);
+  check_well_formed(s);
+  CHECK_THAT(s, Catch::Contains("xmlns=\"http://www.w3.org/2000/svg\"") && Catch::Contains("viewBox=\"0 0 "));
+  CHECK_THAT(s, Catch::Contains("Loss &amp; &lt;more&gt;") && Catch::Contains("run &lt;a&gt; &amp; &quot;b&quot;"));
+  CHECK_THAT(s, Catch::Contains(">epoch</text>") && Catch::Contains(">loss</text>"));
+  CHECK(s.find(">empty</text>") == std::string::npos);     // skipped series get no legend entry
+  CHECK(s.find(">nan only</text>") == std::string::npos);
+  CHECK(count_of(s, "<polyline") == 2);
+
+  const Box box = plot_box(s);
+  const auto xt = ticks(s, "x-ticks", true), yt = ticks(s, "y-ticks", false);
+  REQUIRE(xt.size() >= 2);
+  REQUIRE(yt.size() >= 2);
+  CHECK(xt.front().second <= 0);
+  CHECK(xt.back().second >= 10);
+  CHECK(yt.front().second <= 0);
+  CHECK(yt.back().second >= 1);
+  CHECK(xt.front().first == Approx(box.x).margin(kPixelTol));
+  CHECK(xt.back().first == Approx(box.x + box.w).margin(kPixelTol));
+  CHECK(yt.front().first == Approx(box.y + box.h).margin(kPixelTol));  // y grows downward
+  CHECK(yt.back().first == Approx(box.y).margin(kPixelTol));
+
+  // Pixel -> data through the first and last ticks; every drawn point must come back.
+  auto data_x = [&](double px) {
+    return xt.front().second + (px - xt.front().first) / (xt.back().first - xt.front().first) *
+                                   (xt.back().second - xt.front().second);
+  };
+  auto data_y = [&](double py) {
+    return yt.front().second + (py - yt.front().first) / (yt.back().first - yt.front().first) *
+                                   (yt.back().second - yt.front().second);
+  };
+  const double tol_x = 2 * kPixelTol * (xt.back().second - xt.front().second) / box.w;
+  const double tol_y = 2 * kPixelTol * (yt.back().second - yt.front().second) / box.h;
+  const auto lines = polylines(s);
+  REQUIRE(lines.size() == 2);
+  const std::vector<const Series*> drawn = {&series[0], &series[3]};
+  for (size_t k = 0; k < 2; ++k) {
+    std::vector<std::pair<double, double>> expected;
+    for (size_t i = 0; i < drawn[k]->x.size(); ++i)
+      if (std::isfinite(drawn[k]->y[i])) expected.emplace_back(drawn[k]->x[i], drawn[k]->y[i]);
+    REQUIRE(lines[k].size() == expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const auto [px, py] = lines[k][i];
+      CHECK(px >= box.x - kPixelTol);
+      CHECK(px <= box.x + box.w + kPixelTol);
+      CHECK(py >= box.y - kPixelTol);
+      CHECK(py <= box.y + box.h + kPixelTol);
+      CHECK(data_x(px) == Approx(expected[i].first).margin(tol_x));
+      CHECK(data_y(py) == Approx(expected[i].second).margin(tol_y));
+    }
+  }
+  // The extremes of the first series sit on the box's edges.
+  CHECK(lines[0].front().first == Approx(box.x).margin(kPixelTol));
+  CHECK(lines[0].back().first == Approx(box.x + box.w).margin(kPixelTol));
+  CHECK(lines[0].front().second == Approx(box.y).margin(kPixelTol));
+  CHECK(lines[0].back().second == Approx(box.y + box.h).margin(kPixelTol));
+  // One palette color per drawn series.
+  static const std::regex stroke(R"re(<polyline stroke="(#[0-9a-f]{6})")re");
+  std::vector<std::string> colors;
+  for (auto it = std::sregex_iterator(s.begin(), s.end(), stroke); it != std::sregex_iterator(); ++it)
+    colors.push_back((*it)[1]);
+  REQUIRE(colors.size() == 2);
+  CHECK(colors[0] == svg::kPalette[0]);
+  CHECK(colors[1] == svg::kPalette[1]);
+}
+
+TEST_CASE("svg_line_chart gives every one of many series its own color or dash", "[cpu]") {
+  std::vector<Series> series;
+  for (int i = 0; i < 14; ++i) series.push_back({"s" + std::to_string(i), {1, 2}, {double(i), double(i + 1)}});
+  const std::string s = svg_line_chart("t", "epoch", "y", series);
+  check_well_formed(s);
+  CHECK(count_of(s, "<polyline") == 14);
+  static const std::regex style(R"re(<polyline (stroke="[^"]*"(?: stroke-dasharray="[^"]*")?))re");
+  std::vector<std::string> styles;
+  for (auto it = std::sregex_iterator(s.begin(), s.end(), style); it != std::sregex_iterator(); ++it)
+    styles.push_back((*it)[1]);
+  REQUIRE(styles.size() == 14);
+  for (size_t i = 0; i < styles.size(); ++i)
+    for (size_t j = i + 1; j < styles.size(); ++j) CHECK(styles[i] != styles[j]);
+  // Nothing drawn: still a valid chart saying so.
+  const std::string none = svg_line_chart("t", "epoch", "y", {{"e", {}, {}}});
+  check_well_formed(none);
+  CHECK(count_of(none, "<polyline") == 0);
+  CHECK_THAT(none, Catch::Contains("no data"));
+  CHECK_THAT(error_of([] { svg_line_chart("t", "x", "y", {{"bad", {1, 2}, {1}}}); }), Catch::Contains("bad"));
+}
+
+TEST_CASE("svg_bar_chart draws bars from zero with heights proportional to the values", "[cpu]") {
+  const std::vector<std::string> labels = {"cpu-1", "cpu-ddp2", "x<&>", "broken"};
+  const std::vector<double> values = {1000, 1870, 3400, std::nan("")};
+  const std::string s = svg_bar_chart("Throughput", "images/s", labels, values);
+  check_well_formed(s);
+  CHECK_THAT(s, Catch::Contains("x&lt;&amp;&gt;") && Catch::Contains(">images/s</text>") &&
+                    Catch::Contains(">n/a</text>") && Catch::Contains(">1870</text>"));
+  static const std::regex bar(
+      R"re(<rect class="bar" x="([-\d.]+)" y="([-\d.]+)" width="([-\d.]+)" height="([-\d.]+)")re");
+  std::vector<std::pair<double, double>> bars;  // (top, height)
+  for (auto it = std::sregex_iterator(s.begin(), s.end(), bar); it != std::sregex_iterator(); ++it)
+    bars.emplace_back(std::stod((*it)[2]), std::stod((*it)[4]));
+  REQUIRE(bars.size() == 3);
+  const Box box = plot_box(s);
+  const auto yt = ticks(s, "y-ticks", false);
+  REQUIRE(yt.size() >= 2);
+  CHECK(yt.front().second == 0);
+  CHECK(yt.back().second >= 3400);
+  const double px_per_unit = (yt.front().first - yt.back().first) / (yt.back().second - yt.front().second);
+  for (size_t i = 0; i < bars.size(); ++i) {
+    INFO(labels[i]);
+    CHECK(bars[i].first + bars[i].second == Approx(box.y + box.h).margin(2 * kPixelTol));  // bottom on 0
+    CHECK(bars[i].second == Approx(values[i] * px_per_unit).margin(2 * kPixelTol));
+  }
+  CHECK_THAT(error_of([] { svg_bar_chart("t", "y", {"a"}, {1, 2}); }), Catch::Contains("1 labels but 2 values"));
+}
+
+TEST_CASE("write_report writes the table, the plots and links them", "[cpu]") {
+  TempDir tmp;
+  const fs::path out = tmp.path / "nested" / "report";
+  const std::vector<RunRecord> runs = read_runs({run_dir("cpu-1"), run_dir("cpu-ddp2"), run_dir("incomplete")});
+  const std::string table = write_report(runs, out.string());
+  CHECK(table == markdown_table(runs));
+  const std::string md = slurp(out / "report.md");
+  CHECK_THAT(md, Catch::Contains(table) && Catch::Contains("](loss.svg)") && Catch::Contains("](accuracy.svg)") &&
+                     Catch::Contains("](throughput.svg)"));
+  CHECK_THAT(md, Catch::Contains("incomplete") && Catch::Contains(run_dir("cpu-ddp2")));
+  const std::string loss = slurp(out / "loss.svg"), acc = slurp(out / "accuracy.svg"),
+                    thr = slurp(out / "throughput.svg");
+  check_well_formed(loss);
+  check_well_formed(acc);
+  check_well_formed(thr);
+  CHECK(count_of(loss, "<polyline") == 6);  // train and test per run
+  CHECK(count_of(acc, "<polyline") == 3);
+  CHECK(count_of(thr, "<rect class=\"bar\"") == 3);
+  CHECK_THAT(loss, Catch::Contains(">cpu-ddp2 test</text>"));
+  for (const char* f : {"report.md.tmp", "loss.svg.tmp"}) CHECK_FALSE(fs::exists(out / f));
+  // An output path that is a file is an error naming it.
+  const fs::path file = tmp.path / "file";
+  std::ofstream(file) << "x";
+  CHECK_THAT(error_of([&] { write_report(runs, file.string()); }), Catch::Contains(file.string()));
+}

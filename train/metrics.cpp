@@ -1,0 +1,220 @@
+// Run records (train/metrics.h): metrics.jsonl lines and summary.json, written and parsed with
+// nlohmann::json. Doubles go through nlohmann's shortest round-trip formatting, so a value read
+// back is bit-identical to the one written. JSON has no NaN or infinity: nlohmann writes them as
+// null, and the readers here take null in a floating-point field as NaN (a diverged loss must
+// not make the whole run unreadable).
+#include "train/metrics.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace ember::train {
+namespace {
+
+using Json = nlohmann::json;
+using OrderedJson = nlohmann::ordered_json;  // keeps keys in the order of the structs
+
+// A short rendering of a JSON value for error messages: its type and (truncated) text.
+std::string describe(const Json& v) {
+  std::string text = v.dump();
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  return std::string(v.type_name()) + " " + text;
+}
+
+const Json& require_key(const Json& obj, const char* key, const std::string& where) {
+  auto it = obj.find(key);
+  EMBER_CHECK(it != obj.end(), where, ": missing key \"", key, "\"");
+  return *it;
+}
+
+double get_double(const Json& obj, const char* key, const std::string& where) {
+  const Json& v = require_key(obj, key, where);
+  if (v.is_null()) return std::numeric_limits<double>::quiet_NaN();  // written for a NaN/inf value
+  EMBER_CHECK(v.is_number(), where, ": key \"", key, "\": expected a number, found ", describe(v));
+  return v.get<double>();
+}
+
+int64_t get_int(const Json& obj, const char* key, const std::string& where) {
+  const Json& v = require_key(obj, key, where);
+  EMBER_CHECK(v.is_number_integer(), where, ": key \"", key, "\": expected an integer, found ", describe(v));
+  if (v.is_number_unsigned()) {
+    EMBER_CHECK(v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), where, ": key \"",
+                key, "\": integer ", v.dump(), " does not fit in int64");
+  }
+  return v.get<int64_t>();
+}
+
+bool get_bool(const Json& obj, const char* key, const std::string& where) {
+  const Json& v = require_key(obj, key, where);
+  EMBER_CHECK(v.is_boolean(), where, ": key \"", key, "\": expected true or false, found ", describe(v));
+  return v.get<bool>();
+}
+
+std::string get_string(const Json& obj, const char* key, const std::string& where) {
+  const Json& v = require_key(obj, key, where);
+  EMBER_CHECK(v.is_string(), where, ": key \"", key, "\": expected a string, found ", describe(v));
+  return v.get<std::string>();
+}
+
+// Optional fields: absent or null means unset.
+std::optional<double> get_optional_double(const Json& obj, const char* key, const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return std::nullopt;
+  EMBER_CHECK(it->is_number(), where, ": key \"", key, "\": expected a number or null, found ", describe(*it));
+  return it->get<double>();
+}
+
+double get_phase_seconds(const Json& obj, const char* key, const std::string& where) {
+  return obj.contains(key) ? get_double(obj, key, where) : 0.0;
+}
+
+Json parse_object(const std::string& text, const std::string& where) {
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    EMBER_FAIL(where, ": not valid JSON: ", e.what());
+  }
+  EMBER_CHECK(j.is_object(), where, ": expected a JSON object, found ", describe(j));
+  return j;
+}
+
+std::string sys_error(int err) { return std::strerror(err); }
+
+}  // namespace
+
+std::string to_json_line(const EpochMetrics& m) {
+  OrderedJson j;
+  j["epoch"] = m.epoch;
+  j["train_loss"] = m.train_loss;
+  j["test_loss"] = m.test_loss;
+  j["test_acc"] = m.test_acc;
+  j["epoch_seconds"] = m.epoch_seconds;
+  j["images_per_second"] = m.images_per_second;
+  j["lr"] = m.lr;
+  j["eval_seconds"] = m.eval_seconds;
+  j["data_wait_seconds"] = m.data_wait_seconds;
+  j["h2d_seconds"] = m.h2d_seconds;
+  j["forward_seconds"] = m.forward_seconds;
+  j["backward_seconds"] = m.backward_seconds;
+  j["optimizer_seconds"] = m.optimizer_seconds;
+  return j.dump();  // compact: one line
+}
+
+EpochMetrics parse_epoch_metrics(const std::string& line, const std::string& source, int64_t line_no) {
+  const std::string where = source + ":" + std::to_string(line_no);
+  const Json j = parse_object(line, where);
+  EpochMetrics m;
+  m.epoch = get_int(j, "epoch", where);
+  m.train_loss = get_double(j, "train_loss", where);
+  m.test_loss = get_double(j, "test_loss", where);
+  m.test_acc = get_double(j, "test_acc", where);
+  m.epoch_seconds = get_double(j, "epoch_seconds", where);
+  m.images_per_second = get_double(j, "images_per_second", where);
+  m.lr = get_double(j, "lr", where);
+  m.eval_seconds = get_double(j, "eval_seconds", where);
+  // Phase times are diagnostics that lines written before the phase timers existed (e.g. the
+  // mnist example's --metrics-out) lack: absent means 0, present must still be a number.
+  m.data_wait_seconds = get_phase_seconds(j, "data_wait_seconds", where);
+  m.h2d_seconds = get_phase_seconds(j, "h2d_seconds", where);
+  m.forward_seconds = get_phase_seconds(j, "forward_seconds", where);
+  m.backward_seconds = get_phase_seconds(j, "backward_seconds", where);
+  m.optimizer_seconds = get_phase_seconds(j, "optimizer_seconds", where);
+  return m;
+}
+
+std::vector<EpochMetrics> read_metrics_file(const std::string& path) {
+  std::ifstream f(path);
+  const int err = errno;
+  EMBER_CHECK(f.is_open(), "cannot open metrics file '", path, "': ", sys_error(err));
+  std::vector<EpochMetrics> out;
+  std::string line;
+  int64_t line_no = 0;
+  while (std::getline(f, line)) {
+    ++line_no;  // counts blank lines too, so the number matches what an editor shows
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    out.push_back(parse_epoch_metrics(line, path, line_no));
+  }
+  EMBER_CHECK(!f.bad(), "reading metrics file '", path, "' failed after line ", line_no);
+  return out;
+}
+
+std::string to_json(const RunSummary& s) {
+  OrderedJson j;
+  j["name"] = s.name;
+  j["device"] = s.device;
+  j["world_size"] = s.world_size;
+  j["epochs_run"] = s.epochs_run;
+  j["best_test_acc"] = s.best_test_acc;
+  j["best_epoch"] = s.best_epoch;
+  j["stopped_early"] = s.stopped_early;
+  j["stop_reason"] = s.stop_reason;
+  j["stop_detail"] = s.stop_detail;
+  j["total_seconds"] = s.total_seconds;
+  j["images_per_second"] = s.images_per_second;
+  j["time_to_target_seconds"] = s.time_to_target_seconds ? OrderedJson(*s.time_to_target_seconds) : OrderedJson();
+  j["target_accuracy"] = s.target_accuracy ? OrderedJson(*s.target_accuracy) : OrderedJson();
+  return j.dump(2) + "\n";
+}
+
+RunSummary parse_run_summary(const std::string& json_text, const std::string& source) {
+  const Json j = parse_object(json_text, source);
+  RunSummary s;
+  s.name = get_string(j, "name", source);
+  s.device = get_string(j, "device", source);
+  s.world_size = get_int(j, "world_size", source);
+  EMBER_CHECK(s.world_size >= 1, source, ": key \"world_size\": expected >= 1, found ", s.world_size);
+  s.epochs_run = get_int(j, "epochs_run", source);
+  s.best_test_acc = get_double(j, "best_test_acc", source);
+  s.best_epoch = get_int(j, "best_epoch", source);
+  s.stopped_early = get_bool(j, "stopped_early", source);
+  s.stop_reason = get_string(j, "stop_reason", source);
+  s.stop_detail = get_string(j, "stop_detail", source);
+  s.total_seconds = get_double(j, "total_seconds", source);
+  s.images_per_second = get_double(j, "images_per_second", source);
+  s.time_to_target_seconds = get_optional_double(j, "time_to_target_seconds", source);
+  s.target_accuracy = get_optional_double(j, "target_accuracy", source);
+  return s;
+}
+
+void write_file_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int err = errno;
+  EMBER_CHECK(fd >= 0, "cannot write '", path, "': creating '", tmp, "' failed: ", sys_error(err));
+  // On any failure below the half-written temporary is removed and `path` keeps its old content.
+  auto fail = [&](const std::string& what, int e) {
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    EMBER_FAIL("cannot write '", path, "': ", what, ": ", sys_error(e));
+  };
+  const char* p = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    const ssize_t w = ::write(fd, p, left);
+    err = errno;
+    if (w < 0 && err == EINTR) continue;
+    if (w <= 0) fail("writing '" + tmp + "'", w < 0 ? err : EIO);
+    p += w;
+    left -= static_cast<size_t>(w);
+  }
+  // fsync before the rename: otherwise a crash could leave the new name pointing at empty data.
+  if (::fsync(fd) != 0) fail("fsync of '" + tmp + "'", errno);
+  const int rc = ::close(fd);
+  err = errno;
+  fd = -1;
+  if (rc != 0) fail("closing '" + tmp + "'", err);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("renaming '" + tmp + "' to it", errno);
+}
+
+}  // namespace ember::train

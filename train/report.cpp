@@ -1,0 +1,255 @@
+// ember-report's library side (train/report.h): reading run directories, the Markdown table with
+// speedup and parallel efficiency, and the report files. The charts are in train/svg.cpp.
+#include "train/report.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace fs = std::filesystem;
+
+namespace ember::train {
+namespace {
+
+constexpr const char* kSummaryFile = "summary.json";
+constexpr const char* kMetricsFile = "metrics.jsonl";
+constexpr const char* kIncomplete = "incomplete";
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  const int err = errno;
+  EMBER_CHECK(f.is_open(), "cannot open '", path, "': ", std::strerror(err));
+  std::ostringstream os;
+  os << f.rdbuf();
+  EMBER_CHECK(!f.bad(), "reading '", path, "' failed");
+  return os.str();
+}
+
+// "runs/cpu-1/" and "runs/cpu-1" both name "cpu-1"; "." names the current directory.
+std::string dir_name(const std::string& dir) {
+  fs::path p = fs::path(dir).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  if (p.empty() || p.filename() == "." || p.filename() == "..") p = fs::absolute(p).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  return p.filename().string();
+}
+
+// The summary of a run that has none yet (still running, or killed before the end): what the
+// epochs say. Name and device are not in metrics.jsonl, so the directory names the run and the
+// device is unknown; the device count is unknown too, so the table leaves the run out of the
+// speedup comparison (see markdown_table).
+RunSummary derive_summary(const std::string& dir, const std::vector<EpochMetrics>& epochs) {
+  RunSummary s;
+  s.name = dir_name(dir);
+  s.device = "?";
+  s.epochs_run = static_cast<int64_t>(epochs.size());
+  s.stop_reason = kIncomplete;
+  s.stop_detail = "no summary.json: the run is still going or was killed";
+  double train_seconds = 0, images = 0;
+  for (size_t i = 0; i < epochs.size(); ++i) {
+    const EpochMetrics& e = epochs[i];
+    if (i == 0 || e.test_acc > s.best_test_acc) {
+      s.best_test_acc = e.test_acc;
+      s.best_epoch = e.epoch;
+    }
+    train_seconds += e.epoch_seconds;
+    images += e.images_per_second * e.epoch_seconds;  // images_per_second = images / epoch_seconds
+    s.total_seconds += e.epoch_seconds + e.eval_seconds;
+  }
+  s.images_per_second = train_seconds > 0 ? images / train_seconds : 0;
+  return s;
+}
+
+std::string fixed(double v, int decimals) {
+  if (!std::isfinite(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+// A label inside a Markdown table cell: '|' would end the cell, a newline the row.
+std::string cell_text(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '|') out += "\\|";
+    else if (c == '\n' || c == '\r') out += ' ';
+    else out += c;
+  }
+  return out;
+}
+
+bool device_count_known(const RunRecord& r) { return r.summary.stop_reason != kIncomplete; }
+
+}  // namespace
+
+RunRecord read_run(const std::string& dir) {
+  std::error_code ec;
+  EMBER_CHECK(fs::is_directory(dir, ec), "run directory '", dir, "' does not exist or is not a directory");
+  const std::string metrics_path = (fs::path(dir) / kMetricsFile).string();
+  const std::string summary_path = (fs::path(dir) / kSummaryFile).string();
+  const bool has_metrics = fs::exists(metrics_path, ec), has_summary = fs::exists(summary_path, ec);
+  EMBER_CHECK(has_metrics, "run directory '", dir, "': missing '", metrics_path, "'",
+              has_summary ? "" : " (and no summary.json either: not a run directory?)");
+  RunRecord r;
+  r.dir = dir;
+  r.epochs = read_metrics_file(metrics_path);
+  r.summary = has_summary ? parse_run_summary(read_text(summary_path), summary_path) : derive_summary(dir, r.epochs);
+  r.label = r.summary.name.empty() ? dir_name(dir) : r.summary.name;
+  return r;
+}
+
+std::vector<RunRecord> read_runs(const std::vector<std::string>& dirs) {
+  std::vector<RunRecord> runs;
+  runs.reserve(dirs.size());
+  for (const std::string& d : dirs) runs.push_back(read_run(d));
+  // Two runs of one config share a name: tell them apart by directory name, then by the path as
+  // given, then (the same directory twice) by position.
+  auto count = [&](const std::string& label) {
+    return std::count_if(runs.begin(), runs.end(), [&](const RunRecord& r) { return r.label == label; });
+  };
+  std::vector<std::string> original;
+  for (const RunRecord& r : runs) original.push_back(r.label);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (std::count(original.begin(), original.end(), original[i]) < 2) continue;
+    const std::string base = dir_name(runs[i].dir);
+    runs[i].label = base == original[i] ? original[i] + " (" + runs[i].dir + ")" : original[i] + " (" + base + ")";
+  }
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (count(runs[i].label) < 2) continue;
+    const std::string label = runs[i].label;
+    int n = 0;
+    for (RunRecord& r : runs)
+      if (r.label == label) r.label += " #" + std::to_string(++n);
+  }
+  return runs;
+}
+
+std::string markdown_table(const std::vector<RunRecord>& runs) {
+  // Baseline: the fewest devices among runs whose device count is known (ties: the first given).
+  const RunRecord* base = nullptr;
+  bool mixed = false;
+  for (const RunRecord& r : runs) {
+    if (!device_count_known(r)) continue;
+    if (base && r.summary.world_size != base->summary.world_size) mixed = true;
+    if (!base || r.summary.world_size < base->summary.world_size) base = &r;
+  }
+  const std::vector<std::string> header = {"run",      "device",   "devices", "epochs",    "best acc",
+                                           "epoch time (s)", "images/s", "speedup", "efficiency"};
+  const std::vector<bool> right_aligned = {false, false, true, true, true, true, true, true, true};
+  std::vector<std::vector<std::string>> rows;
+  for (const RunRecord& r : runs) {
+    const RunSummary& s = r.summary;
+    double epoch_time = NAN;
+    if (!r.epochs.empty()) {
+      epoch_time = 0;
+      for (const EpochMetrics& e : r.epochs) epoch_time += e.epoch_seconds;
+      epoch_time /= static_cast<double>(r.epochs.size());
+    }
+    std::string speedup = "-", efficiency = "-";
+    if (mixed && device_count_known(r) && base->summary.images_per_second > 0 &&
+        std::isfinite(s.images_per_second)) {
+      const double sp = s.images_per_second / base->summary.images_per_second;
+      const double eff = sp / (static_cast<double>(s.world_size) / static_cast<double>(base->summary.world_size));
+      speedup = fixed(sp, 2) + "x";
+      efficiency = fixed(100 * eff, 1) + "%";
+    }
+    rows.push_back({cell_text(r.label), cell_text(s.device), device_count_known(r) ? std::to_string(s.world_size) : "?",
+                    std::to_string(s.epochs_run) + (s.stop_reason == kIncomplete ? " (incomplete)" : ""),
+                    fixed(s.best_test_acc, 4), fixed(epoch_time, 2), fixed(s.images_per_second, 0), speedup,
+                    efficiency});
+  }
+  // Pad every column to its widest cell, so the table reads as well on a terminal as rendered.
+  std::vector<size_t> width(header.size(), 3);
+  for (size_t c = 0; c < header.size(); ++c) {
+    width[c] = std::max(width[c], header[c].size());
+    for (const auto& row : rows) width[c] = std::max(width[c], row[c].size());
+  }
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string out = "|";
+    for (size_t c = 0; c < cells.size(); ++c) {
+      const size_t pad = width[c] - cells[c].size();
+      out += ' ';
+      if (right_aligned[c]) out.append(pad, ' ');
+      out += cells[c];
+      if (!right_aligned[c]) out.append(pad, ' ');
+      out += " |";
+    }
+    out += '\n';
+    return out;
+  };
+  // The separator row: "---:" right-aligns the numeric columns when rendered.
+  std::string out = line(header);
+  out += '|';
+  for (size_t c = 0; c < header.size(); ++c) {
+    out += ' ';
+    out.append(right_aligned[c] ? width[c] - 1 : width[c], '-');
+    out += right_aligned[c] ? ": |" : " |";
+  }
+  out += '\n';
+  for (const auto& row : rows) out += line(row);
+  return out;
+}
+
+std::string write_report(const std::vector<RunRecord>& runs, const std::string& out_dir) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  EMBER_CHECK(!ec, "cannot create the report directory '", out_dir, "': ", ec.message());
+  EMBER_CHECK(fs::is_directory(out_dir, ec), "report directory '", out_dir, "' exists but is not a directory");
+
+  std::vector<Series> loss, accuracy;
+  std::vector<std::string> labels;
+  std::vector<double> throughput;
+  for (const RunRecord& r : runs) {
+    Series train{r.label + " train", {}, {}}, test{r.label + " test", {}, {}}, acc{r.label, {}, {}};
+    for (const EpochMetrics& e : r.epochs) {
+      const double x = static_cast<double>(e.epoch);
+      train.x.push_back(x);
+      train.y.push_back(e.train_loss);
+      test.x.push_back(x);
+      test.y.push_back(e.test_loss);
+      acc.x.push_back(x);
+      acc.y.push_back(e.test_acc);
+    }
+    loss.push_back(std::move(train));
+    loss.push_back(std::move(test));
+    accuracy.push_back(std::move(acc));
+    labels.push_back(r.label);
+    throughput.push_back(r.summary.images_per_second);
+  }
+
+  const std::string table = markdown_table(runs);
+  std::ostringstream md;
+  md << "# ember report\n\n" << table << "\n";
+  md << "Epoch time: mean training pass per epoch. Speedup and efficiency: images/s relative to the run with the "
+        "fewest devices, efficiency = speedup / device ratio.\n\n";
+  md << "## Runs\n\n";
+  for (const RunRecord& r : runs) {
+    md << "- **" << cell_text(r.label) << "**: `" << r.dir << "`, " << r.summary.stop_reason;
+    if (!r.summary.stop_detail.empty()) md << " (" << r.summary.stop_detail << ")";
+    if (r.summary.time_to_target_seconds && r.summary.target_accuracy)
+      md << "; reached " << fixed(*r.summary.target_accuracy, 4) << " after "
+         << fixed(*r.summary.time_to_target_seconds, 1) << " s of training";
+    md << "\n";
+  }
+  md << "\n## Plots\n\n![loss per epoch](loss.svg)\n\n![test accuracy per epoch](accuracy.svg)\n\n"
+        "![throughput per run](throughput.svg)\n";
+
+  const fs::path out(out_dir);
+  write_file_atomic((out / "loss.svg").string(), svg_line_chart("Loss per epoch", "epoch", "loss", loss));
+  write_file_atomic((out / "accuracy.svg").string(),
+                    svg_line_chart("Test accuracy per epoch", "epoch", "test accuracy", accuracy));
+  write_file_atomic((out / "throughput.svg").string(),
+                    svg_bar_chart("Training throughput per run", "images/s", labels, throughput));
+  write_file_atomic((out / "report.md").string(), md.str());
+  return table;
+}
+
+}  // namespace ember::train

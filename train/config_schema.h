@@ -37,18 +37,18 @@ using FieldRef = std::variant<int64_t& (*)(ExperimentConfig&), uint64_t& (*)(Exp
 
 /// One key of the schema.
 struct KeySpec {
-  std::string path;  // "optim.lr"
-  KeyKind kind;
-  std::optional<Bound> lo, hi;        // numeric kinds; per element for IntList / FloatPair
-  std::vector<std::string> choices;   // Enum
-  std::string default_json;           // the ExperimentConfig default, as to_json writes it
-  std::string doc;                    // one line for docs/config.md
-  FieldRef field;
+  std::string path{};                         // "optim.lr"
+  KeyKind kind = KeyKind::String;
+  std::optional<Bound> lo{}, hi{};            // numeric kinds; per element for IntList / FloatPair
+  std::vector<std::string> choices{};         // Enum
+  std::string default_json{};                 // the ExperimentConfig default, as to_json writes it
+  std::string doc{};                          // one line for docs/config.md
+  FieldRef field{};
   /// A rule beyond kind and range (6k+4 depths, the device syntax, ascending milestones), checked
   /// on the config after the value is stored; nullptr: none. `rule` then replaces the generated
   /// expected-text in messages.
   bool (*valid)(const ExperimentConfig&) = nullptr;
-  std::string rule;
+  std::string rule{};
 };
 
 /// The schema, in documentation order (top-level keys first, then each object's keys).

@@ -1,0 +1,20 @@
+# CTest entries that run build/bin/ember-train as a user would, through tests/tools/train_cli.sh
+# (label `tools`; the cases are described at its top). include()d from tests/CMakeLists.txt.
+#   tools/train/usage         bad command lines -> exit 2 with the usage; --help -> 0
+#   tools/train/bad_config    unknown key, mistyped override, missing data -> exit 2 naming them
+#   tools/train/print_config  --print-config output is a config that reads back to itself
+#   tools/train/sigterm       SIGTERM -> exit 143 + last.ckpt; resume=auto = the uninterrupted run
+if(NOT TARGET ember-train)
+  return()
+endif()
+find_program(EMBER_BASH bash)
+if(NOT EMBER_BASH)
+  message(STATUS "ember: bash not found; tools/train/* tests not added")
+  return()
+endif()
+foreach(_case usage bad_config print_config sigterm)
+  add_test(NAME tools/train/${_case}
+           COMMAND ${EMBER_BASH} ${CMAKE_CURRENT_LIST_DIR}/train_cli.sh ${_case} $<TARGET_FILE:ember-train>
+                   ${CMAKE_CURRENT_BINARY_DIR}/train-cli/${_case})
+  set_tests_properties(tools/train/${_case} PROPERTIES LABELS "cpu;tools" TIMEOUT 300)
+endforeach()

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Runs build/bin/ember-train as a user would; one scenario per call (tests/tools/train.cmake).
+#
+#   train_cli.sh CASE EMBER_TRAIN WORK_DIR
+#
+# usage          no config, an unknown option, a stray argument -> exit 2 with the usage; --help -> 0
+# bad_config     an unknown key, a mistyped override, missing data files -> exit 2 naming the key
+#                path / directory, and no run directory written
+# print_config   --print-config with overrides prints the resolved config; that output is itself a
+#                config ember-train reads back to the same text, and it shows the overrides
+# sigterm        SIGTERM once epoch 1 is in metrics.jsonl -> exit 143, checkpoints/last.ckpt and a
+#                summary with stop_reason "signal"; checkpoint.resume=auto then finishes with the
+#                same per-epoch losses, accuracies and learning rates as an uninterrupted run
+set -u
+case_name=$1
+prog=$2
+work=$3
+rm -rf "$work"
+mkdir -p "$work"
+cd "$work" || exit 1
+
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+
+# expect RC REGEX CMD...: runs CMD, checks its exit status and that stdout+stderr match REGEX.
+expect() {
+  local want_rc=$1 regex=$2
+  shift 2
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  printf '%s\n' "$out" | head -n 30
+  [ "$rc" -eq "$want_rc" ] || fail "'$*' exited with $rc, expected $want_rc"
+  grep -qE -- "$regex" <<<"$out" || fail "the output of '$*' does not match /$regex/"
+}
+
+# A small run: cifar_cnn on synthetic CIFAR-shaped images, 6 steps of 16 per epoch on the CPU.
+write_tiny_config() {
+  cat >"$1" <<'EOF'
+{
+  "name": "cli",
+  "device": "cpu",
+  "seed": 5,
+  "epochs": 2,
+  "model": {"name": "cifar_cnn", "dropout": 0.25},
+  "data": {"dataset": "synthetic", "limit_train": 96, "limit_test": 32, "batch_size": 16,
+           "test_batch_size": 32, "workers": 1, "augment": true},
+  "optim": {"name": "sgd", "lr": 0.02, "momentum": 0.9},
+  "schedule": {"name": "cosine"},
+  "output": {"log_interval": 0.5}
+}
+EOF
+}
+
+# The columns of metrics.jsonl that do not measure time, one epoch per line.
+numbers() {
+  sed -E 's/.*"epoch":([0-9]+),"train_loss":([^,]*),"test_loss":([^,]*),"test_acc":([^,]*),.*"lr":([^,]*),.*/\1 \2 \3 \4 \5/' "$1"
+}
+
+case "$case_name" in
+usage)
+  expect 2 'missing the config file' "$prog"
+  expect 2 "unknown option '--bogus'" "$prog" c.json --bogus
+  expect 2 "unexpected argument 'stray'" "$prog" c.json stray
+  expect 0 'usage: ember-train CONFIG.json' "$prog" --help
+  expect 0 'optim\.lr' "$prog" --help
+  ;;
+bad_config)
+  echo '{"name": "bad", "optim": {"lrr": 0.1}}' >bad.json
+  expect 2 'optim\.lrr' "$prog" bad.json
+  write_tiny_config ok.json
+  expect 2 'epochs' "$prog" ok.json epochs=ten
+  expect 2 "no-such-file.json" "$prog" no-such-file.json
+  expect 2 "$work/no-data" "$prog" ok.json data.dataset=mnist "data.path=$work/no-data" "model.name=mnist_cnn" \
+    "output.dir=$work/runs"
+  [ ! -e "$work/runs" ] || fail "a failed validation created the run directory parent $work/runs"
+  ;;
+print_config)
+  write_tiny_config c.json
+  "$prog" c.json optim.lr=0.125 'schedule.milestones=[3,4]' epochs=7 --print-config >printed.json ||
+    fail "--print-config exited with $?"
+  cat printed.json
+  grep -qE '"lr": 0\.125' printed.json || fail "the printed config lacks the override optim.lr=0.125"
+  grep -qE '"epochs": 7' printed.json || fail "the printed config lacks the override epochs=7"
+  "$prog" printed.json --print-config >again.json || fail "ember-train cannot read its own --print-config output"
+  cmp -s printed.json again.json || fail "--print-config of the printed config differs from it"
+  [ ! -e runs ] || fail "--print-config created a run directory"
+  ;;
+sigterm)
+  write_tiny_config c.json
+  "$prog" c.json output.run_dir=straight >straight.out 2>&1 || fail "the uninterrupted run exited with $?"
+
+  "$prog" c.json output.run_dir=run >interrupted.out 2>&1 &
+  pid=$!
+  for _ in $(seq 1 2400); do
+    [ -s run/metrics.jsonl ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  [ -s run/metrics.jsonl ] || fail "no metrics line appeared before the run ended or 120 s passed"
+  kill -TERM "$pid"
+  wait "$pid"
+  rc=$?
+  cat interrupted.out
+  [ "$rc" -eq 143 ] || fail "after SIGTERM ember-train exited with $rc, expected 143"
+  grep -q 'received SIGTERM: wrote checkpoints/last.ckpt at epoch' interrupted.out ||
+    fail "no 'received SIGTERM' message"
+  [ -s run/checkpoints/last.ckpt ] || fail "no checkpoints/last.ckpt after SIGTERM"
+  grep -qE '"stop_reason": "signal"' run/summary.json || fail "summary.json does not say stop_reason signal"
+
+  "$prog" c.json output.run_dir=run checkpoint.resume=auto >resumed.out 2>&1 || fail "the resumed run exited with $?"
+  cat resumed.out
+  grep -q 'resumed from' resumed.out || fail "the second run did not resume"
+  grep -qE '"stop_reason": "completed"' run/summary.json || fail "the resumed run's summary is not completed"
+  grep -qE '"epochs_run": 2' run/summary.json || fail "the resumed run's summary does not count 2 epochs"
+  numbers straight/metrics.jsonl >straight.txt
+  numbers run/metrics.jsonl >resumed.txt
+  cat straight.txt resumed.txt
+  [ "$(cut -d' ' -f1 resumed.txt | tr '\n' ' ')" = "1 2 " ] || fail "metrics.jsonl epochs are not exactly 1 2"
+  cmp -s straight.txt resumed.txt || fail "the resumed run's metrics differ from the uninterrupted run's"
+  ;;
+*)
+  fail "unknown case '$case_name'"
+  ;;
+esac
+echo "PASS: $case_name"

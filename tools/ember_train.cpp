@@ -1,0 +1,125 @@
+// ember-train: runs one experiment described by a JSON config (train/config.h) in a run directory
+// (train/trainer.h). Written against ember's public API only.
+//
+//   ember-train CONFIG.json [key.path=value ...] [--print-config] [--help]
+//
+// Exit status: 0 finished (all epochs or an early stop), 1 runtime error (unreadable data files,
+// a failed checkpoint), 2 bad command line or config (nothing has been written then), 128 + the
+// signal number after SIGTERM/SIGINT (checkpoints/last.ckpt written; checkpoint.resume=auto
+// continues the run).
+#include <ember/ember.h>
+
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+using namespace ember;
+
+namespace {
+
+constexpr int kExitRuntime = 1, kExitUsage = 2;
+
+void print_usage(std::FILE* out) {
+  std::fputs(
+      "usage: ember-train CONFIG.json [key.path=value ...] [--print-config] [--help]\n"
+      "\n"
+      "Trains the experiment CONFIG.json describes and writes a run directory (output.run_dir, or\n"
+      "output.dir/<name>-<timestamp>/): config.json, metrics.jsonl, summary.json, log.txt, checkpoints/.\n"
+      "\n"
+      "  key.path=value   override a config key after the file, typed by the schema:\n"
+      "                   optim.lr=0.05  epochs=20  data.augment=true  schedule.milestones=[30,60]\n"
+      "  --print-config   print the resolved config (file + overrides, defaults filled in) and exit\n"
+      "  --help           print this and exit\n"
+      "\n"
+      "SIGTERM or SIGINT: the current step finishes, checkpoints/last.ckpt is written and the program\n"
+      "exits with 128 + the signal number; run it again with checkpoint.resume=auto (and the same\n"
+      "output.run_dir) to continue. Exit status 2: bad command line or config, 1: runtime error.\n"
+      "\n"
+      "Config keys:\n",
+      out);
+  std::string line = " ";
+  for (const std::string& key : train::config_key_paths()) {
+    if (line.size() + key.size() + 1 > 96) {
+      std::fprintf(out, "%s\n", line.c_str());
+      line = " ";
+    }
+    line += " " + key;
+  }
+  std::fprintf(out, "%s\n", line.c_str());
+}
+
+struct Args {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  bool print_config = false;
+  bool help = false;
+};
+
+// Returns an error message, or "" when the command line is well formed.
+std::string parse_args(int argc, char** argv, Args& a) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      a.help = true;
+    } else if (arg == "--print-config") {
+      a.print_config = true;
+    } else if (arg.rfind("-", 0) == 0) {
+      return "unknown option '" + arg + "'";
+    } else if (a.config_path.empty() && arg.find('=') == std::string::npos) {
+      a.config_path = arg;
+    } else if (arg.find('=') != std::string::npos) {
+      if (a.config_path.empty()) return "the config file comes first, before the override '" + arg + "'";
+      a.overrides.push_back(arg);
+    } else {
+      return "unexpected argument '" + arg + "' after the config file; overrides are written key.path=value";
+    }
+  }
+  if (!a.help && a.config_path.empty()) return "missing the config file (CONFIG.json)";
+  return "";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  if (const std::string err = parse_args(argc, argv, args); !err.empty()) {
+    std::fprintf(stderr, "ember-train: %s\n\n", err.c_str());
+    print_usage(stderr);
+    return kExitUsage;
+  }
+  if (args.help) {
+    print_usage(stdout);
+    return 0;
+  }
+
+  // Validation before any work: the config (file, overrides), the data files and the device.
+  train::ExperimentConfig config;
+  try {
+    config = train::load_config(args.config_path, args.overrides);
+    if (args.print_config) {
+      std::fputs(train::to_json(config).c_str(), stdout);
+      std::fputc('\n', stdout);
+      return 0;
+    }
+    train::check_data_available(config);
+    if (config.device != "auto") Device(config.device).validate();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ember-train: %s\n", e.what());
+    return kExitUsage;
+  }
+
+  try {
+    train::Trainer trainer(config, args.overrides);
+    const train::TrainOutcome out = trainer.run();
+    std::fflush(stdout);
+    if (out.exit_code != 0)
+      std::fprintf(stderr, "ember-train: stopped by %s; run directory %s\n",
+                   train::signal_name(out.exit_code - 128), out.run_dir.c_str());
+    return out.exit_code;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "ember-train: error: %s\n", e.what());
+    return kExitRuntime;
+  }
+}

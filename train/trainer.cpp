@@ -1,0 +1,489 @@
+// Trainer (train/trainer.h): one experiment from a config to a run directory.
+//
+// Order of the per-epoch writes: metrics.jsonl first, then the checkpoints, then summary.json.
+// A crash between them leaves a metrics line whose checkpoint is missing; the resume drops every
+// line after the checkpoint's epoch and trains that epoch again, so metrics.jsonl never holds a
+// duplicate or a gap (the other order could lose a line for good).
+#include "train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "core/build_info.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "kernels/factory.h"
+#include "layers/loss.h"
+#include "train/checkpoint.h"
+#include "train/early_stop.h"
+#include "train/factories.h"
+#include "train/phase_timer.h"
+#include "train/progress.h"
+#include "train/run_dir.h"
+#include "train/run_log.h"
+#include "train/signals.h"
+#include "train/trainer_state.h"
+
+namespace ember::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+template <typename... Args>
+std::string format(const char* spec, Args... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, spec, args...);
+  return buf;
+}
+
+std::string join_lines(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
+}
+
+PhaseTotals operator+(PhaseTotals a, const PhaseTotals& b) {
+  for (size_t i = 0; i < a.seconds.size(); ++i) a.seconds[i] += b.seconds[i];
+  a.steps += b.steps;
+  return a;
+}
+
+struct EvalResult {
+  double loss = 0, accuracy = 0;
+};
+
+// One run() call: the objects of the run and the loop over its epochs.
+class Session {
+ public:
+  Session(const ExperimentConfig& config, const std::vector<std::string>& overrides)
+      : c_(config), overrides_(overrides), paths_(resolve_run_dir(config)), stopper_(config.early_stop) {}
+
+  TrainOutcome run();
+
+ private:
+  void open_run_dir();
+  void build();
+  void resume();
+  bool train_epoch(int64_t epoch, EpochMetrics& m);
+  EvalResult evaluate();
+  Checkpoint checkpoint() const;
+  void end_epoch(EpochMetrics& m);
+  RunSummary summary() const;
+  /// Writes summary.json and returns what it wrote.
+  RunSummary write_summary() const {
+    RunSummary s = summary();
+    write_file_atomic(paths_.summary, to_json(s));
+    return s;
+  }
+  TrainOutcome stop_for_signal(int64_t epoch, int64_t step);
+  void log_final(const RunSummary& s);
+  double total_seconds() const { return total_before_ + seconds_since(session_start_); }
+
+  const ExperimentConfig& c_;
+  const std::vector<std::string>& overrides_;
+  RunPaths paths_;
+  std::string resume_from_;
+  Device dev_;
+  std::unique_ptr<RunLog> log_;
+  Datasets data_;
+  std::unique_ptr<data::DataLoader> train_loader_, test_loader_;
+  std::shared_ptr<layers::Module> model_;
+  std::unique_ptr<optim::Optimizer> opt_;
+  std::unique_ptr<optim::LRScheduler> sched_;
+  EarlyStopping stopper_;
+  std::unique_ptr<PhaseTimers> timers_;
+  std::unique_ptr<Progress> progress_;
+  RunState st_;
+  std::vector<std::string> metric_lines_;
+  std::string stop_reason_ = "completed", stop_detail_;
+  Clock::time_point session_start_ = Clock::now();
+  double total_before_ = 0;
+};
+
+// Decides where the run lives and whether it continues an earlier one, before anything is written.
+void Session::open_run_dir() {
+  const std::string& resume = c_.checkpoint.resume;
+  std::error_code ec;
+  if (resume == "auto") {
+    if (fs::exists(paths_.last_ckpt, ec)) resume_from_ = paths_.last_ckpt;
+  } else if (!resume.empty()) {
+    EMBER_CHECK(fs::is_regular_file(resume, ec), "checkpoint.resume: no checkpoint file '", resume,
+                "' (give the path of a .ckpt file, \"auto\" or \"\")");
+    resume_from_ = resume;
+  }
+  if (resume_from_.empty() && resume != "auto") {
+    // Starting afresh must not overwrite an earlier run's results.
+    EMBER_CHECK(!fs::exists(paths_.last_ckpt, ec) && !fs::exists(paths_.metrics, ec), "output.run_dir '", paths_.dir,
+                "' already holds a run (", paths_.metrics, " or ", paths_.last_ckpt,
+                "); set checkpoint.resume=auto to continue it, or choose another directory");
+  }
+  fs::create_directories(paths_.checkpoints, ec);
+  EMBER_CHECK(!ec, "cannot create the run directory '", paths_.checkpoints, "': ", ec.message());
+  log_ = std::make_unique<RunLog>(paths_.log);
+}
+
+void Session::build() {
+  dev_ = c_.device == "auto" ? Device::best() : Device(c_.device);
+  dev_.validate();
+  manual_seed(c_.seed);
+  data_ = make_datasets(c_.data, c_.seed);
+  train_loader_ = make_train_loader(data_, c_.data, dev_, c_.seed);
+  test_loader_ = make_test_loader(data_, c_.data, dev_);
+  // The default generator initialises the model and feeds its dropout, so capture_rng() in every
+  // checkpoint covers all randomness of the model (the loaders' streams are pure functions).
+  model_ = make_model(c_.model, data_.num_classes, *data_.train, default_generator());
+  model_->to(dev_);
+  opt_ = make_optimizer(c_.optim, model_->parameters());
+  sched_ = make_schedule(c_.schedule, *opt_, train_loader_->len(), c_.epochs);
+  timers_ = std::make_unique<PhaseTimers>(dev_);
+  progress_ = std::make_unique<Progress>(*log_, log_->console_is_terminal(), c_.output.log_interval);
+  int64_t n_params = 0;
+  for (const Tensor& p : model_->parameters()) n_params += p.numel();
+  log_->line("ember-train: " + c_.name + ": " + c_.model.name + " (" + std::to_string(n_params) + " parameters) on " +
+             c_.data.dataset + " (" + std::to_string(data_.train->size()) + " training, " +
+             std::to_string(data_.test->size()) + " test images), device " + dev_.str() + ", " +
+             std::to_string(c_.epochs) + " epochs of " + std::to_string(train_loader_->len()) + " steps");
+  log_->line("ember-train: run directory " + paths_.dir + ", git " + build_git_commit());
+}
+
+void Session::resume() {
+  std::string note;
+  if (resume_from_.empty()) {
+    // resume=auto without a checkpoint: a fresh start, without lines an earlier attempt left.
+    metric_lines_ = metrics_lines_up_to(paths_.metrics, 0, note);
+  } else {
+    const Checkpoint ck = load_checkpoint(resume_from_, dev_);
+    for (const auto& [key, want] : {std::pair<std::string, std::string>{"model", c_.model.name},
+                                    std::pair<std::string, std::string>{"dataset", c_.data.dataset}}) {
+      auto it = ck.metadata.find(key);
+      EMBER_CHECK(it != ck.metadata.end() && it->second == want, "checkpoint.resume: '", resume_from_, "' holds ",
+                  key, " \"", it == ck.metadata.end() ? std::string("?") : it->second, "\", but the config says ",
+                  key == "model" ? "model.name" : "data.dataset", " = \"", want, "\"");
+    }
+    st_ = RunState::from_metadata(ck.metadata, resume_from_);
+    model_->load_state_dict(ck.model);
+    opt_->load_state_dict(ck.optimizer);
+    if (sched_) {
+      sched_->load_state_dict(ck.scheduler);
+    } else {
+      EMBER_CHECK(ck.scheduler.empty(), "checkpoint.resume: '", resume_from_,
+                  "' holds a learning-rate schedule, but the config's schedule.name is none");
+    }
+    train_loader_->load_state_dict(ck.sampler);
+    restore_rng(ck);
+    st_.epochs_done = ck.epoch;
+    st_.global_step = ck.global_step;
+    stopper_.set_state(st_.stopper);
+    // Metrics of epochs after the checkpoint belong to a timeline that is being replaced. A
+    // checkpoint from another directory brings that run's earlier lines along.
+    std::error_code ec;
+    const fs::path other = fs::path(resume_from_).parent_path().parent_path() / "metrics.jsonl";
+    const std::string source =
+        fs::exists(paths_.metrics, ec) || !fs::exists(other, ec) ? paths_.metrics : other.string();
+    metric_lines_ = metrics_lines_up_to(source, ck.epoch, note);
+    const std::vector<int64_t> pruned = prune_epoch_checkpoints(paths_.checkpoints, 0, ck.epoch);
+    if (!pruned.empty())
+      log_->line("ember-train: deleted " + std::to_string(pruned.size()) + " epoch checkpoints after epoch " +
+                 std::to_string(ck.epoch) + " (a timeline the resume replaces)");
+    log_->line("ember-train: resumed from " + resume_from_ + ": epochs done " + std::to_string(ck.epoch) +
+               (st_.partial.active() ? ", " + std::to_string(st_.partial.steps) + " steps into epoch " +
+                                           std::to_string(ck.epoch + 1)
+                                     : std::string()) +
+               ", global step " + std::to_string(ck.global_step));
+  }
+  if (!note.empty()) log_->line("ember-train: " + note);
+  // Only now that the checkpoint has loaded: a failed resume leaves the directory as it was.
+  write_file_atomic(paths_.config, config_json_with_provenance(c_, overrides_, resume_from_));
+  write_file_atomic(paths_.metrics, join_lines(metric_lines_));
+  total_before_ = st_.total_seconds;
+}
+
+// One training pass over the rest of the epoch. Returns false when a stop signal ended it early
+// (the partial sums are then in st_.partial).
+bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
+  RunState::Partial& part = st_.partial;
+  if (!part.active()) {
+    part = {};
+    part.lr = opt_->lr();
+  }
+  model_->train();
+  // The running loss stays on the device: reading it would synchronise every step.
+  Tensor loss_sum = full({}, part.loss_sum, DType::f64, dev_);
+  int64_t step = part.steps, images = part.images;
+  const int64_t steps = train_loader_->len();
+  data::Sampler& sampler = train_loader_->sampler();
+  progress_->begin_epoch(epoch, c_.epochs, steps);
+  const auto t0 = Clock::now();
+  bool interrupted = false;
+
+  timers_->begin(Phase::DataWait);
+  auto it = train_loader_->begin();
+  timers_->end(Phase::DataWait);
+  while (!(it == train_loader_->end())) {
+    data::Batch& batch = *it;
+    Tensor input = batch.input, target = batch.target;
+    {
+      // DataLoader delivers batches on dev_ already (host mode: pinned buffers and an async copy
+      // on a side stream, overlapped with compute; resident mode: gathered on the device). What
+      // remains here is a safety copy that never runs, so this phase is ~0; on the CPU batches are
+      // collated in place and there is no copy at all.
+      auto scope = timers_->scope(Phase::HostToDevice);
+      if (input.device() != dev_) input = input.to(dev_);
+      if (target.device() != dev_) target = target.to(dev_);
+    }
+    Tensor loss;
+    {
+      auto scope = timers_->scope(Phase::Forward);
+      loss = layers::cross_entropy(model_->forward(input), target);  // 0-d
+    }
+    {
+      auto scope = timers_->scope(Phase::Backward);
+      loss.backward();
+    }
+    {
+      auto scope = timers_->scope(Phase::OptimizerStep);
+      opt_->step();
+      opt_->zero_grad();
+      if (sched_) sched_->step();
+    }
+    timers_->step_done();
+    ++step;
+    ++st_.global_step;
+    images += batch.size();
+    {
+      NoGradGuard no_grad;
+      loss_sum = loss_sum + loss.detach().to(DType::f64) * static_cast<double>(batch.size());
+    }
+    if (progress_->due()) progress_->update(step, images, loss_sum.item<double>() / static_cast<double>(images));
+    // A stop during the last step lets the epoch finish: its checkpoint is then a clean boundary.
+    if (stop_requested() && sampler.position() < sampler.size()) {
+      interrupted = true;
+      break;
+    }
+    timers_->begin(Phase::DataWait);
+    ++it;
+    timers_->end(Phase::DataWait);
+  }
+  const double seconds = part.seconds + seconds_since(t0);
+  const PhaseTotals phases = part.phases + timers_->finish_epoch();
+  const double loss_total = loss_sum.item<double>();
+  progress_->end_epoch();
+  if (interrupted) {
+    part.loss_sum = loss_total;
+    part.images = images;
+    part.steps = step;
+    part.seconds = seconds;
+    part.phases = phases;
+    return false;
+  }
+  m = {};
+  m.epoch = epoch;
+  m.train_loss = images > 0 ? loss_total / static_cast<double>(images) : 0.0;
+  m.epoch_seconds = seconds;
+  m.images_per_second = seconds > 0 ? static_cast<double>(images) / seconds : 0.0;
+  m.lr = part.lr;
+  m.data_wait_seconds = phases[Phase::DataWait];
+  m.h2d_seconds = phases[Phase::HostToDevice];
+  m.forward_seconds = phases[Phase::Forward];
+  m.backward_seconds = phases[Phase::Backward];
+  m.optimizer_seconds = phases[Phase::OptimizerStep];
+  st_.train_seconds += seconds;
+  st_.train_images += images;
+  part = {};
+  if (const std::string v = phases.verdict(); !v.empty()) log_->line("epoch " + std::to_string(epoch) + ": " + v);
+  return true;
+}
+
+// Mean cross-entropy and accuracy over the test split (eval mode, no graph, one host read).
+EvalResult Session::evaluate() {
+  model_->eval();
+  NoGradGuard no_grad;
+  Tensor loss_sum = zeros({}, DType::f64, dev_), correct = zeros({}, DType::i64, dev_);
+  int64_t n = 0;
+  for (auto& batch : *test_loader_) {
+    Tensor logits = model_->forward(batch.input);  // (B, classes)
+    loss_sum = loss_sum +
+               layers::cross_entropy(logits, batch.target).to(DType::f64) * static_cast<double>(batch.size());
+    correct = correct + sum(eq(argmax(logits, 1), batch.target));
+    n += batch.size();
+  }
+  model_->train();
+  const double denom = static_cast<double>(std::max<int64_t>(n, 1));
+  return {loss_sum.item<double>() / denom, static_cast<double>(correct.item<int64_t>()) / denom};
+}
+
+Checkpoint Session::checkpoint() const {
+  Checkpoint ck;
+  ck.model = model_->state_dict();
+  ck.optimizer = opt_->state_dict();
+  if (sched_) ck.scheduler = sched_->state_dict();
+  ck.sampler = train_loader_->state_dict();
+  capture_rng(ck);
+  ck.epoch = st_.epochs_done;
+  ck.global_step = st_.global_step;
+  ck.sampler_position = train_loader_->sampler().position();
+  RunState st = st_;
+  st.stopper = stopper_.state();
+  st.total_seconds = total_seconds();
+  ck.metadata = st.to_metadata();
+  ck.metadata["model"] = c_.model.name;
+  ck.metadata["dataset"] = c_.data.dataset;
+  ck.metadata["name"] = c_.name;
+  ck.metadata["git_commit"] = build_git_commit();
+  return ck;
+}
+
+// Evaluation done: early stopping, metrics line, checkpoints, summary, the epoch's line.
+void Session::end_epoch(EpochMetrics& m) {
+  const int64_t epoch = m.epoch;
+  st_.epochs_done = epoch;
+  const bool new_best = m.test_acc > st_.best_acc;
+  if (new_best) {
+    st_.best_acc = m.test_acc;
+    st_.best_epoch = epoch;
+  }
+  const auto& target = c_.early_stop.target_accuracy;
+  if (target && !st_.time_to_target && m.test_acc >= *target) st_.time_to_target = st_.train_seconds;
+  if (stopper_.enabled() && stopper_.update(epoch, m.test_acc)) {
+    st_.early_stop_rule = stopper_.rule();
+    st_.early_stop_reason = stopper_.reason();
+  }
+
+  metric_lines_.push_back(to_json_line(m));
+  write_file_atomic(paths_.metrics, join_lines(metric_lines_));
+
+  const Checkpoint ck = checkpoint();
+  if (c_.checkpoint.every_epochs > 0 && epoch % c_.checkpoint.every_epochs == 0) {
+    save_checkpoint(ck, paths_.epoch_ckpt(epoch));
+    prune_epoch_checkpoints(paths_.checkpoints, c_.checkpoint.keep_last, epoch);  // after the new one is safe
+  }
+  if (new_best && c_.checkpoint.keep_best) save_checkpoint(ck, paths_.best_ckpt);
+  save_checkpoint(ck, paths_.last_ckpt);
+  if (!st_.early_stop_rule.empty()) {
+    stop_reason_ = st_.early_stop_rule == "target" ? "target_accuracy" : "patience";
+    stop_detail_ = st_.early_stop_reason;
+  }
+  write_summary();
+
+  log_->line(format("epoch %lld/%lld  train_loss %.4f  test_loss %.4f  test_acc %.4f%s  lr %.4g  %.1f s  %.0f img/s  "
+                    "(eval %.1f s)",
+                    static_cast<long long>(epoch), static_cast<long long>(c_.epochs), m.train_loss, m.test_loss,
+                    m.test_acc, new_best ? " (best)" : "", m.lr, m.epoch_seconds, m.images_per_second,
+                    m.eval_seconds));
+  log_->file_line(format("epoch %lld phases: data wait %.3f s, h2d %.3f s, forward %.3f s, backward %.3f s, "
+                         "optimizer %.3f s",
+                         static_cast<long long>(epoch), m.data_wait_seconds, m.h2d_seconds, m.forward_seconds,
+                         m.backward_seconds, m.optimizer_seconds));
+}
+
+RunSummary Session::summary() const {
+  RunSummary s;
+  s.name = c_.name;
+  s.device = dev_.str();
+  s.world_size = 1;
+  s.epochs_run = st_.epochs_done;
+  s.best_test_acc = std::max(st_.best_acc, 0.0);
+  s.best_epoch = st_.best_epoch;
+  s.stop_reason = stop_reason_;
+  s.stopped_early = stop_reason_ == "target_accuracy" || stop_reason_ == "patience";
+  s.stop_detail = stop_detail_;
+  s.total_seconds = total_seconds();
+  s.images_per_second = st_.train_seconds > 0 ? static_cast<double>(st_.train_images) / st_.train_seconds : 0.0;
+  s.time_to_target_seconds = st_.time_to_target;
+  s.target_accuracy = c_.early_stop.target_accuracy;
+  return s;
+}
+
+// SIGTERM/SIGINT: last.ckpt at the current position, summary "signal", exit 128 + signal.
+TrainOutcome Session::stop_for_signal(int64_t epoch, int64_t step) {
+  const int sig = stop_signal();
+  save_checkpoint(checkpoint(), paths_.last_ckpt);
+  stop_reason_ = "signal";
+  stop_detail_ = std::string(signal_name(sig)) + " received: stopped after step " + std::to_string(st_.global_step);
+  const RunSummary s = write_summary();
+  std::string how = "checkpoint.resume=auto";
+  if (c_.output.run_dir.empty()) how += " output.run_dir=" + paths_.dir;
+  log_->line(std::string("received ") + signal_name(sig) + ": wrote checkpoints/last.ckpt at epoch " +
+             std::to_string(epoch) + " step " + std::to_string(step) + "; resume with " + how);
+  return {paths_.dir, s, 128 + sig};
+}
+
+void Session::log_final(const RunSummary& s) {
+  std::string end = s.stop_reason == "completed" ? "completed " + std::to_string(s.epochs_run) + " epochs"
+                                                 : "stopped early after epoch " + std::to_string(s.epochs_run) + ": " +
+                                                       s.stop_detail;
+  log_->line("ember-train: " + end);
+  std::string target = "no target accuracy set";
+  if (s.target_accuracy) {
+    target = s.time_to_target_seconds
+                 ? format("time to target %g: %s of training", *s.target_accuracy,
+                          format_duration(*s.time_to_target_seconds).c_str())
+                 : format("target %g not reached", *s.target_accuracy);
+  }
+  log_->line(format("ember-train: total time %s (training %.1f s), %.0f img/s on %s; best test_acc %.4f (epoch %lld); "
+                    "%s",
+                    format_duration(s.total_seconds).c_str(), st_.train_seconds, s.images_per_second,
+                    s.device.c_str(), s.best_test_acc, static_cast<long long>(s.best_epoch), target.c_str()));
+}
+
+TrainOutcome Session::run() {
+  // Installed before the data is read: a signal during setup stops at the first check below
+  // instead of killing the process without a checkpoint.
+  StopSignalGuard guard;
+  check_data_available(c_);
+  open_run_dir();
+  build();
+  resume();
+  session_start_ = Clock::now();
+
+  if (!st_.early_stop_rule.empty()) {
+    stop_reason_ = st_.early_stop_rule == "target" ? "target_accuracy" : "patience";
+    stop_detail_ = st_.early_stop_reason;
+    log_->line("ember-train: this run already stopped early (" + stop_detail_ + "); nothing to train");
+  }
+  if (st_.early_stop_rule.empty() && st_.epochs_done >= c_.epochs) {
+    log_->line("ember-train: " + std::to_string(st_.epochs_done) + " epochs are done and epochs = " +
+               std::to_string(c_.epochs) + ": nothing to train");
+  }
+  for (int64_t epoch = st_.epochs_done + 1; epoch <= c_.epochs && st_.early_stop_rule.empty(); ++epoch) {
+    if (stop_requested()) return stop_for_signal(epoch, st_.partial.steps);
+    EpochMetrics m;
+    if (!train_epoch(epoch, m)) return stop_for_signal(epoch, st_.partial.steps);
+    const auto t_eval = Clock::now();
+    const EvalResult r = evaluate();
+    m.eval_seconds = seconds_since(t_eval);
+    m.test_loss = r.loss;
+    m.test_acc = r.accuracy;
+    end_epoch(m);
+  }
+  const RunSummary s = write_summary();
+  log_final(s);
+  return {paths_.dir, s, 0};
+}
+
+}  // namespace
+
+Trainer::Trainer(ExperimentConfig config, std::vector<std::string> overrides)
+    : config_(std::move(config)), overrides_(std::move(overrides)) {}
+
+TrainOutcome Trainer::run() {
+  Session session(config_, overrides_);
+  return session.run();
+}
+
+}  // namespace ember::train

@@ -138,8 +138,6 @@ void Session::open_run_dir() {
 }
 
 void Session::build() {
-  dev_ = c_.device == "auto" ? Device::best() : Device(c_.device);
-  dev_.validate();
   manual_seed(c_.seed);
   data_ = make_datasets(c_.data, c_.seed);
   train_loader_ = make_train_loader(data_, c_.data, dev_, c_.seed);
@@ -446,6 +444,9 @@ TrainOutcome Session::run() {
   // instead of killing the process without a checkpoint.
   StopSignalGuard guard;
   check_data_available(c_);
+  // The device before the run directory: a config naming a missing GPU writes nothing.
+  dev_ = c_.device == "auto" ? Device::best() : Device(c_.device);
+  dev_.validate();
   open_run_dir();
   build();
   resume();

@@ -14,29 +14,29 @@
 // BatchNorm uses its running statistics (eval mode) on the test split. Each epoch prints one line
 // and, with --metrics-out, appends one JSON line (the fields of build/bin/mnist's).
 //
+// What examples/mnist does the same way (flag parsing, evaluation, the epoch and JSON lines,
+// checkpoints) lives in examples/common/example_cli.h; the training loop is below.
+//
 // Exit status: 0 done, 1 runtime error (missing or unreadable data, failed checkpoint), 2 bad
 // command line.
 #include <ember/ember.h>
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <charconv>
-#include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <stdexcept>
+#include <optional>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
+#include "example_cli.h"  // examples/common: flags, evaluate(), epoch lines, checkpoints
+
 using namespace ember;
+namespace ex = ember_examples;
 
 namespace {
 
@@ -95,106 +95,50 @@ const char* kUsage =
     "  --metrics-out FILE    append one JSON line per epoch to FILE\n"
     "  --help                print this and exit\n";
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-int64_t parse_int(const std::string& flag, const std::string& v, int64_t min_value) {
-  int64_t out = 0;
-  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (ec != std::errc() || end != v.data() + v.size())
-    throw UsageError(flag + " expects an integer, got '" + v + "'");
-  if (out < min_value) throw UsageError(flag + " must be at least " + std::to_string(min_value) + ", got " + v);
-  return out;
-}
-
-double parse_positive_double(const std::string& flag, const std::string& v) {
-  char* end = nullptr;
-  errno = 0;
-  double out = std::strtod(v.c_str(), &end);
-  if (v.empty() || end != v.c_str() + v.size() || errno == ERANGE || !std::isfinite(out) || !(out > 0))
-    throw UsageError(flag + " expects a positive number, got '" + v + "'");
-  return out;
-}
-
 std::string one_of(const std::string& flag, const std::string& v, const std::vector<std::string>& allowed) {
   std::string list;
   for (const auto& a : allowed) {
     if (v == a) return v;
     list += (list.empty() ? "" : ", ") + a;
   }
-  throw UsageError(flag + " expects one of " + list + ", got '" + v + "'");
+  throw ex::UsageError(flag + " expects one of " + list + ", got '" + v + "'");
 }
 
+// --lr's check, worded as this example always has (mnist's says "expects a number" and "must be
+// positive" apart).
+double parse_lr(const std::string& flag, const std::string& v) {
+  const std::optional<double> lr = ex::parse_finite_double(v);
+  if (!lr || !(*lr > 0)) throw ex::UsageError(flag + " expects a positive number, got '" + v + "'");
+  return *lr;
+}
+
+// Each handler gets (flag, value) and stores the checked value; bad values are UsageErrors.
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i], value;
-    if (flag == "--help" || flag == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    const auto eq = flag.find('=');
-    const bool has_inline = flag.rfind("--", 0) == 0 && eq != std::string::npos;
-    if (has_inline) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    }
-    static const char* kFlags[] = {"--data",  "--dataset",     "--model",       "--depth",      "--widen",
-                                   "--epochs", "--batch-size", "--lr",          "--device",     "--seed",
-                                   "--limit-train", "--limit-test", "--workers", "--checkpoint-dir", "--resume",
-                                   "--metrics-out"};
-    bool known = false;
-    for (const char* f : kFlags) known = known || flag == f;
-    if (!known) throw UsageError("unknown flag '" + flag + "'");
-    if (!has_inline) {
-      if (i + 1 >= argc) throw UsageError(flag + " needs a value");
-      value = argv[++i];
-    }
-    if (flag == "--data") o.data = value;
-    else if (flag == "--dataset") o.dataset = one_of(flag, value, {"cifar10", "cifar100", "synthetic"});
-    else if (flag == "--model") o.model = one_of(flag, value, {"cifar_cnn", "resnet18", "wide_resnet"});
-    else if (flag == "--depth") o.depth = parse_int(flag, value, 10);
-    else if (flag == "--widen") o.widen = parse_int(flag, value, 1);
-    else if (flag == "--epochs") o.epochs = parse_int(flag, value, 1);
-    else if (flag == "--batch-size") o.batch_size = parse_int(flag, value, 1);
-    else if (flag == "--lr") o.lr = parse_positive_double(flag, value);
-    else if (flag == "--seed") o.seed = static_cast<uint64_t>(parse_int(flag, value, 0));
-    else if (flag == "--limit-train") o.limit_train = parse_int(flag, value, 1);
-    else if (flag == "--limit-test") o.limit_test = parse_int(flag, value, 1);
-    else if (flag == "--workers") o.workers = parse_int(flag, value, 0);
-    else if (flag == "--checkpoint-dir") o.checkpoint_dir = value;
-    else if (flag == "--resume") o.resume = value;
-    else if (flag == "--metrics-out") o.metrics_out = value;
-    else if (flag == "--device") {
-      if (value != "auto" && value != "cpu" && value != "cuda" && value.rfind("cuda:", 0) != 0)
-        throw UsageError("--device expects auto, cpu, cuda or cuda:N, got '" + value + "'");
-      if (value.rfind("cuda:", 0) == 0) parse_int("--device cuda:N", value.substr(5), 0);
-      o.device = value;
-    }
-    if (value.empty()) throw UsageError(flag + " needs a non-empty value");
-  }
+  ex::parse_flags(argc, argv, kUsage, {
+      {"--data", [&](auto&, auto& v) { o.data = v; }},
+      {"--dataset", [&](auto& f, auto& v) { o.dataset = one_of(f, v, {"cifar10", "cifar100", "synthetic"}); }},
+      {"--model", [&](auto& f, auto& v) { o.model = one_of(f, v, {"cifar_cnn", "resnet18", "wide_resnet"}); }},
+      {"--depth", [&](auto& f, auto& v) { o.depth = ex::parse_int(f, v, 10); }},
+      {"--widen", [&](auto& f, auto& v) { o.widen = ex::parse_int(f, v, 1); }},
+      {"--epochs", [&](auto& f, auto& v) { o.epochs = ex::parse_int(f, v, 1); }},
+      {"--batch-size", [&](auto& f, auto& v) { o.batch_size = ex::parse_int(f, v, 1); }},
+      {"--lr", [&](auto& f, auto& v) { o.lr = parse_lr(f, v); }},
+      {"--device", [&](auto&, auto& v) { o.device = ex::parse_device_flag(v); }},
+      {"--seed", [&](auto& f, auto& v) { o.seed = static_cast<uint64_t>(ex::parse_int(f, v, 0)); }},
+      {"--limit-train", [&](auto& f, auto& v) { o.limit_train = ex::parse_int(f, v, 1); }},
+      {"--limit-test", [&](auto& f, auto& v) { o.limit_test = ex::parse_int(f, v, 1); }},
+      {"--workers", [&](auto& f, auto& v) { o.workers = ex::parse_int(f, v, 0); }},
+      {"--checkpoint-dir", [&](auto&, auto& v) { o.checkpoint_dir = v; }},
+      {"--resume", [&](auto&, auto& v) { o.resume = v; }},
+      {"--metrics-out", [&](auto&, auto& v) { o.metrics_out = v; }},
+  });
   if (o.model == "wide_resnet" && (o.depth - 4) % 6 != 0)
-    throw UsageError("--depth must be 6k+4 (10, 16, 22, 28, 40, ...), got " + std::to_string(o.depth));
+    throw ex::UsageError("--depth must be 6k+4 (10, 16, 22, 28, 40, ...), got " + std::to_string(o.depth));
   if (o.data.empty() && o.dataset != "synthetic") o.data = "data/" + o.dataset;
   if (o.lr == 0) o.lr = o.model == "cifar_cnn" ? 0.05 : 0.1;
   return o;
 }
-
-Device pick_device(const std::string& spec) {
-  if (spec == "auto") return Device::best();
-  Device d(spec);
-  try {
-    d.validate();
-  } catch (const Error& e) {
-    throw UsageError("--device " + spec + " cannot be used here: " + e.what());
-  }
-  return d;
-}
-
-struct DataError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 struct Data {
   std::shared_ptr<const data::Dataset> train, test;
@@ -228,7 +172,7 @@ Data load_data(const Options& o) {
                           " with scripts/get-data.sh " + o.dataset + " " + o.data + " (or pass --data DIR)";
   std::error_code ec;
   if (!std::filesystem::is_directory(o.data, ec))
-    throw DataError("data directory '" + o.data + "' does not exist; " + how);
+    throw ex::DataError("data directory '" + o.data + "' does not exist; " + how);
   try {
     Data d;
     if (o.dataset == "cifar10") {
@@ -244,7 +188,7 @@ Data load_data(const Options& o) {
     d.test = limited(d.test, o.limit_test);
     return d;
   } catch (const Error& e) {
-    throw DataError("cannot read the dataset in '" + o.data + "': " + e.what() + "\n" + how);
+    throw ex::DataError("cannot read the dataset in '" + o.data + "': " + e.what() + "\n" + how);
   }
 }
 
@@ -260,47 +204,6 @@ std::shared_ptr<layers::Module> make_model(const Options& o, int64_t classes) {
   return models::wide_resnet(o.depth, o.widen, classes, kWideResnetDropout);
 }
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-struct EvalResult {
-  double loss = 0, accuracy = 0;
-};
-
-// Mean cross-entropy and accuracy over the test split (eval mode: BatchNorm's running statistics,
-// no dropout; no graph).
-EvalResult evaluate(layers::Module& model, data::DataLoader& loader, Device dev) {
-  model.eval();
-  NoGradGuard no_grad;
-  Tensor loss_sum = zeros({}, DType::f64, dev), correct = zeros({}, DType::i64, dev);
-  int64_t n = 0;
-  for (auto& batch : loader) {
-    Tensor logits = model.forward(batch.input);  // (B, classes)
-    loss_sum = loss_sum + layers::cross_entropy(logits, batch.target).to(DType::f64) * static_cast<double>(batch.size());
-    correct = correct + sum(eq(argmax(logits, 1), batch.target));
-    n += batch.size();
-  }
-  model.train();
-  // One device-to-host read per evaluation, not one per batch.
-  return {loss_sum.item<double>() / static_cast<double>(n),
-          static_cast<double>(correct.item<int64_t>()) / static_cast<double>(n)};
-}
-
-std::string json_line(int64_t epoch, double train_loss, const EvalResult& test, double seconds, double ips,
-                      double lr, double eval_seconds) {
-  char buf[512];
-  std::snprintf(buf, sizeof(buf),
-                "{\"epoch\": %lld, \"train_loss\": %.6f, \"test_loss\": %.6f, \"test_acc\": %.4f, "
-                "\"epoch_seconds\": %.3f, \"images_per_second\": %.1f, \"lr\": %.6g, \"eval_seconds\": %.3f}",
-                static_cast<long long>(epoch), train_loss, test.loss, test.accuracy, seconds, ips, lr, eval_seconds);
-  return buf;
-}
-
-std::string metadata_or(const train::Checkpoint& ck, const std::string& key, const std::string& fallback) {
-  auto it = ck.metadata.find(key);
-  return it == ck.metadata.end() ? fallback : it->second;
-}
-
 // Creates FILE's folder and checks that FILE can be appended to, so that a bad --metrics-out
 // fails before training rather than after the first epoch.
 void check_metrics_out(const std::string& file) {
@@ -312,7 +215,7 @@ void check_metrics_out(const std::string& file) {
 }
 
 int run(const Options& o) {
-  const Device dev = pick_device(o.device);
+  const Device dev = ex::pick_device(o.device);
   if (!o.metrics_out.empty()) check_metrics_out(o.metrics_out);
   manual_seed(o.seed);
   const Data d = load_data(o);
@@ -342,29 +245,25 @@ int run(const Options& o) {
   const int64_t steps_per_epoch = train_loader.len();
   optim::CosineAnnealingLR sched(opt, {.T_max = o.epochs * steps_per_epoch});
 
+  // What a checkpoint saves and --resume restores.
+  const ex::TrainingState state{*model, opt, sched, train_loader};
+
   int64_t done_epochs = 0, global_step = 0;
   if (!o.resume.empty()) {
     train::Checkpoint ck = train::load_checkpoint(o.resume, dev);
     for (const auto& [key, want] : {std::pair<std::string, std::string>{"model", model_label(o)}, {"dataset", o.dataset}}) {
-      const std::string found = metadata_or(ck, key, "?");
+      const std::string found = ex::metadata_or(ck, key, "?");
       if (found != want)
         throw Error("--resume " + o.resume + ": checkpoint of " + key + " '" + found + "', this run's is '" + want + "'");
     }
-    model->load_state_dict(ck.model);
-    opt.load_state_dict(ck.optimizer);
-    sched.load_state_dict(ck.scheduler);
-    train_loader.load_state_dict(ck.sampler);
-    train::restore_rng(ck);
+    ex::restore_checkpoint(state, ck);
     done_epochs = ck.epoch;
     global_step = ck.global_step;
-    std::printf("resumed from %s: %lld epochs done, %lld steps, lr %.6g\n", o.resume.c_str(),
-                static_cast<long long>(done_epochs), static_cast<long long>(global_step), opt.lr());
+    ex::print_resumed(o.resume, ck, opt.lr());
   }
 
-  int64_t n_params = 0;
-  for (const Tensor& p : model->parameters()) n_params += p.numel();
   std::printf("cifar: %s (%lld parameters) on %s; %s: train %lld images, test %lld%s%s\n", model_label(o).c_str(),
-              static_cast<long long>(n_params), dev.str().c_str(), o.dataset.c_str(),
+              static_cast<long long>(ex::count_parameters(*model)), dev.str().c_str(), o.dataset.c_str(),
               static_cast<long long>(d.train->size()), static_cast<long long>(d.test->size()),
               o.data.empty() ? "" : " from ", o.data.c_str());
   std::printf("cifar: SGD lr %.6g nesterov momentum %.1f wd %.0e, cosine over %lld epochs (%lld steps); batch %lld\n",
@@ -377,12 +276,12 @@ int run(const Options& o) {
   }
   std::fflush(stdout);
 
-  const bool progress = ::isatty(STDERR_FILENO) != 0;
+  ex::ProgressLine progress;  // on stderr, only when it is a terminal
   for (int64_t epoch = done_epochs + 1; epoch <= o.epochs; ++epoch) {
     const double lr = opt.lr();  // at the epoch's first step
     model->train();
-    const auto t0 = Clock::now();
-    auto last_report = t0;
+    const auto t0 = ex::Clock::now();
+    progress.start(epoch, d.train->size());
     Tensor loss_sum = zeros({}, DType::f64, dev);
     int64_t seen = 0;
     for (auto& batch : train_loader) {
@@ -397,51 +296,31 @@ int run(const Options& o) {
         NoGradGuard no_grad;  // accumulate on the device: no host sync per step
         loss_sum = loss_sum + loss.detach().to(DType::f64) * static_cast<double>(batch.size());
       }
-      if (progress && seconds_since(last_report) > 1.0) {
-        last_report = Clock::now();
-        std::fprintf(stderr, "\r  epoch %lld: %lld/%lld images, %.0f images/s ", static_cast<long long>(epoch),
-                     static_cast<long long>(seen), static_cast<long long>(d.train->size()),
-                     static_cast<double>(seen) / seconds_since(t0));
-      }
+      progress.update(seen);
     }
     const double train_loss = loss_sum.item<double>() / static_cast<double>(seen > 0 ? seen : 1);  // syncs
-    const double seconds = seconds_since(t0);
-    if (progress) std::fprintf(stderr, "\r%60s\r", "");
-    const auto t1 = Clock::now();
-    const EvalResult test = evaluate(*model, test_loader, dev);
-    const double eval_seconds = seconds_since(t1);
-    const double ips = static_cast<double>(seen) / seconds;
+    const double seconds = ex::seconds_since(t0);
+    progress.clear();
+    const auto t1 = ex::Clock::now();
+    const ex::EvalResult test = ex::evaluate(*model, test_loader, dev);
+    const double eval_seconds = ex::seconds_since(t1);
 
-    std::printf("epoch %3lld/%lld  train_loss %.4f  test_loss %.4f  test_acc %.4f  lr %.4g  %.1f s  %.0f images/s\n",
-                static_cast<long long>(epoch), static_cast<long long>(o.epochs), train_loss, test.loss, test.accuracy,
-                lr, seconds, ips);
+    const ex::EpochResult result{.epoch = epoch, .train_loss = train_loss, .test = test, .seconds = seconds,
+                                 .images_per_second = static_cast<double>(seen) / seconds, .lr = lr,
+                                 .eval_seconds = eval_seconds};
+    std::printf("%s\n", ex::epoch_line(result, o.epochs, /*epoch_width=*/3).c_str());
     std::fflush(stdout);
-    if (!o.metrics_out.empty()) {
-      std::ofstream m(o.metrics_out, std::ios::app);
-      m << json_line(epoch, train_loss, test, seconds, ips, lr, eval_seconds) << "\n";
-      if (!m) throw Error("cannot append to --metrics-out " + o.metrics_out);
-    }
+    if (!o.metrics_out.empty()) ex::append_metrics_line(o.metrics_out, ex::json_line(result));
     if (!o.checkpoint_dir.empty()) {
-      std::filesystem::create_directories(o.checkpoint_dir);
-      train::Checkpoint ck;
-      ck.model = model->state_dict();
-      ck.optimizer = opt.state_dict();
-      ck.scheduler = sched.state_dict();
-      ck.sampler = train_loader.state_dict();
-      train::capture_rng(ck);
-      ck.epoch = epoch;
-      ck.global_step = global_step;
-      ck.sampler_position = train_loader.sampler().position();
-      ck.metadata = {{"model", model_label(o)},
-                     {"dataset", o.dataset},
-                     {"batch_size", std::to_string(o.batch_size)},
-                     {"seed", std::to_string(o.seed)},
-                     {"limit_train", std::to_string(o.limit_train)},
-                     {"data", o.data},
-                     {"test_acc", std::to_string(test.accuracy)}};
-      const std::filesystem::path dir(o.checkpoint_dir);
-      train::save_checkpoint(ck, (dir / ("epoch_" + std::to_string(epoch) + ".ckpt")).string());
-      train::save_checkpoint(ck, (dir / "last.ckpt").string());
+      const train::Checkpoint ck = ex::capture_checkpoint(state, epoch, global_step,
+                                                          {{"model", model_label(o)},
+                                                           {"dataset", o.dataset},
+                                                           {"batch_size", std::to_string(o.batch_size)},
+                                                           {"seed", std::to_string(o.seed)},
+                                                           {"limit_train", std::to_string(o.limit_train)},
+                                                           {"data", o.data},
+                                                           {"test_acc", std::to_string(test.accuracy)}});
+      ex::save_epoch_checkpoints(ck, o.checkpoint_dir);
     }
   }
   return 0;
@@ -450,16 +329,5 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(parse(argc, argv));
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "cifar: %s\n\n%s", e.what(), kUsage);
-    return 2;
-  } catch (const DataError& e) {
-    std::fprintf(stderr, "cifar: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "cifar: error: %s\n", e.what());
-    return 1;
-  }
+  return ex::run_main("cifar", kUsage, [&] { return run(parse(argc, argv)); });
 }

@@ -7,32 +7,26 @@
 // Optimizer and schedule: Adam (betas 0.9, 0.999), the learning rate multiplied by kLrDecay after
 // every epoch (StepLR with step 1), so epoch e trains at lr * kLrDecay^(e-1) whatever --epochs
 // says: a longer run is the same run continued. (Chosen over SGD with momentum 0.9, which reached
-// 0.893 after two epochs against Adam's 0.908 at batch 32; see docs/training.md.) Each epoch prints one line and, with --metrics-out, appends one
-// JSON line: epoch, train_loss, test_loss, test_acc (a fraction), epoch_seconds (the training
-// pass), images_per_second (training images / epoch_seconds), lr (used during the epoch), plus
-// eval_seconds.
+// 0.893 after two epochs against Adam's 0.908 at batch 32; see docs/training.md.) Each epoch
+// prints one line and, with --metrics-out, appends one JSON line: epoch, train_loss, test_loss,
+// test_acc (a fraction), epoch_seconds (the training pass), images_per_second (training images /
+// epoch_seconds), lr (used during the epoch), plus eval_seconds.
+//
+// What examples/cifar does the same way (flag parsing, evaluation, the epoch and JSON lines,
+// checkpoints) lives in examples/common/example_cli.h; the training loop is below.
 //
 // Exit status: 0 done, 1 runtime error (unreadable data, failed checkpoint), 2 bad command line.
 #include <ember/ember.h>
 
-#include <unistd.h>
-
-#include <charconv>
-#include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <memory>
-#include <optional>
-#include <stdexcept>
 #include <string>
-#include <system_error>
-#include <vector>
+
+#include "example_cli.h"  // examples/common: flags, evaluate(), epoch lines, checkpoints
 
 using namespace ember;
+namespace ex = ember_examples;
 
 namespace {
 
@@ -69,128 +63,26 @@ const char* kUsage =
     "  --metrics-out FILE    append one JSON line per epoch to FILE\n"
     "  --help                print this and exit\n";
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-int64_t parse_int(const std::string& flag, const std::string& v, int64_t min_value) {
-  int64_t out = 0;
-  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (ec != std::errc() || end != v.data() + v.size())
-    throw UsageError(flag + " expects an integer, got '" + v + "'");
-  if (out < min_value) throw UsageError(flag + " must be at least " + std::to_string(min_value) + ", got " + v);
-  return out;
-}
-
-double parse_positive_double(const std::string& flag, const std::string& v) {
-  char* end = nullptr;
-  errno = 0;
-  double out = std::strtod(v.c_str(), &end);
-  if (v.empty() || end != v.c_str() + v.size() || errno == ERANGE || !std::isfinite(out))
-    throw UsageError(flag + " expects a number, got '" + v + "'");
-  if (!(out > 0)) throw UsageError(flag + " must be positive, got " + v);
-  return out;
-}
-
+// Each handler gets (flag, value) and stores the checked value; bad values are UsageErrors.
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i], value;
-    bool has_inline = false;
-    if (flag == "--help" || flag == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-      has_inline = true;
-    }
-    static const char* kFlags[] = {"--data",        "--epochs",      "--batch-size",     "--lr",
-                                   "--device",      "--seed",        "--limit-train",    "--checkpoint-dir",
-                                   "--resume",      "--metrics-out"};
-    bool known = false;
-    for (const char* f : kFlags) known = known || flag == f;
-    if (!known) throw UsageError("unknown flag '" + flag + "'");
-    if (!has_inline) {
-      if (i + 1 >= argc) throw UsageError(flag + " needs a value");
-      value = argv[++i];
-    }
-    if (flag == "--data") o.data = value;
-    else if (flag == "--epochs") o.epochs = parse_int(flag, value, 1);
-    else if (flag == "--batch-size") o.batch_size = parse_int(flag, value, 1);
-    else if (flag == "--lr") o.lr = parse_positive_double(flag, value);
-    else if (flag == "--seed") o.seed = static_cast<uint64_t>(parse_int(flag, value, 0));
-    else if (flag == "--limit-train") o.limit_train = parse_int(flag, value, 1);
-    else if (flag == "--checkpoint-dir") o.checkpoint_dir = value;
-    else if (flag == "--resume") o.resume = value;
-    else if (flag == "--metrics-out") o.metrics_out = value;
-    else if (flag == "--device") {
-      if (value != "auto" && value != "cpu" && value != "cuda" && value.rfind("cuda:", 0) != 0)
-        throw UsageError("--device expects auto, cpu, cuda or cuda:N, got '" + value + "'");
-      if (value.rfind("cuda:", 0) == 0) parse_int("--device cuda:N", value.substr(5), 0);
-      o.device = value;
-    }
-    if ((flag == "--data" || flag == "--checkpoint-dir" || flag == "--resume" || flag == "--metrics-out") &&
-        value.empty())
-      throw UsageError(flag + " needs a non-empty value");
-  }
+  ex::parse_flags(argc, argv, kUsage, {
+      {"--data", [&](auto&, auto& v) { o.data = v; }},
+      {"--epochs", [&](auto& f, auto& v) { o.epochs = ex::parse_int(f, v, 1); }},
+      {"--batch-size", [&](auto& f, auto& v) { o.batch_size = ex::parse_int(f, v, 1); }},
+      {"--lr", [&](auto& f, auto& v) { o.lr = ex::parse_positive_double(f, v); }},
+      {"--device", [&](auto&, auto& v) { o.device = ex::parse_device_flag(v); }},
+      {"--seed", [&](auto& f, auto& v) { o.seed = static_cast<uint64_t>(ex::parse_int(f, v, 0)); }},
+      {"--limit-train", [&](auto& f, auto& v) { o.limit_train = ex::parse_int(f, v, 1); }},
+      {"--checkpoint-dir", [&](auto&, auto& v) { o.checkpoint_dir = v; }},
+      {"--resume", [&](auto&, auto& v) { o.resume = v; }},
+      {"--metrics-out", [&](auto&, auto& v) { o.metrics_out = v; }},
+  });
   return o;
 }
 
-Device pick_device(const std::string& spec) {
-  if (spec == "auto") return Device::best();
-  Device d(spec);
-  try {
-    d.validate();
-  } catch (const Error& e) {
-    throw UsageError("--device " + spec + " cannot be used here: " + e.what());
-  }
-  return d;
-}
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-struct EvalResult {
-  double loss = 0, accuracy = 0;
-};
-
-// Mean cross-entropy and accuracy over the whole test split (eval mode, no graph).
-EvalResult evaluate(layers::Module& model, data::DataLoader& loader, Device dev) {
-  model.eval();
-  NoGradGuard no_grad;
-  Tensor loss_sum = zeros({}, DType::f64, dev), correct = zeros({}, DType::i64, dev);
-  int64_t n = 0;
-  for (auto& batch : loader) {
-    Tensor logits = model.forward(batch.input);  // (B, 10)
-    loss_sum = loss_sum + layers::cross_entropy(logits, batch.target).to(DType::f64) * static_cast<double>(batch.size());
-    correct = correct + sum(eq(argmax(logits, 1), batch.target));
-    n += batch.size();
-  }
-  model.train();
-  // One device-to-host read per evaluation, not one per batch.
-  return {loss_sum.item<double>() / static_cast<double>(n),
-          static_cast<double>(correct.item<int64_t>()) / static_cast<double>(n)};
-}
-
-std::string json_line(int64_t epoch, double train_loss, const EvalResult& test, double seconds, double ips,
-                      double lr, double eval_seconds) {
-  char buf[512];
-  std::snprintf(buf, sizeof(buf),
-                "{\"epoch\": %lld, \"train_loss\": %.6f, \"test_loss\": %.6f, \"test_acc\": %.4f, "
-                "\"epoch_seconds\": %.3f, \"images_per_second\": %.1f, \"lr\": %.6g, \"eval_seconds\": %.3f}",
-                static_cast<long long>(epoch), train_loss, test.loss, test.accuracy, seconds, ips, lr, eval_seconds);
-  return buf;
-}
-
-std::string metadata_or(const train::Checkpoint& ck, const std::string& key, const std::string& fallback) {
-  auto it = ck.metadata.find(key);
-  return it == ck.metadata.end() ? fallback : it->second;
-}
-
 int run(const Options& o) {
-  const Device dev = pick_device(o.device);
+  const Device dev = ex::pick_device(o.device);
   manual_seed(o.seed);
 
   std::shared_ptr<const data::Dataset> train_set;
@@ -223,33 +115,29 @@ int run(const Options& o) {
   optim::Adam opt(model->parameters(), {.lr = o.lr});
   optim::StepLR sched(opt, {.step_size = 1, .gamma = kLrDecay});
 
+  // What a checkpoint saves and --resume restores.
+  const ex::TrainingState state{*model, opt, sched, train_loader};
+
   int64_t done_epochs = 0, global_step = 0;
   if (!o.resume.empty()) {
     train::Checkpoint ck = train::load_checkpoint(o.resume, dev);
-    const std::string model_name = metadata_or(ck, "model", "?");
+    const std::string model_name = ex::metadata_or(ck, "model", "?");
     if (model_name != "mnist_cnn")
       throw Error("--resume " + o.resume + ": checkpoint of model '" + model_name + "', expected 'mnist_cnn'");
-    model->load_state_dict(ck.model);
-    opt.load_state_dict(ck.optimizer);
-    sched.load_state_dict(ck.scheduler);
-    train_loader.load_state_dict(ck.sampler);
-    train::restore_rng(ck);
+    ex::restore_checkpoint(state, ck);
     done_epochs = ck.epoch;
     global_step = ck.global_step;
-    if (metadata_or(ck, "batch_size", "") != std::to_string(o.batch_size))
+    if (ex::metadata_or(ck, "batch_size", "") != std::to_string(o.batch_size))
       std::fprintf(stderr, "mnist: note: the checkpoint was trained with --batch-size %s, continuing with %lld\n",
-                   metadata_or(ck, "batch_size", "?").c_str(), static_cast<long long>(o.batch_size));
-    std::printf("resumed from %s: %lld epochs done, %lld steps, lr %.6g\n", o.resume.c_str(),
-                static_cast<long long>(done_epochs), static_cast<long long>(global_step), opt.lr());
+                   ex::metadata_or(ck, "batch_size", "?").c_str(), static_cast<long long>(o.batch_size));
+    ex::print_resumed(o.resume, ck, opt.lr());
   }
 
-  int64_t n_params = 0;
-  for (const Tensor& p : model->parameters()) n_params += p.numel();
   std::printf("mnist: %s on %s; train %lld images, test %lld (%s)\n", "mnist_cnn", dev.str().c_str(),
               static_cast<long long>(train_set->size()), static_cast<long long>(test_set->size()), o.data.c_str());
   std::printf("mnist: %lld parameters; Adam lr %.6g, x%.1f per epoch; batch %lld; epochs %lld\n",
-              static_cast<long long>(n_params), o.lr, kLrDecay, static_cast<long long>(o.batch_size),
-              static_cast<long long>(o.epochs));
+              static_cast<long long>(ex::count_parameters(*model)), o.lr, kLrDecay,
+              static_cast<long long>(o.batch_size), static_cast<long long>(o.epochs));
   if (done_epochs >= o.epochs) {
     std::printf("mnist: the checkpoint has %lld epochs done, --epochs %lld: nothing to train\n",
                 static_cast<long long>(done_epochs), static_cast<long long>(o.epochs));
@@ -257,12 +145,12 @@ int run(const Options& o) {
   }
   std::fflush(stdout);
 
-  const bool progress = ::isatty(STDERR_FILENO) != 0;
+  ex::ProgressLine progress;  // on stderr, only when it is a terminal
   for (int64_t epoch = done_epochs + 1; epoch <= o.epochs; ++epoch) {
     const double lr = opt.lr();
     model->train();
-    const auto t0 = Clock::now();
-    auto last_report = t0;
+    const auto t0 = ex::Clock::now();
+    progress.start(epoch, train_set->size());
     Tensor loss_sum = zeros({}, DType::f64, dev);
     int64_t seen = 0;
     for (auto& batch : train_loader) {
@@ -276,51 +164,31 @@ int run(const Options& o) {
         NoGradGuard no_grad;  // accumulate on the device: no host sync per step
         loss_sum = loss_sum + loss.detach().to(DType::f64) * static_cast<double>(batch.size());
       }
-      if (progress && seconds_since(last_report) > 1.0) {
-        last_report = Clock::now();
-        std::fprintf(stderr, "\r  epoch %lld: %lld/%lld images, %.0f images/s ", static_cast<long long>(epoch),
-                     static_cast<long long>(seen), static_cast<long long>(train_set->size()),
-                     static_cast<double>(seen) / seconds_since(t0));
-      }
+      progress.update(seen);
     }
     const double train_loss = loss_sum.item<double>() / static_cast<double>(seen > 0 ? seen : 1);  // syncs
-    const double seconds = seconds_since(t0);
-    if (progress) std::fprintf(stderr, "\r%60s\r", "");
-    const auto t1 = Clock::now();
-    const EvalResult test = evaluate(*model, test_loader, dev);
-    const double eval_seconds = seconds_since(t1);
+    const double seconds = ex::seconds_since(t0);
+    progress.clear();
+    const auto t1 = ex::Clock::now();
+    const ex::EvalResult test = ex::evaluate(*model, test_loader, dev);
+    const double eval_seconds = ex::seconds_since(t1);
     sched.step();
-    const double ips = static_cast<double>(seen) / seconds;
 
-    std::printf("epoch %2lld/%lld  train_loss %.4f  test_loss %.4f  test_acc %.4f  lr %.4g  %.1f s  %.0f images/s\n",
-                static_cast<long long>(epoch), static_cast<long long>(o.epochs), train_loss, test.loss, test.accuracy,
-                lr, seconds, ips);
+    const ex::EpochResult result{.epoch = epoch, .train_loss = train_loss, .test = test, .seconds = seconds,
+                                 .images_per_second = static_cast<double>(seen) / seconds, .lr = lr,
+                                 .eval_seconds = eval_seconds};
+    std::printf("%s\n", ex::epoch_line(result, o.epochs, /*epoch_width=*/2).c_str());
     std::fflush(stdout);
-    if (!o.metrics_out.empty()) {
-      std::ofstream m(o.metrics_out, std::ios::app);
-      m << json_line(epoch, train_loss, test, seconds, ips, lr, eval_seconds) << "\n";
-      if (!m) throw Error("cannot append to --metrics-out " + o.metrics_out);
-    }
+    if (!o.metrics_out.empty()) ex::append_metrics_line(o.metrics_out, ex::json_line(result));
     if (!o.checkpoint_dir.empty()) {
-      std::filesystem::create_directories(o.checkpoint_dir);
-      train::Checkpoint ck;
-      ck.model = model->state_dict();
-      ck.optimizer = opt.state_dict();
-      ck.scheduler = sched.state_dict();
-      ck.sampler = train_loader.state_dict();
-      train::capture_rng(ck);
-      ck.epoch = epoch;
-      ck.global_step = global_step;
-      ck.sampler_position = train_loader.sampler().position();
-      ck.metadata = {{"model", "mnist_cnn"},
-                     {"batch_size", std::to_string(o.batch_size)},
-                     {"seed", std::to_string(o.seed)},
-                     {"limit_train", std::to_string(o.limit_train)},
-                     {"data", o.data},
-                     {"test_acc", std::to_string(test.accuracy)}};
-      const std::filesystem::path dir(o.checkpoint_dir);
-      train::save_checkpoint(ck, (dir / ("epoch_" + std::to_string(epoch) + ".ckpt")).string());
-      train::save_checkpoint(ck, (dir / "last.ckpt").string());
+      const train::Checkpoint ck = ex::capture_checkpoint(state, epoch, global_step,
+                                                          {{"model", "mnist_cnn"},
+                                                           {"batch_size", std::to_string(o.batch_size)},
+                                                           {"seed", std::to_string(o.seed)},
+                                                           {"limit_train", std::to_string(o.limit_train)},
+                                                           {"data", o.data},
+                                                           {"test_acc", std::to_string(test.accuracy)}});
+      ex::save_epoch_checkpoints(ck, o.checkpoint_dir);
     }
   }
   return 0;
@@ -329,15 +197,5 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options o;
-  try {
-    o = parse(argc, argv);
-    return run(o);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "mnist: %s\n\n%s", e.what(), kUsage);
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "mnist: error: %s\n", e.what());
-    return 1;
-  }
+  return ex::run_main("mnist", kUsage, [&] { return run(parse(argc, argv)); });
 }

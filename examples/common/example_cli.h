@@ -1,0 +1,324 @@
+#pragma once
+// example_cli.h: the parts of ember's example programs (examples/mnist, examples/cifar) that are
+// the same in each: command-line parsing and usage errors, device choice, evaluation on the test
+// split, the per-epoch text and JSON lines, the progress line, and saving/restoring a checkpoint.
+// Header-only and written against the public API <ember/ember.h> only, so that an example still
+// builds on its own against an installed ember (its CMakeLists.txt adds this folder to the include
+// path). The training loop itself is not here: each example keeps its own, in view.
+#include <ember/ember.h>
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace ember_examples {
+
+// ---------------------------------------------------------------------------------------------
+// Command line
+
+/// A bad command line: main() prints the message and the usage text and exits with status 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Missing or unreadable data: main() prints the message alone (it already says how to get the
+/// data) and exits with status 1.
+struct DataError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// V as a whole decimal integer of at least MIN_VALUE; otherwise a UsageError naming FLAG and V.
+inline int64_t parse_int(const std::string& flag, const std::string& v, int64_t min_value) {
+  int64_t out = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || end != v.data() + v.size())
+    throw UsageError(flag + " expects an integer, got '" + v + "'");
+  if (out < min_value) throw UsageError(flag + " must be at least " + std::to_string(min_value) + ", got " + v);
+  return out;
+}
+
+/// V as a finite double, or nothing when V is empty, has trailing characters or overflows.
+inline std::optional<double> parse_finite_double(const std::string& v) {
+  char* end = nullptr;
+  errno = 0;
+  const double out = std::strtod(v.c_str(), &end);
+  if (v.empty() || end != v.c_str() + v.size() || errno == ERANGE || !std::isfinite(out)) return std::nullopt;
+  return out;
+}
+
+/// V as a number > 0; otherwise a UsageError that says whether V was no number or not positive.
+inline double parse_positive_double(const std::string& flag, const std::string& v) {
+  const std::optional<double> out = parse_finite_double(v);
+  if (!out) throw UsageError(flag + " expects a number, got '" + v + "'");
+  if (!(*out > 0)) throw UsageError(flag + " must be positive, got " + v);
+  return *out;
+}
+
+/// Checks a --device value's spelling (auto, cpu, cuda or cuda:N) and returns it; whether the
+/// device exists is pick_device()'s business, after parsing.
+inline std::string parse_device_flag(const std::string& v) {
+  if (v != "auto" && v != "cpu" && v != "cuda" && v.rfind("cuda:", 0) != 0)
+    throw UsageError("--device expects auto, cpu, cuda or cuda:N, got '" + v + "'");
+  if (v.rfind("cuda:", 0) == 0) parse_int("--device cuda:N", v.substr(5), 0);
+  return v;
+}
+
+/// Called with (flag, value) for one flag of the command line; throws UsageError on a bad value.
+using FlagHandler = std::function<void(const std::string& flag, const std::string& value)>;
+
+/// Walks argv[1..argc): --help or -h prints USAGE to stdout and exits 0; every other argument must
+/// be one of HANDLERS' flags, with its value either inline (--flag=value) or as the next argument,
+/// and goes to that flag's handler. Unknown flags, missing values and empty values are
+/// UsageErrors naming the flag. Every example flag takes a value, so there are no switches.
+inline void parse_flags(int argc, char** argv, const char* usage,
+                        const std::vector<std::pair<std::string, FlagHandler>>& handlers) {
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i], value;
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(usage, stdout);
+      std::exit(0);
+    }
+    const auto eq = flag.find('=');
+    const bool has_inline = flag.rfind("--", 0) == 0 && eq != std::string::npos;
+    if (has_inline) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    }
+    const FlagHandler* handler = nullptr;
+    for (const auto& [name, h] : handlers)
+      if (name == flag) handler = &h;
+    if (handler == nullptr) throw UsageError("unknown flag '" + flag + "'");
+    if (!has_inline) {
+      if (i + 1 >= argc) throw UsageError(flag + " needs a value");
+      value = argv[++i];
+    }
+    // The handler first: a numeric or enumerated flag says what it expects, which is more useful
+    // than "needs a non-empty value"; only the free-text flags (paths) reach the check below.
+    (*handler)(flag, value);
+    if (value.empty()) throw UsageError(flag + " needs a non-empty value");
+  }
+}
+
+/// The device for a --device value: "auto" is the first usable GPU, else the CPU; any other
+/// spelling must be usable in this build and on this machine, or it is a UsageError.
+inline ember::Device pick_device(const std::string& spec) {
+  if (spec == "auto") return ember::Device::best();
+  ember::Device d(spec);
+  try {
+    d.validate();
+  } catch (const ember::Error& e) {
+    throw UsageError("--device " + spec + " cannot be used here: " + e.what());
+  }
+  return d;
+}
+
+/// Runs BODY (parsing and training) and turns its exceptions into the examples' exit statuses:
+/// 2 for a UsageError (message, blank line, USAGE), 1 for a DataError (message) or any other
+/// error ("error: " and the message); each message goes to stderr prefixed with "PROGRAM: ".
+template <class Body>
+int run_main(const char* program, const char* usage, Body&& body) {
+  try {
+    return body();
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: %s\n\n%s", program, e.what(), usage);
+    return 2;
+  } catch (const DataError& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    return 1;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timing, evaluation and per-epoch output
+
+using Clock = std::chrono::steady_clock;
+
+/// Seconds elapsed since T0.
+inline double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+/// Number of scalars in MODEL's parameters.
+inline int64_t count_parameters(ember::layers::Module& model) {
+  int64_t n = 0;
+  for (const ember::Tensor& p : model.parameters()) n += p.numel();
+  return n;
+}
+
+/// Mean cross-entropy and accuracy (a fraction) over a test split.
+struct EvalResult {
+  double loss = 0, accuracy = 0;
+};
+
+/// Mean cross-entropy and accuracy over every batch of LOADER, in eval mode (BatchNorm's running
+/// statistics, no dropout) and without a graph; MODEL is back in train mode afterwards. DEV is
+/// where LOADER's batches live. Logits are (B, classes), targets (B) i64.
+inline EvalResult evaluate(ember::layers::Module& model, ember::data::DataLoader& loader, ember::Device dev) {
+  using namespace ember;
+  model.eval();
+  NoGradGuard no_grad;
+  Tensor loss_sum = zeros({}, DType::f64, dev), correct = zeros({}, DType::i64, dev);
+  int64_t n = 0;
+  for (auto& batch : loader) {
+    Tensor logits = model.forward(batch.input);  // (B, classes)
+    const Tensor batch_loss = layers::cross_entropy(logits, batch.target).to(DType::f64);  // 0-d mean
+    loss_sum = loss_sum + batch_loss * static_cast<double>(batch.size());
+    correct = correct + sum(eq(argmax(logits, 1), batch.target));
+    n += batch.size();
+  }
+  model.train();
+  // One device-to-host read per evaluation, not one per batch.
+  return {loss_sum.item<double>() / static_cast<double>(n),
+          static_cast<double>(correct.item<int64_t>()) / static_cast<double>(n)};
+}
+
+/// What one epoch measured: the examples print it as a line and append it as JSON.
+struct EpochResult {
+  int64_t epoch = 0;
+  double train_loss = 0;  // mean over the epoch's training images
+  EvalResult test;
+  double seconds = 0;            // the training pass
+  double images_per_second = 0;  // training images / seconds
+  double lr = 0;                 // at the epoch's first step
+  double eval_seconds = 0;       // the test pass
+};
+
+/// "epoch  E/EPOCHS  train_loss ...  images/s", E right-aligned in EPOCH_WIDTH characters.
+inline std::string epoch_line(const EpochResult& r, int64_t epochs, int epoch_width) {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "epoch %*lld/%lld  train_loss %.4f  test_loss %.4f  test_acc %.4f  lr %.4g  %.1f s  %.0f images/s",
+                epoch_width, static_cast<long long>(r.epoch), static_cast<long long>(epochs), r.train_loss,
+                r.test.loss, r.test.accuracy, r.lr, r.seconds, r.images_per_second);
+  return buf;
+}
+
+/// The --metrics-out line: epoch, train_loss, test_loss, test_acc, epoch_seconds,
+/// images_per_second, lr, eval_seconds, in that order (tests and scripts read these fields).
+inline std::string json_line(const EpochResult& r) {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "{\"epoch\": %lld, \"train_loss\": %.6f, \"test_loss\": %.6f, \"test_acc\": %.4f, "
+                "\"epoch_seconds\": %.3f, \"images_per_second\": %.1f, \"lr\": %.6g, \"eval_seconds\": %.3f}",
+                static_cast<long long>(r.epoch), r.train_loss, r.test.loss, r.test.accuracy, r.seconds,
+                r.images_per_second, r.lr, r.eval_seconds);
+  return buf;
+}
+
+/// Appends LINE and a newline to the --metrics-out file FILE; an Error naming FILE if it cannot.
+inline void append_metrics_line(const std::string& file, const std::string& line) {
+  std::ofstream m(file, std::ios::app);
+  m << line << "\n";
+  if (!m) throw ember::Error("cannot append to --metrics-out " + file);
+}
+
+/// "  epoch E: SEEN/TOTAL images, N images/s" rewritten in place on stderr at most once a second,
+/// and only when stderr is a terminal, so that logs and pipes get the epoch lines alone.
+class ProgressLine {
+ public:
+  ProgressLine() : enabled_(::isatty(STDERR_FILENO) != 0) {}
+
+  /// Starts timing epoch EPOCH of TOTAL training images.
+  void start(int64_t epoch, int64_t total) {
+    epoch_ = epoch, total_ = total;
+    t0_ = last_report_ = Clock::now();
+  }
+  /// Reports SEEN images done if a second has passed since the last report.
+  void update(int64_t seen) {
+    if (!enabled_ || seconds_since(last_report_) <= 1.0) return;
+    last_report_ = Clock::now();
+    std::fprintf(stderr, "\r  epoch %lld: %lld/%lld images, %.0f images/s ", static_cast<long long>(epoch_),
+                 static_cast<long long>(seen), static_cast<long long>(total_),
+                 static_cast<double>(seen) / seconds_since(t0_));
+  }
+  /// Blanks the line before the epoch's summary is printed.
+  void clear() const {
+    if (enabled_) std::fprintf(stderr, "\r%60s\r", "");
+  }
+
+ private:
+  bool enabled_;
+  int64_t epoch_ = 0, total_ = 0;
+  Clock::time_point t0_, last_report_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoints
+
+/// The objects a checkpoint saves and a resume restores; references to the example's own.
+struct TrainingState {
+  ember::layers::Module& model;
+  ember::optim::Optimizer& optimizer;
+  ember::optim::LRScheduler& scheduler;
+  ember::data::DataLoader& train_loader;  // its sampler's position and shuffling state
+};
+
+/// CK's metadata value for KEY, or FALLBACK when it has none.
+inline std::string metadata_or(const ember::train::Checkpoint& ck, const std::string& key,
+                               const std::string& fallback) {
+  auto it = ck.metadata.find(key);
+  return it == ck.metadata.end() ? fallback : it->second;
+}
+
+/// A checkpoint of S after EPOCH epochs and GLOBAL_STEP optimizer steps, with the default RNG
+/// (initialization, shuffling, augmentation, dropout all draw from it) and METADATA.
+inline ember::train::Checkpoint capture_checkpoint(const TrainingState& s, int64_t epoch, int64_t global_step,
+                                                   std::map<std::string, std::string> metadata) {
+  ember::train::Checkpoint ck;
+  ck.model = s.model.state_dict();
+  ck.optimizer = s.optimizer.state_dict();
+  ck.scheduler = s.scheduler.state_dict();
+  ck.sampler = s.train_loader.state_dict();
+  ember::train::capture_rng(ck);
+  ck.epoch = epoch;
+  ck.global_step = global_step;
+  ck.sampler_position = s.train_loader.sampler().position();
+  ck.metadata = std::move(metadata);
+  return ck;
+}
+
+/// Loads CK into S and the default RNG: the next epoch then runs as it would have without the
+/// interruption. The caller checks CK's metadata first (model, dataset) to give a clear message.
+inline void restore_checkpoint(const TrainingState& s, const ember::train::Checkpoint& ck) {
+  s.model.load_state_dict(ck.model);
+  s.optimizer.load_state_dict(ck.optimizer);
+  s.scheduler.load_state_dict(ck.scheduler);
+  s.train_loader.load_state_dict(ck.sampler);
+  ember::train::restore_rng(ck);
+}
+
+/// Writes CK as DIR/epoch_<ck.epoch>.ckpt and DIR/last.ckpt, creating DIR when needed.
+inline void save_epoch_checkpoints(const ember::train::Checkpoint& ck, const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path d(dir);
+  ember::train::save_checkpoint(ck, (d / ("epoch_" + std::to_string(ck.epoch) + ".ckpt")).string());
+  ember::train::save_checkpoint(ck, (d / "last.ckpt").string());
+}
+
+/// The "resumed from PATH: E epochs done, S steps, lr X" line, X being the next step's rate.
+inline void print_resumed(const std::string& path, const ember::train::Checkpoint& ck, double lr) {
+  std::printf("resumed from %s: %lld epochs done, %lld steps, lr %.6g\n", path.c_str(),
+              static_cast<long long>(ck.epoch), static_cast<long long>(ck.global_step), lr);
+}
+
+}  // namespace ember_examples

@@ -3,37 +3,25 @@
 // checkpoint continues exactly like the uninterrupted run.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include <ember/ember.h>
 
+#include "support/bitwise.h"
 #include "support/reference.h"
+#include "support/temp_dir.h"
 
 using namespace ember;
+using ember::testing::bytes_of;
 using ember::testing::Layout;
 using ember::testing::random_tensor;
+using ember::testing::TempDir;
 using ember::testing::to_f64;
-namespace fs = std::filesystem;
 
 namespace {
 
 const Device kGpu = Device::cuda(0);
-
-std::string temp_path(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("ember_ckpt_cuda_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return (dir / name).string();
-}
-
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  Tensor c = t.detach().to(Device::cpu()).contiguous();
-  const auto* p = static_cast<const uint8_t*>(c.data_ptr());
-  return std::vector<uint8_t>(p, p + c.numel() * static_cast<int64_t>(c.element_size()));
-}
 
 }  // namespace
 
@@ -47,7 +35,8 @@ TEST_CASE("checkpoint (CUDA): GPU tensors of every dtype round-trip and load ont
     entries[n + "/strided"] = random_tensor({4, 9}, dt, seed++, 0, 100, Layout::Strided, kGpu);
     entries[n + "/scalar"] = random_tensor({}, dt, seed++, 0, 100, Layout::Contiguous, kGpu);
   }
-  const std::string path = temp_path("gpu.ckpt");
+  TempDir dir;
+  const std::string path = dir.file("gpu.ckpt");
   train::save_tensors(entries, path);
   for (Device target : {Device::cpu(), kGpu}) {
     const StateDict back = train::load_tensors(path, target);
@@ -61,7 +50,6 @@ TEST_CASE("checkpoint (CUDA): GPU tensors of every dtype round-trip and load ont
       CHECK(to_f64(b) == to_f64(t));
     }
   }
-  fs::remove(path);
 }
 
 TEST_CASE("checkpoint (CUDA): a GPU run resumed from a checkpoint matches the uninterrupted run",
@@ -83,7 +71,8 @@ TEST_CASE("checkpoint (CUDA): a GPU run resumed from a checkpoint matches the un
     loss.backward();
     opt.step();
   };
-  const std::string path = temp_path("run.ckpt");
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
 
   auto a = make(3);
   optim::Adam opt_a(a->parameters(), {.lr = 1e-2});
@@ -122,5 +111,4 @@ TEST_CASE("checkpoint (CUDA): a GPU run resumed from a checkpoint matches the un
       ember::testing::check_close(sb.at(name), to_f64(t), 1e-4, 1e-6);
     }
   }
-  fs::remove(path);
 }

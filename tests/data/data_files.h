@@ -1,8 +1,8 @@
 #pragma once
-// Helpers for the data tests: a temporary directory removed at scope exit, and writers for
-// IDX / CIFAR files (plain or gzip) built byte by byte here, independently of the readers.
+// Helpers for the data tests: writers for IDX / CIFAR files (plain or gzip) built byte by byte
+// here, independently of the readers. The temporary directory they are written into is
+// ember::testing::TempDir (support/temp_dir.h, included here for the tests that use both).
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -10,31 +10,9 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
+#include "support/temp_dir.h"
 
 namespace ember::testing {
-
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("ember_data_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string str() const { return path_.string(); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
 
 using Bytes = std::vector<uint8_t>;
 

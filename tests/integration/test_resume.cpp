@@ -10,13 +10,11 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -25,9 +23,14 @@
 
 #include <ember/ember.h>
 
-extern char** environ;
+#include "support/bitwise.h"
+#include "support/spawn_self.h"
+#include "support/temp_dir.h"
 
 using namespace ember;
+using ember::testing::bytes_of;
+using ember::testing::require_identical;
+using ember::testing::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -118,24 +121,6 @@ void train_until(Run& r, int64_t until) {
   train_until(r, until, [](Run&) {});
 }
 
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  Tensor c = t.detach().to(Device::cpu()).contiguous();
-  const auto* p = static_cast<const uint8_t*>(c.data_ptr());
-  return std::vector<uint8_t>(p, p + c.numel() * static_cast<int64_t>(c.element_size()));
-}
-
-// Every tensor of `a` and `b` has the same dtype, shape and bytes.
-void require_identical(const StateDict& a, const StateDict& b, const char* what) {
-  REQUIRE(a.size() == b.size());
-  for (const auto& [name, t] : a) {
-    INFO(what << " entry " << name);
-    REQUIRE(b.count(name) == 1);
-    CHECK(t.dtype() == b.at(name).dtype());
-    CHECK(t.sizes() == b.at(name).sizes());
-    CHECK(bytes_of(t) == bytes_of(b.at(name)));
-  }
-}
-
 void require_same_state(Run& a, Run& b) {
   require_identical(a.model->state_dict(), b.model->state_dict(), "model");
   require_identical(a.opt->state_dict(), b.opt->state_dict(), "optimizer");
@@ -144,19 +129,6 @@ void require_same_state(Run& a, Run& b) {
   CHECK(a.opt->lr() == b.opt->lr());
   CHECK(a.step == b.step);
 }
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("ember_resume_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 }  // namespace
 
@@ -179,7 +151,7 @@ TEST_CASE("resume: continuing from a checkpoint equals the uninterrupted run", "
     // k = 2 and 7: mid-epoch; 6: exactly at the end of the first epoch.
     for (int64_t k : {int64_t{2}, int64_t{6}, int64_t{7}}) {
       INFO((kind == Opt::SGD ? "SGD" : "AdamW") << ", checkpoint after step " << k);
-      const std::string path = (dir.path / "ck.ckpt").string();
+      const std::string path = (dir.path() / "ck.ckpt").string();
       Run a = make_run(kind, kInitSeed);
       train_until(a, kTotal, [&](Run& r) {
         if (r.step == k) train::save_checkpoint(capture(r), path);
@@ -201,7 +173,7 @@ TEST_CASE("resume: continuing from a checkpoint equals the uninterrupted run", "
 TEST_CASE("resume: without restoring the RNG or the sampler the runs differ (the test can fail)",
           "[cpu][resume]") {
   TempDir dir;
-  const std::string path = (dir.path / "ck.ckpt").string();
+  const std::string path = (dir.path() / "ck.ckpt").string();
   Run a = make_run(Opt::SGD, kInitSeed);
   train_until(a, 12, [&](Run& r) {
     if (r.step == 7) train::save_checkpoint(capture(r), path);
@@ -242,22 +214,10 @@ TEST_CASE("resume: child process that checkpoints every step", "[.resume_child]"
 
 TEST_CASE("resume: a process killed with SIGKILL while checkpointing resumes exactly", "[cpu][resume][slow]") {
   TempDir dir;
-  const std::string last = (dir.path / "last.ckpt").string();
+  const std::string last = (dir.path() / "last.ckpt").string();
   // Same binary, same thread count: the child's numbers are this process's numbers.
-  const std::string env_dir = "EMBER_RESUME_DIR=" + dir.path.string();
-  const std::string env_threads = "EMBER_NUM_THREADS=" + std::to_string(num_threads());
-  std::vector<std::string> env_store = {env_dir, env_threads};
-  for (char** e = environ; *e; ++e) {
-    if (std::strncmp(*e, "EMBER_RESUME_DIR=", 17) != 0 && std::strncmp(*e, "EMBER_NUM_THREADS=", 18) != 0)
-      env_store.emplace_back(*e);
-  }
-  std::vector<char*> envp;
-  for (auto& s : env_store) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::string self = fs::read_symlink("/proc/self/exe").string(), filter = "[.resume_child]";
-  char* argv[] = {self.data(), filter.data(), nullptr};
-  pid_t pid = 0;
-  REQUIRE(::posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv, envp.data()) == 0);
+  const pid_t pid = testing::spawn_self(
+      "[.resume_child]", {"EMBER_RESUME_DIR=" + dir.str(), "EMBER_NUM_THREADS=" + std::to_string(num_threads())});
 
   // Kill it once it is past step 5: it is then most likely in the middle of another save.
   int64_t seen_step = -1;

@@ -6,9 +6,7 @@
 
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <functional>
 #include <csignal>
 #include <cstring>
@@ -22,36 +20,18 @@
 #include "autograd/ops.h"
 #include "kernels/factory.h"
 #include "support/reference.h"
+#include "support/temp_dir.h"
 #include "train/checkpoint.h"
 
 using namespace ember;
 using ember::testing::Layout;
+using ember::testing::TempDir;
+using ember::testing::TempStorage;
 using ember::testing::random_tensor;
 using ember::testing::to_f64;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh directory under the system temp dir, removed with everything in it at scope exit.
-// in_memory picks /dev/shm when there is one: the loops that write a file per corrupted byte
-// take seconds on a disk and milliseconds there.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(bool in_memory = false) {
-    static std::atomic<int> counter{0};
-    std::error_code ec;
-    const bool shm = in_memory && fs::is_directory("/dev/shm", ec) && ::access("/dev/shm", W_OK) == 0;
-    path = (shm ? fs::path("/dev/shm") : fs::temp_directory_path()) /
-           ("ember_ckpt_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -301,7 +281,7 @@ TEST_CASE("checkpoint: capture_rng and restore_rng replay the same random number
 }
 
 TEST_CASE("checkpoint: corrupting any single byte is detected and located", "[cpu][checkpoint]") {
-  TempDir dir(/*in_memory=*/true);
+  TempDir dir(TempStorage::kMemory);  // a file per corrupted byte: milliseconds in memory, seconds on disk
   const std::string good = dir.file("good.ckpt"), bad = dir.file("bad.ckpt");
   train::save_checkpoint(small_checkpoint(), good);
   const std::vector<uint8_t> f = read_bytes(good);
@@ -357,7 +337,7 @@ TEST_CASE("checkpoint: a payload corruption names the entry and its byte range",
 }
 
 TEST_CASE("checkpoint: truncation at every length is an error", "[cpu][checkpoint]") {
-  TempDir dir(/*in_memory=*/true);
+  TempDir dir(TempStorage::kMemory);  // a file per length: milliseconds in memory, seconds on disk
   const std::string good = dir.file("good.ckpt"), cut = dir.file("cut.ckpt");
   train::save_checkpoint(small_checkpoint(), good);
   const std::vector<uint8_t> f = read_bytes(good);

@@ -4,9 +4,6 @@
 // the schema against docs/config.md.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
-#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -16,12 +13,14 @@
 #include <vector>
 
 #include "core/error.h"
+#include "support/temp_dir.h"
 #include "train/config.h"
 #include "train/config_schema.h"
 
 using namespace ember;
 using namespace ember::train;
 using json = nlohmann::json;
+using ember::testing::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -37,26 +36,12 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
-// A fresh directory under the system temp dir, removed at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("ember_config_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  // Creates an empty file (the availability check looks at names only).
-  void touch(const fs::path& rel) const {
-    fs::create_directories((path / rel).parent_path());
-    std::ofstream(path / rel).put('\0');
-  }
-};
+// Creates a placeholder file (one NUL byte: the availability check looks at names only) at `rel`
+// under `dir`, with its parent directories.
+void touch(const TempDir& dir, const fs::path& rel) {
+  fs::create_directories((dir.path() / rel).parent_path());
+  std::ofstream(dir.path() / rel).put('\0');
+}
 
 // A config where every key differs from its default and the cross-field rules still hold.
 ExperimentConfig all_non_default() {
@@ -344,16 +329,16 @@ TEST_CASE("config: malformed JSON names the source, line and column", "[cpu]") {
 
 TEST_CASE("config: load_config reads a file and names it in errors", "[cpu]") {
   TempDir tmp;
-  const std::string path = (tmp.path / "exp.json").string();
+  const std::string path = (tmp.path() / "exp.json").string();
   std::ofstream(path) << R"({"epochs": 2, "optim": {"lrr": 1}})";
   std::string msg = error_of([&] { load_config(path); });
   CHECK(msg.find(path + ": optim.lrr: unknown key; did you mean optim.lr?") != std::string::npos);
   std::ofstream(path) << R"({"epochs": 2})";
   const ExperimentConfig c = load_config(path, {"epochs=5"});
   CHECK(c.epochs == 5);
-  msg = error_of([&] { load_config((tmp.path / "missing.json").string()); });
-  CHECK(msg.find("cannot read config file '" + (tmp.path / "missing.json").string() + "'") != std::string::npos);
-  msg = error_of([&] { load_config(tmp.path.string()); });
+  msg = error_of([&] { load_config((tmp.path() / "missing.json").string()); });
+  CHECK(msg.find("cannot read config file '" + (tmp.path() / "missing.json").string() + "'") != std::string::npos);
+  msg = error_of([&] { load_config(tmp.path().string()); });
   CHECK(msg.find("it is a directory") != std::string::npos);
 }
 
@@ -374,7 +359,7 @@ TEST_CASE("config: check_data_available finds the files or says how to get them"
   TempDir tmp;
   ExperimentConfig c;
   SECTION("a missing directory is named with how to get the data") {
-    c.data.path = (tmp.path / "nowhere").string();
+    c.data.path = (tmp.path() / "nowhere").string();
     std::string msg = error_of([&] { check_data_available(c); });
     CHECK(msg.find("data.path: the data directory '" + c.data.path + "' does not exist") != std::string::npos);
     CHECK(msg.find("apt-get install dataset-fashion-mnist (installs /usr/share/datasets/fashion-mnist)") !=
@@ -385,40 +370,40 @@ TEST_CASE("config: check_data_available finds the files or says how to get them"
     CHECK(msg.find("get it with: scripts/get-data.sh cifar10 " + c.data.path) != std::string::npos);
   }
   SECTION("mnist: a directory missing one file names that file only") {
-    c.data.path = tmp.path.string();
+    c.data.path = tmp.path().string();
     for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte"})
-      tmp.touch(f);
+      touch(tmp, f);
     const std::string msg = error_of([&] { check_data_available(c); });
     CHECK(msg.find("lacks t10k-labels-idx1-ubyte (each plain or .gz) for data.dataset mnist") != std::string::npos);
     CHECK(msg.find("train-images") == std::string::npos);
-    tmp.touch("t10k-labels-idx1-ubyte.gz");
+    touch(tmp, "t10k-labels-idx1-ubyte.gz");
     CHECK_NOTHROW(check_data_available(c));  // empty placeholders: names are what is checked
   }
   SECTION("cifar10: directly or in cifar-10-batches-bin") {
     c.data.dataset = "cifar10";
-    c.data.path = tmp.path.string();
-    for (int i = 1; i <= 5; ++i) tmp.touch("cifar-10-batches-bin/data_batch_" + std::to_string(i) + ".bin");
+    c.data.path = tmp.path().string();
+    for (int i = 1; i <= 5; ++i) touch(tmp, "cifar-10-batches-bin/data_batch_" + std::to_string(i) + ".bin");
     std::string msg = error_of([&] { check_data_available(c); });
     CHECK(msg.find("cifar-10-batches-bin' lacks test_batch.bin") != std::string::npos);
     CHECK(msg.find("get it with: scripts/get-data.sh cifar10 " + c.data.path) != std::string::npos);
-    tmp.touch("cifar-10-batches-bin/test_batch.bin");
+    touch(tmp, "cifar-10-batches-bin/test_batch.bin");
     CHECK_NOTHROW(check_data_available(c));
-    c.data.path = (tmp.path / "cifar-10-batches-bin").string();
+    c.data.path = (tmp.path() / "cifar-10-batches-bin").string();
     CHECK_NOTHROW(check_data_available(c));
   }
   SECTION("cifar100: train.bin and test.bin") {
     c.data.dataset = "cifar100";
-    c.data.path = tmp.path.string();
-    tmp.touch("cifar-100-binary/test.bin");
+    c.data.path = tmp.path().string();
+    touch(tmp, "cifar-100-binary/test.bin");
     std::string msg = error_of([&] { check_data_available(c); });
     CHECK(msg.find("lacks train.bin for") == std::string::npos);  // the message carries the note on .gz
     CHECK(msg.find("lacks train.bin (each plain or .gz)") != std::string::npos);
-    tmp.touch("cifar-100-binary/train.bin");
+    touch(tmp, "cifar-100-binary/train.bin");
     CHECK_NOTHROW(check_data_available(c));
   }
   SECTION("synthetic data needs no files") {
     c.data.dataset = "synthetic";
-    c.data.path = (tmp.path / "nowhere").string();
+    c.data.path = (tmp.path() / "nowhere").string();
     CHECK_NOTHROW(check_data_available(c));
   }
 }

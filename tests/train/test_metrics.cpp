@@ -3,9 +3,6 @@
 // mistyped, and atomic file writes that leave nothing half-written behind.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
-#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -19,53 +16,23 @@
 #include <vector>
 
 #include "core/error.h"
+#include "support/error_of.h"
+#include "support/temp_dir.h"
 #include "train/metrics.h"
 
 using namespace ember;
 using namespace ember::train;
+using ember::testing::error_of;
+using ember::testing::read_text;
+using ember::testing::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("ember_metrics_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  REQUIRE(f.is_open());
-  std::ostringstream os;
-  os << f.rdbuf();
-  return os.str();
-}
 
 void spit(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f << text;
   REQUIRE(f.good());
-}
-
-// The message of the ember::Error `fn` throws ("" when it throws none, which fails the caller's check).
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // A finite double from random bits: covers subnormals, huge and tiny exponents, both signs.
@@ -338,13 +305,13 @@ TEST_CASE("write_file_atomic writes and replaces whole files and leaves no tempo
   TempDir dir;
   const std::string path = dir.file("summary.json");
   write_file_atomic(path, "first\n");
-  CHECK(slurp(path) == "first\n");
+  CHECK(read_text(path) == "first\n");
   std::string big(1 << 20, 'x');
   big.back() = '\n';
   write_file_atomic(path, big);
-  CHECK(slurp(path) == big);
+  CHECK(read_text(path) == big);
   write_file_atomic(path, "");
-  CHECK(slurp(path).empty());
+  CHECK(read_text(path).empty());
   CHECK_FALSE(fs::exists(path + ".tmp"));
 }
 

@@ -3,10 +3,7 @@
 // console is not a terminal, '\r' redraws (and interval lines only in the file) when it is.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +17,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "support/temp_dir.h"
 #include "train/progress.h"
 #include "train/run_log.h"
 
@@ -31,19 +29,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A log path under the temp dir, removed at scope exit.
+// A log path in a fresh temp dir (removed at scope exit); the file itself does not exist yet.
 struct TempLog {
-  fs::path path;
-  TempLog() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("ember_runlog_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + ".txt");
-    fs::remove(path);
-  }
-  ~TempLog() {
-    std::error_code ec;
-    fs::remove(path, ec);
-  }
+  ember::testing::TempDir dir;
+  fs::path path = dir.path() / "run_log.txt";
+  // What the log holds; "" while the file has not been created.
   std::string read() const {
     std::ifstream in(path, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());

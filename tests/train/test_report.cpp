@@ -4,9 +4,6 @@
 // ticks), and the report files.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -18,50 +15,22 @@
 #include <vector>
 
 #include "core/error.h"
+#include "support/error_of.h"
+#include "support/temp_dir.h"
 #include "train/report.h"
 #include "train/svg.h"
 
 using namespace ember;
 using namespace ember::train;
+using ember::testing::error_of;
+using ember::testing::read_text;
+using ember::testing::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
 
 const fs::path kRuns = fs::path(__FILE__).parent_path() / "fixtures" / "runs";
 std::string run_dir(const std::string& name) { return (kRuns / name).string(); }
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() / ("ember_report_test_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  REQUIRE(f.is_open());
-  std::ostringstream os;
-  os << f.rdbuf();
-  return os.str();
-}
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 std::string fmt(const char* format, double v) {
   char buf[64];
@@ -248,12 +217,12 @@ TEST_CASE("read_run errors name the missing or malformed file", "[cpu]") {
              Catch::Contains(run_dir("malformed-summary") + "/summary.json") && Catch::Contains("not valid JSON"));
   CHECK_THAT(error_of([] { read_run(run_dir("no-such-run")); }), Catch::Contains(run_dir("no-such-run")));
   TempDir empty;
-  CHECK_THAT(error_of([&] { read_run(empty.path.string()); }),
-             Catch::Contains((empty.path / "metrics.jsonl").string()));
+  CHECK_THAT(error_of([&] { read_run(empty.path().string()); }),
+             Catch::Contains((empty.path() / "metrics.jsonl").string()));
   // A summary without metrics is an error too: the plots need the epochs.
-  fs::copy_file(kRuns / "cpu-1" / "summary.json", empty.path / "summary.json");
-  CHECK_THAT(error_of([&] { read_run(empty.path.string()); }),
-             Catch::Contains((empty.path / "metrics.jsonl").string()));
+  fs::copy_file(kRuns / "cpu-1" / "summary.json", empty.path() / "summary.json");
+  CHECK_THAT(error_of([&] { read_run(empty.path().string()); }),
+             Catch::Contains((empty.path() / "metrics.jsonl").string()));
 }
 
 TEST_CASE("markdown_table computes speedup and efficiency against the run with the fewest devices", "[cpu]") {
@@ -326,11 +295,11 @@ TEST_CASE("markdown_table leaves an incomplete run out of the speedup comparison
 TEST_CASE("read_runs tells runs with one name apart by directory", "[cpu]") {
   TempDir tmp;
   for (const char* d : {"a", "b"}) {
-    fs::create_directories(tmp.path / d);
-    fs::copy_file(kRuns / "cpu-1" / "summary.json", tmp.path / d / "summary.json");
-    fs::copy_file(kRuns / "cpu-1" / "metrics.jsonl", tmp.path / d / "metrics.jsonl");
+    fs::create_directories(tmp.path() / d);
+    fs::copy_file(kRuns / "cpu-1" / "summary.json", tmp.path() / d / "summary.json");
+    fs::copy_file(kRuns / "cpu-1" / "metrics.jsonl", tmp.path() / d / "metrics.jsonl");
   }
-  const auto runs = read_runs({(tmp.path / "a").string(), (tmp.path / "b").string(), run_dir("cpu-ddp2")});
+  const auto runs = read_runs({(tmp.path() / "a").string(), (tmp.path() / "b").string(), run_dir("cpu-ddp2")});
   CHECK(runs[0].label == "cpu-1 (a)");
   CHECK(runs[1].label == "cpu-1 (b)");
   CHECK(runs[2].label == "cpu-ddp2");
@@ -518,16 +487,16 @@ TEST_CASE("svg_bar_chart draws bars from zero with heights proportional to the v
 
 TEST_CASE("write_report writes the table, the plots and links them", "[cpu]") {
   TempDir tmp;
-  const fs::path out = tmp.path / "nested" / "report";
+  const fs::path out = tmp.path() / "nested" / "report";
   const std::vector<RunRecord> runs = read_runs({run_dir("cpu-1"), run_dir("cpu-ddp2"), run_dir("incomplete")});
   const std::string table = write_report(runs, out.string());
   CHECK(table == markdown_table(runs));
-  const std::string md = slurp(out / "report.md");
+  const std::string md = read_text(out / "report.md");
   CHECK_THAT(md, Catch::Contains(table) && Catch::Contains("](loss.svg)") && Catch::Contains("](accuracy.svg)") &&
                      Catch::Contains("](throughput.svg)"));
   CHECK_THAT(md, Catch::Contains("incomplete") && Catch::Contains(run_dir("cpu-ddp2")));
-  const std::string loss = slurp(out / "loss.svg"), acc = slurp(out / "accuracy.svg"),
-                    thr = slurp(out / "throughput.svg");
+  const std::string loss = read_text(out / "loss.svg"), acc = read_text(out / "accuracy.svg"),
+                    thr = read_text(out / "throughput.svg");
   check_well_formed(loss);
   check_well_formed(acc);
   check_well_formed(thr);
@@ -537,7 +506,7 @@ TEST_CASE("write_report writes the table, the plots and links them", "[cpu]") {
   CHECK_THAT(loss, Catch::Contains(">cpu-ddp2 test</text>"));
   for (const char* f : {"report.md.tmp", "loss.svg.tmp"}) CHECK_FALSE(fs::exists(out / f));
   // An output path that is a file is an error naming it.
-  const fs::path file = tmp.path / "file";
+  const fs::path file = tmp.path() / "file";
   std::ofstream(file) << "x";
   CHECK_THAT(error_of([&] { write_report(runs, file.string()); }), Catch::Contains(file.string()));
 }

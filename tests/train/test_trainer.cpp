@@ -7,16 +7,13 @@
 // checkpoint.resume=auto, whose final metrics and parameters must equal an uninterrupted run's.
 #include <catch2/catch.hpp>
 
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -30,6 +27,9 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "data/data_files.h"
+#include "support/bitwise.h"
+#include "support/spawn_self.h"
+#include "support/temp_dir.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/early_stop.h"
@@ -38,10 +38,9 @@
 #include "train/trainer.h"
 #include "train/trainer_state.h"
 
-extern char** environ;
-
 using namespace ember;
 using namespace ember::train;
+using ember::testing::require_identical;
 namespace fs = std::filesystem;
 
 namespace {
@@ -75,22 +74,6 @@ std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  Tensor c = t.detach().to(Device::cpu()).contiguous();
-  const auto* p = static_cast<const uint8_t*>(c.data_ptr());
-  return std::vector<uint8_t>(p, p + c.numel() * static_cast<int64_t>(c.element_size()));
-}
-
-void require_identical(const StateDict& a, const StateDict& b, const char* what) {
-  REQUIRE(a.size() == b.size());
-  for (const auto& [name, t] : a) {
-    INFO(what << " entry " << name);
-    REQUIRE(b.count(name) == 1);
-    const bool same = bytes_of(t) == bytes_of(b.at(name));  // a bool: Catch would print megabytes
-    CHECK(same);
-  }
 }
 
 // The training state of two checkpoints is the same, bit for bit.
@@ -348,24 +331,10 @@ TEST_CASE("trainer: SIGTERM mid-epoch writes last.ckpt and resume=auto ends like
   }
 
   // The child: this binary, the same thread count (so the same arithmetic), output to a file.
-  std::vector<std::string> env_store = {"EMBER_TRAINER_CHILD_CONFIG=" + config_path,
-                                        "EMBER_NUM_THREADS=" + std::to_string(num_threads())};
-  for (char** e = environ; *e; ++e)
-    if (std::strncmp(*e, "EMBER_TRAINER_CHILD_CONFIG=", 27) != 0 && std::strncmp(*e, "EMBER_NUM_THREADS=", 18) != 0)
-      env_store.emplace_back(*e);
-  std::vector<char*> envp;
-  for (auto& s : env_store) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::string self = fs::read_symlink("/proc/self/exe").string(), filter = "[.trainer_child]";
-  char* argv[] = {self.data(), filter.data(), nullptr};
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
   const std::string child_out = tmp.file("child.out");
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, child_out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  pid_t pid = 0;
-  REQUIRE(::posix_spawn(&pid, self.c_str(), &actions, nullptr, argv, envp.data()) == 0);
-  posix_spawn_file_actions_destroy(&actions);
+  const pid_t pid = testing::spawn_self(
+      "[.trainer_child]",
+      {"EMBER_TRAINER_CHILD_CONFIG=" + config_path, "EMBER_NUM_THREADS=" + std::to_string(num_threads())}, child_out);
 
   // SIGTERM as soon as epoch 2 has made its first step: the child is then inside epoch 2.
   const std::regex epoch2_progress(R"(epoch 2/2 .*steps)");

@@ -49,11 +49,31 @@ if [ $status_build = ok ]; then
   elif [ "$rc" -ne 0 ]; then status_bench="FAILED (bench_cuda_ops exit $rc)"; fi
 fi
 
+# Issue 3's GPU target (an mnist_cnn epoch with the resident loader, cuDNN conv time per step) and
+# issue 4's GPU path (ember-train on cuda:0: CUDA-event phase timers, NVTX ranges, resident data).
+mnist_log=$(mktemp)
+train_status=skipped
+if [ $status_build = ok ]; then
+  "$build/bin/bench_mnist_train" 2>&1 | tee "$mnist_log" || status_bench="FAILED (bench_mnist_train)"
+  data_dir=/usr/share/datasets/fashion-mnist
+  [ -d .gpu-deps/data/fashion-mnist ] && data_dir=$PWD/.gpu-deps/data/fashion-mnist
+  rm -rf "$build/gpu-run"
+  if "$build/bin/ember-train" configs/mnist_cnn.json device=cuda data.path="$data_dir" epochs=3 \
+       early_stop.target_accuracy=null output.run_dir="$build/gpu-run" 2>&1 | tail -n 8; then
+    train_status=ok
+  else
+    train_status=FAILED
+  fi
+fi
+
 echo
 echo "==== gpu_check summary ($(date -u +%Y-%m-%dT%H:%MZ), GPU: ${gpu:-none}) ===="
 printf '%-10s %s\n' configure "$status_configure" build "$status_build" \
   tests "$status_tests ($(grep -E 'tests passed|tests failed' "$ctest_log" | tail -n 1))" \
   bench "$status_bench"
 grep -E '^(op|-|cuda|add|sum|softmax|caching|alloc|check|bench_cuda_ops)' "$bench_log" || true
-rm -f "$ctest_log" "$bench_log"
-[ "$status_configure$status_build$status_tests$status_bench" = okokokok ]
+grep -iE 'gpu|cudnn|epoch' "$mnist_log" | tail -n 8 || true
+echo "ember-train on cuda: $train_status"
+[ -f "$build/gpu-run/metrics.jsonl" ] && cat "$build/gpu-run/metrics.jsonl"
+rm -f "$ctest_log" "$bench_log" "$mnist_log"
+[ "$status_configure$status_build$status_tests$status_bench$train_status" = okokokokok ]

@@ -10,7 +10,16 @@ namespace ember {
 /// The one exception type ember throws. what() holds "message (expr at file:line)".
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& what) : std::runtime_error(what) {}
+  explicit Error(const std::string& what) : std::runtime_error(what), message_(what) {}
+  /// what() = "<message> [<where>]"; message() is the text alone.
+  Error(const std::string& message, const std::string& where)
+      : std::runtime_error(message + " [" + where + "]"), message_(message) {}
+  /// The message without the source location of the check that threw (what programs show users;
+  /// what() keeps the location for bug reports).
+  const std::string& message() const { return message_; }
+
+ private:
+  std::string message_;
 };
 
 namespace detail {
@@ -27,8 +36,9 @@ template <typename... Args>
   std::ostringstream os;
   append_all(os, args...);
   if (sizeof...(args) == 0) os << kind << " failed";
-  os << " [" << kind << "(" << expr << ") at " << file << ":" << line << "]";
-  throw Error(os.str());
+  std::ostringstream where;
+  where << kind << "(" << expr << ") at " << file << ":" << line;
+  throw Error(os.str(), where.str());
 }
 }  // namespace detail
 }  // namespace ember

@@ -78,7 +78,10 @@ int main(int argc, char** argv) {
     const std::string d = out_dir.back() == '/' ? out_dir : out_dir + "/";
     std::printf("wrote %sreport.md, %sloss.svg, %saccuracy.svg, %sthroughput.svg\n", d.c_str(), d.c_str(), d.c_str(),
                 d.c_str());
-  } catch (const std::exception& e) {  // ember::Error, and filesystem errors from the OS
+  } catch (const ember::Error& e) {  // a bad run directory: the message alone, without the check's location
+    std::fprintf(stderr, "ember-report: %s\n", e.message().c_str());
+    return kExitError;
+  } catch (const std::exception& e) {  // filesystem errors from the OS
     std::fprintf(stderr, "ember-report: %s\n", e.what());
     return kExitError;
   }

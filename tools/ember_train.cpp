@@ -104,6 +104,9 @@ int main(int argc, char** argv) {
     }
     train::check_data_available(config);
     if (config.device != "auto") Device(config.device).validate();
+  } catch (const Error& e) {  // a config or data mistake: the message alone, without the check's location
+    std::fprintf(stderr, "ember-train: %s\n", e.message().c_str());
+    return kExitUsage;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ember-train: %s\n", e.what());
     return kExitUsage;

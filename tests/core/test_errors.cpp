@@ -38,6 +38,19 @@ TEST_CASE("EMBER_CHECK message has the text, expression, file and line", "[cpu]"
   CHECK(contains(msg, ":" + std::to_string(line)));
 }
 
+TEST_CASE("Error::message is the text without the check's location", "[cpu]") {
+  try {
+    EMBER_CHECK(1 + 1 == 3, "optim.lrr: unknown key; did you mean optim.lr?");
+    FAIL("EMBER_CHECK did not throw");
+  } catch (const ember::Error& e) {
+    CHECK(e.message() == "optim.lrr: unknown key; did you mean optim.lr?");
+    CHECK(std::string(e.what()).rfind(e.message() + " [EMBER_CHECK(1 + 1 == 3) at ", 0) == 0);
+  }
+  const ember::Error plain("no location");
+  CHECK(plain.message() == "no location");
+  CHECK(std::string(plain.what()) == "no location");
+}
+
 TEST_CASE("EMBER_CHECK passes silently and does not evaluate the message when true", "[cpu]") {
   int evaluated = 0;
   auto side_effect = [&] {

@@ -51,6 +51,11 @@ std::string format(const char* spec, Args... args) {
   return buf;
 }
 
+// "1 epoch", "3 epochs".
+std::string count(int64_t n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 std::string join_lines(const std::vector<std::string>& lines) {
   std::string out;
   for (const auto& l : lines) out += l + "\n";
@@ -155,7 +160,7 @@ void Session::build() {
   log_->line("ember-train: " + c_.name + ": " + c_.model.name + " (" + std::to_string(n_params) + " parameters) on " +
              c_.data.dataset + " (" + std::to_string(data_.train->size()) + " training, " +
              std::to_string(data_.test->size()) + " test images), device " + dev_.str() + ", " +
-             std::to_string(c_.epochs) + " epochs of " + std::to_string(train_loader_->len()) + " steps");
+             count(c_.epochs, "epoch") + " of " + count(train_loader_->len(), "step"));
   log_->line("ember-train: run directory " + paths_.dir + ", git " + build_git_commit());
 }
 
@@ -422,7 +427,7 @@ TrainOutcome Session::stop_for_signal(int64_t epoch, int64_t step) {
 }
 
 void Session::log_final(const RunSummary& s) {
-  std::string end = s.stop_reason == "completed" ? "completed " + std::to_string(s.epochs_run) + " epochs"
+  std::string end = s.stop_reason == "completed" ? "completed " + count(s.epochs_run, "epoch")
                                                  : "stopped early after epoch " + std::to_string(s.epochs_run) + ": " +
                                                        s.stop_detail;
   log_->line("ember-train: " + end);

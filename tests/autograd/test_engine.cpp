@@ -3,11 +3,11 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "support/error_of.h"
 #include "autograd/function.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
@@ -16,6 +16,7 @@
 #include "support/reference.h"
 
 using namespace ember;
+using ember::testing::error_of;
 using ember::testing::check_close;
 using ember::testing::make_tensor;
 using ember::testing::random_tensor;
@@ -27,15 +28,6 @@ Tensor leaf(const std::vector<double>& v, const Shape& s, DType dt = DType::f64)
   Tensor t = make_tensor(v, s, dt);
   t.requires_grad_();
   return t;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

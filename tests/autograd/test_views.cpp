@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "support/error_of.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "kernels/factory.h"
@@ -12,6 +13,7 @@
 #include "support/reference.h"
 
 using namespace ember;
+using ember::testing::error_of;
 using ember::testing::check_close;
 using ember::testing::gradcheck;
 using ember::testing::Layout;
@@ -25,15 +27,6 @@ std::vector<double> iota(int64_t n) {
   std::vector<double> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<double>(i);
   return v;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 #define GRADCHECK EMBER_CHECK_GRADIENTS

@@ -4,8 +4,8 @@
 
 #include <cstring>
 #include <filesystem>
-#include <functional>
 
+#include "support/error_of.h"
 #include "core/error.h"
 #include "data/cifar.h"
 #include "data_files.h"
@@ -42,15 +42,6 @@ Records make_records(int n, int label_bytes, uint32_t seed) {
     r.pixels.push_back(p);
   }
   return r;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 void check_record(const data::TensorDataset& ds, int64_t i, const Bytes& pixels, int64_t label) {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "support/error_of.h"
 #include "core/error.h"
 #include "data/mnist.h"
 #include "data_files.h"
@@ -35,15 +36,6 @@ void check_images(const Tensor& t, uint32_t n, uint32_t rows, uint32_t cols, con
   REQUIRE(t.sizes() == Shape{int64_t(n), 1, int64_t(rows), int64_t(cols)});
   REQUIRE(t.is_contiguous());
   CHECK(std::memcmp(t.data_ptr(), pixels.data(), pixels.size()) == 0);
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace

@@ -7,7 +7,6 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
-#include <functional>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "support/error_of.h"
 #include "core/rng.h"
 #include "autograd/ops.h"
 #include "kernels/factory.h"
@@ -24,6 +24,7 @@
 #include "train/checkpoint.h"
 
 using namespace ember;
+using ember::testing::error_of;
 using ember::testing::Layout;
 using ember::testing::TempDir;
 using ember::testing::TempStorage;
@@ -74,15 +75,6 @@ std::vector<uint8_t> raw(const Tensor& t) {
   REQUIRE(t.is_contiguous());
   const auto* p = static_cast<const uint8_t*>(t.data_ptr());
   return std::vector<uint8_t>(p, p + t.numel() * static_cast<int64_t>(t.element_size()));
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // A small checkpoint with every section filled.

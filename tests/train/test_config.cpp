@@ -12,29 +12,20 @@
 #include <string>
 #include <vector>
 
+#include "support/error_of.h"
 #include "core/error.h"
 #include "support/temp_dir.h"
 #include "train/config.h"
 #include "train/config_schema.h"
 
 using namespace ember;
+using ember::testing::error_of;
 using namespace ember::train;
 using json = nlohmann::json;
 using ember::testing::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-// The message of the ember::Error `f` throws; fails the test when it throws none.
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ember::Error& e) {
-    return e.what();
-  }
-  FAIL("expected an ember::Error");
-  return "";
-}
 
 // Creates a placeholder file (one NUL byte: the availability check looks at names only) at `rel`
 // under `dir`, with its parent directories.

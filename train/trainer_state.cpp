@@ -64,7 +64,7 @@ std::string phase_key(int i) { return std::string("epoch_phase_") + phase_name(s
 
 std::map<std::string, std::string> RunState::to_metadata() const {
   std::map<std::string, std::string> m;
-  m[kMarkerKey] = kMarkerValue;
+  m.emplace(kMarkerKey, kMarkerValue);  // not m[k] = "...": GCC 12 warns falsely (-Wrestrict, PR 105329)
   m["train_seconds"] = exact(train_seconds);
   m["train_images"] = std::to_string(train_images);
   m["total_seconds"] = exact(total_seconds);

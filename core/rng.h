@@ -43,6 +43,15 @@ EMBER_HOST_DEVICE inline uint32_t philox_element(uint64_t seed, uint64_t offset,
   return philox4x32(seed, offset + i / 4).v[i % 4];
 }
 
+/// SplitMix64's finalizer: mixes a 64-bit value into a well-spread key. Used to derive independent
+/// Philox keys from one user seed (xor a per-purpose salt first, then mix).
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
 /// A seed and a running offset. Thread-safe: reserve() hands out disjoint counter ranges.
 class Generator {
  public:

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "core/stream.h"
 #include "data/transfer.h"
 #include "kernels/copy.h"
@@ -22,13 +23,6 @@ namespace {
 
 // Keeps the transforms' Philox key apart from the sampler's (both derive from options.seed).
 constexpr uint64_t kTransformSalt = 0x7472616e73666f72ULL;  // "transfor"
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 }  // namespace
 

@@ -15,13 +15,6 @@ namespace {
 // weight init), so their random streams are not the same numbers.
 constexpr uint64_t kPermutationSalt = 0x7065726d75746531ULL;  // "permute1"
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
 Tensor i64_value(int64_t v) { return from_vector(std::vector<int64_t>{v}, {1}); }
 
 int64_t read_i64(const StateDict& s, const std::string& key, const std::string& who) {

@@ -67,4 +67,12 @@ inline void check_same_bits(const Tensor& a, const Tensor& b) {
   CHECK(bad == 0);
 }
 
+/// Widens a GPU-vs-reference expectation to a GPU-vs-CPU one: the CPU result becomes the value,
+/// and the bound doubles because both sides may err from the reference by it.
+inline Expect doubled(Expect e, const Tensor& cpu_result) {
+  e.val = to_f64(cpu_result);
+  for (double& b : e.bound) b *= 2.0;
+  return e;
+}
+
 }  // namespace ember::testing

@@ -153,13 +153,6 @@ Expect ref_backward_weight(const Case& k, const std::vector<double>& gy, const s
   return finish(sum, abs, count, dt);
 }
 
-/// Widens a GPU-vs-reference bound to a GPU-vs-CPU one: both sides may err by the bound.
-Expect doubled(Expect e, const Tensor& cpu_result) {
-  e.val = to_f64(cpu_result);
-  for (double& b : e.bound) b *= 2.0;
-  return e;
-}
-
 }  // namespace
 
 TEST_CASE("cuda conv2d forward matches float64 and the CPU (groups, stride, padding, dilation, bias)", "[cuda][slow]") {

@@ -159,12 +159,6 @@ BnGradRef ref_batch_norm_backward(const Shape& shape, const std::vector<double>&
   return r;
 }
 
-Expect doubled(Expect e, const Tensor& cpu_result) {
-  e.val = to_f64(cpu_result);
-  for (double& b : e.bound) b *= 2.0;
-  return e;
-}
-
 struct BnCase {
   Shape x;
   double lo, hi;  // input range (an offset range checks the variance's conditioning)

@@ -177,12 +177,6 @@ Expect ref_max_backward(const std::vector<double>& g, const std::vector<double>&
   return e;
 }
 
-Expect doubled(Expect e, const Tensor& cpu_result) {
-  e.val = to_f64(cpu_result);
-  for (double& b : e.bound) b *= 2.0;
-  return e;
-}
-
 /// GPU vs CPU: the GPU's bound plus the CPU's (each may err that much from the reference).
 Expect combined(Expect gpu, const Expect& cpu, const Tensor& cpu_result) {
   gpu.val = to_f64(cpu_result);

@@ -9,6 +9,7 @@
 
 #include "kernels/conv.h"
 #include "kernels/factory.h"
+#include "support/error_of.h"
 #include "support/reference.h"
 
 using namespace ember;
@@ -226,45 +227,37 @@ TEST_CASE("conv2d with an empty batch", "[cpu]") {
 
 TEST_CASE("conv2d shape errors name both shapes", "[cpu]") {
   Tensor x = random_tensor({2, 3, 7, 9}, DType::f32, 1);
-  auto msg = [](auto&& fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   using Catch::Matchers::Contains;
   // Channels: 3 in x, weight expects 4.
-  std::string m = msg([&] { kernels::conv2d(x, random_tensor({5, 4, 3, 3}, DType::f32, 2), Tensor(), {}); });
+  std::string m = error_of([&] { kernels::conv2d(x, random_tensor({5, 4, 3, 3}, DType::f32, 2), Tensor(), {}); });
   CHECK_THAT(m, Contains("[2, 3, 7, 9]") && Contains("[5, 4, 3, 3]"));
   // Groups that do not divide the output channels.
-  m = msg([&] { kernels::conv2d(x, random_tensor({5, 1, 3, 3}, DType::f32, 2), Tensor(), params(1, 1, 0, 0, 1, 1, 3)); });
+  m = error_of([&] { kernels::conv2d(x, random_tensor({5, 1, 3, 3}, DType::f32, 2), Tensor(), params(1, 1, 0, 0, 1, 1, 3)); });
   CHECK_THAT(m, Contains("[5, 1, 3, 3]") && Contains("groups"));
   // Bias of the wrong length.
-  m = msg([&] {
+  m = error_of([&] {
     kernels::conv2d(x, random_tensor({4, 3, 3, 3}, DType::f32, 2), random_tensor({3}, DType::f32, 3), {});
   });
   CHECK_THAT(m, Contains("bias") && Contains("[3]"));
   // Kernel larger than the padded input.
-  m = msg([&] { kernels::conv2d(x, random_tensor({4, 3, 8, 3}, DType::f32, 2), Tensor(), {}); });
+  m = error_of([&] { kernels::conv2d(x, random_tensor({4, 3, 8, 3}, DType::f32, 2), Tensor(), {}); });
   CHECK_THAT(m, Contains("[2, 3, 7, 9]") && Contains("[4, 3, 8, 3]") && Contains("too small"));
   // Not 4-D.
-  m = msg([&] { kernels::conv2d(random_tensor({3, 7, 9}, DType::f32, 1), random_tensor({4, 3, 3, 3}, DType::f32, 2), Tensor(), {}); });
+  m = error_of([&] { kernels::conv2d(random_tensor({3, 7, 9}, DType::f32, 1), random_tensor({4, 3, 3, 3}, DType::f32, 2), Tensor(), {}); });
   CHECK_THAT(m, Contains("[3, 7, 9]"));
   // Mixed dtypes.
-  m = msg([&] { kernels::conv2d(x, random_tensor({4, 3, 3, 3}, DType::f64, 2), Tensor(), {}); });
+  m = error_of([&] { kernels::conv2d(x, random_tensor({4, 3, 3, 3}, DType::f64, 2), Tensor(), {}); });
   CHECK_THAT(m, Contains("f32") && Contains("f64"));
   // Integer input.
   CHECK_THROWS(kernels::conv2d(random_tensor({2, 3, 7, 9}, DType::i32, 1), random_tensor({4, 3, 3, 3}, DType::i32, 2),
                                Tensor(), {}));
   // Bad parameters.
-  m = msg([&] { kernels::conv2d(x, random_tensor({4, 3, 3, 3}, DType::f32, 2), Tensor(), params(0, 1, 0, 0, 1, 1, 1)); });
+  m = error_of([&] { kernels::conv2d(x, random_tensor({4, 3, 3, 3}, DType::f32, 2), Tensor(), params(0, 1, 0, 0, 1, 1, 1)); });
   CHECK_THAT(m, Contains("stride"));
   // Backward: grad_out of the wrong shape.
   Tensor w = random_tensor({4, 3, 3, 3}, DType::f32, 2);
-  m = msg([&] { kernels::conv2d_backward_input(random_tensor({2, 4, 5, 6}, DType::f32, 4), w, x.sizes(), {}); });
+  m = error_of([&] { kernels::conv2d_backward_input(random_tensor({2, 4, 5, 6}, DType::f32, 4), w, x.sizes(), {}); });
   CHECK_THAT(m, Contains("[2, 4, 5, 6]") && Contains("[2, 4, 5, 7]"));
-  m = msg([&] { kernels::conv2d_backward_weight(random_tensor({2, 4, 5, 6}, DType::f32, 4), x, w.sizes(), {}); });
+  m = error_of([&] { kernels::conv2d_backward_weight(random_tensor({2, 4, 5, 6}, DType::f32, 4), x, w.sizes(), {}); });
   CHECK_THAT(m, Contains("[2, 4, 5, 6]") && Contains("[2, 4, 5, 7]"));
 }

@@ -10,6 +10,7 @@
 
 #include "kernels/factory.h"
 #include "kernels/pool.h"
+#include "support/error_of.h"
 #include "support/reference.h"
 
 using namespace ember;
@@ -239,35 +240,27 @@ TEST_CASE("adaptive_avg_pool2d and its backward match float64 loops", "[cpu]") {
 
 TEST_CASE("pooling errors name the shapes and parameters", "[cpu]") {
   using Catch::Matchers::Contains;
-  auto msg = [](auto&& fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   Tensor x = random_tensor({2, 3, 7, 9}, DType::f32, 1);
-  CHECK_THAT(msg([&] { kernels::max_pool2d(x, pool(2, 2, 2, 2, 2, 0)); }), Contains("padding") && Contains("half"));
-  CHECK_THAT(msg([&] { kernels::max_pool2d(x, pool(9, 2, 1, 1, 0, 0)); }),
+  CHECK_THAT(error_of([&] { kernels::max_pool2d(x, pool(2, 2, 2, 2, 2, 0)); }), Contains("padding") && Contains("half"));
+  CHECK_THAT(error_of([&] { kernels::max_pool2d(x, pool(9, 2, 1, 1, 0, 0)); }),
              Contains("[2, 3, 7, 9]") && Contains("too small"));
-  CHECK_THAT(msg([&] { kernels::avg_pool2d(random_tensor({3, 7, 9}, DType::f32, 1), pool(2, 2, 2, 2, 0, 0)); }),
+  CHECK_THAT(error_of([&] { kernels::avg_pool2d(random_tensor({3, 7, 9}, DType::f32, 1), pool(2, 2, 2, 2, 0, 0)); }),
              Contains("[3, 7, 9]"));
-  CHECK_THAT(msg([&] { kernels::avg_pool2d(x, pool(2, 2, 0, 2, 0, 0)); }), Contains("stride"));
+  CHECK_THAT(error_of([&] { kernels::avg_pool2d(x, pool(2, 2, 0, 2, 0, 0)); }), Contains("stride"));
   CHECK_THROWS(kernels::max_pool2d(random_tensor({2, 3, 7, 9}, DType::i64, 1), pool(2, 2, 2, 2, 0, 0)));
-  CHECK_THAT(msg([&] { kernels::adaptive_avg_pool2d(x, 0, 3); }), Contains("[2, 3, 7, 9]"));
-  CHECK_THAT(msg([&] { kernels::avg_pool2d_backward(random_tensor({2, 3, 3, 3}, DType::f32, 2), x.sizes(),
+  CHECK_THAT(error_of([&] { kernels::adaptive_avg_pool2d(x, 0, 3); }), Contains("[2, 3, 7, 9]"));
+  CHECK_THAT(error_of([&] { kernels::avg_pool2d_backward(random_tensor({2, 3, 3, 3}, DType::f32, 2), x.sizes(),
                                                     pool(2, 2, 2, 2, 0, 0)); }),
              Contains("[2, 3, 3, 3]") && Contains("[2, 3, 3, 4]"));
   auto r = kernels::max_pool2d(x, pool(2, 2, 2, 2, 0, 0));
-  CHECK_THAT(msg([&] { kernels::max_pool2d_backward(r.out, r.indices, {2, 4, 7, 9}); }),
+  CHECK_THAT(error_of([&] { kernels::max_pool2d_backward(r.out, r.indices, {2, 4, 7, 9}); }),
              Contains("[2, 3, 3, 4]") && Contains("[2, 4, 7, 9]"));
-  CHECK_THAT(msg([&] { kernels::max_pool2d_backward(r.out, r.out, x.sizes()); }), Contains("i64"));
+  CHECK_THAT(error_of([&] { kernels::max_pool2d_backward(r.out, r.out, x.sizes()); }), Contains("i64"));
   // Corrupted indices are caught, not written out of bounds.
   Tensor bad = make_tensor(std::vector<double>(24, 63.0), {2, 3, 2, 2}, DType::i64);
-  CHECK_THAT(msg([&] { kernels::max_pool2d_backward(make_tensor(std::vector<double>(24, 1.0), {2, 3, 2, 2}),
+  CHECK_THAT(error_of([&] { kernels::max_pool2d_backward(make_tensor(std::vector<double>(24, 1.0), {2, 3, 2, 2}),
                                                     bad, {2, 3, 7, 9}); }),
              Contains("63"));
-  CHECK_THAT(msg([&] { kernels::adaptive_avg_pool2d_backward(random_tensor({2, 4, 3, 3}, DType::f32, 2), x.sizes()); }),
+  CHECK_THAT(error_of([&] { kernels::adaptive_avg_pool2d_backward(random_tensor({2, 4, 3, 3}, DType::f32, 2), x.sizes()); }),
              Contains("[2, 4, 3, 3]"));
 }

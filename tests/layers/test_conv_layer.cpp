@@ -12,11 +12,13 @@
 #include "core/rng.h"
 #include "kernels/factory.h"
 #include "layers/conv.h"
+#include "support/error_of.h"
 #include "support/gradcheck.h"
 #include "support/reference.h"
 
 using namespace ember;
 using ember::layers::Conv2d;
+using ember::testing::error_of;
 using ember::testing::Layout;
 using ember::testing::random_tensor;
 using ember::testing::to_f64;
@@ -170,23 +172,15 @@ TEST_CASE("Conv2d layer: printing and errors", "[cpu][layers]") {
   CHECK(Conv2d(4, 8, {3, 2}, {.stride = 2, .padding = {1, 0}, .dilation = 2, .groups = 4, .bias = false})
             .extra_repr() == "4, 8, kernel_size=(3, 2), stride=(2, 2), padding=(1, 0), dilation=(2, 2), groups=4, bias=False");
   CHECK_THAT(Conv2d(1, 32, 3).str(), Contains("Conv2d(1, 32, kernel_size=(3, 3)"));
-  auto msg = [](auto&& fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   Conv2d conv(3, 4, 3);
-  CHECK_THAT(msg([&] { conv.forward(zeros({2, 5, 8, 8})); }), Contains("[2, 5, 8, 8]") && Contains("(N, 3, H, W)"));
-  CHECK_THAT(msg([&] { conv.forward(zeros({5, 8, 8})); }), Contains("[5, 8, 8]"));
-  CHECK_THAT(msg([&] { conv.forward(zeros({1, 3, 2, 2})); }), Contains("[1, 3, 2, 2]") && Contains("too small"));
-  CHECK_THAT(msg([&] { Conv2d(3, 4, 3, {.groups = 2}); }), Contains("groups = 2"));
-  CHECK_THAT(msg([&] { Conv2d(3, 4, 0); }), Contains("kernel_size"));
-  CHECK_THAT(msg([&] { Conv2d(3, 4, 3, {.stride = 0}); }), Contains("stride"));
+  CHECK_THAT(error_of([&] { conv.forward(zeros({2, 5, 8, 8})); }), Contains("[2, 5, 8, 8]") && Contains("(N, 3, H, W)"));
+  CHECK_THAT(error_of([&] { conv.forward(zeros({5, 8, 8})); }), Contains("[5, 8, 8]"));
+  CHECK_THAT(error_of([&] { conv.forward(zeros({1, 3, 2, 2})); }), Contains("[1, 3, 2, 2]") && Contains("too small"));
+  CHECK_THAT(error_of([&] { Conv2d(3, 4, 3, {.groups = 2}); }), Contains("groups = 2"));
+  CHECK_THAT(error_of([&] { Conv2d(3, 4, 0); }), Contains("kernel_size"));
+  CHECK_THAT(error_of([&] { Conv2d(3, 4, 3, {.stride = 0}); }), Contains("stride"));
   // Functional: mismatched channels name both shapes.
-  CHECK_THAT(msg([&] { conv2d(zeros({2, 3, 7, 9}), zeros({5, 4, 3, 3})); }),
+  CHECK_THAT(error_of([&] { conv2d(zeros({2, 3, 7, 9}), zeros({5, 4, 3, 3})); }),
              Contains("[2, 3, 7, 9]") && Contains("[5, 4, 3, 3]"));
-  CHECK_THAT(msg([&] { conv2d(Tensor(), zeros({5, 4, 3, 3})); }), Contains("undefined"));
+  CHECK_THAT(error_of([&] { conv2d(Tensor(), zeros({5, 4, 3, 3})); }), Contains("undefined"));
 }

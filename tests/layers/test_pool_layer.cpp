@@ -9,6 +9,7 @@
 #include "autograd/ops_conv.h"
 #include "kernels/factory.h"
 #include "layers/pool.h"
+#include "support/error_of.h"
 #include "support/gradcheck.h"
 #include "support/reference.h"
 
@@ -17,6 +18,7 @@ using ember::layers::AdaptiveAvgPool2d;
 using ember::layers::AvgPool2d;
 using ember::layers::MaxPool2d;
 using ember::testing::check_close;
+using ember::testing::error_of;
 using ember::testing::Layout;
 using ember::testing::random_tensor;
 using ember::testing::to_f64;
@@ -111,18 +113,10 @@ TEST_CASE("pooling layers: printing and errors", "[cpu][layers]") {
   CHECK(AvgPool2d(3, 2, 1, false, false).extra_repr() == "kernel_size=3, stride=2, padding=1, count_include_pad=False");
   CHECK(AdaptiveAvgPool2d({1, 1}).extra_repr() == "output_size=1");
   CHECK(AdaptiveAvgPool2d({3, 4}).str() == "AdaptiveAvgPool2d(output_size=(3, 4))");
-  auto msg = [](auto&& fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  CHECK_THAT(msg([] { MaxPool2d(2, 2, 2); }), Contains("padding") && Contains("half"));
-  CHECK_THAT(msg([] { AvgPool2d(0); }), Contains("kernel_size"));
-  CHECK_THAT(msg([] { AdaptiveAvgPool2d({0, 2}); }), Contains("output_size"));
-  CHECK_THAT(msg([] { MaxPool2d(2).forward(zeros({3, 8, 8})); }), Contains("[3, 8, 8]"));
-  CHECK_THAT(msg([] { MaxPool2d(5).forward(zeros({1, 1, 4, 4})); }), Contains("[1, 1, 4, 4]") && Contains("too small"));
-  CHECK_THAT(msg([] { AdaptiveAvgPool2d(2).forward(zeros({1, 1, 0, 4})); }), Contains("[1, 1, 0, 4]"));
+  CHECK_THAT(error_of([] { MaxPool2d(2, 2, 2); }), Contains("padding") && Contains("half"));
+  CHECK_THAT(error_of([] { AvgPool2d(0); }), Contains("kernel_size"));
+  CHECK_THAT(error_of([] { AdaptiveAvgPool2d({0, 2}); }), Contains("output_size"));
+  CHECK_THAT(error_of([] { MaxPool2d(2).forward(zeros({3, 8, 8})); }), Contains("[3, 8, 8]"));
+  CHECK_THAT(error_of([] { MaxPool2d(5).forward(zeros({1, 1, 4, 4})); }), Contains("[1, 1, 4, 4]") && Contains("too small"));
+  CHECK_THAT(error_of([] { AdaptiveAvgPool2d(2).forward(zeros({1, 1, 0, 4})); }), Contains("[1, 1, 0, 4]"));
 }

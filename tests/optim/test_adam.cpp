@@ -10,6 +10,7 @@
 #include "kernels/factory.h"
 #include "optim/adam.h"
 #include "optim/optim_reference.h"
+#include "support/error_of.h"
 #include "support/reference.h"
 
 using namespace ember;
@@ -137,16 +138,8 @@ TEST_CASE("Adam: options round trip and argument errors", "[cpu][optim]") {
   CHECK(o.eps == 1e-7);
   CHECK(o.weight_decay == 1e-2);  // AdamW's default, as PyTorch
   CHECK(optim::Adam({p}).options().weight_decay == 0.0);
-  auto msg = [](auto&& fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  CHECK_THAT(msg([&] { optim::Adam({p}, {.betas = {1.0, 0.999}}); }), Catch::Contains("invalid beta1 1"));
-  CHECK_THAT(msg([&] { optim::Adam({p}, {.betas = {0.9, -0.1}}); }), Catch::Contains("invalid beta2 -0.1"));
-  CHECK_THAT(msg([&] { optim::AdamW({p}, {.eps = -1}); }), Catch::Contains("AdamW: invalid eps -1"));
-  CHECK_THAT(msg([&] { optim::Adam({p}, {.weight_decay = -1}); }), Catch::Contains("invalid weight_decay -1"));
+  CHECK_THAT(error_of([&] { optim::Adam({p}, {.betas = {1.0, 0.999}}); }), Catch::Contains("invalid beta1 1"));
+  CHECK_THAT(error_of([&] { optim::Adam({p}, {.betas = {0.9, -0.1}}); }), Catch::Contains("invalid beta2 -0.1"));
+  CHECK_THAT(error_of([&] { optim::AdamW({p}, {.eps = -1}); }), Catch::Contains("AdamW: invalid eps -1"));
+  CHECK_THAT(error_of([&] { optim::Adam({p}, {.weight_decay = -1}); }), Catch::Contains("invalid weight_decay -1"));
 }

@@ -11,6 +11,7 @@
 #include "kernels/factory.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
+#include "support/error_of.h"
 #include "support/reference.h"
 
 using namespace ember;
@@ -35,15 +36,6 @@ void set_grads(const std::vector<Tensor>& ps, int s) {
 }
 
 using Factory = std::function<std::unique_ptr<optim::Optimizer>(const std::vector<Tensor>&)>;
-
-std::string msg_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 }  // namespace
 
@@ -151,7 +143,7 @@ TEST_CASE("Optimizer load_state_dict: errors name the entry; nothing changes on 
 
   auto expect_error = [&](StateDict sd, const std::string& text) {
     INFO(text);
-    CHECK_THAT(msg_of([&] { opt.load_state_dict(sd); }), Catch::Contains(text));
+    CHECK_THAT(error_of([&] { opt.load_state_dict(sd); }), Catch::Contains(text));
     CHECK(opt.lr() == 0.1);
     CHECK(to_f64(opt.state(0).at("momentum_buffer")) == buf0);
   };
@@ -219,10 +211,10 @@ TEST_CASE("Optimizer load_state_dict: errors name the entry; nothing changes on 
     adam.step();
     StateDict sd = adam.state_dict();
     sd.erase("state.1.exp_avg_sq");
-    CHECK_THAT(msg_of([&] { adam.load_state_dict(sd); }), Catch::Contains("missing entry 'state.1.exp_avg_sq'"));
+    CHECK_THAT(error_of([&] { adam.load_state_dict(sd); }), Catch::Contains("missing entry 'state.1.exp_avg_sq'"));
     StateDict sd2 = adam.state_dict();
     sd2["state.0.step"] = scalar_tensor(1.5, DType::f64);
-    CHECK_THAT(msg_of([&] { adam.load_state_dict(sd2); }), Catch::Contains("'state.0.step' holds step count 1.5"));
+    CHECK_THAT(error_of([&] { adam.load_state_dict(sd2); }), Catch::Contains("'state.0.step' holds step count 1.5"));
   }
 }
 

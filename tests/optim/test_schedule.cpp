@@ -11,6 +11,7 @@
 #include "kernels/factory.h"
 #include "optim/schedule.h"
 #include "optim/sgd.h"
+#include "support/error_of.h"
 #include "support/reference.h"
 
 using namespace ember;
@@ -38,15 +39,6 @@ void check_seq(const std::vector<double>& got, const std::vector<double>& want) 
     INFO("t = " << i);
     CHECK(got[i] == Approx(want[i]).epsilon(1e-12).margin(1e-15));
   }
-}
-
-std::string msg_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 struct Fixture {
@@ -107,9 +99,9 @@ TEST_CASE("LinearWarmup: linear ramp, then the wrapped schedule shifted by the w
   SECTION("errors") {
     Fixture f;
     Fixture other;
-    CHECK_THAT(msg_of([&] { optim::LinearWarmup(f.opt, -1); }), Catch::Contains("warmup_steps must be >= 0"));
-    CHECK_THAT(msg_of([&] { optim::LinearWarmup(f.opt, 2, nullptr, 1.5); }), Catch::Contains("start_factor"));
-    CHECK_THAT(msg_of([&] {
+    CHECK_THAT(error_of([&] { optim::LinearWarmup(f.opt, -1); }), Catch::Contains("warmup_steps must be >= 0"));
+    CHECK_THAT(error_of([&] { optim::LinearWarmup(f.opt, 2, nullptr, 1.5); }), Catch::Contains("start_factor"));
+    CHECK_THAT(error_of([&] {
                  optim::LinearWarmup(f.opt, 2, std::make_unique<optim::StepLR>(other.opt, optim::StepLROptions{}));
                }),
                Catch::Contains("drives a different optimizer"));
@@ -134,7 +126,7 @@ TEST_CASE("OneCycleLR: phases, annealing and the step limit", "[cpu][optim]") {
     CHECK(got[1] == Approx(5.2));  // half way up: the mean
     CHECK(got[2] == Approx(10));
     CHECK(got[9] == Approx(0.004));
-    CHECK_THAT(msg_of([&] { s.step(); }), Catch::Contains("stepped 11 times but total_steps is 10"));
+    CHECK_THAT(error_of([&] { s.step(); }), Catch::Contains("stepped 11 times but total_steps is 10"));
     CHECK(s.step_count() == 10);
   }
   SECTION("three phases, linear") {
@@ -152,10 +144,10 @@ TEST_CASE("OneCycleLR: phases, annealing and the step limit", "[cpu][optim]") {
   }
   SECTION("argument errors") {
     Fixture f;
-    CHECK_THAT(msg_of([&] { optim::OneCycleLR(f.opt, {.total_steps = 1}); }), Catch::Contains("total_steps must be >= 2"));
-    CHECK_THAT(msg_of([&] { optim::OneCycleLR(f.opt, {.total_steps = 3, .pct_start = 0.2}); }),
+    CHECK_THAT(error_of([&] { optim::OneCycleLR(f.opt, {.total_steps = 1}); }), Catch::Contains("total_steps must be >= 2"));
+    CHECK_THAT(error_of([&] { optim::OneCycleLR(f.opt, {.total_steps = 3, .pct_start = 0.2}); }),
                Catch::Contains("phase 1 of 2 is empty"));
-    CHECK_THAT(msg_of([&] { optim::OneCycleLR(f.opt, {.pct_start = 1.0}); }), Catch::Contains("pct_start"));
+    CHECK_THAT(error_of([&] { optim::OneCycleLR(f.opt, {.pct_start = 1.0}); }), Catch::Contains("pct_start"));
   }
 }
 
@@ -205,33 +197,33 @@ TEST_CASE("Schedules: load_state_dict errors name the entry and change nothing",
   StateDict sd = s.state_dict();
   StateDict missing = sd;
   missing.erase("base_lr");
-  CHECK_THAT(msg_of([&] { s.load_state_dict(missing); }), Catch::Contains("missing entry 'base_lr'"));
+  CHECK_THAT(error_of([&] { s.load_state_dict(missing); }), Catch::Contains("missing entry 'base_lr'"));
   StateDict extra = sd;
   extra["gamma"] = scalar_tensor(0.5, DType::f64);
-  CHECK_THAT(msg_of([&] { s.load_state_dict(extra); }), Catch::Contains("unexpected entry 'gamma'"));
+  CHECK_THAT(error_of([&] { s.load_state_dict(extra); }), Catch::Contains("unexpected entry 'gamma'"));
   StateDict bad = sd;
   bad["step_count"] = scalar_tensor(-3, DType::i64);
-  CHECK_THAT(msg_of([&] { s.load_state_dict(bad); }), Catch::Contains("'step_count' holds -3"));
+  CHECK_THAT(error_of([&] { s.load_state_dict(bad); }), Catch::Contains("'step_count' holds -3"));
   CHECK(s.step_count() == 1);
   // A warm-up without a wrapped schedule refuses the wrapped schedule's entries.
   Fixture g;
   optim::LinearWarmup w(g.opt, 2);
   Fixture h;
   optim::LinearWarmup w2(h.opt, 2, std::make_unique<optim::StepLR>(h.opt, optim::StepLROptions{}));
-  CHECK_THAT(msg_of([&] { w.load_state_dict(w2.state_dict()); }), Catch::Contains("unexpected entry 'after.base_lr'"));
+  CHECK_THAT(error_of([&] { w.load_state_dict(w2.state_dict()); }), Catch::Contains("unexpected entry 'after.base_lr'"));
   // OneCycleLR refuses a step count past total_steps, and keeps its own.
   Fixture k;
   optim::OneCycleLR oc(k.opt, {.total_steps = 10});
   StateDict far = oc.state_dict();
   far["step_count"] = scalar_tensor(11, DType::i64);
-  CHECK_THAT(msg_of([&] { oc.load_state_dict(far); }), Catch::Contains("outside [0, total_steps = 10]"));
+  CHECK_THAT(error_of([&] { oc.load_state_dict(far); }), Catch::Contains("outside [0, total_steps = 10]"));
   CHECK(oc.step_count() == 0);
   // A warm-up in front of OneCycleLR runs out with it; the failed step leaves the count alone.
   Fixture m;
   optim::LinearWarmup wo(m.opt, 2, std::make_unique<optim::OneCycleLR>(m.opt, optim::OneCycleOptions{.total_steps = 4}));
   for (int t = 0; t < 6; ++t) wo.step();
   const double last = m.opt.lr();
-  CHECK_THAT(msg_of([&] { wo.step(); }), Catch::Contains("step 5 is outside [0, total_steps = 4]"));
+  CHECK_THAT(error_of([&] { wo.step(); }), Catch::Contains("step 5 is outside [0, total_steps = 4]"));
   CHECK(wo.step_count() == 6);
   CHECK(m.opt.lr() == last);
 }

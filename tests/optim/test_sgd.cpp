@@ -12,6 +12,7 @@
 #include "kernels/factory.h"
 #include "optim/optim_reference.h"
 #include "optim/sgd.h"
+#include "support/error_of.h"
 #include "support/reference.h"
 
 using namespace ember;
@@ -196,25 +197,17 @@ TEST_CASE("SGD: a step driven by autograd (loss.backward) and set_lr", "[cpu][op
 
 TEST_CASE("SGD: argument errors name the problem", "[cpu][optim]") {
   Tensor p = random_tensor({2, 2}, DType::f32, 7).requires_grad_();
-  auto msg = [](auto&& fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  CHECK_THAT(msg([&] { optim::SGD({p}, {.lr = -1}); }), Catch::Contains("invalid learning rate -1"));
-  CHECK_THAT(msg([&] { optim::SGD({p}, {.lr = 0.1, .nesterov = true}); }),
+  CHECK_THAT(error_of([&] { optim::SGD({p}, {.lr = -1}); }), Catch::Contains("invalid learning rate -1"));
+  CHECK_THAT(error_of([&] { optim::SGD({p}, {.lr = 0.1, .nesterov = true}); }),
              Catch::Contains("Nesterov momentum requires momentum > 0 and dampening == 0"));
-  CHECK_THAT(msg([&] { optim::SGD({p}, {.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .nesterov = true}); }),
+  CHECK_THAT(error_of([&] { optim::SGD({p}, {.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .nesterov = true}); }),
              Catch::Contains("dampening 0.1"));
-  CHECK_THAT(msg([&] { optim::SGD({p, p}, {.lr = 0.1}); }), Catch::Contains("parameters 0 and 1 are the same tensor"));
+  CHECK_THAT(error_of([&] { optim::SGD({p, p}, {.lr = 0.1}); }), Catch::Contains("parameters 0 and 1 are the same tensor"));
   Tensor h = empty({3}, DType::f16);
-  CHECK_THAT(msg([&] { optim::SGD({h}, {.lr = 0.1}); }), Catch::Contains("has dtype f16; expected f32 or f64"));
+  CHECK_THAT(error_of([&] { optim::SGD({h}, {.lr = 0.1}); }), Catch::Contains("has dtype f16; expected f32 or f64"));
   Tensor nonleaf = p * 2.0;
-  CHECK_THAT(msg([&] { optim::SGD({nonleaf}, {.lr = 0.1}); }), Catch::Contains("is not a leaf tensor"));
+  CHECK_THAT(error_of([&] { optim::SGD({nonleaf}, {.lr = 0.1}); }), Catch::Contains("is not a leaf tensor"));
   optim::SGD opt({p}, {.lr = 0.1});
-  CHECK_THAT(msg([&] { opt.set_lr(-0.5); }), Catch::Contains("invalid learning rate -0.5"));
-  CHECK_THAT(msg([&] { opt.hyperparameter("beta1"); }), Catch::Contains("no hyperparameter 'beta1'"));
+  CHECK_THAT(error_of([&] { opt.set_lr(-0.5); }), Catch::Contains("invalid learning rate -0.5"));
+  CHECK_THAT(error_of([&] { opt.hyperparameter("beta1"); }), Catch::Contains("no hyperparameter 'beta1'"));
 }

@@ -11,8 +11,8 @@
 //    walking D with stride inner. Consecutive threads take consecutive inner indices, so each
 //    step of the walk is a coalesced load across the warp.
 //  - cross-entropy forward fuses the row's (max, sum exp) with the row sum needed by label
-//    smoothing and the gather of x[n, t_n]; backward is elementwise given the saved (f32) lse,
-//    except for f64 logits, whose rows recompute lse in double to keep f64 accuracy.
+//    smoothing and the gather of x[n, t_n]; backward recomputes each row's (max, sum exp) in
+//    the accumulation type instead of trusting the saved f32 lse, as the CPU twin does.
 // Known limits: loads are scalar (coalesced across the warp, but not 16-byte vectorized), and the
 // strided kernel runs one thread per column, so a huge D with few columns is slow (correct).
 // f16/bf16 compute in f32, f64 in f64. exp/log are the accurate library functions, not the
@@ -239,8 +239,11 @@ __global__ void cross_entropy_kernel(const T* __restrict__ x, const int64_t* __r
         atomicMax(bad, static_cast<unsigned long long>(N - row));
         l = std::numeric_limits<A>::quiet_NaN();
       } else {
-        l = row_lse - (A(1) - smooth) * load_as<A>(xr[t]);
-        if (smooth != A(0)) l -= smooth / static_cast<A>(C) * st.sum;
+        // As the CPU twin: log(s) + (1 - ls) (m - x_t) + ls (m - mean x), so that huge logits
+        // cancel (m - x_t is exact for nearby values) before the small log(s) is added; the
+        // form lse - x_t would lose log(s) to the rounding of lse (|x| ~ 1e4: ~5e-4 in f32).
+        l = dev_log(st.s) + (A(1) - smooth) * (st.m - load_as<A>(xr[t]));
+        if (smooth != A(0)) l += smooth * (st.m - st.sum / static_cast<A>(C));
       }
       loss[row] = static_cast<float>(l);
       lse[row] = static_cast<float>(row_lse);
@@ -248,33 +251,13 @@ __global__ void cross_entropy_kernel(const T* __restrict__ x, const int64_t* __r
   }
 }
 
-/// dlogits[n, c] = g_n * (exp(x[n, c] - lse_n) - (1 - ls) * [c == t_n] - ls / C); logits and
-/// dlogits (N, C) contiguous, grad_rows / target / lse (N) read with their strides (a mean loss
-/// hands in an expanded, stride-0 gradient). Targets were validated by the forward pass; an
+/// dlogits[n, c] = g_n * (exp((x[n, c] - m_n) - log s_n) - (1 - ls) * [c == t_n] - ls / C), with
+/// the row's max m_n and s_n = sum exp(x - m_n) recomputed here, one group (warp or block) per row
+/// as in the forward pass, as the CPU twin does: the saved lse is only f32, and exp(x - lse32)
+/// would carry lse's rounding into every probability (|x| ~ 1e4: a relative 5e-4 in f32; f64
+/// logits would be capped at f32 accuracy). logits and dlogits (N, C) contiguous; grad_rows and
+/// target (N) read with their strides. Targets were validated by the forward pass; an
 /// out-of-range one just never matches c.
-template <typename T>
-__global__ void cross_entropy_backward_kernel(const float* __restrict__ grad_rows, int64_t grad_stride,
-                                              const T* __restrict__ x, const int64_t* __restrict__ target,
-                                              int64_t target_stride, const float* __restrict__ lse,
-                                              int64_t lse_stride, T* __restrict__ dx, int64_t N, int64_t C,
-                                              double ls) {
-  using A = acc_t<T>;
-  const A smooth = static_cast<A>(ls);
-  const A uniform = smooth / static_cast<A>(C);
-  const A on_target = A(1) - smooth;
-  const int64_t n = N * C;
-  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t row = idx / C, c = idx - row * C;
-    const A p = dev_exp(load_as<A>(x[idx]) - static_cast<A>(lse[row * lse_stride]));
-    const A hit = target[row * target_stride] == c ? on_target : A(0);
-    dx[idx] = store_as<T>(static_cast<A>(grad_rows[row * grad_stride]) * (p - hit - uniform));
-  }
-}
-
-/// f64 logits: lse is only stored in f32, which would cap the gradient at f32 accuracy (and fail a
-/// float64 finite-difference check), so each row's lse is recomputed in double here, one group
-/// (warp or block) per row as in the forward pass.
 template <typename T, bool kWarp>
 __global__ void cross_entropy_backward_rows_kernel(const float* __restrict__ grad_rows, int64_t grad_stride,
                                                    const T* __restrict__ x, const int64_t* __restrict__ target,
@@ -438,32 +421,23 @@ void cross_entropy_backward_cuda(const Tensor& grad_rows, const Tensor& logits, 
   check_rows("cross_entropy_backward", grad_rows, N, DType::f32, "grad_rows");
   check_rows("cross_entropy_backward", target, N, DType::i64, "target");
   check_rows("cross_entropy_backward", lse, N, DType::f32, "lse");
-  const int64_t n = N * C;
-  if (n == 0) return;
+  if (N * C == 0) return;
   DeviceGuard guard(logits.device());
   cudaStream_t stream = stream_of(logits);
-  if (logits.dtype() == DType::f64) {
+  EMBER_DISPATCH_FLOAT(logits.dtype(), "cross_entropy_backward (cuda)", [&]<typename T>() {
     const float* gp = static_cast<const float*>(grad_rows.data_ptr());
-    const double* xp = static_cast<const double*>(logits.data_ptr());
+    const T* xp = static_cast<const T*>(logits.data_ptr());
     const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
-    double* dp = static_cast<double*>(dlogits.data_ptr());
+    T* dp = static_cast<T*>(dlogits.data_ptr());
     if (C <= kWarpRowMax) {
       const int grid = static_cast<int>(std::min(ceil_div(N, kWarpsPerBlock), kMaxGrid));
-      cross_entropy_backward_rows_kernel<double, true>
+      cross_entropy_backward_rows_kernel<T, true>
           <<<grid, kBlock, 0, stream>>>(gp, grad_rows.stride(0), xp, tp, target.stride(0), dp, N, C, ls);
     } else {
       const int grid = static_cast<int>(std::min(N, kMaxGrid));
-      cross_entropy_backward_rows_kernel<double, false>
+      cross_entropy_backward_rows_kernel<T, false>
           <<<grid, kBlock, 0, stream>>>(gp, grad_rows.stride(0), xp, tp, target.stride(0), dp, N, C, ls);
     }
-    EMBER_LAUNCH_CHECK();
-    return;
-  }
-  EMBER_DISPATCH_FLOAT(logits.dtype(), "cross_entropy_backward (cuda)", [&]<typename T>() {
-    cross_entropy_backward_kernel<T><<<grid_for(n), kBlock, 0, stream>>>(
-        static_cast<const float*>(grad_rows.data_ptr()), grad_rows.stride(0), static_cast<const T*>(logits.data_ptr()),
-        static_cast<const int64_t*>(target.data_ptr()), target.stride(0), static_cast<const float*>(lse.data_ptr()),
-        lse.stride(0), static_cast<T*>(dlogits.data_ptr()), N, C, ls);
     EMBER_LAUNCH_CHECK();
   });
 }

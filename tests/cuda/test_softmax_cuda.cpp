@@ -244,12 +244,13 @@ void check_cross_entropy(int64_t N, int64_t C, double ls, DType dt, uint64_t see
   check_both(rg.loss, rc.loss, Expect{ref.loss, ref.loss_bound});
   check_both(rg.lse, rc.lse, Expect{ref.lse, ref.lse_bound});
 
-  // Backward, fed an lse we control (the reference's, rounded to f32) and per-row gradients.
-  // f64 logits must not be limited by the f32 lse: their reference uses the exact one.
+  // Backward, fed the reference lse rounded to f32 and per-row gradients. Both devices recompute
+  // each row's lse in the accumulation type rather than trust the f32 one, so the reference uses
+  // the exact lse for every dtype.
   std::vector<double> lse32(ref.lse.size()), lse_used(ref.lse.size());
   for (size_t i = 0; i < lse32.size(); ++i) {
     lse32[i] = round_to(DType::f32, ref.lse[i]);
-    lse_used[i] = dt == DType::f64 ? ref.lse[i] : lse32[i];
+    lse_used[i] = ref.lse[i];
   }
   const std::vector<double> gv = random_values(N, seed + 2, -1.0, 1.0);
   std::vector<double> g32(gv.size());
@@ -301,4 +302,57 @@ TEST_CASE("cuda cross_entropy: an out-of-range target is an error naming it", "[
   t[2] = 2;
   kernels::CrossEntropyRows r = kernels::cross_entropy_rows(x, from_vector(t, {8}).to(kGpu));
   for (double l : to_f64(r.loss)) CHECK(std::isfinite(l));
+}
+
+TEST_CASE("cuda cross_entropy: huge f32 logits keep f32 accuracy (no f32 lse round trip)", "[cuda][softmax]") {
+  // Logits 1e4 + U[-4, 4]: an f32 lse near 1e4 is only good to ~5e-4 (half an ulp), so a loss
+  // computed as lse - x_t, or a gradient as exp(x - lse32), would miss the bounds below, which
+  // follow the f32 error of log(sum exp(x - max)) (max - x is exact for such close values).
+  const int64_t N = 37;
+  for (int64_t C : {10, 1500}) {  // a warp per row and a block per row
+    INFO("C " << C);
+    Tensor xc = random_tensor({N, C}, DType::f32, 800 + C, 1.0e4 - 4.0, 1.0e4 + 4.0);
+    Tensor xg = xc.to(kGpu);
+    const std::vector<int64_t> t = random_targets(N, C, 900 + C);
+    Tensor tc = from_vector(t, {N});
+    Tensor tg = tc.to(kGpu);
+    const std::vector<double> xv = to_f64(xc);
+    const double ta = tol(DType::f32), sc = std::sqrt(static_cast<double>(C));
+    Expect loss{std::vector<double>(N), std::vector<double>(N)};
+    std::vector<double> lse(N), zspan(N);
+    for (int64_t n = 0; n < N; ++n) {
+      const double* row = xv.data() + n * C;
+      double m = -INFINITY, lo = INFINITY, s = 0.0;
+      for (int64_t c = 0; c < C; ++c) m = std::max(m, row[c]), lo = std::min(lo, row[c]);
+      for (int64_t c = 0; c < C; ++c) s += std::exp(row[c] - m);
+      lse[n] = m + std::log(s);
+      zspan[n] = m - lo;
+      loss.out[n] = std::log(s) + (m - row[t[n]]);
+      // exp of each (x - max) to a relative ta * (|z| + 1), their f32 sum to tol_sum, the log, and
+      // one f32 rounding of the result.
+      loss.bound[n] = ta * (zspan[n] + 2.0 + sc + std::fabs(std::log(s))) + ta * std::fabs(loss.out[n]);
+    }
+    kernels::CrossEntropyRows rg = kernels::cross_entropy_rows(xg, tg);
+    kernels::CrossEntropyRows rc = kernels::cross_entropy_rows(xc, tc);
+    check_both(rg.loss, rc.loss, loss);
+
+    // Backward from the forward's own (f32) lse, as autograd hands it in.
+    const std::vector<double> gv = random_values(N, 950 + C, -1.0, 1.0);
+    std::vector<double> g32(gv.size());
+    for (size_t i = 0; i < gv.size(); ++i) g32[i] = round_to(DType::f32, gv[i]);
+    Tensor gc = make_tensor(g32, {N});
+    Expect eb{std::vector<double>(xv.size()), std::vector<double>(xv.size())};
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c) {
+        const size_t k = static_cast<size_t>(n * C + c);
+        const double z = xv[k] - lse[n];
+        const double p = std::exp(z);
+        const double d = g32[n] * (p - (c == t[n] ? 1.0 : 0.0));
+        eb.out[k] = d;
+        // z = (x - max) - log(s): exact difference, log(s) as in the forward bound.
+        eb.bound[k] = std::fabs(g32[n]) * (p * ta * (std::fabs(z) + zspan[n] + 3.0 + sc) + ta) + ta * std::fabs(d);
+      }
+    check_both(kernels::cross_entropy_backward(gc.to(kGpu), xg, tg, rg.lse, 0.0),
+               kernels::cross_entropy_backward(gc, xc, tc, rc.lse, 0.0), eb);
+  }
 }

@@ -16,8 +16,8 @@
 //  - Inside a chunk each thread handles kIlp consecutive elements per iteration, with one vector
 //    load/store per operand (16 bytes for f32) when all of a tensor's operands are aligned for it,
 //    and a scalar loop for the tail and for misaligned views.
-//  - The norm is deterministic: each block writes its partial sum of squares (per-thread sums in
-//    the accumulation type, folded across the block in double) to its own slot of a temporary
+//  - The norm is deterministic: each block writes its partial sum of squares (in double, as the
+//    CPU twin: f32 squares overflow above |x| ~ 1.8e19) to its own slot of a temporary
 //    from the caching allocator, and one single-block pass folds the slots in a fixed order.
 //    Clipping reads the norm from device memory, so clip_grad_norm_ never waits for the host.
 // Per-element formulas: kernels/optim_math.h, shared with the CPU twin (kernels/cpu/optim.cpp).
@@ -171,9 +171,13 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 // ---- norm: per-block partial sums of squares into partial[blockIdx.x] ----
+// Squares are taken and summed in double for every dtype, as the CPU twin does: in f32, |x| above
+// ~1.8e19 squares to inf (exploding gradients, exactly when clipping matters, would get a norm of
+// inf and be zeroed instead of scaled), |x| below ~1e-23 squares to 0, and long per-thread f32
+// sums drift. The kernel stays bound by memory traffic.
 template <typename T>
 __global__ void __launch_bounds__(kBlock) sum_squares_kernel(TensorListMeta<1, NoExtra> meta, double* partial) {
-  using A = acc_t<T>;
+  using A = double;
   __shared__ double smem[32];
   A acc = A(0);
   const int64_t total = meta.chunk_start[meta.count];
@@ -194,7 +198,7 @@ __global__ void __launch_bounds__(kBlock) sum_squares_kernel(TensorListMeta<1, N
       acc += e * e;
     }
   }
-  const double sum = block_reduce(static_cast<double>(acc), [](double a, double b) { return a + b; }, 0.0, smem);
+  const double sum = block_reduce(acc, [](double a, double b) { return a + b; }, 0.0, smem);
   if (threadIdx.x == 0) partial[blockIdx.x] = sum;
 }
 

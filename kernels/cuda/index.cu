@@ -19,9 +19,13 @@
 //  * Index bounds: the GPU cannot throw, and checking on the host first would copy the index
 //    back. The kernels validate each index; an out-of-range one is skipped (index_select writes
 //    zeros there) and recorded in a DeviceErrorFlag (kernels/cuda/error_flag.cuh). The launcher
-//    reads the flag back after the kernel and throws an ember::Error naming the bad index and
-//    the valid range. That copy synchronizes the stream once per call: the price of a precise,
-//    catchable error instead of a device-side assert that would kill the CUDA context.
+//    reads the flag back and throws an ember::Error naming the bad index and the valid range.
+//    That copy synchronizes the stream once per call: the price of a precise, catchable error
+//    instead of a device-side assert that would kill the CUDA context. index_select reads the
+//    flag after its kernel (its output is fresh, so partial writes are invisible on error);
+//    index_add modifies `out` in place, so it validates the K indices in a tiny kernel and reads
+//    the flag *before* adding: on an error `out` is left untouched, as on the CPU (whose front
+//    checks bounds before anything is written), and the add itself then runs without a sync.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -157,6 +161,17 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+// Raises `err` for an index outside [0, D) (index_add's check before it touches `out`).
+template <typename Ix>
+__global__ void __launch_bounds__(kBlock)
+    check_index_kernel(const Ix* __restrict__ index, int64_t K, int64_t D, unsigned long long* err) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < K; k += stride) {
+    const int64_t id = static_cast<int64_t>(index[k]);
+    if (id < 0 || id >= D) raise_error_flag(err, id);
+  }
+}
+
 // Launches kernel<I, Dv> with 32-bit indexing when both the iterated tensor (n elements) and the
 // indexed one (`other` elements) are below 2^31, else with 64-bit indexing.
 template <typename Launch>
@@ -249,6 +264,13 @@ void index_add_impl(const Tensor& out, const Tensor& index, const Tensor& src) {
   const cudaStream_t stream = stream_of(out);
   const DType dt = out.dtype();
   DeviceErrorFlag err(out.device(), stream);
+  // Validate first (see the top comment): an out-of-range index must not leave `out` half updated.
+  dispatch_index(index, what, [&]<typename Ix>() {
+    check_index_kernel<Ix><<<grid_for(K), kBlock, 0, stream>>>(static_cast<const Ix*>(index.data_ptr()), K, D,
+                                                               err.ptr());
+    EMBER_LAUNCH_CHECK();
+  });
+  check_index_flag(err, what, D);
   dispatch_index(index, what, [&]<typename Ix>() {
     EMBER_DISPATCH_ALL(dt, what, [&]<typename T>() {
       with_index_width(n, out.numel(), [&]<typename I, typename Dv>() {
@@ -260,7 +282,8 @@ void index_add_impl(const Tensor& out, const Tensor& index, const Tensor& src) {
       });
     });
   });
-  check_index_flag(err, what, D);
+  // The add kernel still skips bad indices (err.ptr() above), but none can be left after the
+  // check: no second read, so the add stays asynchronous.
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/stream.h"
 #include "kernels/copy.h"
 #include "kernels/elementwise.h"
 #include "support/reference.h"
@@ -216,4 +217,21 @@ TEST_CASE("cuda strided copies with offsets past 2^31 take the 64-bit indexing p
   // The bytes between the view's elements kept the fill value.
   check_close(buf.narrow(0, 2, 2), {7, 7}, 0, 0);
   check_close(buf.narrow(0, (int64_t(1) << 31) + 2, 2), {7, 7}, 0, 0);
+}
+
+TEST_CASE("cuda copy, fill and transfer accept zero-element tensors", "[cuda]") {
+  // Through the tables, past the front's numel == 0 return: the launchers' own guards run.
+  for (const Shape& shape : {Shape{0}, Shape{4, 0}}) {
+    INFO("shape " << shape_str(shape));
+    const Tensor a = empty(shape, DType::f32, kGpu), b = empty(shape, DType::f16, kGpu);
+    CHECK_NOTHROW(kernels::copy_table(kGpu, a, empty(shape, DType::f32, kGpu)));  // memcpy path
+    CHECK_NOTHROW(kernels::copy_table(kGpu, a, b));                                // cast path
+    if (shape.size() == 2) CHECK_NOTHROW(kernels::copy_table(kGpu, a.t(), empty({0, 4}, DType::f32, kGpu)));
+    CHECK_NOTHROW(kernels::fill_table(kGpu, a, 0.0));  // memset path
+    CHECK_NOTHROW(kernels::fill_table(kGpu, b, 1.5));  // kernel path
+    CHECK(a.to(Device::cpu()).sizes() == shape);
+    CHECK(empty(shape, DType::i64, Device::cpu()).to(kGpu).sizes() == shape);
+  }
+  CHECK_NOTHROW(kernels::transfer_table(kGpu, nullptr, kGpu, nullptr, Device::cpu(), 0));
+  CHECK_NOTHROW(synchronize(kGpu));
 }

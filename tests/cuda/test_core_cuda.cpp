@@ -43,7 +43,11 @@ TEST_CASE("the CUDA caching allocator reuses blocks per stream", "[cuda]") {
   }
   CHECK(a.stats().allocated == before.allocated);
   const auto mid = a.stats();
-  ember::DataPtr q = a.allocate(12000);  // same class, same (default) stream: the cached block
+  // Same rounded size (12345 and 12700 both round to 12800), same (default) stream: best fit is
+  // the very block just freed. (12000 would round to 12288, which any cached 12288-byte fragment
+  // left by earlier tests would fit better.)
+  REQUIRE(ember::CachingAllocator::round_size(12700) == ember::CachingAllocator::round_size(12345));
+  ember::DataPtr q = a.allocate(12700);
   CHECK(q.get() == first);
   CHECK(a.stats().num_backend_allocs == mid.num_backend_allocs);
   CHECK(a.stats().cache_hits == mid.cache_hits + 1);
@@ -51,7 +55,7 @@ TEST_CASE("the CUDA caching allocator reuses blocks per stream", "[cuda]") {
   // On another stream the freed block is not handed out.
   Stream s = ember::new_stream(Device::cuda(0));
   ember::StreamGuard guard(s);
-  ember::DataPtr r = a.allocate(12000);
+  ember::DataPtr r = a.allocate(12700);
   CHECK(r.get() != first);
   r.reset();
   a.empty_cache();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/stream.h"
 #include "kernels/copy.h"
 #include "kernels/index.h"
 #include "support/reference.h"
@@ -128,8 +129,12 @@ TEST_CASE("cuda index_select and index_add report out-of-range indices", "[cuda]
     const Tensor idx = index_tensor({0, 2, bad, 1}, DType::i64, kGpu);
     CHECK_THROWS_WITH(kernels::index_select(x, 0, idx), Catch::Contains("out of range") && Catch::Contains("[0, 5)"));
     Tensor out = random_tensor({5, 3}, DType::f32, 222, -1, 1, Layout::Contiguous, kGpu);
+    const std::vector<double> before = to_f64(out);
     const Tensor src = random_tensor({4, 3}, DType::f32, 223, -1, 1, Layout::Contiguous, kGpu);
     CHECK_THROWS_WITH(kernels::index_add(out, 0, idx, src), Catch::Contains("out of range"));
+    // As on the CPU (bounds checked before anything is written), the valid rows 0, 2 and 1 were
+    // not added either: the error leaves `out` untouched.
+    check_close(out, before, 0, 0);
   }
   // The flag is per call: a valid call right after succeeds.
   const Tensor ok = kernels::index_select(x, 0, index_tensor({4, 0}, DType::i32, kGpu));
@@ -229,4 +234,24 @@ TEST_CASE("cuda index_select and index_add past 2^31 elements take the 64-bit pa
   check_close(x.narrow(0, 0, 8), {4, 3, 3, 3, 3, 3, 3, 9}, 0, 0);
   const Tensor bad = index_tensor({big}, DType::i64, kGpu);
   CHECK_THROWS_WITH(kernels::index_select(x, 0, bad), Catch::Contains("out of range"));
+}
+
+TEST_CASE("cuda index_select and index_add accept zero-element operands", "[cuda]") {
+  // Through the tables, past the front's early returns: no index is read (even a bad one) when
+  // there is nothing to gather or add, and no launch happens.
+  const Tensor bad = index_tensor({7}, DType::i64, kGpu);
+  const Tensor none = empty({0}, DType::i64, kGpu);
+  // inner == 0: rows of zero bytes.
+  CHECK_NOTHROW(kernels::index_select_table(kGpu, empty({2, 3, 0}, DType::f32, kGpu), bad,
+                                            empty({2, 1, 0}, DType::f32, kGpu)));
+  CHECK_NOTHROW(kernels::index_add_table(kGpu, empty({2, 3, 0}, DType::f32, kGpu), bad,
+                                         empty({2, 1, 0}, DType::f32, kGpu)));
+  // K == 0 and outer == 0.
+  CHECK_NOTHROW(kernels::index_select_table(kGpu, empty({2, 3, 4}, DType::f32, kGpu), none,
+                                            empty({2, 0, 4}, DType::f32, kGpu)));
+  CHECK_NOTHROW(kernels::index_add_table(kGpu, empty({0, 3, 4}, DType::f32, kGpu), bad,
+                                         empty({0, 1, 4}, DType::f32, kGpu)));
+  CHECK(kernels::index_select(empty({5, 0}, DType::f32, kGpu), 0, index_tensor({1, 4}, DType::i64, kGpu)).sizes() ==
+        Shape{2, 0});
+  CHECK_NOTHROW(synchronize(kGpu));
 }

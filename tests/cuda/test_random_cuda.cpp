@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/stream.h"
 #include "core/rng.h"
 #include "kernels/random.h"
 #include "support/reference.h"
@@ -140,4 +141,18 @@ TEST_CASE("cuda sampling of 2^24+ elements agrees with the CPU", "[cuda][slow]")
   compare(Dist::Uniform, empty({n}, DType::f32, kGpu), empty({n}, DType::f32, Device::cpu()), -1.0, 1.0);
   compare(Dist::Normal, empty({n}, DType::f32, kGpu), empty({n}, DType::f32, Device::cpu()), 0.0, 1.0);
   compare(Dist::Bernoulli, empty({n}, DType::bf16, kGpu), empty({n}, DType::bf16, Device::cpu()), 0.7, 0.0);
+}
+
+TEST_CASE("cuda sampling into zero-element tensors launches nothing and keeps the offset", "[cuda]") {
+  for (DType dt : {DType::f32, DType::f64, DType::boolean}) {
+    INFO(dtype_name(dt));
+    const Tensor t = empty({3, 0}, dt, kGpu);
+    CHECK_NOTHROW(kernels::sample_table(kGpu, kernels::Distribution::Bernoulli, t, 0.5, 0.0, kSeed, kOffset));
+    Generator gen(kSeed);
+    gen.set_offset(kOffset);
+    if (is_floating(dt)) kernels::normal_(t, 0.0, 1.0, gen);
+    kernels::bernoulli_(t, 0.5, gen);
+    CHECK(gen.offset() == kOffset);  // ceil(0 / 4) = 0 blocks consumed
+  }
+  CHECK_NOTHROW(synchronize(kGpu));
 }

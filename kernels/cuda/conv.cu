@@ -2,11 +2,14 @@
 // stride, padding, dilation; f32, f64, f16, bf16).
 //
 // Why it is shaped this way:
-//  * Algorithms: the first call for a (device, direction, dtype, shapes, params, TF32 switch)
-//    runs cudnnFind*AlgorithmEx, which times every algorithm on the real inputs, and caches the
-//    fastest successful one (with its math type) in a process-wide map; later calls only look it
-//    up. The search writes into a scratch output, never into the caller's tensor, because the
-//    filter gradient of a batch split into chunks accumulates (beta = 1) into the real one.
+//  * Algorithms: the first call for a (device, direction, dtype, shapes, params, TF32 switch,
+//    pointer alignment) runs cudnnFind*AlgorithmEx, which times every algorithm on the real
+//    inputs, and caches the fastest successful one (with its math type) in a process-wide map;
+//    later calls only look it up. The search writes into a scratch output, never into the
+//    caller's tensor, because the filter gradient of a batch split into chunks accumulates
+//    (beta = 1) into the real one. The scratch has the real output's address alignment, and the
+//    alignment is part of the key (as in PyTorch): an algorithm timed on 16-byte-aligned operands
+//    may use vector loads that an offset view or a later batch chunk cannot satisfy.
 //  * Workspace: an `ember::empty` u8 tensor on the device, i.e. the stream-aware caching
 //    allocator; it is released when the call returns and reused in stream order. The search may
 //    use up to kSearchWorkspaceCap bytes; if that much cannot be had it searches with none (every
@@ -46,6 +49,7 @@ namespace {
 
 constexpr size_t kSearchWorkspaceCap = size_t(1) << 30;  // bytes the algorithm search may use
 constexpr int64_t kIntLimit = INT_MAX;                    // cuDNN's 32-bit element counts
+constexpr uintptr_t kMaxAlign = 16;                       // widest vector access cuDNN kernels make
 
 enum class Direction : int { Forward = 0, BackwardData = 1, BackwardFilter = 2 };
 
@@ -64,8 +68,11 @@ struct AlgoKey {
   Direction dir;
   DType dtype;
   bool tf32;
+  int align;  // alignment_of the three operands (see the top comment)
   int64_t n, c, h, w, o, cg, kh, kw, sh, sw, ph, pw, dh, dw, g;
-  auto tie() const { return std::tie(device, dir, dtype, tf32, n, c, h, w, o, cg, kh, kw, sh, sw, ph, pw, dh, dw, g); }
+  auto tie() const {
+    return std::tie(device, dir, dtype, tf32, align, n, c, h, w, o, cg, kh, kw, sh, sw, ph, pw, dh, dw, g);
+  }
   bool operator<(const AlgoKey& b) const { return tie() < b.tie(); }
 };
 
@@ -83,9 +90,25 @@ AlgoCache& algo_cache() {
   return *c;
 }
 
-AlgoKey key_of(Device dev, Direction dir, const Geometry& g, bool tf32) {
-  return AlgoKey{dev.index(), dir, g.dtype, tf32, g.n, g.c, g.h, g.w, g.o, g.cg, g.kh, g.kw, g.p.stride_h,
+AlgoKey key_of(Device dev, Direction dir, const Geometry& g, bool tf32, int align) {
+  return AlgoKey{dev.index(), dir, g.dtype, tf32, align, g.n, g.c, g.h, g.w, g.o, g.cg, g.kh, g.kw, g.p.stride_h,
                  g.p.stride_w, g.p.pad_h, g.p.pad_w, g.p.dilation_h, g.p.dilation_w, g.p.groups};
+}
+
+/// Largest power of two up to kMaxAlign that divides every address in `ps`.
+int alignment_of(std::initializer_list<const void*> ps) {
+  uintptr_t a = kMaxAlign;
+  for (const void* p : ps)
+    while (a > 1 && reinterpret_cast<uintptr_t>(p) % a != 0) a >>= 1;
+  return static_cast<int>(a);
+}
+
+/// A device scratch buffer of `bytes` whose address is congruent to `real` modulo kMaxAlign, so
+/// the search times algorithms under the alignment the real output will have; `hold` owns it.
+void* scratch_like(const void* real, size_t bytes, Device dev, Tensor& hold) {
+  const uintptr_t mis = reinterpret_cast<uintptr_t>(real) % kMaxAlign;
+  hold = empty({static_cast<int64_t>(bytes + kMaxAlign)}, DType::u8, dev);  // the allocator's blocks are aligned
+  return static_cast<char*>(hold.data_ptr()) + mis;
 }
 
 std::string geometry_str(const Geometry& g) {
@@ -225,31 +248,32 @@ AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs
   int returned = 0;
   AlgoChoice choice{0, CUDNN_DEFAULT_MATH};
   bool ok = false;
+  const size_t es = dtype_size(g.dtype);
+  Tensor hold;  // the scratch output's memory
   switch (dir) {
     case Direction::Forward: {
-      Tensor scratch = empty({g.n, g.o, g.ho, g.wo}, g.dtype, dev);
+      void* scratch = scratch_like(y, static_cast<size_t>(g.n * g.o * g.ho * g.wo) * es, dev, hold);
       std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(static_cast<size_t>(count));
       CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, d.x.get(), x, d.w.get(), w, d.conv.get(), d.y.get(),
-                                                         scratch.data_ptr(), count, &returned, perfs.data(), ws_ptr,
-                                                         ws_bytes));
+                                                         scratch, count, &returned, perfs.data(), ws_ptr, ws_bytes));
       ok = pick(perfs, returned, ws_bytes, choice);
       break;
     }
     case Direction::BackwardData: {
-      Tensor scratch = empty({g.n, g.c, g.h, g.w}, g.dtype, dev);
+      void* scratch = scratch_like(x, static_cast<size_t>(g.n * g.c * g.h * g.w) * es, dev, hold);
       std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(static_cast<size_t>(count));
       CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w.get(), w, d.y.get(), y, d.conv.get(), d.x.get(),
-                                                              scratch.data_ptr(), count, &returned, perfs.data(),
-                                                              ws_ptr, ws_bytes));
+                                                              scratch, count, &returned, perfs.data(), ws_ptr,
+                                                              ws_bytes));
       ok = pick(perfs, returned, ws_bytes, choice);
       break;
     }
     case Direction::BackwardFilter: {
-      Tensor scratch = empty({g.o, g.cg, g.kh, g.kw}, g.dtype, dev);
+      void* scratch = scratch_like(w, static_cast<size_t>(g.o * g.cg * g.kh * g.kw) * es, dev, hold);
       std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(static_cast<size_t>(count));
       CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x.get(), x, d.y.get(), y, d.conv.get(),
-                                                                d.w.get(), scratch.data_ptr(), count, &returned,
-                                                                perfs.data(), ws_ptr, ws_bytes));
+                                                                d.w.get(), scratch, count, &returned, perfs.data(),
+                                                                ws_ptr, ws_bytes));
       ok = pick(perfs, returned, ws_bytes, choice);
       break;
     }
@@ -268,7 +292,7 @@ void run(Direction dir, const Geometry& g, Device dev, cudaStream_t stream, cons
   const CudnnHandleLease lease = cudnn_handle(dev, stream);
   cudnnHandle_t h = lease.get();
   Descs d(g, requested_math(g.dtype, tf32));
-  const AlgoKey key = key_of(dev, dir, g, tf32);
+  const AlgoKey key = key_of(dev, dir, g, tf32, alignment_of({x, w, y}));
   AlgoChoice choice{};
   bool found = false;
   {

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -153,6 +154,15 @@ Expect ref_backward_weight(const Case& k, const std::vector<double>& gy, const s
   return finish(sum, abs, count, dt);
 }
 
+/// t's values in a contiguous view that starts one element into its buffer, so its address is
+/// only element-aligned (2 bytes for f16 / bf16).
+Tensor offset_copy(const Tensor& t) {
+  const Tensor buf = zeros({t.numel() + 1}, t.dtype(), t.device());
+  Tensor v = buf.narrow(0, 1, t.numel()).view(t.sizes());
+  v.copy_(t);
+  return v;
+}
+
 }  // namespace
 
 TEST_CASE("cuda conv2d forward matches float64 and the CPU (groups, stride, padding, dilation, bias)", "[cuda][slow]") {
@@ -223,6 +233,35 @@ TEST_CASE("cuda conv2d gives identical results when the cached algorithm is reus
     Case k2 = k;
     k2.n = 2;
     check_expect(y3, ref_forward(k2, to_f64(x1), to_f64(w), {}, dt));
+  }
+}
+
+TEST_CASE("cuda conv2d on operands one element into their buffers after the aligned shapes were cached",
+          "[cuda]") {
+  // The first calls time and cache algorithms on allocator-aligned operands, which cuDNN may serve
+  // with 16-byte vector loads. The same shapes then come as views one element into a buffer (x
+  // for the forward and the filter gradient, grad_out for the input gradient): they must get an
+  // algorithm valid at that alignment (conv.cu keys its cache by alignment), not fail or misread.
+  Case k = cases()[6];  // 32 -> 64 channels: shapes tensor-core algorithms take in f16 / bf16
+  k.bias = false;
+  uint64_t seed = 900;
+  for (DType dt : kFloatTypes) {
+    INFO(dtype_name(dt));
+    const Shape xs{k.n, k.c, k.h, k.w}, ws{k.o, k.c / k.p.groups, k.kh, k.kw};
+    const Shape ys{k.n, k.o, out_h(k), out_w(k)};
+    const Tensor w = random_tensor(ws, dt, ++seed, -1.0, 1.0, Layout::Contiguous, kGpu);
+    const Tensor x = random_tensor(xs, dt, ++seed, -1.0, 1.0, Layout::Contiguous, kGpu);
+    const Tensor gy = random_tensor(ys, dt, ++seed, -1.0, 1.0, Layout::Contiguous, kGpu);
+    (void)kernels::conv2d(x, w, Tensor(), k.p);
+    (void)kernels::conv2d_backward_input(gy, w, xs, k.p);
+    (void)kernels::conv2d_backward_weight(gy, x, ws, k.p);
+    const Tensor xo = offset_copy(x), gyo = offset_copy(gy);
+    REQUIRE(reinterpret_cast<uintptr_t>(xo.data_ptr()) % 16 != 0);
+    REQUIRE(reinterpret_cast<uintptr_t>(gyo.data_ptr()) % 16 != 0);
+    const std::vector<double> xv = to_f64(xo), wv = to_f64(w), gv = to_f64(gyo);
+    check_expect(kernels::conv2d(xo, w, Tensor(), k.p), ref_forward(k, xv, wv, {}, dt));
+    check_expect(kernels::conv2d_backward_input(gyo, w, xs, k.p), ref_backward_input(k, gv, wv, dt));
+    check_expect(kernels::conv2d_backward_weight(gyo, xo, ws, k.p), ref_backward_weight(k, gv, xv, dt));
   }
 }
 

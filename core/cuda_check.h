@@ -6,12 +6,19 @@
 
 #include "core/error.h"
 
+// A failed runtime call also leaves its error in the thread's last-error slot; a non-sticky one
+// (cudaErrorNotReady from cudaEventElapsedTime, cudaErrorInvalidValue, ...) would then be
+// reported a second time by the next EMBER_LAUNCH_CHECK, against an unrelated kernel, after the
+// caller caught the first report. So the slot is cleared before throwing. (Sticky errors, e.g. an
+// illegal address, cannot be cleared: every later call reports them again, which is right.)
 #define CUDA_CHECK(expr)                                                                              \
   do {                                                                                                \
     cudaError_t ember_err_ = (expr);                                                                  \
-    if (ember_err_ != cudaSuccess) [[unlikely]]                                                       \
+    if (ember_err_ != cudaSuccess) [[unlikely]] {                                                     \
+      (void)cudaGetLastError();                                                                       \
       ::ember::detail::throw_error("CUDA_CHECK", #expr, __FILE__, __LINE__, "CUDA error ",            \
                                    cudaGetErrorName(ember_err_), ": ", cudaGetErrorString(ember_err_)); \
+    }                                                                                                 \
   } while (0)
 
 /// After every kernel launch: reports launch-configuration errors at the launch site.

@@ -20,6 +20,14 @@ std::atomic<uint64_t> g_next_sequence_nr{0};
 // destructor in a loop, so tearing down a graph of depth N costs O(1) stack instead of O(N).
 thread_local std::vector<std::shared_ptr<Node>> t_pending_delete;
 thread_local bool t_draining = false;
+
+/// True when `g` is the only handle on a storage it fills exactly, row-major, in the leaf's dtype,
+/// and carries no graph of its own: then it can become the leaf's .grad without a copy.
+bool owns_whole_storage(const Tensor& g, const Tensor& leaf) {
+  return g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && !g.impl()->autograd &&
+         g.dtype() == leaf.dtype() && g.offset() == 0 && g.is_contiguous() &&
+         static_cast<size_t>(g.numel()) * g.element_size() == g.storage().nbytes();
+}
 }  // namespace
 
 Node::Node() : sequence_nr(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
@@ -56,7 +64,9 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     EMBER_CHECK(g.device() == leaf.device(), "backward: gradient on ", g.device().str(),
                 " reached a leaf on ", leaf.device().str());
     AutogradMeta& m = ensure_meta(leaf);
-    if (!m.grad.defined()) {
+    if (!m.grad.defined() && owns_whole_storage(g, leaf)) {
+      m.grad = std::move(g);  // a temporary nobody else holds: keep it rather than copy it
+    } else if (!m.grad.defined()) {
       // A fresh buffer: the incoming gradient may be shared with other nodes or be a broadcast view.
       Tensor fresh = empty(leaf.sizes(), leaf.dtype(), leaf.device());
       kernels::copy(fresh, g);

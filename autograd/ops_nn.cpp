@@ -83,10 +83,14 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
              Tensor ga, gb;
              if (sa.needed) ga = autograd::sum_to(matmul_nd(g, mT(b)), a.sizes());
              if (sb.needed) {
-               if (b.dim() == 2 && a.dim() > 2) {
-                 // Shared weight: one GEMM over all batch rows, (K, B*M) @ (B*M, N).
+               if (b.dim() == 2) {
+                 // One GEMM over all rows (a shared weight when a has batch dims): (K, B*M) @ (B*M, N).
                  const int64_t K = a.size(-1), N = g.size(-1);
-                 gb = kernels::matmul(mT(a.reshape({-1, K})), g.reshape({-1, N}));
+                 const Tensor a2 = a.reshape({-1, K}), g2 = g.reshape({-1, N});
+                 // dB in b's own layout: for b = W.t() of a contiguous W (Linear's weight) compute
+                 // (g^T @ A)^T, so W's gradient arrives contiguous instead of needing a transposing copy.
+                 const bool b_transposed = b.stride(0) == 1 && b.stride(1) == b.size(0) && b.size(0) > 1;
+                 gb = b_transposed ? mT(kernels::matmul(mT(g2), a2)) : kernels::matmul(mT(a2), g2);
                } else {
                  gb = autograd::sum_to(matmul_nd(mT(a), g), b.sizes());
                }

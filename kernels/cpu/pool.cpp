@@ -3,6 +3,7 @@
 // backwards scatter into their own plane only, so no two threads ever write the same element.
 // Sums and comparisons run in f32 (f64 for f64); f16 / bf16 are widened per element.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -48,10 +49,59 @@ inline Window adaptive_window(int64_t o, int64_t out, int64_t in) {
 
 // ---- max ----
 // NaN wins (as in PyTorch): a window holding a NaN yields NaN and points at it.
+/// One step of max pooling's scan (row-major over the window): a larger value or the first NaN
+/// takes over; once a NaN is held nothing replaces it; ties keep the earlier element.
+/// Branch-free, selecting with bit masks: on real activations the comparisons are coin flips,
+/// and with branches (which GCC emits even for `take ? v : best`) mispredictions made this the
+/// slowest kernel of a CNN step.
+template <typename A>
+inline void take_if_greater(A v, int64_t at, A& best, int64_t& arg) {
+  using Bits = std::conditional_t<sizeof(A) == 8, uint64_t, uint32_t>;
+  const bool take = !std::isnan(best) & ((v > best) | std::isnan(v));
+  const Bits vm = Bits(0) - Bits(take);
+  best = std::bit_cast<A>((std::bit_cast<Bits>(v) & vm) | (std::bit_cast<Bits>(best) & ~vm));
+  const uint64_t im = uint64_t(0) - uint64_t(take);
+  arg = static_cast<int64_t>((static_cast<uint64_t>(at) & im) | (static_cast<uint64_t>(arg) & ~im));
+}
+
+/// The 2x2, stride-2, unpadded case of every CNN here (about 10x faster than the general loop,
+/// which recomputes clipped windows per output): the same scan order, so the same values, indices
+/// and NaN handling.
+template <typename T>
+void max_pool_2x2(const Tensor& x, const Tensor& out, const Tensor& indices) {
+  using A = acc_t<T>;
+  const int64_t H = x.size(2), W = x.size(3), Ho = out.size(2), Wo = out.size(3);
+  const T* xp = x.data<T>();
+  T* op = out.data<T>();
+  int64_t* ip = indices.data<int64_t>();
+  for_planes(x.size(0) * x.size(1), H * W, [&](int64_t pl) {
+    const T* xs = xp + pl * H * W;
+    for (int64_t oh = 0; oh < Ho; ++oh) {
+      const T* r0 = xs + 2 * oh * W;
+      const T* r1 = r0 + W;
+      T* o = op + (pl * Ho + oh) * Wo;
+      int64_t* ix = ip + (pl * Ho + oh) * Wo;
+      for (int64_t ow = 0; ow < Wo; ++ow) {
+        const int64_t at = 2 * oh * W + 2 * ow;
+        A best = static_cast<A>(r0[2 * ow]);
+        int64_t arg = at;
+        take_if_greater(static_cast<A>(r0[2 * ow + 1]), at + 1, best, arg);
+        take_if_greater(static_cast<A>(r1[2 * ow]), at + W, best, arg);
+        take_if_greater(static_cast<A>(r1[2 * ow + 1]), at + W + 1, best, arg);
+        o[ow] = static_cast<T>(best);
+        ix[ow] = arg;
+      }
+    }
+  });
+}
+
 template <typename T>
 void max_pool_impl(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) {
   using A = acc_t<T>;
   const int64_t H = x.size(2), W = x.size(3), Ho = out.size(2), Wo = out.size(3);
+  if (p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 && p.pad_w == 0 &&
+      2 * Ho <= H && 2 * Wo <= W)  // every window whole (ceil_mode can add a clipped last one)
+    return max_pool_2x2<T>(x, out, indices);
   const T* xp = x.data<T>();
   T* op = out.data<T>();
   int64_t* ip = indices.data<int64_t>();

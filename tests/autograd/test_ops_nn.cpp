@@ -93,6 +93,26 @@ TEST_CASE("gradcheck: matmul in all its forms", "[cpu][autograd]") {
   EMBER_CHECK_GRADIENTS(mm, {a4, b4});
   EMBER_CHECK_GRADIENTS(mm, {a3, v});
   EMBER_CHECK_GRADIENTS([](const TL& t) { return matmul(t[0].t(), t[0]); }, {a});
+  // b a transposed view of a contiguous buffer (Linear's W.t()): dB is computed as (g^T A)^T.
+  const Tensor bt = random_tensor({7, 3}, DType::f64, 418, -1, 1, Layout::Transposed);
+  REQUIRE((bt.stride(0) == 1 && bt.stride(1) == 7));
+  EMBER_CHECK_GRADIENTS(mm, {a, bt});
+  EMBER_CHECK_GRADIENTS(mm, {a3, bt});
+  EMBER_CHECK_GRADIENTS(mm, {v, bt});
+}
+
+TEST_CASE("matmul(x, W.t()) gives W a contiguous gradient equal to g^T x", "[cpu][autograd]") {
+  Tensor x = random_tensor({4, 6}, DType::f64, 419);
+  Tensor w = random_tensor({5, 6}, DType::f64, 420);
+  w.requires_grad_();
+  Tensor g = random_tensor({4, 5}, DType::f64, 421);
+  matmul(x, w.t()).backward(g);
+  REQUIRE(w.grad().defined());
+  CHECK(w.grad().is_contiguous());
+  CHECK(!w.grad().storage().is_same(g.storage()));
+  CHECK(!w.grad().storage().is_same(x.storage()));
+  check_close(w.grad(), mm_ref(to_f64(g.t().contiguous()), to_f64(x), 1, 5, 4, 6), tol_sum(DType::f64, 4),
+              tol_sum(DType::f64, 4));
 }
 
 TEST_CASE("softmax and log_softmax: forward values over any dim", "[cpu][autograd]") {

@@ -193,8 +193,10 @@ TEST_CASE("cuda index_add matches the CPU and a reference, duplicates included",
   }
 }
 
-TEST_CASE("cuda index_select and index_add at 2^24 elements", "[cuda][slow]") {
-  const int64_t rows = int64_t(1) << 16, width = 256;  // 2^24 f32
+TEST_CASE("cuda index_select and index_add past one full grid", "[cuda][slow]") {
+  // 2^16 rows of 257 f32: a 1028-byte row moves in 4-byte chunks, so both kernels iterate over
+  // 2^24 + 2^16 items, past the 2^24 threads of a capped grid (a second grid-stride round).
+  const int64_t rows = int64_t(1) << 16, width = 257;
   const Tensor xc = random_tensor({rows, width}, DType::f32, 241, -1, 1);
   const Tensor xg = xc.to(kGpu);
   const std::vector<int64_t> idx = random_indices(rows, rows, 242);

@@ -54,6 +54,14 @@ class DataLoader::Run {
     }
     cv_.notify_all();
     for (auto& t : threads_) t.join();  // a worker finishes at most the batch it is collating
+    // A staged batch's blocks belong to the consumer stream: it must not reuse them before the
+    // copy into them is done (an early break leaves one in flight).
+    if (staged_) {
+      try {
+        staged_->ready.wait(staged_->consumer);
+      } catch (...) {  // a destructor must not throw; a broken device fails the next op anyway
+      }
+    }
   }
 
   int64_t num_batches() const { return num_batches_; }
@@ -65,16 +73,22 @@ class DataLoader::Run {
   Batch next(int64_t k) {
     if (opts_.resident) return resident_batch(k);
     Batch out;
-    if (staged_ && staged_->first == k) {
-      out = std::move(staged_->second);
+    if (staged_ && staged_->k == k) {
+      staged_->ready.wait(staged_->consumer);  // only now: the copy overlapped batch k-1's step
+      out = std::move(staged_->batch);
       staged_.reset();
     } else {
-      out = to_device(take(k));
+      out = to_device(take(k), nullptr);
     }
     // Start the next batch's copy now, so it overlaps with the work on this one.
     if (opts_.device.is_cuda() && opts_.workers > 0 && k + 1 < num_batches_) {
       std::optional<HostBatch> hb = try_take(k + 1);
-      if (hb) staged_.emplace(k + 1, to_device(std::move(*hb)));
+      if (hb) {
+        staged_.emplace();
+        staged_->k = k + 1;
+        staged_->consumer = current_stream(opts_.device);
+        staged_->batch = to_device(std::move(*hb), &staged_->ready);
+      }
     }
     return out;
   }
@@ -189,13 +203,15 @@ class DataLoader::Run {
     return out;
   }
 
-  Batch to_device(HostBatch hb) {
+  /// Starts the batch's copies; with `ready`, the consumer waits only when told to (see next()).
+  Batch to_device(HostBatch hb, Event* ready) {
     const Device dev = opts_.device;
     if (dev.is_cpu()) return {std::move(hb.input), std::move(hb.target), std::move(hb.indices)};
     Stream consumer = current_stream(dev);
     Batch out;
-    out.input = detail::copy_to_device_async(hb.input, dev, consumer, copy_stream_);
-    out.target = detail::copy_to_device_async(hb.target, dev, consumer, copy_stream_);
+    // Both copies run in order on copy_stream_, so an event after the second covers both.
+    out.input = detail::copy_to_device_async(hb.input, dev, consumer, copy_stream_, ready);
+    out.target = detail::copy_to_device_async(hb.target, dev, consumer, copy_stream_, ready);
     out.indices = std::move(hb.indices);
     return out;
   }
@@ -227,7 +243,13 @@ class DataLoader::Run {
   int64_t num_batches_ = 0;
   Tensor order_device_;                               // resident mode: order_ on the device
   Stream copy_stream_;                                // CUDA host mode: side stream for copies
-  std::optional<std::pair<int64_t, Batch>> staged_;   // a batch whose copy already started
+  struct Staged {
+    int64_t k = -1;
+    Stream consumer;  // the stream its device memory was allocated for
+    Batch batch;
+    Event ready;  // recorded after its copies; the consumer waits on it when batch k is handed out
+  };
+  std::optional<Staged> staged_;  // a batch whose copy already started
 
   std::mutex mu_;
   std::condition_variable cv_;

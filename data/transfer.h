@@ -18,7 +18,11 @@ bool is_pinned(const Tensor& t);
 /// `copy_stream` after the work already queued on `consumer` (whose freed blocks the result may
 /// reuse), and `consumer` waits for the transfer. `host` is staged through pinned memory when it
 /// is not pinned, and kept alive until the transfer completes. For the CPU device: `host` itself.
-Tensor copy_to_device_async(const Tensor& host, Device device, Stream consumer, Stream copy_stream);
+/// With `ready` given, the copy records it instead and `consumer` does not wait yet: the caller
+/// calls ready->wait(consumer) when it hands the data over, so that work queued on `consumer` in
+/// between (the previous batch's step) runs while the copy does.
+Tensor copy_to_device_async(const Tensor& host, Device device, Stream consumer, Stream copy_stream,
+                            Event* ready = nullptr);
 /// copy_to_device_async with the device's current stream as both streams.
 Tensor to_device_async(const Tensor& host, Device device);
 

@@ -10,7 +10,7 @@ Tensor pinned_empty(const Shape& sizes, DType dtype) { return empty(sizes, dtype
 
 bool is_pinned(const Tensor&) { return false; }
 
-Tensor copy_to_device_async(const Tensor& host, Device device, Stream, Stream) {
+Tensor copy_to_device_async(const Tensor& host, Device device, Stream, Stream, Event*) {
   EMBER_CHECK(device.is_cpu(), "DataLoader: cannot copy a batch to ", device.str(),
               ": this ember build has no CUDA support (rebuild with -DEMBER_CUDA=ON)");
   return host;

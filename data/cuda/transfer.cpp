@@ -161,7 +161,7 @@ Tensor pinned_empty(const Shape& sizes, DType dtype) {
 
 bool is_pinned(const Tensor& t) { return t.numel() > 0 && pool().owns(t.data_ptr()); }
 
-Tensor copy_to_device_async(const Tensor& host, Device device, Stream consumer, Stream copy_stream) {
+Tensor copy_to_device_async(const Tensor& host, Device device, Stream consumer, Stream copy_stream, Event* ready) {
   if (device.is_cpu()) return host;
   EMBER_CHECK(host.device().is_cpu() && host.is_contiguous(), "copy_to_device_async: expected a contiguous CPU tensor, got ",
               host.shape_str(), " on ", host.device().str());
@@ -179,7 +179,7 @@ Tensor copy_to_device_async(const Tensor& host, Device device, Stream consumer, 
     StreamGuard sg(consumer);  // the caching allocator serves the stream that will use dst
     dst = empty(host.sizes(), host.dtype(), device);
   }
-  if (nbytes == 0) return dst;
+  if (nbytes == 0) return dst;  // nothing copied: `ready` stays as it is
   auto cs = static_cast<cudaStream_t>(consumer.handle());
   auto xs = static_cast<cudaStream_t>(copy_stream.handle());
   InFlight& f = in_flight();
@@ -194,7 +194,8 @@ Tensor copy_to_device_async(const Tensor& host, Device device, Stream consumer, 
   CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), nbytes, cudaMemcpyHostToDevice, xs));
   cudaEvent_t done = f.get_event(dev);
   CUDA_CHECK(cudaEventRecord(done, xs));
-  if (xs != cs) CUDA_CHECK(cudaStreamWaitEvent(cs, done, 0));
+  if (ready) ready->record(copy_stream);
+  else if (xs != cs) CUDA_CHECK(cudaStreamWaitEvent(cs, done, 0));
   f.keep_until(src, dev, done);
   return dst;
 }

@@ -6,10 +6,12 @@
 
 namespace ember::data::detail {
 
-/// An uninitialized contiguous CPU tensor for data bound to a GPU: page-locked memory
+/// An uninitialized contiguous CPU tensor for data bound to `device`: page-locked memory
 /// (cudaHostAlloc) from a process-wide cache in CUDA builds, so copies from it are truly
-/// asynchronous; ordinary CPU memory in builds without CUDA.
-Tensor pinned_empty(const Shape& sizes, DType dtype);
+/// asynchronous; ordinary CPU memory in builds without CUDA. A first allocation runs with
+/// `device` current, so a loader thread of a process that trains on cuda:3 does not create a
+/// CUDA context on cuda:0 (the runtime's default), which would cost every rank memory there.
+Tensor pinned_empty(const Shape& sizes, DType dtype, Device device);
 /// True when `p` points into memory from pinned_empty (page-locked).
 bool is_pinned(const Tensor& t);
 

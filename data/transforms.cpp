@@ -38,7 +38,7 @@ std::string join(const std::vector<float>& v) {
 
 // Host memory for values bound to `device`: pinned when that is a GPU.
 Tensor staging(const Shape& sizes, DType dtype, Device device) {
-  return device.is_cpu() ? empty(sizes, dtype) : detail::pinned_empty(sizes, dtype);
+  return device.is_cpu() ? empty(sizes, dtype) : detail::pinned_empty(sizes, dtype, device);
 }
 
 // A small host vector as a tensor on `device`, moved there without blocking the host.

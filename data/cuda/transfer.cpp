@@ -147,9 +147,10 @@ InFlight& in_flight() {
 
 }  // namespace
 
-Tensor pinned_empty(const Shape& sizes, DType dtype) {
+Tensor pinned_empty(const Shape& sizes, DType dtype, Device device) {
   size_t nbytes = static_cast<size_t>(numel_of(sizes)) * dtype_size(dtype);
   if (nbytes == 0) return empty(sizes, dtype);
+  DeviceGuard guard(device);  // a no-op for the CPU; see transfer.h
   PinnedPool& p = pool();
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = Storage(DataPtr(p.allocate(nbytes), &p, &pinned_deleter), nbytes, Device::cpu());
@@ -171,7 +172,7 @@ Tensor copy_to_device_async(const Tensor& host, Device device, Stream consumer, 
   Tensor src = host;
   size_t nbytes = static_cast<size_t>(host.numel()) * host.element_size();
   if (nbytes > 0 && !is_pinned(host)) {
-    src = pinned_empty(host.sizes(), host.dtype());
+    src = pinned_empty(host.sizes(), host.dtype(), device);
     std::memcpy(src.data_ptr(), host.data_ptr(), nbytes);
   }
   Tensor dst;

@@ -95,7 +95,7 @@ TEST_CASE("DataLoader on CUDA: early break with copies in flight, then resume", 
 }
 
 TEST_CASE("copy_to_device_async: pinned and pageable sources, side stream", "[cuda][data]") {
-  Tensor pinned = data::detail::pinned_empty({1000}, DType::f32);
+  Tensor pinned = data::detail::pinned_empty({1000}, DType::f32, kGpu);
   CHECK(data::detail::is_pinned(pinned));
   Tensor pageable = random_tensor({7, 13}, DType::f32, 3, -1.0, 1.0);
   CHECK_FALSE(data::detail::is_pinned(pageable));

@@ -37,10 +37,19 @@ Tensor transfer_contiguous(const Tensor& src, Device device) {
 
 }  // namespace
 
+bool has_internal_overlap(const Tensor& t) {
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.stride(d) == 0 && t.size(d) > 1) return true;
+  return false;
+}
+
 void copy(const Tensor& dst, const Tensor& src) {
   EMBER_CHECK(dst.defined() && src.defined(), "copy: ", dst.defined() ? "src" : "dst", " is undefined");
   EMBER_CHECK(broadcasts_to(src.sizes(), dst.sizes()), "copy: source of shape ", src.shape_str(),
               " cannot be broadcast to the destination shape ", dst.shape_str());
+  EMBER_CHECK(!has_internal_overlap(dst), "copy: the destination (shape ", dst.shape_str(), ", strides ",
+              shape_str(dst.strides()), ") has several elements in one memory location (an expanded view); ",
+              "copy into a contiguous tensor instead");
   if (dst.numel() == 0) return;
   if (src.device() != dst.device()) {
     // Cross-device: move src's own elements (not the broadcast ones) over, then cast, broadcast and

@@ -14,6 +14,10 @@ void copy(const Tensor& dst, const Tensor& src);
 void fill(const Tensor& dst, double value);
 /// A contiguous copy of src with the given dtype on src's device.
 Tensor cast(const Tensor& src, DType dtype);
+/// True when two elements of `t` share one memory location (a dim of stride 0 and size > 1, as
+/// expand() makes). Writing into such a view has no single answer (CPU and GPU would differ), so
+/// copy and index_add refuse it.
+bool has_internal_overlap(const Tensor& t);
 /// x itself when contiguous, else a contiguous copy on x's device (no autograd).
 Tensor contiguous_raw(const Tensor& x);
 /// A row-major view of contiguous x's elements with new sizes (same numel; no autograd).

@@ -78,9 +78,17 @@ void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor
   EMBER_CHECK(src.sizes() == expected || (out.dim() == 0 && src.numel() == K), what, ": src must have shape ",
               shape_str(expected), " (out ", out.shape_str(), " with dim ", d, " of size ", K,
               " = index length), got ", src.shape_str());
+  EMBER_CHECK(!has_internal_overlap(out), what, ": out (shape ", out.shape_str(), ", strides ",
+              shape_str(out.strides()), ") has several elements in one memory location (an expanded view)");
   check_bounds(idx, d, D, out, what);
   if (K == 0 || out.numel() == 0) return;
   Tensor s = src.dtype() == out.dtype() ? contiguous_raw(src) : cast(src, out.dtype());
+  if (s.storage().is_same(out.storage())) {
+    // src is (a view of) out itself: read it all before the kernel writes (its src is __restrict__).
+    Tensor tmp = empty(s.sizes(), s.dtype(), s.device());
+    copy(tmp, s);
+    s = tmp;
+  }
   Shape geo = split_at(out.sizes(), d);
   Shape src_geo = geo;
   src_geo[1] = K;

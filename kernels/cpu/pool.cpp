@@ -57,7 +57,8 @@ inline Window adaptive_window(int64_t o, int64_t out, int64_t in) {
 template <typename A>
 inline void take_if_greater(A v, int64_t at, A& best, int64_t& arg) {
   using Bits = std::conditional_t<sizeof(A) == 8, uint64_t, uint32_t>;
-  const bool take = !std::isnan(best) & ((v > best) | std::isnan(v));
+  const bool open = !std::isnan(best);  // a held NaN is final
+  const bool take = open & ((v > best) | std::isnan(v));
   const Bits vm = Bits(0) - Bits(take);
   best = std::bit_cast<A>((std::bit_cast<Bits>(v) & vm) | (std::bit_cast<Bits>(best) & ~vm));
   const uint64_t im = uint64_t(0) - uint64_t(take);

@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "kernels/copy.h"
 #include "kernels/index.h"
 #include "support/reference.h"
 
@@ -124,4 +125,23 @@ TEST_CASE("index ops: bad indices and shapes are errors naming them", "[cpu][ind
                     Catch::Contains("index 3") && Catch::Contains("[0, 3)"));
   CHECK_THROWS_WITH(kernels::index_add(out, 0, index_tensor({0, 1}), empty({2, 5})),
                     Catch::Contains("[2, 6]") && Catch::Contains("[2, 5]"));
+}
+
+TEST_CASE("index_add with src a view of out reads src before writing", "[cpu][index]") {
+  // src = out's rows 0..1, added into rows 1 and 2: reading src row 1 after row 1 was updated
+  // would give row 2 = 100 + 11 instead of 100 + 10.
+  Tensor out = make_tensor({1, 2, 10, 20, 100, 200, 1000, 2000}, {4, 2}, DType::f64);
+  Tensor src = out.narrow(0, 0, 2);
+  kernels::index_add(out, 0, index_tensor({1, 2}), src);
+  CHECK(to_f64(out) == std::vector<double>{1, 2, 11, 22, 110, 220, 1000, 2000});
+}
+
+TEST_CASE("index_add and copy refuse an expanded destination", "[cpu][index]") {
+  Tensor base = make_tensor({1, 2}, {1, 2}, DType::f32);
+  Tensor expanded = base.expand({3, 2});
+  CHECK_THROWS_WITH(kernels::index_add(expanded, 0, index_tensor({0}), make_tensor({5, 6}, {1, 2}, DType::f32)),
+                    Catch::Contains("index_add") && Catch::Contains("[3, 2]") && Catch::Contains("expanded"));
+  CHECK_THROWS_WITH(kernels::copy(expanded, make_tensor({1, 2, 3, 4, 5, 6}, {3, 2}, DType::f32)),
+                    Catch::Contains("copy") && Catch::Contains("[3, 2]") && Catch::Contains("expanded"));
+  CHECK(to_f64(base) == std::vector<double>{1, 2});  // untouched
 }

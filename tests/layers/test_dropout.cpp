@@ -56,6 +56,19 @@ TEST_CASE("dropout: mask, scaling and keep rate", "[cpu][layers]") {
     CHECK(to_f64(dropout(x, p, seed, offset)) == yv);
     CHECK(to_f64(dropout(x, p, seed, offset + 1)) != yv);
   }
+  // Counters crossing 2^32 (the 4-block SIMD path carries into the counter's high word), every
+  // float dtype, and lengths that leave 0-3 whole blocks and a partial one after the SIMD rounds.
+  for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
+    for (int64_t len : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{63}, int64_t{4099}}) {
+      INFO(dtype_name(dt) << " n = " << len);
+      Tensor x = random_tensor({len}, dt, 5, 0.5, 1.5);
+      const uint64_t seed = 99, offset = 0xFFFFFFFFull - 5;
+      const auto yv = to_f64(dropout(x, 0.5, seed, offset));
+      int64_t mismatched = 0;
+      for (int64_t i = 0; i < len; ++i) mismatched += keep_ref(seed, offset, i, 0.5) != (yv[i] != 0.0);
+      CHECK(mismatched == 0);
+    }
+  }
   Tensor x = random_tensor({1001}, DType::f64, 4);
   CHECK(to_f64(dropout(x, 0.0, 1, 2)) == to_f64(x));
   for (double v : to_f64(dropout(x, 1.0, 1, 2))) REQUIRE(v == 0.0);

@@ -266,36 +266,39 @@ TEST_CASE("pooling errors name the shapes and parameters", "[cpu]") {
 }
 
 TEST_CASE("max_pool2d's 2x2 fast path and its general loop agree on ties, NaN and -inf", "[cpu]") {
-  // A 2x2 / stride-2 pool without ceil_mode takes the fast path; with ceil_mode on an odd-sized
-  // input the last window is clipped, so the general loop runs. Their common windows must give
-  // the same values and the same indices: ties keep the first element in row-major order, the
-  // first NaN wins, an all -inf window points at its first element.
-  const int64_t N = 2, C = 3, H = 7, W = 9;
-  std::vector<double> v(N * C * H * W);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = double((i * 7919) % 3);  // many ties
-  for (size_t i = 5; i < v.size(); i += 17) v[i] = NAN;
-  for (size_t i : {size_t(0), size_t(1), size_t(W), size_t(W + 1)}) v[i] = -INFINITY;  // window (0, 0) of plane 0
-  for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
-    INFO(dtype_name(dt));
-    Tensor x = make_tensor(v, {N, C, H, W}, dt);
-    auto fast = kernels::max_pool2d(x, pool(2, 2, 2, 2, 0, 0));
-    auto general = kernels::max_pool2d(x, pool(2, 2, 2, 2, 0, 0, true));
-    REQUIRE(fast.out.sizes() == Shape{N, C, 3, 4});
-    REQUIRE(general.out.sizes() == Shape{N, C, 4, 5});
-    const std::vector<double> fo = to_f64(fast.out), fi = to_f64(fast.indices);
-    const std::vector<double> go = to_f64(general.out), gi = to_f64(general.indices);
-    int mismatches = 0, nans = 0;
-    for (int64_t pl = 0; pl < N * C; ++pl)
-      for (int64_t oh = 0; oh < 3; ++oh)
-        for (int64_t ow = 0; ow < 4; ++ow) {
-          const double a = fo[(pl * 3 + oh) * 4 + ow], b = go[(pl * 4 + oh) * 5 + ow];
-          nans += std::isnan(a);
-          mismatches += fi[(pl * 3 + oh) * 4 + ow] != gi[(pl * 4 + oh) * 5 + ow];
-          mismatches += std::isnan(a) ? !std::isnan(b) : a != b;
-        }
-    CHECK(mismatches == 0);
-    CHECK(nans > 0);                // the NaN rule was exercised
-    CHECK(fo[0] == -INFINITY);      // the all -inf window ...
-    CHECK(fi[0] == 0);              // ... points at its first element
+  // A 2x2 / stride-2 pool without ceil_mode takes the fast path (f32: 4 outputs per SSE2 round,
+  // then single ones); with ceil_mode on an odd-sized input the last window is clipped, so the
+  // general loop runs. Their common windows must give the same values and the same indices: ties
+  // keep the first element in row-major order, the first NaN wins, an all -inf window points at
+  // its first element. W = 9 and 19 give 4 and 9 outputs per row (whole rounds, and a tail).
+  for (int64_t W : {int64_t{9}, int64_t{19}}) {
+    const int64_t N = 2, C = 3, H = 7, Ho = 3, Wo = (W - 1) / 2;
+    std::vector<double> v(N * C * H * W);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = double((i * 7919) % 3);  // many ties
+    for (size_t i = 5; i < v.size(); i += 17) v[i] = NAN;
+    for (size_t i : {size_t(0), size_t(1), size_t(W), size_t(W + 1)}) v[i] = -INFINITY;  // window (0, 0) of plane 0
+    for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
+      INFO(dtype_name(dt) << " W " << W);
+      Tensor x = make_tensor(v, {N, C, H, W}, dt);
+      auto fast = kernels::max_pool2d(x, pool(2, 2, 2, 2, 0, 0));
+      auto general = kernels::max_pool2d(x, pool(2, 2, 2, 2, 0, 0, true));
+      REQUIRE(fast.out.sizes() == Shape{N, C, Ho, Wo});
+      REQUIRE(general.out.sizes() == Shape{N, C, Ho + 1, Wo + 1});
+      const std::vector<double> fo = to_f64(fast.out), fi = to_f64(fast.indices);
+      const std::vector<double> go = to_f64(general.out), gi = to_f64(general.indices);
+      int mismatches = 0, nans = 0;
+      for (int64_t pl = 0; pl < N * C; ++pl)
+        for (int64_t oh = 0; oh < Ho; ++oh)
+          for (int64_t ow = 0; ow < Wo; ++ow) {
+            const double a = fo[(pl * Ho + oh) * Wo + ow], b = go[(pl * (Ho + 1) + oh) * (Wo + 1) + ow];
+            nans += std::isnan(a);
+            mismatches += fi[(pl * Ho + oh) * Wo + ow] != gi[(pl * (Ho + 1) + oh) * (Wo + 1) + ow];
+            mismatches += std::isnan(a) ? !std::isnan(b) : a != b;
+          }
+      CHECK(mismatches == 0);
+      CHECK(nans > 0);            // the NaN rule was exercised
+      CHECK(fo[0] == -INFINITY);  // the all -inf window ...
+      CHECK(fi[0] == 0);          // ... points at its first element
+    }
   }
 }

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -79,8 +80,13 @@ struct PhaseTimers::Impl {
   PhaseTotals totals;            // host-timed phases accumulate here as they end
   std::vector<EventPair> pool;   // grows during the first epoch, reused afterwards
   size_t used = 0;               // pairs recorded this epoch
+  std::exception_ptr deferred;   // an error of end_in_scope(), for the next begin()/finish_epoch()
 
   explicit Impl(Device d) : device(d), gpu(d.is_cuda()) {}
+
+  void rethrow_deferred() {
+    if (deferred) std::rethrow_exception(std::exchange(deferred, nullptr));
+  }
 };
 
 PhaseTimers::PhaseTimers(Device device) : impl_(std::make_unique<Impl>(device)) {
@@ -92,6 +98,7 @@ PhaseTimers::~PhaseTimers() = default;
 
 void PhaseTimers::begin(Phase p) {
   Impl& m = *impl_;
+  m.rethrow_deferred();
   index_of(p);  // rejects an out-of-range phase before any state changes
   EMBER_CHECK(!m.open, "PhaseTimers::begin(", phase_name(p), "): phase ", phase_name(m.open_phase),
               " is still open; end(", phase_name(m.open_phase), ") first (phases do not nest)");
@@ -147,10 +154,23 @@ void PhaseTimers::end(Phase p) {
   ++m.used;
 }
 
+void PhaseTimers::end_in_scope(Phase p) noexcept {
+  try {
+    end(p);
+  } catch (...) {
+    // ~Scope is noexcept, so throwing here would call std::terminate. On a GPU, recording the end
+    // event is where an asynchronous fault of the phase's kernels (an illegal address) surfaces;
+    // keep it so the caller still gets an ember::Error. During unwinding the step's own
+    // exception is the one to report.
+    if (std::uncaught_exceptions() == 0 && !impl_->deferred) impl_->deferred = std::current_exception();
+  }
+}
+
 void PhaseTimers::step_done() { ++impl_->totals.steps; }
 
 PhaseTotals PhaseTimers::finish_epoch() {
   Impl& m = *impl_;
+  m.rethrow_deferred();
   EMBER_CHECK(!m.open, "PhaseTimers::finish_epoch: phase ", phase_name(m.open_phase),
               " is still open; end it before finishing the epoch");
   PhaseTotals out = m.totals;

@@ -48,7 +48,7 @@ class PhaseTimers {
   class Scope {
    public:
     Scope(PhaseTimers& t, Phase p) : t_(t), p_(p) { t_.begin(p_); }
-    ~Scope() { t_.end(p_); }
+    ~Scope() { t_.end_in_scope(p_); }
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
 
@@ -64,6 +64,12 @@ class PhaseTimers {
   PhaseTotals finish_epoch();
 
  private:
+  /// end() for Scope's destructor, which must not throw (it is noexcept: a throw would terminate).
+  /// An error end() raises outside of unwinding (e.g. a CUDA error from earlier asynchronous work,
+  /// reported when the end event is recorded) is kept and rethrown by the next begin() or
+  /// finish_epoch().
+  void end_in_scope(Phase p) noexcept;
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

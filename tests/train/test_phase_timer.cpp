@@ -1,6 +1,7 @@
 // Phase timers on the CPU (train/phase_timer.h): sleep-timed phases add up to at least the slept
 // time and at most the wall time around them, totals reset at finish_epoch(), steps are counted,
-// the input-bound verdict and its boundary, and misuse (nesting, ending the wrong phase) errors.
+// the input-bound verdict and its boundary, and misuse (nesting, ending the wrong phase) errors,
+// also when a Scope's destructor meets them.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -161,6 +162,26 @@ TEST_CASE("PhaseTimers misuse is an error naming both phases", "[cpu]") {
   }
   CHECK_NOTHROW(timers.begin(Phase::Backward));  // the scope did close it
   timers.end(Phase::Backward);
+}
+
+TEST_CASE("PhaseTimers: an error ending a Scope outside unwinding is rethrown by the next call", "[cpu]") {
+  // ~Scope is noexcept: before end_in_scope() this error (on a GPU: a CUDA fault reported when
+  // the end event is recorded) reached std::terminate and killed this test process.
+  PhaseTimers timers(Device::cpu());
+  {
+    auto scope = timers.scope(Phase::Forward);
+    timers.end(Phase::Forward);  // the Scope's own end() then finds no open phase
+  }
+  CHECK_THROWS_WITH(timers.begin(Phase::Backward), Catch::Contains("end(forward)") && Catch::Contains("no phase is open"));
+  // Reported once; the timers work on afterwards.
+  CHECK_NOTHROW(timers.begin(Phase::Backward));
+  timers.end(Phase::Backward);
+  {
+    auto scope = timers.scope(Phase::Forward);
+    timers.end(Phase::Forward);
+  }
+  CHECK_THROWS_WITH(timers.finish_epoch(), Catch::Contains("no phase is open"));
+  CHECK(timers.finish_epoch().steps == 0);
 }
 
 TEST_CASE("PhaseTimers on a CUDA device need a usable GPU", "[cpu]") {

@@ -22,6 +22,7 @@
 #include "core/build_info.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/stream.h"
 #include "kernels/factory.h"
 #include "layers/loss.h"
 #include "train/checkpoint.h"
@@ -452,6 +453,10 @@ TrainOutcome Session::run() {
   // The device before the run directory: a config naming a missing GPU writes nothing.
   dev_ = c_.device == "auto" ? Device::best() : Device(c_.device);
   dev_.validate();
+  // On cuda:N, N stays the current device for the whole run: every launcher sets its own guard,
+  // but a CUDA call that relies on the current device (a context-bound library call, a launch
+  // that misses its guard) would otherwise run on cuda:0 with cuda:N pointers.
+  DeviceGuard device_guard(dev_);
   open_run_dir();
   build();
   resume();

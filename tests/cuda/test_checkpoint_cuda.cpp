@@ -1,4 +1,4 @@
-// Checkpoints with GPU tensors: saving reads them back from the device (any layout), loading
+// Checkpoints with GPU tensors: saving reads them back from the device (any layout or offset), loading
 // places every tensor on the requested device, and a GPU model/optimizer resumed from a
 // checkpoint continues exactly like the uninterrupted run.
 #include <catch2/catch.hpp>
@@ -34,6 +34,9 @@ TEST_CASE("checkpoint (CUDA): GPU tensors of every dtype round-trip and load ont
     entries[n + "/transposed"] = random_tensor({5, 3, 7}, dt, seed++, 0, 100, Layout::Transposed, kGpu);
     entries[n + "/strided"] = random_tensor({4, 9}, dt, seed++, 0, 100, Layout::Strided, kGpu);
     entries[n + "/scalar"] = random_tensor({}, dt, seed++, 0, 100, Layout::Contiguous, kGpu);
+    // Contiguous but 3 elements into its buffer: the device -> host copy must start at the view's
+    // storage offset (the neighbours hold other random values, so a wrong start shows).
+    entries[n + "/offset"] = random_tensor({37}, dt, seed++, 0, 100, Layout::Contiguous, kGpu).narrow(0, 3, 31);
   }
   TempDir dir;
   const std::string path = dir.file("gpu.ckpt");

@@ -2,7 +2,8 @@
 // reference loops of tests/optim/optim_reference.h: SGD (every option), Adam/AdamW, f16/bf16
 // gradients, more tensors than one launch takes (48), tensors spanning many chunks, misaligned and
 // strided views (scalar path), the deterministic global norm over mixed dtypes, clipping read on
-// the device, and a state dict moved between devices.
+// the device, a state dict moved between devices, and optimizer state following parameters that
+// Module::to moved to the GPU after the optimizer was built.
 //
 // Tolerances: both devices run the same f32 formulas (kernels/optim_math.h) but may contract
 // a*b+c into FMAs differently, so they agree to a few roundings: opt_bound(dt, ref) as for the CPU
@@ -14,8 +15,11 @@
 #include <memory>
 #include <vector>
 
+#include "autograd/ops.h"
 #include "core/device.h"
+#include "core/rng.h"
 #include "kernels/factory.h"
+#include "layers/linear.h"
 #include "kernels/optim.h"
 #include "optim/adam.h"
 #include "optim/clip.h"
@@ -289,4 +293,57 @@ TEST_CASE("CUDA clip_grad_norm_ and a state dict moved between devices", "[cuda]
   og.step();
   oc.step();
   for (size_t i = 0; i < 2; ++i) check_param(t.gpu[i], to_f64(pc[i]), DType::f32);
+}
+
+TEST_CASE("CUDA optimizers built before Module::to(cuda) carry their CPU state to the GPU", "[cuda][optim]") {
+  // Module::to rewrites each parameter in place, so an optimizer built on the CPU keeps naming the
+  // same tensors; the momentum buffers / moments its CPU steps made must follow them to the GPU
+  // (Optimizer::state_tensor), not restart from zero nor stay behind. Twin: the same model and
+  // optimizer kept on the CPU. Forward/backward differ only in f32 summation order (dot products
+  // of length 37), far inside opt_bound.
+  for (const bool adam : {false, true}) {
+    INFO((adam ? "Adam" : "SGD with momentum"));
+    manual_seed(11);
+    auto moved = std::make_shared<layers::Linear>(37, 5);
+    manual_seed(11);
+    auto stay = std::make_shared<layers::Linear>(37, 5);
+    auto make = [&](layers::Module& m) -> std::unique_ptr<optim::Optimizer> {
+      if (adam) return std::make_unique<optim::Adam>(m.parameters(), optim::AdamOptions{.lr = 0.01});
+      return std::make_unique<optim::SGD>(m.parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+    };
+    std::unique_ptr<optim::Optimizer> om = make(*moved), os = make(*stay);
+    const Tensor x = random_tensor({8, 37}, DType::f32, 5);
+    auto step = [&](layers::Module& m, optim::Optimizer& o, Device d) {
+      o.zero_grad();
+      Tensor y = m.forward(x.to(d));
+      sum(y * y).backward();
+      o.step();
+    };
+    for (int i = 0; i < 2; ++i) {
+      step(*moved, *om, Device::cpu());
+      step(*stay, *os, Device::cpu());
+    }
+    moved->to(kGpu);
+    for (int i = 0; i < 3; ++i) {
+      step(*moved, *om, kGpu);
+      step(*stay, *os, Device::cpu());
+    }
+    const std::vector<Tensor> pm = moved->parameters(), ps = stay->parameters();
+    REQUIRE(pm.size() == ps.size());
+    for (size_t i = 0; i < pm.size(); ++i) {
+      INFO("parameter " << i << " shape " << pm[i].shape_str());
+      CHECK(pm[i].device() == kGpu);
+      check_param(pm[i], to_f64(ps[i]), DType::f32);
+      for (const auto& [name, t] : os->state(i)) {
+        INFO("state " << name);
+        const Tensor& g = om->state(i).at(name);
+        if (name == "step") {
+          CHECK(g.item<int64_t>() == t.item<int64_t>());
+        } else {
+          CHECK(g.device() == kGpu);
+          check_param(g, to_f64(t), DType::f32);
+        }
+      }
+    }
+  }
 }

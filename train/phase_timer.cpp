@@ -94,7 +94,14 @@ PhaseTimers::PhaseTimers(Device device) : impl_(std::make_unique<Impl>(device)) 
   if (device.is_cuda()) device.validate();
 }
 
-PhaseTimers::~PhaseTimers() = default;
+PhaseTimers::~PhaseTimers() {
+#if defined(EMBER_WITH_CUDA)
+  // A phase begun without a Scope and never ended (the trainer's data wait when the loader
+  // throws) still has its NVTX range pushed on this thread; pop it so ranges pushed later by this
+  // thread do not nest under it in Nsight Systems.
+  if (impl_ && impl_->open) nvtxRangePop();
+#endif
+}
 
 void PhaseTimers::begin(Phase p) {
   Impl& m = *impl_;

@@ -33,7 +33,10 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target_in) {
   EMBER_CHECK(is_floating(log_probs.dtype()), op, ": log_probs must be floating, got ",
               dtype_name(log_probs.dtype()));
   const int64_t N = log_probs.size(0), C = log_probs.size(1);
-  if (target.device().is_cpu()) {
+  {
+    // On every device: on a GPU a bad target would otherwise pick a neighbouring row's entry of the
+    // flattened tensor below and give a wrong loss silently. For a GPU target this costs one small
+    // copy and a sync (cross_entropy, the training path, checks on the device instead).
     const std::vector<int64_t> t = target.to_vector<int64_t>();
     for (int64_t n = 0; n < N; ++n)
       EMBER_CHECK(t[n] >= 0 && t[n] < C, op, ": target ", t[n], " at row ", n,

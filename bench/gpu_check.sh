@@ -7,6 +7,11 @@
 #   bench/gpu_check.sh [build-dir]        (default build-gpu; JOBS=<n> to override nproc)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# Under the device tool's `run`, $OUT comes back even when the command is killed at its time
+# limit: keep a copy of everything there as it happens, and say how long each phase took.
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then exec > >(tee -a "$OUT/gpu_check.log") 2>&1; fi
+t0=$SECONDS
+phase() { echo "gpu_check: $1 done at +$((SECONDS - t0)) s"; }
 build=${1:-build-gpu}
 jobs=${JOBS:-$(nproc)}
 export PATH=/usr/local/cuda/bin:$PATH
@@ -28,7 +33,9 @@ echo "gpu_check: cuDNN: $(grep -E '^CUDNN_LIBRARY:' "$build/CMakeCache.txt" | cu
      "(headers $(grep -E '^CUDNN_INCLUDE_DIR:' "$build/CMakeCache.txt" | cut -d= -f2-))"
 echo "gpu_check: NCCL:  $(grep -E '^NCCL_LIBRARY:' "$build/CMakeCache.txt" | cut -d= -f2-)" \
      "(headers $(grep -E '^NCCL_INCLUDE_DIR:' "$build/CMakeCache.txt" | cut -d= -f2-))"
+phase configure
 [ $status_configure = ok ] && { cmake --build "$build" -j "$jobs" || status_build=FAILED; }
+phase build
 
 ctest_log=$(mktemp)
 if [ $status_build = ok ]; then
@@ -39,6 +46,7 @@ if [ $status_build = ok ]; then
     echo "gpu_check: the CUDA tests were skipped: no usable GPU"
     status_tests="FAILED: CUDA tests skipped, no usable GPU;"
   fi
+  phase tests
 fi
 
 bench_log=$(mktemp)
@@ -47,6 +55,7 @@ if [ $status_build = ok ]; then
   rc=${PIPESTATUS[0]}
   if [ "$rc" -eq 77 ]; then status_bench="FAILED (bench_cuda_ops found no GPU)"
   elif [ "$rc" -ne 0 ]; then status_bench="FAILED (bench_cuda_ops exit $rc)"; fi
+  phase bench_cuda_ops
 fi
 
 # Issue 3's GPU target (an mnist_cnn epoch with the resident loader, cuDNN conv time per step) and
@@ -55,6 +64,7 @@ mnist_log=$(mktemp)
 train_status=skipped
 if [ $status_build = ok ]; then
   "$build/bin/bench_mnist_train" 2>&1 | tee "$mnist_log" || status_bench="FAILED (bench_mnist_train)"
+  phase bench_mnist_train
   data_dir=/usr/share/datasets/fashion-mnist
   [ -d .gpu-deps/data/fashion-mnist ] && data_dir=$PWD/.gpu-deps/data/fashion-mnist
   rm -rf "$build/gpu-run"
@@ -64,6 +74,7 @@ if [ $status_build = ok ]; then
   else
     train_status=FAILED
   fi
+  phase ember-train
 fi
 
 echo

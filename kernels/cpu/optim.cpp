@@ -95,7 +95,25 @@ void adam_typed(const std::vector<AdamSlot>& slots, const AdamHyper& h) {
     P* m = static_cast<P*>(s.exp_avg.data_ptr());
     P* v = static_cast<P*>(s.exp_avg_sq.data_ptr());
     const auto& t = tc[ch.index];
-    for (int64_t i = ch.begin; i < ch.end; ++i) optim_math::adam_update<P>(p[i], static_cast<P>(g[i]), m[i], v[i], c, t);
+    // One loop per weight-decay mode, each with its flags fixed in a local copy of the coefficients:
+    // with the branch gone from the loop body (and -fno-math-errno for sqrt) GCC vectorizes it.
+    auto run = [&](const optim_math::AdamCoeffs<P>& cc) {
+      for (int64_t i = ch.begin; i < ch.end; ++i)
+        optim_math::adam_update<P>(p[i], static_cast<P>(g[i]), m[i], v[i], cc, t);
+    };
+    auto fixed = c;
+    if (!c.use_weight_decay) {
+      fixed.use_weight_decay = false;
+      run(fixed);
+    } else if (c.decoupled) {
+      fixed.use_weight_decay = true;
+      fixed.decoupled = true;
+      run(fixed);
+    } else {
+      fixed.use_weight_decay = true;
+      fixed.decoupled = false;
+      run(fixed);
+    }
   });
 }
 

@@ -78,16 +78,21 @@ class DataLoader::Run {
       out = std::move(staged_->batch);
       staged_.reset();
     } else {
+      if (staged_) {  // staged for another k (not sequential use): order its copy before dropping it
+        staged_->ready.wait(staged_->consumer);
+        staged_.reset();
+      }
       out = to_device(take(k), nullptr);
     }
     // Start the next batch's copy now, so it overlaps with the work on this one.
     if (opts_.device.is_cuda() && opts_.workers > 0 && k + 1 < num_batches_) {
       std::optional<HostBatch> hb = try_take(k + 1);
       if (hb) {
-        staged_.emplace();
-        staged_->k = k + 1;
-        staged_->consumer = current_stream(opts_.device);
-        staged_->batch = to_device(std::move(*hb), &staged_->ready);
+        Staged st;  // filled completely before it replaces staged_, so a throwing copy leaves none
+        st.k = k + 1;
+        st.consumer = current_stream(opts_.device);
+        st.batch = to_device(std::move(*hb), &st.ready);
+        staged_ = std::move(st);
       }
     }
     return out;

@@ -99,53 +99,47 @@ inline int64_t max_pool_2x2_sse2(const float* r0, const float* r1, int64_t W, in
 }
 #endif
 
-/// The 2x2, stride-2, unpadded case of every CNN here (the general loop recomputes clipped windows
-/// per output and mispredicts its compares): the same scan order, so the same values, indices and
-/// NaN handling; f32 four outputs at a time with SSE2.
+/// One plane of the 2x2, stride-2, unpadded case of every CNN here (the general loop recomputes
+/// clipped windows per output and mispredicts its compares): the same scan order, so the same
+/// values, indices and NaN handling; f32 four outputs at a time with SSE2.
 template <typename T>
-void max_pool_2x2(const Tensor& x, const Tensor& out, const Tensor& indices) {
+void max_pool_2x2_plane(const T* xs, int64_t W, int64_t Ho, int64_t Wo, T* op, int64_t* ip) {
   using A = acc_t<T>;
-  const int64_t H = x.size(2), W = x.size(3), Ho = out.size(2), Wo = out.size(3);
-  const T* xp = x.data<T>();
-  T* op = out.data<T>();
-  int64_t* ip = indices.data<int64_t>();
-  for_planes(x.size(0) * x.size(1), H * W, [&](int64_t pl) {
-    const T* xs = xp + pl * H * W;
-    for (int64_t oh = 0; oh < Ho; ++oh) {
-      const T* r0 = xs + 2 * oh * W;
-      const T* r1 = r0 + W;
-      T* o = op + (pl * Ho + oh) * Wo;
-      int64_t* ix = ip + (pl * Ho + oh) * Wo;
-      int64_t ow = 0;
+  for (int64_t oh = 0; oh < Ho; ++oh) {
+    const T* r0 = xs + 2 * oh * W;
+    const T* r1 = r0 + W;
+    T* o = op + oh * Wo;
+    int64_t* ix = ip + oh * Wo;
+    int64_t ow = 0;
 #if defined(__SSE2__)
-      if constexpr (std::is_same_v<T, float>) ow = max_pool_2x2_sse2(r0, r1, W, oh, Wo, o, ix);
+    if constexpr (std::is_same_v<T, float>) ow = max_pool_2x2_sse2(r0, r1, W, oh, Wo, o, ix);
 #endif
-      for (; ow < Wo; ++ow) {
-        const int64_t at = 2 * oh * W + 2 * ow;
-        A best = static_cast<A>(r0[2 * ow]);
-        int64_t arg = at;
-        take_if_greater(static_cast<A>(r0[2 * ow + 1]), at + 1, best, arg);
-        take_if_greater(static_cast<A>(r1[2 * ow]), at + W, best, arg);
-        take_if_greater(static_cast<A>(r1[2 * ow + 1]), at + W + 1, best, arg);
-        o[ow] = static_cast<T>(best);
-        ix[ow] = arg;
-      }
+    for (; ow < Wo; ++ow) {
+      const int64_t at = 2 * oh * W + 2 * ow;
+      A best = static_cast<A>(r0[2 * ow]);
+      int64_t arg = at;
+      take_if_greater(static_cast<A>(r0[2 * ow + 1]), at + 1, best, arg);
+      take_if_greater(static_cast<A>(r1[2 * ow]), at + W, best, arg);
+      take_if_greater(static_cast<A>(r1[2 * ow + 1]), at + W + 1, best, arg);
+      o[ow] = static_cast<T>(best);
+      ix[ow] = arg;
     }
-  });
+  }
 }
 
 template <typename T>
 void max_pool_impl(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) {
   using A = acc_t<T>;
   const int64_t H = x.size(2), W = x.size(3), Ho = out.size(2), Wo = out.size(3);
-  if (p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 && p.pad_w == 0 &&
-      2 * Ho <= H && 2 * Wo <= W)  // every window whole (ceil_mode can add a clipped last one)
-    return max_pool_2x2<T>(x, out, indices);
+  // Every window whole (ceil_mode can add a clipped last one): the 2x2 fast path.
+  const bool whole_2x2 = p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 &&
+                         p.pad_h == 0 && p.pad_w == 0 && 2 * Ho <= H && 2 * Wo <= W;
   const T* xp = x.data<T>();
   T* op = out.data<T>();
   int64_t* ip = indices.data<int64_t>();
   for_planes(x.size(0) * x.size(1), H * W, [&](int64_t pl) {
     const T* xs = xp + pl * H * W;
+    if (whole_2x2) return max_pool_2x2_plane<T>(xs, W, Ho, Wo, op + pl * Ho * Wo, ip + pl * Ho * Wo);
     for (int64_t oh = 0; oh < Ho; ++oh) {
       const Window wh = pool_window(oh, p.kernel_h, p.stride_h, p.pad_h, H);
       for (int64_t ow = 0; ow < Wo; ++ow) {

@@ -92,21 +92,37 @@ std::string sys_error(int err) { return std::strerror(err); }
 
 }  // namespace
 
+namespace {
+
+/// The number fields of a metrics line after "epoch", in the order they are written. Phase times
+/// are diagnostics that lines written before the phase timers existed (e.g. the mnist example's
+/// --metrics-out) lack: when reading, absent means 0, present must still be a number.
+struct NumberField {
+  const char* key;
+  double EpochMetrics::*member;
+  bool phase;
+};
+constexpr NumberField kEpochFields[] = {
+    {"train_loss", &EpochMetrics::train_loss, false},
+    {"test_loss", &EpochMetrics::test_loss, false},
+    {"test_acc", &EpochMetrics::test_acc, false},
+    {"epoch_seconds", &EpochMetrics::epoch_seconds, false},
+    {"images_per_second", &EpochMetrics::images_per_second, false},
+    {"lr", &EpochMetrics::lr, false},
+    {"eval_seconds", &EpochMetrics::eval_seconds, false},
+    {"data_wait_seconds", &EpochMetrics::data_wait_seconds, true},
+    {"h2d_seconds", &EpochMetrics::h2d_seconds, true},
+    {"forward_seconds", &EpochMetrics::forward_seconds, true},
+    {"backward_seconds", &EpochMetrics::backward_seconds, true},
+    {"optimizer_seconds", &EpochMetrics::optimizer_seconds, true},
+};
+
+}  // namespace
+
 std::string to_json_line(const EpochMetrics& m) {
   OrderedJson j;
   j["epoch"] = m.epoch;
-  j["train_loss"] = m.train_loss;
-  j["test_loss"] = m.test_loss;
-  j["test_acc"] = m.test_acc;
-  j["epoch_seconds"] = m.epoch_seconds;
-  j["images_per_second"] = m.images_per_second;
-  j["lr"] = m.lr;
-  j["eval_seconds"] = m.eval_seconds;
-  j["data_wait_seconds"] = m.data_wait_seconds;
-  j["h2d_seconds"] = m.h2d_seconds;
-  j["forward_seconds"] = m.forward_seconds;
-  j["backward_seconds"] = m.backward_seconds;
-  j["optimizer_seconds"] = m.optimizer_seconds;
+  for (const NumberField& f : kEpochFields) j[f.key] = m.*f.member;
   return j.dump();  // compact: one line
 }
 
@@ -115,20 +131,8 @@ EpochMetrics parse_epoch_metrics(const std::string& line, const std::string& sou
   const Json j = parse_object(line, where);
   EpochMetrics m;
   m.epoch = get_int(j, "epoch", where);
-  m.train_loss = get_double(j, "train_loss", where);
-  m.test_loss = get_double(j, "test_loss", where);
-  m.test_acc = get_double(j, "test_acc", where);
-  m.epoch_seconds = get_double(j, "epoch_seconds", where);
-  m.images_per_second = get_double(j, "images_per_second", where);
-  m.lr = get_double(j, "lr", where);
-  m.eval_seconds = get_double(j, "eval_seconds", where);
-  // Phase times are diagnostics that lines written before the phase timers existed (e.g. the
-  // mnist example's --metrics-out) lack: absent means 0, present must still be a number.
-  m.data_wait_seconds = get_phase_seconds(j, "data_wait_seconds", where);
-  m.h2d_seconds = get_phase_seconds(j, "h2d_seconds", where);
-  m.forward_seconds = get_phase_seconds(j, "forward_seconds", where);
-  m.backward_seconds = get_phase_seconds(j, "backward_seconds", where);
-  m.optimizer_seconds = get_phase_seconds(j, "optimizer_seconds", where);
+  for (const NumberField& f : kEpochFields)
+    m.*f.member = f.phase ? get_phase_seconds(j, f.key, where) : get_double(j, f.key, where);
   return m;
 }
 

@@ -40,6 +40,7 @@
 
 using namespace ember;
 using namespace ember::train;
+using ember::testing::read_text;
 using ember::testing::require_identical;
 namespace fs = std::filesystem;
 
@@ -67,13 +68,6 @@ ExperimentConfig tiny_config(const std::string& run_dir, int64_t epochs, int64_t
   c.output.run_dir = run_dir;
   c.output.log_interval = 1e6;
   return c;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // The training state of two checkpoints is the same, bit for bit.
@@ -346,7 +340,8 @@ TEST_CASE("trainer: SIGTERM mid-epoch writes last.ckpt and resume=auto ends like
       exited = true;
       break;
     }
-    if (std::regex_search(read_text(run_dir + "/log.txt"), epoch2_progress)) {
+    const std::string log = run_dir + "/log.txt";  // appears once the child has started the run
+    if (fs::exists(log) && std::regex_search(read_text(log), epoch2_progress)) {
       ::kill(pid, SIGTERM);
       signalled = true;
       break;

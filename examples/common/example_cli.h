@@ -315,6 +315,19 @@ inline void save_epoch_checkpoints(const ember::train::Checkpoint& ck, const std
   ember::train::save_checkpoint(ck, (d / "last.ckpt").string());
 }
 
+/// The end of an epoch: prints R's line, appends its JSON line to METRICS_OUT and writes
+/// CHECKPOINT_DIR/epoch_<E>.ckpt and last.ckpt with METADATA plus its test_acc (each only when set).
+inline void report_epoch(const EpochResult& r, int64_t epochs, int epoch_width, const std::string& metrics_out,
+                         const std::string& checkpoint_dir, const TrainingState& s, int64_t global_step,
+                         std::map<std::string, std::string> metadata) {
+  std::printf("%s\n", epoch_line(r, epochs, epoch_width).c_str());
+  std::fflush(stdout);
+  if (!metrics_out.empty()) append_metrics_line(metrics_out, json_line(r));
+  if (checkpoint_dir.empty()) return;
+  metadata["test_acc"] = std::to_string(r.test.accuracy);
+  save_epoch_checkpoints(capture_checkpoint(s, r.epoch, global_step, std::move(metadata)), checkpoint_dir);
+}
+
 /// The "resumed from PATH: E epochs done, S steps, lr X" line, X being the next step's rate.
 inline void print_resumed(const std::string& path, const ember::train::Checkpoint& ck, double lr) {
   std::printf("resumed from %s: %lld epochs done, %lld steps, lr %.6g\n", path.c_str(),

@@ -177,19 +177,12 @@ int run(const Options& o) {
     const ex::EpochResult result{.epoch = epoch, .train_loss = train_loss, .test = test, .seconds = seconds,
                                  .images_per_second = static_cast<double>(seen) / seconds, .lr = lr,
                                  .eval_seconds = eval_seconds};
-    std::printf("%s\n", ex::epoch_line(result, o.epochs, /*epoch_width=*/2).c_str());
-    std::fflush(stdout);
-    if (!o.metrics_out.empty()) ex::append_metrics_line(o.metrics_out, ex::json_line(result));
-    if (!o.checkpoint_dir.empty()) {
-      const train::Checkpoint ck = ex::capture_checkpoint(state, epoch, global_step,
-                                                          {{"model", "mnist_cnn"},
-                                                           {"batch_size", std::to_string(o.batch_size)},
-                                                           {"seed", std::to_string(o.seed)},
-                                                           {"limit_train", std::to_string(o.limit_train)},
-                                                           {"data", o.data},
-                                                           {"test_acc", std::to_string(test.accuracy)}});
-      ex::save_epoch_checkpoints(ck, o.checkpoint_dir);
-    }
+    ex::report_epoch(result, o.epochs, /*epoch_width=*/2, o.metrics_out, o.checkpoint_dir, state, global_step,
+                     {{"model", "mnist_cnn"},
+                      {"batch_size", std::to_string(o.batch_size)},
+                      {"seed", std::to_string(o.seed)},
+                      {"limit_train", std::to_string(o.limit_train)},
+                      {"data", o.data}});
   }
   return 0;
 }

@@ -29,10 +29,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
              Tensor gx, gw, gb;
              if (need_x) gx = kernels::conv2d_backward_input(g, ws, x_shape, params);
              if (need_w) gw = kernels::conv2d_backward_weight(g, xs, w_shape, params);
-             // g (N, O, Ho, Wo) -> (N, O) -> (O): two reductions over runs of adjacent dims read g in
-             // place; one over {0, 2, 3} would first copy g into a permuted layout.
-             if (need_b)
-               gb = kernels::reduce(kernels::ReduceOp::Sum, kernels::reduce(kernels::ReduceOp::Sum, g, {2, 3}), {0});
+             // g (N, O, Ho, Wo) -> (O)
+             if (need_b) gb = kernels::reduce(kernels::ReduceOp::Sum, g, {0, 2, 3});
              return TensorList{std::move(gx), std::move(gw), std::move(gb)};
            },
            x, w, bias);

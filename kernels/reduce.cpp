@@ -73,6 +73,19 @@ Tensor reduce(ReduceOp op, const Tensor& x, std::vector<int64_t> dims, bool keep
   bool block = true;  // reduced dims form one run [first, last]
   for (int d = first; d >= 0 && d <= last; ++d) block = block && reduced[d];
 
+  if (!block && x.is_contiguous() && x.dtype() != DType::f16 && x.dtype() != DType::bf16) {
+    // Several runs of reduced dims (e.g. {0, 2, 3} of NCHW): reduce the last run in place, then
+    // the remaining dims of that smaller result, instead of copying x into a permuted layout.
+    // The other runs keep their indices, as they all come before the last one. (Not for f16/bf16,
+    // whose partial results would be rounded to half precision in between.)
+    int run = last;
+    while (reduced[run - 1]) --run;  // a run before this one exists, so run stays > 0
+    std::vector<int64_t> tail, rest;
+    for (int64_t d = 0; d < nd; ++d)
+      if (reduced[d]) (d >= run ? tail : rest).push_back(d);
+    return raw_view(reduce(op, reduce(op, x, tail, false), rest, false), out_shape);
+  }
+
   Tensor src;
   int64_t outer = 1, inner = 1;
   if (first < 0) {

@@ -1,19 +1,19 @@
 // The backward engine (see engine.h for the execution order and why).
-#include "autograd/engine.h"
+#include <ember/autograd/engine.h>
 
 #include <queue>
 #include <unordered_map>
 
-#include "autograd/grad_mode.h"
-#include "kernels/elementwise.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/kernels/elementwise.h>
 
 namespace ember::autograd {
 
 namespace {
 
 struct NodeTask {
-  int64_t pending = 0;     // edges into this node not yet delivered
-  TensorList grads;        // one summed gradient per output of the node
+  int64_t pending = 0;  // edges into this node not yet delivered
+  TensorList grads;  // one summed gradient per output of the node
 };
 
 // Ready-queue order: accumulators first, then the most recently created node.
@@ -38,8 +38,7 @@ void add_into(Tensor& slot, Tensor g) {
 }  // namespace
 
 void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> grads, bool retain_graph) {
-  EMBER_ASSERT(roots.size() == grads.size(), "run_backward: ", roots.size(), " roots but ", grads.size(),
-               " gradients");
+  EMBER_ASSERT(roots.size() == grads.size(), "run_backward: ", roots.size(), " roots but ", grads.size(), " gradients");
   NoGradGuard no_grad;
 
   // 1. Discover the graph reachable from the roots and count the edges into each node.
@@ -95,8 +94,8 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> grads, boo
     TensorList out;
     if (any) {
       out = node->apply(std::move(in));
-      EMBER_CHECK(node->is_accumulator() || out.size() == node->next_edges.size(), "backward: node ",
-                  node->name(), " returned ", out.size(), " gradients for ", node->next_edges.size(), " inputs");
+      EMBER_CHECK(node->is_accumulator() || out.size() == node->next_edges.size(), "backward: node ", node->name(),
+                  " returned ", out.size(), " gradients for ", node->next_edges.size(), " inputs");
     } else if (node->is_accumulator()) {
       // The leaf is in the graph but no gradient reached it; its hooks still fire (DDP counts them).
       static_cast<AccumulateGrad*>(node)->fire_hooks();

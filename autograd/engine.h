@@ -8,8 +8,8 @@
 // state is dropped right after it runs.
 #include <vector>
 
-#include "autograd/node.h"
-#include "core/tensor.h"
+#include <ember/autograd/node.h>
+#include <ember/core/tensor.h>
 
 namespace ember::autograd {
 

@@ -16,16 +16,15 @@
 #include <utility>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "autograd/meta.h"
-#include "autograd/node.h"
-#include "core/tensor.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/autograd/meta.h>
+#include <ember/autograd/node.h>
+#include <ember/core/tensor.h>
 
 namespace ember::autograd {
 
 /// True when grad mode is on and some argument requires grad.
-template <typename... Ts>
-inline bool needs_grad(const Ts&... inputs) {
+template <typename... Ts> inline bool needs_grad(const Ts&... inputs) {
   return GradMode::is_enabled() && (tensor_requires_grad(inputs) || ...);
 }
 inline bool needs_grad_list(const std::vector<Tensor>& inputs) {

@@ -1,4 +1,4 @@
-#include "autograd/grad_mode.h"
+#include <ember/autograd/grad_mode.h>
 
 namespace ember {
 

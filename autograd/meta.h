@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.h"
+#include <ember/core/tensor.h>
 
 namespace ember::autograd {
 
@@ -37,9 +37,7 @@ struct AutogradMeta {
 };
 
 /// The meta of t, or null (t may be undefined).
-inline AutogradMeta* meta_of(const Tensor& t) {
-  return t.defined() ? t.impl_ptr()->autograd.get() : nullptr;
-}
+inline AutogradMeta* meta_of(const Tensor& t) { return t.defined() ? t.impl_ptr()->autograd.get() : nullptr; }
 /// True when t is defined and requires grad (leaf or not); does not look at grad mode.
 inline bool tensor_requires_grad(const Tensor& t) {
   const AutogradMeta* m = meta_of(t);

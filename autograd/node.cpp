@@ -1,12 +1,12 @@
 // Nodes, leaf accumulation, and the small helpers ops use to record themselves.
-#include "autograd/node.h"
+#include <ember/autograd/node.h>
 
 #include <atomic>
 
-#include "autograd/function.h"
-#include "kernels/copy.h"
-#include "kernels/elementwise.h"
-#include "kernels/reduce.h"
+#include <ember/autograd/function.h>
+#include <ember/kernels/copy.h>
+#include <ember/kernels/elementwise.h>
+#include <ember/kernels/reduce.h>
 
 namespace ember::autograd {
 
@@ -59,10 +59,10 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   Tensor leaf(leaf_);
   Tensor g = std::move(grads[0]);
   if (g.defined()) {
-    EMBER_CHECK(g.sizes() == leaf.sizes(), "backward: gradient of shape ", g.shape_str(),
-                " reached a leaf of shape ", leaf.shape_str());
-    EMBER_CHECK(g.device() == leaf.device(), "backward: gradient on ", g.device().str(),
-                " reached a leaf on ", leaf.device().str());
+    EMBER_CHECK(g.sizes() == leaf.sizes(), "backward: gradient of shape ", g.shape_str(), " reached a leaf of shape ",
+                leaf.shape_str());
+    EMBER_CHECK(g.device() == leaf.device(), "backward: gradient on ", g.device().str(), " reached a leaf on ",
+                leaf.device().str());
     AutogradMeta& m = ensure_meta(leaf);
     if (!m.grad.defined() && owns_whole_storage(g, leaf)) {
       m.grad = std::move(g);  // a temporary nobody else holds: keep it rather than copy it
@@ -122,8 +122,8 @@ Tensor sum_to(const Tensor& g, const Shape& shape) {
       dims.push_back(i);
     } else {
       const int64_t s = shape[i - lead];
-      EMBER_ASSERT(s == g.size(i) || s == 1, "sum_to: gradient of shape ", g.shape_str(),
-                   " does not broadcast from ", shape_str(shape));
+      EMBER_ASSERT(s == g.size(i) || s == 1, "sum_to: gradient of shape ", g.shape_str(), " does not broadcast from ",
+                   shape_str(shape));
       if (s == 1 && g.size(i) != 1) dims.push_back(i);
     }
   }

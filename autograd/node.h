@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "autograd/meta.h"
-#include "core/tensor.h"
+#include <ember/autograd/meta.h>
+#include <ember/core/tensor.h>
 
 namespace ember::autograd {
 
@@ -66,8 +66,7 @@ class Node {
 /// A node whose backward is a closure. F is called as
 ///   F(const Tensor& grad) -> TensorList          (single-output ops; grad is always defined), or
 ///   F(const TensorList& grads) -> TensorList     (multi-output ops; entries may be undefined).
-template <typename F>
-class ClosureNode final : public Node {
+template <typename F> class ClosureNode final : public Node {
  public:
   ClosureNode(const char* name, F&& fn) : name_(name), fn_(std::move(fn)) {}
   ClosureNode(const char* name, const F& fn) : name_(name), fn_(fn) {}

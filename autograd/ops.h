@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/tensor.h"
+#include <ember/core/tensor.h>
 
 namespace ember {
 

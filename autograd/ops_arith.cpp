@@ -3,10 +3,10 @@
 //
 // Gradients of broadcast operands are summed back to the operand's shape and cast to its dtype by
 // GradSink. Closures run with grad mode off, so the operators used inside them record nothing.
-#include "autograd/ops.h"
-#include "autograd/ops_util.h"
-#include "kernels/elementwise.h"
-#include "kernels/factory.h"
+#include <ember/autograd/ops.h>
+#include <ember/autograd/ops_util.h>
+#include <ember/kernels/elementwise.h>
+#include <ember/kernels/factory.h>
 
 namespace ember {
 
@@ -44,12 +44,13 @@ Tensor extremum(BinaryOp op, const char* name, const Tensor& a, const Tensor& b)
   Tensor out = binary_checked(op, a, b);
   if (needs_grad(a, b)) {
     const BinaryOp wins = op == BinaryOp::Maximum ? BinaryOp::Gt : BinaryOp::Lt;
-    record(out, name,
-           [a, b, wins, sa = GradSink(a, out.sizes()), sb = GradSink(b, out.sizes())](const Tensor& g) {
-             Tensor ga = g * pick_weight(wins, a, b, g.dtype());
-             return TensorList{sa(ga), sb(g - ga)};
-           },
-           a, b);
+    record(
+        out, name,
+        [a, b, wins, sa = GradSink(a, out.sizes()), sb = GradSink(b, out.sizes())](const Tensor& g) {
+          Tensor ga = g * pick_weight(wins, a, b, g.dtype());
+          return TensorList{sa(ga), sb(g - ga)};
+        },
+        a, b);
   }
   return out;
 }
@@ -61,11 +62,12 @@ Tensor extremum(BinaryOp op, const char* name, const Tensor& a, const Tensor& b)
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = binary_checked(BinaryOp::Add, a, b);
   if (needs_grad(a, b)) {
-    record(out, "AddBackward",
-           [sa = GradSink(a, out.sizes()), sb = GradSink(b, out.sizes())](const Tensor& g) {
-             return TensorList{sa(g), sb(g)};
-           },
-           a, b);
+    record(
+        out, "AddBackward",
+        [sa = GradSink(a, out.sizes()), sb = GradSink(b, out.sizes())](const Tensor& g) {
+          return TensorList{sa(g), sb(g)};
+        },
+        a, b);
   }
   return out;
 }
@@ -73,11 +75,12 @@ Tensor add(const Tensor& a, const Tensor& b) {
 Tensor sub(const Tensor& a, const Tensor& b) {
   Tensor out = binary_checked(BinaryOp::Sub, a, b);
   if (needs_grad(a, b)) {
-    record(out, "SubBackward",
-           [sa = GradSink(a, out.sizes()), sb = GradSink(b, out.sizes())](const Tensor& g) {
-             return TensorList{sa(g), sb.needed ? sb(-g) : Tensor()};
-           },
-           a, b);
+    record(
+        out, "SubBackward",
+        [sa = GradSink(a, out.sizes()), sb = GradSink(b, out.sizes())](const Tensor& g) {
+          return TensorList{sa(g), sb.needed ? sb(-g) : Tensor()};
+        },
+        a, b);
   }
   return out;
 }
@@ -85,11 +88,12 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = binary_checked(BinaryOp::Mul, a, b);
   if (needs_grad(a, b)) {
-    record(out, "MulBackward",
-           [a, b, sa = GradSink(a, out.sizes()), sb = GradSink(b, out.sizes())](const Tensor& g) {
-             return TensorList{sa.needed ? sa(g * b) : Tensor(), sb.needed ? sb(g * a) : Tensor()};
-           },
-           a, b);
+    record(
+        out, "MulBackward",
+        [a, b, sa = GradSink(a, out.sizes()), sb = GradSink(b, out.sizes())](const Tensor& g) {
+          return TensorList{sa.needed ? sa(g * b) : Tensor(), sb.needed ? sb(g * a) : Tensor()};
+        },
+        a, b);
   }
   return out;
 }
@@ -98,12 +102,13 @@ Tensor div(const Tensor& a, const Tensor& b) {
   Tensor out = binary_checked(BinaryOp::Div, a, b);
   if (needs_grad(a, b)) {
     // d(a/b)/db = -a/b^2 = -out/b.
-    record(out, "DivBackward",
-           [b, y = save_output(out), sa = GradSink(a, out.sizes()), sb = GradSink(b, out.sizes())](const Tensor& g) {
-             Tensor ga = g / b;
-             return TensorList{sa(ga), sb.needed ? sb(-(ga * y)) : Tensor()};
-           },
-           a, b);
+    record(
+        out, "DivBackward",
+        [b, y = save_output(out), sa = GradSink(a, out.sizes()), sb = GradSink(b, out.sizes())](const Tensor& g) {
+          Tensor ga = g / b;
+          return TensorList{sa(ga), sb.needed ? sb(-(ga * y)) : Tensor()};
+        },
+        a, b);
   }
   return out;
 }
@@ -115,9 +120,9 @@ Tensor minimum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Min
 
 Tensor add(const Tensor& a, double s) {
   Tensor out = scalar_checked(BinaryOp::Add, a, s, false);
-  if (needs_grad(a)) record(out, "AddScalarBackward", [sa = GradSink(a, out.sizes())](const Tensor& g) {
-    return TensorList{sa(g)};
-  }, a);
+  if (needs_grad(a))
+    record(
+        out, "AddScalarBackward", [sa = GradSink(a, out.sizes())](const Tensor& g) { return TensorList{sa(g)}; }, a);
   return out;
 }
 Tensor add(double s, const Tensor& a) { return add(a, s); }
@@ -126,26 +131,28 @@ Tensor sub(const Tensor& a, double s) { return add(a, -s); }
 
 Tensor sub(double s, const Tensor& a) {
   Tensor out = scalar_checked(BinaryOp::Sub, a, s, true);
-  if (needs_grad(a)) record(out, "RSubScalarBackward", [sa = GradSink(a, out.sizes())](const Tensor& g) {
-    return TensorList{sa(-g)};
-  }, a);
+  if (needs_grad(a))
+    record(
+        out, "RSubScalarBackward", [sa = GradSink(a, out.sizes())](const Tensor& g) { return TensorList{sa(-g)}; }, a);
   return out;
 }
 
 Tensor mul(const Tensor& a, double s) {
   Tensor out = scalar_checked(BinaryOp::Mul, a, s, false);
-  if (needs_grad(a)) record(out, "MulScalarBackward", [s, sa = GradSink(a, out.sizes())](const Tensor& g) {
-    return TensorList{sa(g * s)};
-  }, a);
+  if (needs_grad(a))
+    record(
+        out, "MulScalarBackward", [s, sa = GradSink(a, out.sizes())](const Tensor& g) { return TensorList{sa(g * s)}; },
+        a);
   return out;
 }
 Tensor mul(double s, const Tensor& a) { return mul(a, s); }
 
 Tensor div(const Tensor& a, double s) {
   Tensor out = scalar_checked(BinaryOp::Div, a, s, false);
-  if (needs_grad(a)) record(out, "DivScalarBackward", [s, sa = GradSink(a, out.sizes())](const Tensor& g) {
-    return TensorList{sa(g / s)};
-  }, a);
+  if (needs_grad(a))
+    record(
+        out, "DivScalarBackward", [s, sa = GradSink(a, out.sizes())](const Tensor& g) { return TensorList{sa(g / s)}; },
+        a);
   return out;
 }
 
@@ -153,9 +160,12 @@ Tensor div(double s, const Tensor& a) {
   Tensor out = scalar_checked(BinaryOp::Div, a, s, true);
   if (needs_grad(a)) {
     // d(s/a)/da = -s/a^2 = -out/a.
-    record(out, "RDivScalarBackward", [a, y = save_output(out), sa = GradSink(a, out.sizes())](const Tensor& g) {
-      return TensorList{sa(-(g * y) / a)};
-    }, a);
+    record(
+        out, "RDivScalarBackward",
+        [a, y = save_output(out), sa = GradSink(a, out.sizes())](const Tensor& g) {
+          return TensorList{sa(-(g * y) / a)};
+        },
+        a);
   }
   return out;
 }
@@ -170,13 +180,14 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   check_same_device("where", a, b);
   Tensor out = kernels::where(cond, a, b);
   if (needs_grad(a, b)) {
-    record(out, "WhereBackward",
-           [cond, sa = GradSink(a, out.sizes()), sb = GradSink(b, out.sizes())](const Tensor& g) {
-             Tensor zero = scalar_tensor(0.0, g.dtype(), g.device());
-             return TensorList{sa.needed ? sa(kernels::where(cond, g, zero)) : Tensor(),
-                               sb.needed ? sb(kernels::where(cond, zero, g)) : Tensor()};
-           },
-           a, b);
+    record(
+        out, "WhereBackward",
+        [cond, sa = GradSink(a, out.sizes()), sb = GradSink(b, out.sizes())](const Tensor& g) {
+          Tensor zero = scalar_tensor(0.0, g.dtype(), g.device());
+          return TensorList{sa.needed ? sa(kernels::where(cond, g, zero)) : Tensor(),
+                            sb.needed ? sb(kernels::where(cond, zero, g)) : Tensor()};
+        },
+        a, b);
   }
   return out;
 }

@@ -1,11 +1,11 @@
 // Differentiable conv2d and pooling: forward through the kernels, backward written beside it.
-#include "autograd/ops_conv.h"
+#include <ember/autograd/ops_conv.h>
 
 #include <utility>
 
-#include "autograd/function.h"
-#include "autograd/ops_util.h"
-#include "kernels/reduce.h"
+#include <ember/autograd/function.h>
+#include <ember/autograd/ops_util.h>
+#include <ember/kernels/reduce.h>
 
 namespace ember {
 
@@ -23,17 +23,18 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
   if (needs_grad(x, w, bias)) {
     const bool need_x = tensor_requires_grad(x), need_w = tensor_requires_grad(w);
     // dx needs only w and dw only x: keep just what the requested gradients read.
-    record(out, "Conv2dBackward",
-           [xs = need_w ? x : Tensor(), ws = need_x ? w : Tensor(), x_shape = x.sizes(), w_shape = w.sizes(), params,
-            need_x, need_w, need_b = tensor_requires_grad(bias)](const Tensor& g) {
-             Tensor gx, gw, gb;
-             if (need_x) gx = kernels::conv2d_backward_input(g, ws, x_shape, params);
-             if (need_w) gw = kernels::conv2d_backward_weight(g, xs, w_shape, params);
-             // g (N, O, Ho, Wo) -> (O)
-             if (need_b) gb = kernels::reduce(kernels::ReduceOp::Sum, g, {0, 2, 3});
-             return TensorList{std::move(gx), std::move(gw), std::move(gb)};
-           },
-           x, w, bias);
+    record(
+        out, "Conv2dBackward",
+        [xs = need_w ? x : Tensor(), ws = need_x ? w : Tensor(), x_shape = x.sizes(), w_shape = w.sizes(), params,
+         need_x, need_w, need_b = tensor_requires_grad(bias)](const Tensor& g) {
+          Tensor gx, gw, gb;
+          if (need_x) gx = kernels::conv2d_backward_input(g, ws, x_shape, params);
+          if (need_w) gw = kernels::conv2d_backward_weight(g, xs, w_shape, params);
+          // g (N, O, Ho, Wo) -> (O)
+          if (need_b) gb = kernels::reduce(kernels::ReduceOp::Sum, g, {0, 2, 3});
+          return TensorList{std::move(gx), std::move(gw), std::move(gb)};
+        },
+        x, w, bias);
   }
   return out;
 }
@@ -43,15 +44,15 @@ Tensor max_pool2d(const Tensor& x, const Pool2dFuncOptions& options) {
   check_defined("max_pool2d", x, "x");
   kernels::MaxPoolResult r = kernels::max_pool2d(x, params);
   if (needs_grad(x)) {
-    record(r.out, "MaxPool2dBackward",
-           [indices = r.indices, x_shape = x.sizes()](const Tensor& g) {
-             return TensorList{kernels::max_pool2d_backward(g, indices, x_shape)};
-           },
-           x);
+    record(
+        r.out, "MaxPool2dBackward",
+        [indices = r.indices, x_shape = x.sizes()](const Tensor& g) {
+          return TensorList{kernels::max_pool2d_backward(g, indices, x_shape)};
+        },
+        x);
   }
   return r.out;
 }
-
 
 Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
   return max_pool2d(x, Pool2dFuncOptions{kernel, stride, padding});
@@ -62,11 +63,12 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dFuncOptions& options) {
   check_defined("avg_pool2d", x, "x");
   Tensor out = kernels::avg_pool2d(x, params);
   if (needs_grad(x)) {
-    record(out, "AvgPool2dBackward",
-           [x_shape = x.sizes(), params](const Tensor& g) {
-             return TensorList{kernels::avg_pool2d_backward(g, x_shape, params)};
-           },
-           x);
+    record(
+        out, "AvgPool2dBackward",
+        [x_shape = x.sizes(), params](const Tensor& g) {
+          return TensorList{kernels::avg_pool2d_backward(g, x_shape, params)};
+        },
+        x);
   }
   return out;
 }
@@ -79,11 +81,12 @@ Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
   check_defined("adaptive_avg_pool2d", x, "x");
   Tensor out = kernels::adaptive_avg_pool2d(x, out_h, out_w);
   if (needs_grad(x)) {
-    record(out, "AdaptiveAvgPool2dBackward",
-           [x_shape = x.sizes()](const Tensor& g) {
-             return TensorList{kernels::adaptive_avg_pool2d_backward(g, x_shape)};
-           },
-           x);
+    record(
+        out, "AdaptiveAvgPool2dBackward",
+        [x_shape = x.sizes()](const Tensor& g) {
+          return TensorList{kernels::adaptive_avg_pool2d_backward(g, x_shape)};
+        },
+        x);
   }
   return out;
 }

@@ -8,9 +8,9 @@
 // argument-dependent lookup finding kernels::conv2d.
 #include <cstdint>
 
-#include "core/tensor.h"
-#include "kernels/conv.h"
-#include "kernels/pool.h"
+#include <ember/core/tensor.h>
+#include <ember/kernels/conv.h>
+#include <ember/kernels/pool.h>
 
 namespace ember {
 
@@ -42,8 +42,14 @@ struct Pool2dFuncOptions {
   bool ceil_mode = false;
   bool count_include_pad = true;  // average pooling only
   kernels::Pool2dParams params() const {
-    return {kernel.h, kernel.w, stride.h == 0 ? kernel.h : stride.h, stride.w == 0 ? kernel.w : stride.w,
-            padding.h, padding.w, ceil_mode, count_include_pad};
+    return {kernel.h,
+            kernel.w,
+            stride.h == 0 ? kernel.h : stride.h,
+            stride.w == 0 ? kernel.w : stride.w,
+            padding.h,
+            padding.w,
+            ceil_mode,
+            count_include_pad};
   }
 };
 

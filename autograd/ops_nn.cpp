@@ -1,15 +1,15 @@
 // Differentiable matmul, softmax / log_softmax, cross-entropy and index_select.
 #include <algorithm>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "autograd/ops_util.h"
-#include "kernels/elementwise.h"
-#include "kernels/factory.h"
-#include "kernels/index.h"
-#include "kernels/matmul.h"
-#include "kernels/reduce.h"
-#include "kernels/softmax.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/autograd/ops.h>
+#include <ember/autograd/ops_util.h>
+#include <ember/kernels/elementwise.h>
+#include <ember/kernels/factory.h>
+#include <ember/kernels/index.h>
+#include <ember/kernels/matmul.h>
+#include <ember/kernels/reduce.h>
+#include <ember/kernels/softmax.h>
 
 namespace ember {
 
@@ -60,10 +60,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   check_defined("matmul", a, "a");
   check_defined("matmul", b, "b");
   check_same_device("matmul", a, b);
-  EMBER_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: expected operands with at least 1 dim, got shapes ",
-              a.shape_str(), " and ", b.shape_str());
-  EMBER_CHECK(a.dtype() == b.dtype(), "matmul: dtypes differ: a (shape ", a.shape_str(), ") is ",
-              dtype_name(a.dtype()), ", b (shape ", b.shape_str(), ") is ", dtype_name(b.dtype()));
+  EMBER_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: expected operands with at least 1 dim, got shapes ", a.shape_str(),
+              " and ", b.shape_str());
+  EMBER_CHECK(a.dtype() == b.dtype(), "matmul: dtypes differ: a (shape ", a.shape_str(), ") is ", dtype_name(a.dtype()),
+              ", b (shape ", b.shape_str(), ") is ", dtype_name(b.dtype()));
   // NumPy rules for vectors: a (K) is a row (1, K), b (K) a column (K, 1); the added dim is dropped
   // from the result. The unsqueeze/squeeze views are differentiable, so the node below only ever
   // sees operands with >= 2 dims.
@@ -77,27 +77,28 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   }
   Tensor out = matmul_nd(a, b);
   if (needs_grad(a, b)) {
-    record(out, "MatmulBackward",
-           [a, b, sa = GradSink(a, out.sizes()), sb = GradSink(b, out.sizes())](const Tensor& g) {
-             // dA = g @ B^T (summed over broadcast batch dims), dB = A^T @ g.
-             Tensor ga, gb;
-             if (sa.needed) ga = autograd::sum_to(matmul_nd(g, mT(b)), a.sizes());
-             if (sb.needed) {
-               if (b.dim() == 2) {
-                 // One GEMM over all rows (a shared weight when a has batch dims): (K, B*M) @ (B*M, N).
-                 const int64_t K = a.size(-1), N = g.size(-1);
-                 const Tensor a2 = a.reshape({-1, K}), g2 = g.reshape({-1, N});
-                 // dB in b's own layout: for b = W.t() of a contiguous W (Linear's weight) compute
-                 // (g^T @ A)^T, so W's gradient arrives contiguous instead of needing a transposing copy.
-                 const bool b_transposed = b.stride(0) == 1 && b.stride(1) == b.size(0) && b.size(0) > 1;
-                 gb = b_transposed ? mT(kernels::matmul(mT(g2), a2)) : kernels::matmul(mT(a2), g2);
-               } else {
-                 gb = autograd::sum_to(matmul_nd(mT(a), g), b.sizes());
-               }
-             }
-             return TensorList{std::move(ga), std::move(gb)};
-           },
-           a, b);
+    record(
+        out, "MatmulBackward",
+        [a, b, sa = GradSink(a, out.sizes()), sb = GradSink(b, out.sizes())](const Tensor& g) {
+          // dA = g @ B^T (summed over broadcast batch dims), dB = A^T @ g.
+          Tensor ga, gb;
+          if (sa.needed) ga = autograd::sum_to(matmul_nd(g, mT(b)), a.sizes());
+          if (sb.needed) {
+            if (b.dim() == 2) {
+              // One GEMM over all rows (a shared weight when a has batch dims): (K, B*M) @ (B*M, N).
+              const int64_t K = a.size(-1), N = g.size(-1);
+              const Tensor a2 = a.reshape({-1, K}), g2 = g.reshape({-1, N});
+              // dB in b's own layout: for b = W.t() of a contiguous W (Linear's weight) compute
+              // (g^T @ A)^T, so W's gradient arrives contiguous instead of needing a transposing copy.
+              const bool b_transposed = b.stride(0) == 1 && b.stride(1) == b.size(0) && b.size(0) > 1;
+              gb = b_transposed ? mT(kernels::matmul(mT(g2), a2)) : kernels::matmul(mT(a2), g2);
+            } else {
+              gb = autograd::sum_to(matmul_nd(mT(a), g), b.sizes());
+            }
+          }
+          return TensorList{std::move(ga), std::move(gb)};
+        },
+        a, b);
   }
   return out;
 }
@@ -110,9 +111,10 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
   const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), name);
   Tensor out = kernels::softmax(x, d, log);
   if (needs_grad(x)) {
-    record(out, log ? "LogSoftmaxBackward" : "SoftmaxBackward",
-           [y = save_output(out), d, log](const Tensor& g) { return TensorList{kernels::softmax_backward(g, y, d, log)}; },
-           x);
+    record(
+        out, log ? "LogSoftmaxBackward" : "SoftmaxBackward",
+        [y = save_output(out), d, log](const Tensor& g) { return TensorList{kernels::softmax_backward(g, y, d, log)}; },
+        x);
   }
   return out;
 }
@@ -131,20 +133,21 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_sm
               target.shape_str());
   EMBER_CHECK(target.dtype() == DType::i64, "cross_entropy: target must be i64 class indices, got ",
               dtype_name(target.dtype()), " (shape ", target.shape_str(), ")");
-  EMBER_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, "cross_entropy: label_smoothing must be in [0, 1], got ",
-              label_smoothing);
+  EMBER_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
+              "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
   kernels::CrossEntropyRows rows = kernels::cross_entropy_rows(logits, target, label_smoothing);
   Tensor out = kernels::reduce(kernels::ReduceOp::Mean, rows.loss);
   if (needs_grad(logits)) {
-    record(out, "CrossEntropyBackward",
-           [logits, target, lse = rows.lse, label_smoothing](const Tensor& g) {
-             // Each row's loss enters the mean with weight 1/N: grad_rows (N) f32 = g / N.
-             const int64_t n = logits.size(0);
-             Tensor gf = g.dtype() == DType::f32 ? g : kernels::cast(g, DType::f32);
-             Tensor grad_rows = (gf * (1.0 / static_cast<double>(std::max<int64_t>(n, 1)))).expand({n}).contiguous();
-             return TensorList{kernels::cross_entropy_backward(grad_rows, logits, target, lse, label_smoothing)};
-           },
-           logits);
+    record(
+        out, "CrossEntropyBackward",
+        [logits, target, lse = rows.lse, label_smoothing](const Tensor& g) {
+          // Each row's loss enters the mean with weight 1/N: grad_rows (N) f32 = g / N.
+          const int64_t n = logits.size(0);
+          Tensor gf = g.dtype() == DType::f32 ? g : kernels::cast(g, DType::f32);
+          Tensor grad_rows = (gf * (1.0 / static_cast<double>(std::max<int64_t>(n, 1)))).expand({n}).contiguous();
+          return TensorList{kernels::cross_entropy_backward(grad_rows, logits, target, lse, label_smoothing)};
+        },
+        logits);
   }
   return out;
 }
@@ -156,13 +159,14 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), "index_select");
   Tensor out = kernels::index_select(x, d, index);
   if (needs_grad(x)) {
-    record(out, "IndexSelectBackward",
-           [index, in = x.sizes(), d](const Tensor& g) {
-             Tensor gx = zeros(in, g.dtype(), g.device());
-             kernels::index_add(gx, d, index, g);
-             return TensorList{gx};
-           },
-           x);
+    record(
+        out, "IndexSelectBackward",
+        [index, in = x.sizes(), d](const Tensor& g) {
+          Tensor gx = zeros(in, g.dtype(), g.device());
+          kernels::index_add(gx, d, index, g);
+          return TensorList{gx};
+        },
+        x);
   }
   return out;
 }

@@ -1,10 +1,10 @@
 // Differentiable batch norm and dropout over kernels/norm.h.
-#include "autograd/ops_norm.h"
+#include <ember/autograd/ops_norm.h>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "autograd/ops_util.h"
-#include "kernels/norm.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/autograd/ops.h>
+#include <ember/autograd/ops_util.h>
+#include <ember/kernels/norm.h>
 
 namespace ember {
 
@@ -16,8 +16,7 @@ using autograd::detail::check_defined;
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                   const Tensor& running_var, bool training, double momentum, double eps) {
   check_defined("batch_norm", x, "x");
-  kernels::BatchNormResult r =
-      kernels::batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
+  kernels::BatchNormResult r = kernels::batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
   Tensor out = r.out;
   if (needs_grad(x, weight, bias)) {
     Tensor save_mean = r.save_mean, save_invstd = r.save_invstd;
@@ -29,14 +28,15 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
       save_invstd = 1.0 / sqrt(running_var + eps);
     }
     const bool w_grad = autograd::tensor_requires_grad(weight), b_grad = autograd::tensor_requires_grad(bias);
-    record(out, "BatchNormBackward",
-           [x, weight, save_mean, save_invstd, training, eps, w_grad, b_grad](const Tensor& g) {
-             kernels::BatchNormGrads gr =
-                 kernels::batch_norm_backward(g, x, weight, save_mean, save_invstd, training, eps);
-             return TensorList{autograd::tensor_requires_grad(x) ? gr.grad_x : Tensor(),
-                               w_grad ? gr.grad_weight : Tensor(), b_grad ? gr.grad_bias : Tensor()};
-           },
-           x, weight, bias);
+    record(
+        out, "BatchNormBackward",
+        [x, weight, save_mean, save_invstd, training, eps, w_grad, b_grad](const Tensor& g) {
+          kernels::BatchNormGrads gr =
+              kernels::batch_norm_backward(g, x, weight, save_mean, save_invstd, training, eps);
+          return TensorList{autograd::tensor_requires_grad(x) ? gr.grad_x : Tensor(),
+                            w_grad ? gr.grad_weight : Tensor(), b_grad ? gr.grad_bias : Tensor()};
+        },
+        x, weight, bias);
   }
   return out;
 }
@@ -45,9 +45,9 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
   check_defined("dropout", x, "x");
   Tensor out = kernels::dropout(x, p, seed, offset);
   if (needs_grad(x)) {
-    record(out, "DropoutBackward",
-           [p, seed, offset](const Tensor& g) { return TensorList{kernels::dropout_backward(g, p, seed, offset)}; },
-           x);
+    record(
+        out, "DropoutBackward",
+        [p, seed, offset](const Tensor& g) { return TensorList{kernels::dropout_backward(g, p, seed, offset)}; }, x);
   }
   return out;
 }

@@ -2,7 +2,7 @@
 // Differentiable batch normalization and dropout (namespace ember, beside autograd/ops.h).
 #include <cstdint>
 
-#include "core/tensor.h"
+#include <ember/core/tensor.h>
 
 namespace ember {
 

@@ -1,10 +1,10 @@
 // Differentiable reductions: sum, mean, max/min along a dim (gradient to the arg position),
 // amax/amin over dims (gradient shared among ties), and argmax (not differentiable).
-#include "autograd/ops.h"
-#include "autograd/ops_util.h"
-#include "kernels/elementwise.h"
-#include "kernels/factory.h"
-#include "kernels/reduce.h"
+#include <ember/autograd/ops.h>
+#include <ember/autograd/ops_util.h>
+#include <ember/kernels/elementwise.h>
+#include <ember/kernels/factory.h>
+#include <ember/kernels/reduce.h>
 
 namespace ember {
 
@@ -29,12 +29,13 @@ Tensor sum_like(ReduceOp op, const char* name, const Tensor& x, const std::vecto
   int64_t count = 1;
   for (int64_t d : nd) count *= x.size(d);
   const double scale = op == ReduceOp::Mean ? 1.0 / static_cast<double>(count) : 1.0;
-  record(out, op == ReduceOp::Mean ? "MeanBackward" : "SumBackward",
-         [in = x.sizes(), kd = keepdim_shape(x.sizes(), nd), scale](const Tensor& g) {
-           Tensor gs = scale == 1.0 ? g : g * scale;
-           return TensorList{as_keepdim(gs, kd).expand(in)};
-         },
-         x);
+  record(
+      out, op == ReduceOp::Mean ? "MeanBackward" : "SumBackward",
+      [in = x.sizes(), kd = keepdim_shape(x.sizes(), nd), scale](const Tensor& g) {
+        Tensor gs = scale == 1.0 ? g : g * scale;
+        return TensorList{as_keepdim(gs, kd).expand(in)};
+      },
+      x);
   return out;
 }
 
@@ -44,24 +45,26 @@ Tensor extremum_dim(ReduceOp op, const char* name, const Tensor& x, int64_t dim,
   Tensor out = kernels::reduce(op, x, {dim}, keepdim);
   if (!needs_grad(x)) return out;
   if (x.dim() == 0) {  // a single element is its own extremum
-    record(out, op == ReduceOp::Max ? "MaxBackward" : "MinBackward", [](const Tensor& g) { return TensorList{g}; }, x);
+    record(
+        out, op == ReduceOp::Max ? "MaxBackward" : "MinBackward", [](const Tensor& g) { return TensorList{g}; }, x);
     return out;
   }
   const int64_t d = wrap_dim(dim, x.dim(), name);
   // idx: (keepdim shape) i64; argmin is the first argmax of -x.
   Tensor idx = kernels::argmax(op == ReduceOp::Max ? x : kernels::unary(kernels::UnaryOp::Neg, x), d, true);
-  record(out, op == ReduceOp::Max ? "MaxBackward" : "MinBackward",
-         [idx, in = x.sizes(), d](const Tensor& g) {
-           // one_hot[..., r, ...] = (r == idx[..., 0, ...]), broadcast to the input's shape.
-           Shape pos_shape(in.size(), 1);
-           pos_shape[d] = in[d];
-           Tensor pos = arange(in[d], DType::i64, g.device()).reshape(pos_shape);
-           Tensor one_hot = kernels::binary(BinaryOp::Eq, pos, idx);
-           Tensor zero = scalar_tensor(0.0, g.dtype(), g.device());
-           Tensor gx = kernels::where(one_hot, as_keepdim(g, idx.sizes()), zero);
-           return TensorList{gx.sizes() == in ? gx : gx.expand(in)};
-         },
-         x);
+  record(
+      out, op == ReduceOp::Max ? "MaxBackward" : "MinBackward",
+      [idx, in = x.sizes(), d](const Tensor& g) {
+        // one_hot[..., r, ...] = (r == idx[..., 0, ...]), broadcast to the input's shape.
+        Shape pos_shape(in.size(), 1);
+        pos_shape[d] = in[d];
+        Tensor pos = arange(in[d], DType::i64, g.device()).reshape(pos_shape);
+        Tensor one_hot = kernels::binary(BinaryOp::Eq, pos, idx);
+        Tensor zero = scalar_tensor(0.0, g.dtype(), g.device());
+        Tensor gx = kernels::where(one_hot, as_keepdim(g, idx.sizes()), zero);
+        return TensorList{gx.sizes() == in ? gx : gx.expand(in)};
+      },
+      x);
   return out;
 }
 
@@ -71,13 +74,14 @@ Tensor extremum_dims(ReduceOp op, const char* name, const Tensor& x, const std::
   Tensor out = kernels::reduce(op, x, dims, keepdim);
   if (!needs_grad(x)) return out;
   std::vector<int64_t> nd = normalize_dims(name, dims, x.dim());
-  record(out, op == ReduceOp::Max ? "AmaxBackward" : "AminBackward",
-         [x, y = save_output(out), nd, kd = keepdim_shape(x.sizes(), nd)](const Tensor& g) {
-           Tensor mask = kernels::binary(BinaryOp::Eq, x, as_keepdim(y, kd)).to(g.dtype());
-           Tensor count = nd.empty() ? mask : kernels::reduce(ReduceOp::Sum, mask, nd, true);
-           return TensorList{mask * (as_keepdim(g, kd) / count)};
-         },
-         x);
+  record(
+      out, op == ReduceOp::Max ? "AmaxBackward" : "AminBackward",
+      [x, y = save_output(out), nd, kd = keepdim_shape(x.sizes(), nd)](const Tensor& g) {
+        Tensor mask = kernels::binary(BinaryOp::Eq, x, as_keepdim(y, kd)).to(g.dtype());
+        Tensor count = nd.empty() ? mask : kernels::reduce(ReduceOp::Sum, mask, nd, true);
+        return TensorList{mask * (as_keepdim(g, kd) / count)};
+      },
+      x);
   return out;
 }
 

@@ -1,9 +1,9 @@
 // Differentiable unary math. The derivative kernels live in kernels::unary_backward; which of the
 // input x and the output y a closure keeps follows that header: Abs, Log, Relu, Gelu read x;
 // Exp, Sqrt, Tanh, Sigmoid read y (kept detached, see autograd/function.h); Neg reads neither.
-#include "autograd/ops.h"
-#include "autograd/ops_util.h"
-#include "kernels/elementwise.h"
+#include <ember/autograd/ops.h>
+#include <ember/autograd/ops_util.h>
+#include <ember/kernels/elementwise.h>
 
 namespace ember {
 
@@ -24,13 +24,14 @@ Tensor unary_op(UnaryOp op, const char* backward_name, const Tensor& x) {
   Tensor out = kernels::unary(op, x);
   if (!needs_grad(x)) return out;
   if (reads_output(op)) {
-    record(out, backward_name, [op, y = save_output(out)](const Tensor& g) {
-      return TensorList{kernels::unary_backward(op, g, Tensor(), y)};
-    }, x);
+    record(
+        out, backward_name,
+        [op, y = save_output(out)](const Tensor& g) { return TensorList{kernels::unary_backward(op, g, Tensor(), y)}; },
+        x);
   } else {
-    record(out, backward_name, [op, x](const Tensor& g) {
-      return TensorList{kernels::unary_backward(op, g, x, Tensor())};
-    }, x);
+    record(
+        out, backward_name,
+        [op, x](const Tensor& g) { return TensorList{kernels::unary_backward(op, g, x, Tensor())}; }, x);
   }
   return out;
 }
@@ -40,9 +41,9 @@ Tensor unary_op(UnaryOp op, const char* backward_name, const Tensor& x) {
 Tensor neg(const Tensor& x) {
   autograd::detail::check_defined("neg", x, "x");
   Tensor out = kernels::unary(UnaryOp::Neg, x);
-  if (needs_grad(x)) record(out, "NegBackward", [](const Tensor& g) {
-    return TensorList{kernels::unary(UnaryOp::Neg, g)};
-  }, x);
+  if (needs_grad(x))
+    record(
+        out, "NegBackward", [](const Tensor& g) { return TensorList{kernels::unary(UnaryOp::Neg, g)}; }, x);
   return out;
 }
 

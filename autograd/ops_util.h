@@ -3,18 +3,18 @@
 #include <utility>
 #include <vector>
 
-#include "autograd/function.h"
-#include "autograd/meta.h"
-#include "core/tensor.h"
-#include "kernels/copy.h"
+#include <ember/autograd/function.h>
+#include <ember/autograd/meta.h>
+#include <ember/core/tensor.h>
+#include <ember/kernels/copy.h>
 
 namespace ember::autograd::detail {
 
 /// Error naming both operands' devices when they differ.
 inline void check_same_device(const char* op, const Tensor& a, const Tensor& b, const char* an = "a",
                               const char* bn = "b") {
-  EMBER_CHECK(a.device() == b.device(), op, ": operands on different devices: ", an, " (shape ", a.shape_str(),
-              ") on ", a.device().str(), ", ", bn, " (shape ", b.shape_str(), ") on ", b.device().str());
+  EMBER_CHECK(a.device() == b.device(), op, ": operands on different devices: ", an, " (shape ", a.shape_str(), ") on ",
+              a.device().str(), ", ", bn, " (shape ", b.shape_str(), ") on ", b.device().str());
 }
 
 inline void check_defined(const char* op, const Tensor& t, const char* name) {

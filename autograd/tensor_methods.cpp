@@ -7,13 +7,13 @@
 #include <numeric>
 #include <optional>
 
-#include "autograd/engine.h"
-#include "autograd/function.h"
-#include "autograd/grad_mode.h"
-#include "autograd/meta.h"
-#include "core/tensor.h"
-#include "kernels/copy.h"
-#include "kernels/factory.h"
+#include <ember/autograd/engine.h>
+#include <ember/autograd/function.h>
+#include <ember/autograd/grad_mode.h>
+#include <ember/autograd/meta.h>
+#include <ember/core/tensor.h>
+#include <ember/kernels/copy.h>
+#include <ember/kernels/factory.h>
 
 namespace ember {
 
@@ -65,8 +65,8 @@ Shape infer_size(const char* op, const Shape& sizes, int64_t numel, const Shape&
     }
   }
   if (infer >= 0) {
-    EMBER_CHECK(known != 0 && numel % known == 0, op, ": shape ", ember::shape_str(sizes), " is invalid for a tensor of shape ",
-                ember::shape_str(from), " (", numel, " elements)");
+    EMBER_CHECK(known != 0 && numel % known == 0, op, ": shape ", ember::shape_str(sizes),
+                " is invalid for a tensor of shape ", ember::shape_str(from), " (", numel, " elements)");
     out[infer] = numel / known;
   }
   EMBER_CHECK(numel_of(out) == numel, op, ": shape ", ember::shape_str(sizes), " is invalid for a tensor of shape ",
@@ -77,7 +77,8 @@ Shape infer_size(const char* op, const Shape& sizes, int64_t numel, const Shape&
 // Records a view/reshape-like op whose backward reshapes the gradient back to `in`'s shape.
 void record_reshape(Tensor& out, const Tensor& in, const char* name) {
   if (!needs_grad(in)) return;
-  record(out, name, [in_sizes = in.sizes()](const Tensor& g) { return TensorList{g.reshape(in_sizes)}; }, in);
+  record(
+      out, name, [in_sizes = in.sizes()](const Tensor& g) { return TensorList{g.reshape(in_sizes)}; }, in);
 }
 
 void check_inplace(const Tensor& t, const char* op) {
@@ -95,7 +96,8 @@ Tensor Tensor::view(const Shape& new_sizes_in) const {
   Shape new_sizes = infer_size("view", new_sizes_in, numel(), sizes());
   std::optional<Shape> st = view_strides(sizes(), strides(), new_sizes);
   EMBER_CHECK(st.has_value(), "view: size ", ember::shape_str(new_sizes), " is not compatible with the strides ",
-              ember::shape_str(strides()), " of a tensor of shape ", ember::shape_str(sizes()), "; use reshape() instead");
+              ember::shape_str(strides()), " of a tensor of shape ", ember::shape_str(sizes()),
+              "; use reshape() instead");
   Tensor out = as_strided_raw(*this, new_sizes, *st, offset());
   record_reshape(out, *this, "ViewBackward");
   return out;
@@ -121,7 +123,8 @@ Tensor Tensor::permute(const Shape& dims) const {
   }
   Tensor out = as_strided_raw(*this, new_sizes, new_strides, offset());
   if (needs_grad(*this))
-    record(out, "PermuteBackward", [inverse](const Tensor& g) { return TensorList{g.permute(inverse)}; }, *this);
+    record(
+        out, "PermuteBackward", [inverse](const Tensor& g) { return TensorList{g.permute(inverse)}; }, *this);
   return out;
 }
 
@@ -134,7 +137,8 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
   std::swap(new_strides[d0], new_strides[d1]);
   Tensor out = as_strided_raw(*this, new_sizes, new_strides, offset());
   if (needs_grad(*this))
-    record(out, "TransposeBackward", [d0, d1](const Tensor& g) { return TensorList{g.transpose(d0, d1)}; }, *this);
+    record(
+        out, "TransposeBackward", [d0, d1](const Tensor& g) { return TensorList{g.transpose(d0, d1)}; }, *this);
   return out;
 }
 
@@ -158,13 +162,14 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   new_strides[d] = strides()[d] * step;
   Tensor out = as_strided_raw(*this, new_sizes, new_strides, offset() + start * strides()[d]);
   if (needs_grad(*this)) {
-    record(out, "SliceBackward",
-           [in_sizes = sizes(), d, start, end, step](const Tensor& g) {
-             Tensor gx = zeros(in_sizes, g.dtype(), g.device());
-             kernels::copy(gx.slice(d, start, end, step), g);
-             return TensorList{gx};
-           },
-           *this);
+    record(
+        out, "SliceBackward",
+        [in_sizes = sizes(), d, start, end, step](const Tensor& g) {
+          Tensor gx = zeros(in_sizes, g.dtype(), g.device());
+          kernels::copy(gx.slice(d, start, end, step), g);
+          return TensorList{gx};
+        },
+        *this);
   }
   return out;
 }
@@ -228,17 +233,17 @@ Tensor Tensor::expand(const Shape& target) const {
     }
     const int64_t s = sizes()[i - lead];
     const int64_t want = target[i] == -1 ? s : target[i];
-    EMBER_CHECK(want == s || s == 1, "expand: cannot expand shape ", ember::shape_str(sizes()), " to ", ember::shape_str(target),
-                " (dim ", i, ": ", s, " vs ", want, ")");
+    EMBER_CHECK(want == s || s == 1, "expand: cannot expand shape ", ember::shape_str(sizes()), " to ",
+                ember::shape_str(target), " (dim ", i, ": ", s, " vs ", want, ")");
     new_sizes[i] = want;
     new_strides[i] = want == s ? strides()[i - lead] : 0;
   }
   if (new_sizes == sizes()) return *this;
   Tensor out = as_strided_raw(*this, new_sizes, new_strides, offset());
   if (needs_grad(*this)) {
-    record(out, "ExpandBackward", [in_sizes = sizes()](const Tensor& g) {
-      return TensorList{autograd::sum_to(g, in_sizes)};
-    }, *this);
+    record(
+        out, "ExpandBackward",
+        [in_sizes = sizes()](const Tensor& g) { return TensorList{autograd::sum_to(g, in_sizes)}; }, *this);
   }
   return out;
 }
@@ -267,7 +272,9 @@ Tensor Tensor::contiguous() const {
 Tensor Tensor::clone() const {
   Tensor out = empty(sizes(), dtype(), device());
   kernels::copy(out, *this);
-  if (needs_grad(*this)) record(out, "CloneBackward", [](const Tensor& g) { return TensorList{g}; }, *this);
+  if (needs_grad(*this))
+    record(
+        out, "CloneBackward", [](const Tensor& g) { return TensorList{g}; }, *this);
   return out;
 }
 
@@ -276,7 +283,8 @@ Tensor Tensor::to(Device dev) const {
   Tensor out = empty(sizes(), dtype(), dev);
   kernels::copy(out, *this);
   if (needs_grad(*this)) {
-    record(out, "ToDeviceBackward", [src = device()](const Tensor& g) { return TensorList{g.to(src)}; }, *this);
+    record(
+        out, "ToDeviceBackward", [src = device()](const Tensor& g) { return TensorList{g.to(src)}; }, *this);
   }
   return out;
 }
@@ -286,7 +294,8 @@ Tensor Tensor::to(DType dt) const {
   Tensor out = kernels::cast(*this, dt);
   // Only floating results carry gradients (an integer or boolean cast cuts the graph).
   if (is_floating(dt) && needs_grad(*this)) {
-    record(out, "ToDTypeBackward", [src = dtype()](const Tensor& g) { return TensorList{g.to(src)}; }, *this);
+    record(
+        out, "ToDTypeBackward", [src = dtype()](const Tensor& g) { return TensorList{g.to(src)}; }, *this);
   }
   return out;
 }
@@ -384,8 +393,10 @@ Tensor Tensor::detach() const {
 }
 
 int64_t Tensor::register_grad_accumulated_hook(std::function<void(const Tensor& leaf)> fn) const {
-  EMBER_CHECK(is_leaf() && requires_grad(), "register_grad_accumulated_hook: expected a leaf tensor that requires "
-              "grad, got a ", is_leaf() ? "leaf that does not require grad" : "non-leaf", " of shape ", ember::shape_str(sizes()));
+  EMBER_CHECK(is_leaf() && requires_grad(),
+              "register_grad_accumulated_hook: expected a leaf tensor that requires "
+              "grad, got a ",
+              is_leaf() ? "leaf that does not require grad" : "non-leaf", " of shape ", ember::shape_str(sizes()));
   EMBER_CHECK(fn != nullptr, "register_grad_accumulated_hook: empty function");
   autograd::AutogradMeta& m = autograd::ensure_meta(*this);
   const int64_t h = m.next_hook_handle++;
@@ -395,7 +406,8 @@ int64_t Tensor::register_grad_accumulated_hook(std::function<void(const Tensor& 
 
 void Tensor::remove_grad_accumulated_hook(int64_t handle) const {
   autograd::AutogradMeta* m = autograd::meta_of(*this);
-  EMBER_CHECK(m != nullptr, "remove_grad_accumulated_hook: no hooks on this tensor of shape ", ember::shape_str(sizes()));
+  EMBER_CHECK(m != nullptr, "remove_grad_accumulated_hook: no hooks on this tensor of shape ",
+              ember::shape_str(sizes()));
   auto& hooks = m->grad_accumulated_hooks;
   auto it = std::find_if(hooks.begin(), hooks.end(), [&](const auto& h) { return h.first == handle; });
   EMBER_CHECK(it != hooks.end(), "remove_grad_accumulated_hook: unknown handle ", handle);

@@ -10,11 +10,11 @@
 // Flags: --quick (fewer calls; used by the CTest smoke test).
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/autograd/ops.h>
+#include <ember/kernels/elementwise.h>
+#include <ember/kernels/factory.h>
 #include "bench/bench_util.h"
-#include "kernels/elementwise.h"
-#include "kernels/factory.h"
 
 using namespace ember;
 using ember::bench::fmt;
@@ -32,7 +32,13 @@ int main(int argc, char** argv) {
   Tensor ga = ones({1}).requires_grad_(), gb = full({1}, 2.0).requires_grad_();
   Tensor sink;
   auto per_call_us = [&](auto&& body, int n) {
-    return 1e6 * bench::median_seconds([&] { for (int i = 0; i < n; ++i) body(); }, reps, 1) / n;
+    return 1e6 *
+           bench::median_seconds(
+               [&] {
+                 for (int i = 0; i < n; ++i) body();
+               },
+               reps, 1) /
+           n;
   };
 
   const double t_kernel = per_call_us([&] { sink = kernels::binary(kernels::BinaryOp::Add, a, b); }, calls);
@@ -43,11 +49,14 @@ int main(int argc, char** argv) {
   }
   const double t_grad = per_call_us([&] { sink = add(ga, gb); }, calls);
   const double t_backward = per_call_us([&] { add(ga, gb).backward(); }, calls / 4);
-  const double t_chain = per_call_us([&] {
-    Tensor c = ga;
-    for (int i = 0; i < kChain; ++i) c = add(c, gb);
-    c.backward();
-  }, calls / kChain) / kChain;
+  const double t_chain = per_call_us(
+                             [&] {
+                               Tensor c = ga;
+                               for (int i = 0; i < kChain; ++i) c = add(c, gb);
+                               c.backward();
+                             },
+                             calls / kChain) /
+                         kChain;
 
   // The graph must really have been built: every backward pass adds 1 to ga's gradient and 1 per
   // use to gb's, so after all of them (warm-up included) the gradients are exact use counts.

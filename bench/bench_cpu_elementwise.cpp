@@ -12,10 +12,10 @@
 #include <cstring>
 #include <vector>
 
+#include <ember/core/thread_pool.h>
+#include <ember/kernels/elementwise.h>
+#include <ember/kernels/factory.h>
 #include "bench/bench_util.h"
-#include "core/thread_pool.h"
-#include "kernels/elementwise.h"
-#include "kernels/factory.h"
 
 using namespace ember;
 using ember::bench::fmt;
@@ -31,8 +31,8 @@ __attribute__((noinline)) void plain_add(const float* a, const float* b, float* 
 
 int main(int argc, char** argv) {
   const bool quick = bench::has_flag(argc, argv, "--quick");
-  const std::vector<int64_t> sizes = quick ? std::vector<int64_t>{1 << 16, 1 << 20}
-                                           : std::vector<int64_t>{1 << 20, 1 << 24};
+  const std::vector<int64_t> sizes =
+      quick ? std::vector<int64_t>{1 << 16, 1 << 20} : std::vector<int64_t>{1 << 20, 1 << 24};
   const int reps = quick ? 5 : 30;
   const int threads = num_threads();
   std::printf("bench_cpu_elementwise: f32 add vs memcpy, median of %d reps, %d pool threads\n", reps, threads);
@@ -45,7 +45,8 @@ int main(int argc, char** argv) {
     const float* pa = a.data<float>();
     const float* pb = b.data<float>();
     float* po = out.data<float>();
-    std::vector<float> src(static_cast<size_t>(n), 1.0f), dst(static_cast<size_t>(n), 0.0f), loop(static_cast<size_t>(n));
+    std::vector<float> src(static_cast<size_t>(n), 1.0f), dst(static_cast<size_t>(n), 0.0f),
+        loop(static_cast<size_t>(n));
 
     const double add_bytes = 3.0 * n * sizeof(float), copy_bytes = 2.0 * n * sizeof(float);
     double t_memcpy = bench::median_seconds([&] { std::memcpy(dst.data(), src.data(), n * sizeof(float)); }, reps);
@@ -57,7 +58,8 @@ int main(int argc, char** argv) {
                  fmt("%.2f", gbs), fmt("%.0f%%", 100.0 * gbs / memcpy_gbs)});
     };
     Tensor keep;
-    row("ember add", add_bytes, bench::median_seconds([&] { keep = kernels::binary(kernels::BinaryOp::Add, a, b); }, reps));
+    row("ember add", add_bytes,
+        bench::median_seconds([&] { keep = kernels::binary(kernels::BinaryOp::Add, a, b); }, reps));
     auto add_out = [&] { kernels::binary_table(Device::cpu(), kernels::BinaryOp::Add, a, b, out); };
     row("ember add (out)", add_bytes, bench::median_seconds(add_out, reps));
     set_num_threads(1);
@@ -69,7 +71,8 @@ int main(int argc, char** argv) {
     // The figures mean nothing if the kernel computed something else.
     for (int64_t i = 0; i < n; ++i) {
       if (po[i] != loop[static_cast<size_t>(i)] || keep.data<float>()[i] != loop[static_cast<size_t>(i)]) {
-        std::printf("MISMATCH at %lld: ember %g, loop %g\n", static_cast<long long>(i), po[i], loop[static_cast<size_t>(i)]);
+        std::printf("MISMATCH at %lld: ember %g, loop %g\n", static_cast<long long>(i), po[i],
+                    loop[static_cast<size_t>(i)]);
         ok = false;
         break;
       }

@@ -13,11 +13,11 @@
 #include <cmath>
 #include <vector>
 
+#include <ember/core/thread_pool.h>
+#include <ember/kernels/cpu/gemm_blocked.h>
+#include <ember/kernels/factory.h>
+#include <ember/kernels/matmul.h>
 #include "bench/bench_util.h"
-#include "core/thread_pool.h"
-#include "kernels/cpu/gemm_blocked.h"
-#include "kernels/factory.h"
-#include "kernels/matmul.h"
 
 using namespace ember;
 using ember::bench::fmt;
@@ -81,7 +81,8 @@ int main(int argc, char** argv) {
   double t = bench::median_seconds([&] { out = kernels::matmul(a, b); }, reps);
   row("ember matmul", t, out.data<float>());
 
-  t = bench::median_seconds([&] { kernels::cpu::gemm_blocked(false, false, n, n, n, 1.0f, pa, n, pb, n, 0.0f, pc, n); }, reps);
+  t = bench::median_seconds([&] { kernels::cpu::gemm_blocked(false, false, n, n, n, 1.0f, pa, n, pb, n, 0.0f, pc, n); },
+                            reps);
   row("ember blocked GEMM (fallback)", t, pc);
 
   t = bench::median_seconds([&] { naive_gemm(pa, pb, pc, n, n, n); }, quick ? 2 : 1, quick ? 1 : 0);
@@ -91,7 +92,8 @@ int main(int argc, char** argv) {
   const int in = static_cast<int>(n);
   const float one = 1.0f, zero = 0.0f;
   // Row-major C = A B is column-major C^T = B^T A^T: pass B first.
-  t = bench::median_seconds([&] { sgemm_("N", "N", &in, &in, &in, &one, pb, &in, pa, &in, &zero, pc, &in, 1, 1); }, reps);
+  t = bench::median_seconds([&] { sgemm_("N", "N", &in, &in, &in, &one, pb, &in, pa, &in, &zero, pc, &in, 1, 1); },
+                            reps);
   row("raw BLAS sgemm_", t, pc);
 #else
   table.add({"raw BLAS sgemm_", "n/a", "n/a", "(no BLAS)"});

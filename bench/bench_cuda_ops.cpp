@@ -14,14 +14,14 @@
 #include <cmath>
 #include <vector>
 
+#include <ember/core/caching_allocator.h>
+#include <ember/core/cuda_check.h>
+#include <ember/core/stream.h>
+#include <ember/kernels/elementwise.h>
+#include <ember/kernels/factory.h>
+#include <ember/kernels/reduce.h>
+#include <ember/kernels/softmax.h>
 #include "bench/bench_util.h"
-#include "core/caching_allocator.h"
-#include "core/cuda_check.h"
-#include "core/stream.h"
-#include "kernels/elementwise.h"
-#include "kernels/factory.h"
-#include "kernels/reduce.h"
-#include "kernels/softmax.h"
 
 using namespace ember;
 using ember::bench::fmt;
@@ -57,7 +57,8 @@ template <typename Fn> double median_ms(cudaStream_t stream, int reps, Fn&& fn) 
 double worst(const Tensor& x, const Tensor& y, double rtol, double atol) {
   std::vector<double> a = x.to_vector<double>(), b = y.to_vector<double>();
   double w = a.size() == b.size() ? 0 : 1e30;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) w = std::max(w, std::fabs(a[i] - b[i]) / (atol + rtol * std::fabs(b[i])));
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    w = std::max(w, std::fabs(a[i] - b[i]) / (atol + rtol * std::fabs(b[i])));
   return w;
 }
 
@@ -106,12 +107,14 @@ int main(int argc, char** argv) {
     };
     row("cudaMemcpy D2D", 2.0 * n * elem, memcpy_ms, false);
     Tensor keep;
-    row("add", 3.0 * n * elem, median_ms(stream, reps, [&] { keep = kernels::binary(kernels::BinaryOp::Add, a, b); }), true);
+    row("add", 3.0 * n * elem, median_ms(stream, reps, [&] { keep = kernels::binary(kernels::BinaryOp::Add, a, b); }),
+        true);
     row("add (into out)", 3.0 * n * elem,
         median_ms(stream, reps, [&] { kernels::binary_table(dev, kernels::BinaryOp::Add, a, b, dst); }), true);
-    row("sum (all)", 1.0 * n * elem, median_ms(stream, reps, [&] { keep = kernels::reduce(kernels::ReduceOp::Sum, a); }), true);
-    row("softmax (rows of 4096)", 2.0 * n * elem,
-        median_ms(stream, reps, [&] { keep = kernels::softmax(rows, -1); }), true);
+    row("sum (all)", 1.0 * n * elem,
+        median_ms(stream, reps, [&] { keep = kernels::reduce(kernels::ReduceOp::Sum, a); }), true);
+    row("softmax (rows of 4096)", 2.0 * n * elem, median_ms(stream, reps, [&] { keep = kernels::softmax(rows, -1); }),
+        true);
   }
   table.print();
 
@@ -121,11 +124,13 @@ int main(int argc, char** argv) {
     const int64_t n = 1 << 20;
     Tensor x = randn({n / 512, 512}, DType::f32, dev), y = randn({n / 512, 512}, DType::f32, dev);
     Tensor xc = x.to(Device::cpu()), yc = y.to(Device::cpu());
-    const double e_add = worst(kernels::binary(kernels::BinaryOp::Add, x, y), kernels::binary(kernels::BinaryOp::Add, xc, yc), 1e-6, 0);
+    const double e_add =
+        worst(kernels::binary(kernels::BinaryOp::Add, x, y), kernels::binary(kernels::BinaryOp::Add, xc, yc), 1e-6, 0);
     const double e_sum = worst(kernels::reduce(kernels::ReduceOp::Sum, x), kernels::reduce(kernels::ReduceOp::Sum, xc),
                                1e-5 * std::sqrt(double(n)), 1e-5 * std::sqrt(double(n)));
     const double e_soft = worst(kernels::softmax(x, -1), kernels::softmax(xc, -1), 1e-5, 1e-7);
-    std::printf("check vs CPU (error/tolerance, <= 1 passes): add %.3f, sum %.3f, softmax %.3f\n", e_add, e_sum, e_soft);
+    std::printf("check vs CPU (error/tolerance, <= 1 passes): add %.3f, sum %.3f, softmax %.3f\n", e_add, e_sum,
+                e_soft);
     if (!(e_add <= 1 && e_sum <= 1 && e_soft <= 1)) {
       std::printf("bench_cuda_ops: MISMATCH between the CUDA kernels and their CPU twins\n");
       return 1;

@@ -31,9 +31,9 @@
 
 #include <ember/ember.h>
 
+#include <ember/kernels/conv.h>
+#include <ember/kernels/matmul.h>
 #include "bench/bench_util.h"
-#include "kernels/conv.h"
-#include "kernels/matmul.h"
 
 using namespace ember;
 using ember::bench::fmt;
@@ -84,7 +84,8 @@ double time_gemm(const GemmShape& s, int reps) {
   const float* pb = b.data<float>();
   float* pc = c.data<float>();
   auto once = [&] {
-    for (int64_t i = 0; i < s.count; ++i) sgemm_(&tA, &tB, &m, &nn, &k, &alpha, pb, &lda, pa, &ldb, &beta, pc, &ldc, 1, 1);
+    for (int64_t i = 0; i < s.count; ++i)
+      sgemm_(&tA, &tB, &m, &nn, &k, &alpha, pb, &lda, pa, &ldb, &beta, pc, &ldc, 1, 1);
   };
 #else
   Tensor av = s.ta ? a.t() : a, bv = s.tb ? b.t() : b;
@@ -167,7 +168,10 @@ bool cpu_part(bool quick) {
   double loader_s = 0;
   {
     auto ds = std::make_shared<data::Synthetic>(kBatch * (steps + 2), Shape{1, 28, 28}, 10, 5);
-    data::DataLoader loader(ds, {.batch_size = kBatch, .shuffle = true, .workers = 1, .seed = 1,
+    data::DataLoader loader(ds, {.batch_size = kBatch,
+                                 .shuffle = true,
+                                 .workers = 1,
+                                 .seed = 1,
                                  .transform = data::Normalize({0.2860f}, {0.3530f})});
     int64_t i = 0;
     auto t0 = std::chrono::steady_clock::now();
@@ -191,20 +195,23 @@ bool cpu_part(bool quick) {
   auto ips = [](double s) { return static_cast<double>(kBatch) / s; };
   bench::Table t({"what", "ms / step", "images/s", "GFLOP/s"});
   const double flops = per_image.flops;
-  t.add({"ember train step (fixed batch)", fmt("%.2f", step_s * 1e3), fmt("%.0f", ips(step_s)), fmt("%.1f", flops / step_s / 1e9)});
+  t.add({"ember train step (fixed batch)", fmt("%.2f", step_s * 1e3), fmt("%.0f", ips(step_s)),
+         fmt("%.1f", flops / step_s / 1e9)});
   t.add({"  forward + loss", fmt("%.2f", fwd * 1e3), "", ""});
   t.add({"  backward", fmt("%.2f", bwd * 1e3), "", ""});
   t.add({"  SGD step", fmt("%.2f", upd * 1e3), "", ""});
-  t.add({"ember step + DataLoader", fmt("%.2f", loader_s * 1e3), fmt("%.0f", ips(loader_s)), fmt("%.1f", flops / loader_s / 1e9)});
+  t.add({"ember step + DataLoader", fmt("%.2f", loader_s * 1e3), fmt("%.0f", ips(loader_s)),
+         fmt("%.1f", flops / loader_s / 1e9)});
   t.add({std::string(gemm_name) + ", ember's per-image shapes", fmt("%.2f", per_image.seconds * 1e3),
          fmt("%.0f", ips(per_image.seconds)), fmt("%.1f", per_image.flops / per_image.seconds / 1e9)});
   t.add({std::string(gemm_name) + ", batched shapes", fmt("%.2f", batched.seconds * 1e3),
          fmt("%.0f", ips(batched.seconds)), fmt("%.1f", batched.flops / batched.seconds / 1e9)});
   t.add({"target (issue 3)", fmt("%.2f", static_cast<double>(kBatch) / 1000.0 * 1e3), "1000", ""});
   t.print();
-  std::printf("GEMM FLOPs per step: %.1f MFLOP (%.1f MFLOP per image); ember reaches %.0f%% of the per-image-shape "
-              "sgemm prediction\n",
-              flops / 1e6, flops / 1e6 / kBatch, 100.0 * per_image.seconds / step_s);
+  std::printf(
+      "GEMM FLOPs per step: %.1f MFLOP (%.1f MFLOP per image); ember reaches %.0f%% of the per-image-shape "
+      "sgemm prediction\n",
+      flops / 1e6, flops / 1e6 / kBatch, 100.0 * per_image.seconds / step_s);
   std::printf("loss on the fixed batch: %.4f before the timed steps, %.4f after\n", loss_before, loss_after);
   const bool ok = std::isfinite(loss_after) && loss_after < loss_before;
   if (!ok) std::printf("FAILED: training did not lower the loss on a fixed batch\n");
@@ -228,7 +235,11 @@ bool gpu_part(bool quick) {
       for (size_t i = 0; i < first.size(); ++i) first[i] = static_cast<int64_t>(i);
       set = std::make_shared<data::Subset>(ds, std::move(first));
     }
-    data::DataLoader loader(set, {.batch_size = batch, .shuffle = true, .device = dev, .seed = 1, .resident = true,
+    data::DataLoader loader(set, {.batch_size = batch,
+                                  .shuffle = true,
+                                  .device = dev,
+                                  .seed = 1,
+                                  .resident = true,
                                   .transform = data::Normalize({0.2860f}, {0.3530f})});
     // Warm-up epoch: cuDNN algorithm search, allocator growth, resident copy.
     for (auto& b : loader) train_step(*model, opt, b.input, b.target);
@@ -266,7 +277,7 @@ bool gpu_part(bool quick) {
   Tensor w2 = randn({64, 32, 3, 3}, DType::f32, dev), b2 = randn({64}, DType::f32, dev);
   Tensor a1 = randn({kBatch, 32, 26, 26}, DType::f32, dev);
   auto convs = [&] {
-    Tensor o1 = kernels::conv2d(x, w1, b1, p);   // (B, 32, 26, 26)
+    Tensor o1 = kernels::conv2d(x, w1, b1, p);  // (B, 32, 26, 26)
     Tensor o2 = kernels::conv2d(a1, w2, b2, p);  // (B, 64, 24, 24)
     (void)kernels::conv2d_backward_input(o2, w2, a1.sizes(), p);
     (void)kernels::conv2d_backward_weight(o2, a1, w2.sizes(), p);
@@ -280,7 +291,8 @@ bool gpu_part(bool quick) {
   const double conv_ms = e0.elapsed_ms(e1) / steps;
   bench::Table c({"per step, batch 64", "ms", "share"});
   c.add({"whole training step", fmt("%.3f", step_ms), "100%"});
-  c.add({"cuDNN convolutions (fwd, bwd-data, bwd-filter)", fmt("%.3f", conv_ms), fmt("%.0f%%", 100 * conv_ms / step_ms)});
+  c.add(
+      {"cuDNN convolutions (fwd, bwd-data, bwd-filter)", fmt("%.3f", conv_ms), fmt("%.0f%%", 100 * conv_ms / step_ms)});
   c.print();
   return true;
 }

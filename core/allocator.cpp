@@ -1,9 +1,9 @@
-#include "core/allocator.h"
+#include <ember/core/allocator.h>
 
 #include <cstdlib>
 
-#include "core/caching_allocator.h"
-#include "core/error.h"
+#include <ember/core/caching_allocator.h>
+#include <ember/core/error.h>
 
 namespace ember {
 namespace {

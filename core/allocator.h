@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "core/device.h"
+#include <ember/core/device.h>
 
 namespace ember {
 

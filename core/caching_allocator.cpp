@@ -5,21 +5,21 @@
 // two sets (small and large pool) ordered by (stream, size, address): a lookup is a lower_bound
 // on (stream, size), i.e. the smallest free block of this stream that fits (best fit). One mutex
 // guards everything; the backend is called under it (as cudaMalloc synchronizes anyway).
-#include "core/caching_allocator.h"
+#include <ember/core/caching_allocator.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <exception>
 
-#include "core/error.h"
+#include <ember/core/error.h>
 
 namespace ember {
 
 struct CachingAllocator::Block {
-  size_t size = 0;        // bytes, a multiple of kGranule (the whole segment when unsplit)
+  size_t size = 0;  // bytes, a multiple of kGranule (the whole segment when unsplit)
   void* ptr = nullptr;
   void* stream = nullptr;  // the stream whose pool owns this block's segment
-  bool small = false;      // which pool the segment belongs to
+  bool small = false;  // which pool the segment belongs to
   bool allocated = false;
   Block* prev = nullptr;  // neighbours inside the same segment, in address order
   Block* next = nullptr;
@@ -114,8 +114,8 @@ DataPtr CachingAllocator::allocate(size_t nbytes, void* stream) {
   }
 
   if (should_split(block->size - size, small)) {
-    Block* rest = new Block{block->size - size, static_cast<char*>(block->ptr) + size, stream, small, false, block,
-                            block->next};
+    Block* rest =
+        new Block{block->size - size, static_cast<char*>(block->ptr) + size, stream, small, false, block, block->next};
     if (block->next) block->next->prev = rest;
     block->next = rest;
     block->size = size;

@@ -17,19 +17,19 @@
 #include <string>
 #include <unordered_map>
 
-#include "core/allocator.h"
+#include <ember/core/allocator.h>
 
 namespace ember {
 
 struct AllocatorStats {
-  size_t allocated = 0;       // bytes in blocks handed out (rounded sizes)
-  size_t reserved = 0;        // bytes held from the backend (segments)
+  size_t allocated = 0;  // bytes in blocks handed out (rounded sizes)
+  size_t reserved = 0;  // bytes held from the backend (segments)
   size_t peak_allocated = 0;  // high-water mark of `allocated` since the last reset_peak()
   size_t peak_reserved = 0;
-  uint64_t num_allocs = 0;       // allocate() calls served
+  uint64_t num_allocs = 0;  // allocate() calls served
   uint64_t num_backend_allocs = 0;  // segments requested from the backend
   uint64_t num_backend_frees = 0;
-  uint64_t cache_hits = 0;       // allocate() calls served without a backend allocation
+  uint64_t cache_hits = 0;  // allocate() calls served without a backend allocation
 };
 
 class CachingAllocator : public Allocator {
@@ -48,11 +48,11 @@ class CachingAllocator : public Allocator {
   };
 
   static constexpr size_t kGranule = 512;
-  static constexpr size_t kSmallLimit = size_t(1) << 20;      // ≤ 1 MiB: small pool
-  static constexpr size_t kSmallSegment = size_t(2) << 20;     // small segments are 2 MiB
-  static constexpr size_t kMidLimit = size_t(10) << 20;        // < 10 MiB: 20 MiB segments
+  static constexpr size_t kSmallLimit = size_t(1) << 20;  // ≤ 1 MiB: small pool
+  static constexpr size_t kSmallSegment = size_t(2) << 20;  // small segments are 2 MiB
+  static constexpr size_t kMidLimit = size_t(10) << 20;  // < 10 MiB: 20 MiB segments
   static constexpr size_t kMidSegment = size_t(20) << 20;
-  static constexpr size_t kLargeRound = size_t(2) << 20;       // ≥ 10 MiB: rounded to 2 MiB
+  static constexpr size_t kLargeRound = size_t(2) << 20;  // ≥ 10 MiB: rounded to 2 MiB
 
   explicit CachingAllocator(std::unique_ptr<Backend> backend);
   ~CachingAllocator() override;

@@ -1,8 +1,8 @@
-#include "core/device.h"
+#include <ember/core/device.h>
 
 #include <cstdlib>
 
-#include "core/error.h"
+#include <ember/core/error.h>
 
 namespace ember {
 
@@ -34,8 +34,8 @@ const Device& Device::validate() const {
     EMBER_CHECK(cuda_compiled(), "device ", str(), " requested, but this ember build has no CUDA support");
     int n = cuda_device_count();
     EMBER_CHECK(n > 0, "device ", str(), " requested, but no usable CUDA GPU was found");
-    EMBER_CHECK(index_ < n, "device ", str(), " requested, but only ", n, " CUDA device(s) exist (cuda:0..cuda:",
-                n - 1, ")");
+    EMBER_CHECK(index_ < n, "device ", str(), " requested, but only ", n, " CUDA device(s) exist (cuda:0..cuda:", n - 1,
+                ")");
   }
   return *this;
 }

@@ -1,17 +1,25 @@
-#include "core/dtype.h"
+#include <ember/core/dtype.h>
 
 namespace ember {
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "f32";
-    case DType::f64: return "f64";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::i32: return "i32";
-    case DType::i64: return "i64";
-    case DType::u8: return "u8";
-    case DType::boolean: return "bool";
+    case DType::f32:
+      return "f32";
+    case DType::f64:
+      return "f64";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+    case DType::i32:
+      return "i32";
+    case DType::i64:
+      return "i64";
+    case DType::u8:
+      return "u8";
+    case DType::boolean:
+      return "bool";
   }
   return "?";
 }
@@ -26,14 +34,22 @@ DType promote_types(DType a, DType b) {
   if (a == b) return a;
   auto rank = [](DType t) {  // position in the promotion lattice
     switch (t) {
-      case DType::boolean: return 0;
-      case DType::u8: return 1;
-      case DType::i32: return 2;
-      case DType::i64: return 3;
-      case DType::f16: return 4;
-      case DType::bf16: return 4;
-      case DType::f32: return 5;
-      case DType::f64: return 6;
+      case DType::boolean:
+        return 0;
+      case DType::u8:
+        return 1;
+      case DType::i32:
+        return 2;
+      case DType::i64:
+        return 3;
+      case DType::f16:
+        return 4;
+      case DType::bf16:
+        return 4;
+      case DType::f32:
+        return 5;
+      case DType::f64:
+        return 6;
     }
     return 0;
   };

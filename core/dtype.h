@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <string>
 
-#include "core/error.h"
-#include "core/half.h"
+#include <ember/core/error.h>
+#include <ember/core/half.h>
 
 namespace ember {
 
@@ -15,10 +15,18 @@ enum class DType : uint8_t { f32, f64, f16, bf16, i32, i64, u8, boolean };
 /// Bytes per element.
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f64: case DType::i64: return 8;
-    case DType::f32: case DType::i32: return 4;
-    case DType::f16: case DType::bf16: return 2;
-    case DType::u8: case DType::boolean: return 1;
+    case DType::f64:
+    case DType::i64:
+      return 8;
+    case DType::f32:
+    case DType::i32:
+      return 4;
+    case DType::f16:
+    case DType::bf16:
+      return 2;
+    case DType::u8:
+    case DType::boolean:
+      return 1;
   }
   return 0;
 }
@@ -60,26 +68,27 @@ template <> constexpr DType dtype_of<bool>() { return DType::boolean; }
 // EMBER_DISPATCH_ALL(dtype, "opname", [&]<typename scalar_t>() { ... }) calls the lambda with
 // scalar_t bound to the dtype's C++ type. The FLOAT variant accepts f32/f64/f16/bf16 only.
 #define EMBER_DISPATCH_CASE_(DT, ...) \
-  case ::ember::DType::DT: return __VA_ARGS__.template operator()<typename ::ember::CppType<::ember::DType::DT>::type>();
+  case ::ember::DType::DT:            \
+    return __VA_ARGS__.template operator()<typename ::ember::CppType<::ember::DType::DT>::type>();
 
-#define EMBER_DISPATCH_ALL(dtype, name, ...)                                                     \
-  [&] {                                                                                          \
-    switch (dtype) {                                                                             \
-      EMBER_DISPATCH_CASE_(f32, __VA_ARGS__) EMBER_DISPATCH_CASE_(f64, __VA_ARGS__)              \
-      EMBER_DISPATCH_CASE_(f16, __VA_ARGS__) EMBER_DISPATCH_CASE_(bf16, __VA_ARGS__)             \
-      EMBER_DISPATCH_CASE_(i32, __VA_ARGS__) EMBER_DISPATCH_CASE_(i64, __VA_ARGS__)              \
-      EMBER_DISPATCH_CASE_(u8, __VA_ARGS__) EMBER_DISPATCH_CASE_(boolean, __VA_ARGS__)           \
-    }                                                                                            \
-    EMBER_FAIL(name, ": unsupported dtype ", ::ember::dtype_name(dtype));                       \
+#define EMBER_DISPATCH_ALL(dtype, name, ...)                                               \
+  [&] {                                                                                    \
+    switch (dtype) {                                                                       \
+      EMBER_DISPATCH_CASE_(f32, __VA_ARGS__)                                               \
+      EMBER_DISPATCH_CASE_(f64, __VA_ARGS__) EMBER_DISPATCH_CASE_(f16, __VA_ARGS__)        \
+          EMBER_DISPATCH_CASE_(bf16, __VA_ARGS__) EMBER_DISPATCH_CASE_(i32, __VA_ARGS__)   \
+              EMBER_DISPATCH_CASE_(i64, __VA_ARGS__) EMBER_DISPATCH_CASE_(u8, __VA_ARGS__) \
+                  EMBER_DISPATCH_CASE_(boolean, __VA_ARGS__)                               \
+    }                                                                                      \
+    EMBER_FAIL(name, ": unsupported dtype ", ::ember::dtype_name(dtype));                  \
   }()
 
-#define EMBER_DISPATCH_FLOAT(dtype, name, ...)                                                   \
-  [&] {                                                                                          \
-    switch (dtype) {                                                                             \
-      EMBER_DISPATCH_CASE_(f32, __VA_ARGS__) EMBER_DISPATCH_CASE_(f64, __VA_ARGS__)              \
-      EMBER_DISPATCH_CASE_(f16, __VA_ARGS__) EMBER_DISPATCH_CASE_(bf16, __VA_ARGS__)             \
-      default: break;                                                                            \
-    }                                                                                            \
-    EMBER_FAIL(name, ": expected a floating dtype (f32, f64, f16, bf16), got ",                  \
-               ::ember::dtype_name(dtype));                                                     \
+#define EMBER_DISPATCH_FLOAT(dtype, name, ...)                                                               \
+  [&] {                                                                                                      \
+    switch (dtype) {                                                                                         \
+      EMBER_DISPATCH_CASE_(f32, __VA_ARGS__)                                                                 \
+      EMBER_DISPATCH_CASE_(f64, __VA_ARGS__) EMBER_DISPATCH_CASE_(f16, __VA_ARGS__)                          \
+          EMBER_DISPATCH_CASE_(bf16, __VA_ARGS__) default : break;                                           \
+    }                                                                                                        \
+    EMBER_FAIL(name, ": expected a floating dtype (f32, f64, f16, bf16), got ", ::ember::dtype_name(dtype)); \
   }()

@@ -24,15 +24,13 @@ class Error : public std::runtime_error {
 
 namespace detail {
 inline void append_all(std::ostringstream&) {}
-template <typename T, typename... Rest>
-void append_all(std::ostringstream& os, const T& first, const Rest&... rest) {
+template <typename T, typename... Rest> void append_all(std::ostringstream& os, const T& first, const Rest&... rest) {
   os << first;
   append_all(os, rest...);
 }
 /// Builds the message and throws. Kept out of line of the check so the fast path stays small.
 template <typename... Args>
-[[noreturn]] void throw_error(const char* kind, const char* expr, const char* file, int line,
-                              const Args&... args) {
+[[noreturn]] void throw_error(const char* kind, const char* expr, const char* file, int line, const Args&... args) {
   std::ostringstream os;
   append_all(os, args...);
   if (sizeof...(args) == 0) os << kind << " failed";
@@ -51,11 +49,10 @@ template <typename... Args>
   } while (0)
 
 /// Internal invariant; a failure is a bug in ember, not in the caller.
-#define EMBER_ASSERT(cond, ...)                                                                 \
-  do {                                                                                          \
-    if (!(cond)) [[unlikely]]                                                                   \
-      ::ember::detail::throw_error("EMBER_ASSERT", #cond, __FILE__, __LINE__, "internal error: ", \
-                                   ##__VA_ARGS__);                                              \
+#define EMBER_ASSERT(cond, ...)                                                                                   \
+  do {                                                                                                            \
+    if (!(cond)) [[unlikely]]                                                                                     \
+      ::ember::detail::throw_error("EMBER_ASSERT", #cond, __FILE__, __LINE__, "internal error: ", ##__VA_ARGS__); \
   } while (0)
 
 /// Unconditional error with a message.

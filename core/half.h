@@ -43,7 +43,7 @@ struct Half {
     uint32_t mag = x & 0x7fffffffu;
     if (mag >= 0x7f800000u) return static_cast<uint16_t>(sign | (mag > 0x7f800000u ? 0x7e00u : 0x7c00u));
     if (mag >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow to inf
-    if (mag < 0x38800000u) {                                              // subnormal or zero
+    if (mag < 0x38800000u) {  // subnormal or zero
       // Shift the float into the half's subnormal range by adding 0.5 (exponent -1): the FPU rounds.
       float v = detail::bits_float(mag) + 0.5f;
       return static_cast<uint16_t>(sign | (detail::float_bits(v) - 0x3f000000u));

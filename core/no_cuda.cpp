@@ -2,10 +2,10 @@
 // silent CPU fallback) from anything that needs a GPU. CUDA builds define these in core/cuda/.
 #ifndef EMBER_WITH_CUDA
 
-#include "core/caching_allocator.h"
-#include "core/cuda/runtime.h"
-#include "core/device.h"
-#include "core/error.h"
+#include <ember/core/caching_allocator.h>
+#include <ember/core/cuda/runtime.h>
+#include <ember/core/device.h>
+#include <ember/core/error.h>
 
 namespace ember {
 
@@ -13,7 +13,8 @@ bool cuda_compiled() { return false; }
 int cuda_device_count() { return 0; }
 
 CachingAllocator& cuda_caching_allocator(int index) {
-  EMBER_FAIL("cannot allocate on cuda:", index, ": this ember build has no CUDA support (rebuild with -DEMBER_CUDA=ON)");
+  EMBER_FAIL("cannot allocate on cuda:", index,
+             ": this ember build has no CUDA support (rebuild with -DEMBER_CUDA=ON)");
 }
 
 void cuda_empty_cache() {}

@@ -1,6 +1,6 @@
 // Generator state: a seed and a running Philox block offset. The numbers themselves come from the
 // inline philox4x32 in core/rng.h so that CPU and CUDA kernels compute the same function.
-#include "core/rng.h"
+#include <ember/core/rng.h>
 
 namespace ember {
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <mutex>
 
-#include "core/half.h"  // EMBER_HOST_DEVICE
+#include <ember/core/half.h>  // EMBER_HOST_DEVICE
 
 namespace ember {
 
@@ -28,7 +28,10 @@ EMBER_HOST_DEVICE inline Philox4 philox4x32(uint64_t seed, uint64_t counter_lo, 
     uint32_t n1 = static_cast<uint32_t>(p1);
     uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
     uint32_t n3 = static_cast<uint32_t>(p0);
-    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    c0 = n0;
+    c1 = n1;
+    c2 = n2;
+    c3 = n3;
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
@@ -36,7 +39,9 @@ EMBER_HOST_DEVICE inline Philox4 philox4x32(uint64_t seed, uint64_t counter_lo, 
 }
 
 /// Uniform float in [0, 1) from 32 random bits (24 bits of mantissa, so exactly representable).
-EMBER_HOST_DEVICE inline float uint_to_unit_float(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
+EMBER_HOST_DEVICE inline float uint_to_unit_float(uint32_t x) {
+  return static_cast<float>(x >> 8) * (1.0f / 16777216.0f);
+}
 
 /// Element i of a stream starting at `offset` (see the layout convention above).
 EMBER_HOST_DEVICE inline uint32_t philox_element(uint64_t seed, uint64_t offset, uint64_t i) {

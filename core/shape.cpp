@@ -1,8 +1,8 @@
-#include "core/shape.h"
+#include <ember/core/shape.h>
 
 #include <sstream>
 
-#include "core/error.h"
+#include <ember/core/error.h>
 
 namespace ember {
 
@@ -32,8 +32,8 @@ std::string shape_str(const Shape& s) {
 
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* what) {
   int64_t lo = ndim == 0 ? -1 : -ndim, hi = ndim == 0 ? 0 : ndim - 1;
-  EMBER_CHECK(dim >= lo && dim <= hi, what, " ", dim, " out of range for a ", ndim, "-d tensor (expected ", lo,
-              "..", hi, ")");
+  EMBER_CHECK(dim >= lo && dim <= hi, what, " ", dim, " out of range for a ", ndim, "-d tensor (expected ", lo, "..",
+              hi, ")");
   return dim < 0 ? dim + (ndim == 0 ? 1 : ndim) : dim;
 }
 

@@ -1,4 +1,4 @@
-#include "core/storage.h"
+#include <ember/core/storage.h>
 
 namespace ember {
 

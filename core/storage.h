@@ -3,8 +3,8 @@
 #include <cstddef>
 #include <memory>
 
-#include "core/allocator.h"
-#include "core/device.h"
+#include <ember/core/allocator.h>
+#include <ember/core/device.h>
 
 namespace ember {
 

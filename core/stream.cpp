@@ -2,7 +2,7 @@
 // work is synchronous, so synchronizing it is a no-op and CPU events are host timestamps. CUDA
 // work goes through the small internal API of core/cuda/runtime.h, which a CPU-only build
 // defines to throw a clear "no CUDA support" error.
-#include "core/stream.h"
+#include <ember/core/stream.h>
 
 #include <chrono>
 #include <cstdio>
@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/cuda/runtime.h"
-#include "core/error.h"
+#include <ember/core/cuda/runtime.h>
+#include <ember/core/error.h>
 
 namespace ember {
 namespace {

@@ -4,7 +4,7 @@
 // default stream unless set otherwise. All work ember launches goes on the current stream.
 #include <cstdint>
 
-#include "core/device.h"
+#include <ember/core/device.h>
 
 namespace ember {
 

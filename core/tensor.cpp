@@ -1,5 +1,5 @@
 // The core (metadata-only) part of Tensor. Computing members live in autograd/tensor_methods.cpp.
-#include "core/tensor.h"
+#include <ember/core/tensor.h>
 
 #include <ostream>
 
@@ -40,13 +40,12 @@ Tensor empty(const Shape& sizes, DType dtype, Device device) {
 Tensor empty_like(const Tensor& like) { return empty(like.sizes(), like.dtype(), like.device()); }
 
 Tensor as_strided_raw(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset) {
-  EMBER_CHECK(sizes.size() == strides.size(), "as_strided: ", sizes.size(), " sizes but ", strides.size(),
-              " strides");
+  EMBER_CHECK(sizes.size() == strides.size(), "as_strided: ", sizes.size(), " sizes but ", strides.size(), " strides");
   int64_t max_off = offset;
   bool empty_view = false;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    EMBER_CHECK(sizes[i] >= 0 && strides[i] >= 0, "as_strided: negative size or stride in ", shape_str(sizes),
-                " / ", shape_str(strides));
+    EMBER_CHECK(sizes[i] >= 0 && strides[i] >= 0, "as_strided: negative size or stride in ", shape_str(sizes), " / ",
+                shape_str(strides));
     if (sizes[i] == 0) empty_view = true;
     else max_off += (sizes[i] - 1) * strides[i];
   }

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "core/dtype.h"
-#include "core/shape.h"
-#include "core/storage.h"
+#include <ember/core/device.h>
+#include <ember/core/dtype.h>
+#include <ember/core/shape.h>
+#include <ember/core/storage.h>
 
 namespace ember {
 
@@ -92,7 +92,7 @@ class Tensor {
   Tensor contiguous() const;  // self when already contiguous
   Tensor clone() const;
   Tensor to(Device device) const;  // self when already there
-  Tensor to(DType dtype) const;    // self when already that dtype
+  Tensor to(DType dtype) const;  // self when already that dtype
 
   /// The single element as T (copies to host; throws unless numel() == 1).
   template <typename T> T item() const;

@@ -6,7 +6,7 @@
 // the caller runs chunks itself while num_threads() - 1 persistent workers help. Several host
 // threads (DataLoader workers, DataParallel replicas) may call parallel_for at once, so jobs sit
 // in a queue and workers take chunks from whichever job is at its front.
-#include "core/thread_pool.h"
+#include <ember/core/thread_pool.h>
 
 #include <pthread.h>
 
@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.h"
+#include <ember/core/error.h>
 
 namespace ember {
 namespace {

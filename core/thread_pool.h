@@ -13,7 +13,6 @@ void set_num_threads(int n);
 /// Calls fn(begin_i, end_i) on disjoint chunks covering [begin, end). Runs inline when the range
 /// is smaller than `grain` or when called from inside a pool worker (no nested parallelism).
 /// The first exception thrown by fn is rethrown on the caller.
-void parallel_for(int64_t begin, int64_t end, int64_t grain,
-                  const std::function<void(int64_t, int64_t)>& fn);
+void parallel_for(int64_t begin, int64_t end, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
 }  // namespace ember

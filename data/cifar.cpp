@@ -1,13 +1,13 @@
 // CIFAR binary records are fixed-size, so a file is read whole and checked to hold a whole number
 // of records before any is decoded; the pixel bytes are already in (C, H, W) order.
-#include "data/cifar.h"
+#include <ember/data/cifar.h>
 
 #include <cstring>
 #include <filesystem>
 #include <vector>
 
-#include "core/error.h"
-#include "data/io.h"
+#include <ember/core/error.h>
+#include <ember/data/io.h>
 
 namespace ember::data {
 
@@ -28,7 +28,7 @@ std::string resolve_dir(const std::string& dir, const std::string& sub, const st
 }
 
 struct LabelField {
-  int byte;         // position of the label within the record's label bytes
+  int byte;  // position of the label within the record's label bytes
   int64_t classes;  // valid labels are [0, classes)
   const char* name;
 };
@@ -45,8 +45,8 @@ void read_records(const std::string& path, int label_bytes, const LabelField& fi
   if (size % rec != 0) {
     int64_t whole = size / rec;
     EMBER_FAIL(path, ": truncated: record ", whole, " starts at byte offset ", whole * rec, " and expects ", rec,
-               " bytes (", label_bytes, " label byte(s) + 3072 pixels), found ", size - whole * rec,
-               " (the file is ", size, " bytes, not a multiple of ", rec, ")", r.offset_note());
+               " bytes (", label_bytes, " label byte(s) + 3072 pixels), found ", size - whole * rec, " (the file is ",
+               size, " bytes, not a multiple of ", rec, ")", r.offset_note());
   }
   const int64_t n = size / rec;
   size_t p0 = pixels.size();
@@ -82,7 +82,8 @@ Tensor to_labels(const std::vector<int64_t>& labels) {
 }  // namespace
 
 Cifar10::Cifar10(const std::string& dir, Split split) {
-  std::string root = resolve_dir(dir, "cifar-10-batches-bin", split == Split::Train ? "data_batch_1.bin" : "test_batch.bin");
+  std::string root =
+      resolve_dir(dir, "cifar-10-batches-bin", split == Split::Train ? "data_batch_1.bin" : "test_batch.bin");
   std::vector<std::string> names;
   if (split == Split::Train) {
     for (int i = 1; i <= 5; ++i) names.push_back("data_batch_" + std::to_string(i) + ".bin");

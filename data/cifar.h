@@ -2,7 +2,7 @@
 // CIFAR-10 and CIFAR-100, binary versions (https://www.cs.toronto.edu/~kriz/cifar.html).
 #include <string>
 
-#include "data/dataset.h"
+#include <ember/data/dataset.h>
 
 namespace ember::data {
 

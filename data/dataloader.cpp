@@ -1,4 +1,4 @@
-#include "data/dataloader.h"
+#include <ember/data/dataloader.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -9,13 +9,13 @@
 #include <optional>
 #include <thread>
 
-#include "core/error.h"
-#include "core/rng.h"
-#include "core/stream.h"
-#include "data/transfer.h"
-#include "kernels/copy.h"
-#include "kernels/elementwise.h"
-#include "kernels/index.h"
+#include <ember/core/error.h>
+#include <ember/core/rng.h>
+#include <ember/core/stream.h>
+#include <ember/data/transfer.h>
+#include <ember/kernels/copy.h>
+#include <ember/kernels/elementwise.h>
+#include <ember/kernels/index.h>
 
 namespace ember::data {
 
@@ -30,7 +30,10 @@ constexpr uint64_t kTransformSalt = 0x7472616e73666f72ULL;  // "transfor"
 class DataLoader::Run {
  public:
   Run(DataLoader& loader, std::vector<int64_t> order, int64_t epoch)
-      : loader_(loader), opts_(loader.options_), order_(std::move(order)), epoch_(epoch),
+      : loader_(loader),
+        opts_(loader.options_),
+        order_(std::move(order)),
+        epoch_(epoch),
         transform_seed_(splitmix64(loader.options_.seed ^ kTransformSalt)) {
     const int64_t r = static_cast<int64_t>(order_.size()), b = opts_.batch_size;
     num_batches_ = opts_.drop_last ? r / b : (r + b - 1) / b;
@@ -232,7 +235,8 @@ class DataLoader::Run {
     if (!opts_.transform.empty()) {
       std::vector<RandomStream> rngs;
       rngs.reserve(static_cast<size_t>(n));
-      for (int64_t i : out.indices) rngs.emplace_back(transform_seed_, static_cast<uint64_t>(i), static_cast<uint64_t>(epoch_));
+      for (int64_t i : out.indices)
+        rngs.emplace_back(transform_seed_, static_cast<uint64_t>(i), static_cast<uint64_t>(epoch_));
       x = opts_.transform.apply_batch(x, rngs);
     }
     out.input = x;
@@ -246,8 +250,8 @@ class DataLoader::Run {
   int64_t epoch_;
   uint64_t transform_seed_;
   int64_t num_batches_ = 0;
-  Tensor order_device_;                               // resident mode: order_ on the device
-  Stream copy_stream_;                                // CUDA host mode: side stream for copies
+  Tensor order_device_;  // resident mode: order_ on the device
+  Stream copy_stream_;  // CUDA host mode: side stream for copies
   struct Staged {
     int64_t k = -1;
     Stream consumer;  // the stream its device memory was allocated for
@@ -260,8 +264,8 @@ class DataLoader::Run {
   std::condition_variable cv_;
   std::map<int64_t, Slot> ready_;
   int64_t next_claim_ = 0;  // next batch a worker takes on
-  int64_t consumed_ = 0;    // batches handed to the consumer
-  int64_t capacity_ = 1;    // bound on batches claimed ahead of the consumer
+  int64_t consumed_ = 0;  // batches handed to the consumer
+  int64_t capacity_ = 1;  // bound on batches claimed ahead of the consumer
   bool stop_ = false;
   std::vector<std::thread> threads_;  // last: started after everything above exists
 };
@@ -275,8 +279,12 @@ DataLoader::Iterator::Iterator(DataLoader* loader, std::unique_ptr<Run> run)
 }
 
 DataLoader::Iterator::Iterator(Iterator&& o) noexcept
-    : loader_(std::exchange(o.loader_, nullptr)), run_(std::move(o.run_)), current_(std::move(o.current_)),
-      epoch_start_(o.epoch_start_), next_(o.next_), done_(std::exchange(o.done_, true)) {}
+    : loader_(std::exchange(o.loader_, nullptr)),
+      run_(std::move(o.run_)),
+      current_(std::move(o.current_)),
+      epoch_start_(o.epoch_start_),
+      next_(o.next_),
+      done_(std::exchange(o.done_, true)) {}
 
 DataLoader::Iterator& DataLoader::Iterator::operator=(Iterator&& o) noexcept {
   if (this != &o) {
@@ -372,8 +380,8 @@ DataLoader::Iterator DataLoader::begin() {
               all.size(), " indices for epoch ", epoch, ", expected size() = ", sampler_->size());
   const int64_t n = dataset_->size();
   for (size_t k = 0; k < all.size(); ++k) {
-    EMBER_CHECK(all[k] >= 0 && all[k] < n, "DataLoader: ", sampler_->name(), " gave index ", all[k], " at position ",
-                k, " of epoch ", epoch, ", outside [0, ", n, ") of ", dataset_->description());
+    EMBER_CHECK(all[k] >= 0 && all[k] < n, "DataLoader: ", sampler_->name(), " gave index ", all[k], " at position ", k,
+                " of epoch ", epoch, ", outside [0, ", n, ") of ", dataset_->description());
   }
   std::vector<int64_t> rest(all.begin() + std::min<int64_t>(position, static_cast<int64_t>(all.size())), all.end());
   return Iterator(this, std::make_unique<Run>(*this, std::move(rest), epoch));

@@ -25,12 +25,12 @@
 #include <utility>
 #include <vector>
 
-#include "core/device.h"
-#include "core/state_dict.h"
-#include "core/tensor.h"
-#include "data/dataset.h"
-#include "data/sampler.h"
-#include "data/transforms.h"
+#include <ember/core/device.h>
+#include <ember/core/state_dict.h>
+#include <ember/core/tensor.h>
+#include <ember/data/dataset.h>
+#include <ember/data/sampler.h>
+#include <ember/data/transforms.h>
 
 namespace ember::data {
 
@@ -97,15 +97,14 @@ class DataLoader {
     std::unique_ptr<Run> run_;
     Batch current_;
     int64_t epoch_start_ = 0;  // sampler position when this epoch pass began
-    int64_t next_ = 0;         // index (within the pass) of the batch advance() fetches next
+    int64_t next_ = 0;  // index (within the pass) of the batch advance() fetches next
     bool done_ = true;
   };
 
   DataLoader(std::shared_ptr<const Dataset> dataset, Options options = {});
   /// Copies `dataset` (the built-in datasets share their tensors, so this is cheap).
   template <typename D>
-    requires std::is_base_of_v<Dataset, D>
-  DataLoader(const D& dataset, Options options = {})
+  requires std::is_base_of_v<Dataset, D> DataLoader(const D& dataset, Options options = {})
       : DataLoader(std::shared_ptr<const Dataset>(std::make_shared<D>(dataset)), std::move(options)) {}
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;

@@ -1,11 +1,11 @@
-#include "data/dataset.h"
+#include <ember/data/dataset.h>
 
 #include <algorithm>
 #include <cstring>
 #include <sstream>
 
-#include "core/error.h"
-#include "kernels/index.h"
+#include <ember/core/error.h>
+#include <ember/kernels/index.h>
 
 namespace ember::data {
 
@@ -46,8 +46,8 @@ void TensorDataset::init(Tensor images, Tensor labels, int64_t num_classes, std:
   if (num_classes < 0) {
     num_classes_ = max_label + 1;
   } else {
-    EMBER_CHECK(max_label < num_classes, name_, ": a label is ", max_label, ", expected labels in [0, ",
-                num_classes, ")");
+    EMBER_CHECK(max_label < num_classes, name_, ": a label is ", max_label, ", expected labels in [0, ", num_classes,
+                ")");
     num_classes_ = num_classes;
   }
 }

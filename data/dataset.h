@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/tensor.h"
+#include <ember/core/tensor.h>
 
 namespace ember::data {
 
@@ -88,8 +88,7 @@ class Subset : public Dataset {
   Subset(std::shared_ptr<const Dataset> base, std::vector<int64_t> indices);
   /// Copies `base` (built-in datasets share their tensors, so this is cheap).
   template <typename D>
-    requires std::is_base_of_v<Dataset, D>
-  Subset(const D& base, std::vector<int64_t> indices)
+  requires std::is_base_of_v<Dataset, D> Subset(const D& base, std::vector<int64_t> indices)
       : Subset(std::shared_ptr<const Dataset>(std::make_shared<D>(base)), std::move(indices)) {}
 
   int64_t size() const override { return static_cast<int64_t>(indices_.size()); }
@@ -106,8 +105,7 @@ class Subset : public Dataset {
 
 /// The first min(n, base.size()) examples of `base`.
 template <typename D>
-  requires std::is_base_of_v<Dataset, D>
-Subset take(const D& base, int64_t n) {
+requires std::is_base_of_v<Dataset, D> Subset take(const D& base, int64_t n) {
   int64_t k = n < base.size() ? (n < 0 ? 0 : n) : base.size();
   std::vector<int64_t> idx(static_cast<size_t>(k));
   for (int64_t i = 0; i < k; ++i) idx[static_cast<size_t>(i)] = i;

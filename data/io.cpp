@@ -1,6 +1,6 @@
 // Dataset file reading through zlib's gz* API, which reads plain files transparently, so one
 // code path serves both `train-images-idx3-ubyte` and `train-images-idx3-ubyte.gz`.
-#include "data/io.h"
+#include <ember/data/io.h>
 
 #include <zlib.h>
 
@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <sstream>
 
-#include "core/error.h"
+#include <ember/core/error.h>
 
 namespace ember::data::detail {
 
@@ -68,8 +68,8 @@ size_t ByteReader::read_some(void* dst, size_t n) {
       int errnum = 0;
       const char* msg = gzerror(as_gz(gz_), &errnum);
       if (errnum != Z_OK && errnum != Z_STREAM_END) {
-        EMBER_FAIL(path_, ": the gzip stream is truncated or corrupt at byte offset ", offset_ + static_cast<int64_t>(got),
-                   offset_note(), ": ", msg ? msg : "unknown zlib error");
+        EMBER_FAIL(path_, ": the gzip stream is truncated or corrupt at byte offset ",
+                   offset_ + static_cast<int64_t>(got), offset_note(), ": ", msg ? msg : "unknown zlib error");
       }
       break;
     }
@@ -82,8 +82,8 @@ size_t ByteReader::read_some(void* dst, size_t n) {
 void ByteReader::read_exact(void* dst, size_t n, const std::string& what) {
   int64_t start = offset_;
   size_t got = read_some(dst, n);
-  EMBER_CHECK(got == n, path_, ": truncated: expected ", n, " bytes of ", what, " from byte offset ", start,
-              ", found ", got, " (the file ends at byte offset ", start + static_cast<int64_t>(got), ", expected it to reach ",
+  EMBER_CHECK(got == n, path_, ": truncated: expected ", n, " bytes of ", what, " from byte offset ", start, ", found ",
+              got, " (the file ends at byte offset ", start + static_cast<int64_t>(got), ", expected it to reach ",
               start + static_cast<int64_t>(n), ")", offset_note());
 }
 

@@ -1,12 +1,12 @@
 // IDX format (http://yann.lecun.com/exdb/mnist/): a big-endian header — magic (0x0000, dtype byte
 // 0x08 = unsigned byte, number of dims), then one u32 per dim — followed by the raw bytes.
-#include "data/mnist.h"
+#include <ember/data/mnist.h>
 
 #include <cstring>
 #include <sstream>
 
-#include "core/error.h"
-#include "data/io.h"
+#include <ember/core/error.h>
+#include <ember/data/io.h>
 
 namespace ember::data {
 
@@ -63,8 +63,8 @@ void check_payload_size(detail::ByteReader& r, uint64_t header_bytes, uint64_t p
   if (!r.compressed()) {
     uint64_t expected = header_bytes + payload;
     EMBER_CHECK(r.file_size() >= expected, r.path(), ": truncated: the header promises ", promised,
-                ", so the file should be ", expected, " bytes (data from byte offset ", header_bytes,
-                " to ", expected, "), found ", r.file_size(), " bytes");
+                ", so the file should be ", expected, " bytes (data from byte offset ", header_bytes, " to ", expected,
+                "), found ", r.file_size(), " bytes");
   }
 }
 

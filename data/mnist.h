@@ -2,8 +2,8 @@
 // MNIST-format datasets (IDX files): MNIST, Fashion-MNIST and anything else laid out the same way.
 #include <string>
 
-#include "core/tensor.h"
-#include "data/dataset.h"
+#include <ember/core/tensor.h>
+#include <ember/data/dataset.h>
 
 namespace ember::data {
 

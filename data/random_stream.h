@@ -5,7 +5,7 @@
 // epochs are reproducible and independent of the number of workers.
 #include <cstdint>
 
-#include "core/rng.h"
+#include <ember/core/rng.h>
 
 namespace ember::data {
 

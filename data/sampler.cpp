@@ -1,11 +1,11 @@
-#include "data/sampler.h"
+#include <ember/data/sampler.h>
 
 #include <cstring>
 #include <sstream>
 
-#include "core/error.h"
-#include "core/rng.h"
-#include "kernels/factory.h"
+#include <ember/core/error.h>
+#include <ember/core/rng.h>
+#include <ember/kernels/factory.h>
 
 namespace ember::data {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/state_dict.h"
+#include <ember/core/state_dict.h>
 
 namespace ember::data {
 

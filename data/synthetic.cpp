@@ -1,10 +1,10 @@
-#include "data/synthetic.h"
+#include <ember/data/synthetic.h>
 
 #include <vector>
 
-#include "core/error.h"
-#include "core/rng.h"
-#include "core/thread_pool.h"
+#include <ember/core/error.h>
+#include <ember/core/rng.h>
+#include <ember/core/thread_pool.h>
 
 namespace ember::data {
 

@@ -2,7 +2,7 @@
 // A generated dataset for benchmarks and tests that must not depend on files.
 #include <cstdint>
 
-#include "data/dataset.h"
+#include <ember/data/dataset.h>
 
 namespace ember::data {
 

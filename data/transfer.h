@@ -1,8 +1,8 @@
 #pragma once
 // Internal (not part of the public API): host-to-device transfers for the data pipeline.
 // CUDA builds define these in data/cuda/transfer.cpp; builds without CUDA in data/transfer_cpu.cpp.
-#include "core/stream.h"
-#include "core/tensor.h"
+#include <ember/core/stream.h>
+#include <ember/core/tensor.h>
 
 namespace ember::data::detail {
 

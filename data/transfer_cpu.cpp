@@ -1,8 +1,8 @@
 // data/transfer.h in builds without CUDA: no pinned memory, and no device other than the CPU.
 #ifndef EMBER_WITH_CUDA
 
-#include "core/error.h"
-#include "data/transfer.h"
+#include <ember/core/error.h>
+#include <ember/data/transfer.h>
 
 namespace ember::data::detail {
 

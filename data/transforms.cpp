@@ -1,14 +1,14 @@
-#include "data/transforms.h"
+#include <ember/data/transforms.h>
 
 #include <cstring>
 #include <mutex>
 #include <sstream>
 
-#include "core/error.h"
-#include "data/transfer.h"
-#include "kernels/elementwise.h"
-#include "kernels/factory.h"
-#include "kernels/index.h"
+#include <ember/core/error.h>
+#include <ember/data/transfer.h>
+#include <ember/kernels/elementwise.h>
+#include <ember/kernels/factory.h>
+#include <ember/kernels/index.h>
 
 namespace ember::data {
 
@@ -42,8 +42,7 @@ Tensor staging(const Shape& sizes, DType dtype, Device device) {
 }
 
 // A small host vector as a tensor on `device`, moved there without blocking the host.
-template <typename T>
-Tensor vector_on(const std::vector<T>& v, const Shape& sizes, Device device) {
+template <typename T> Tensor vector_on(const std::vector<T>& v, const Shape& sizes, Device device) {
   Tensor t = staging(sizes, dtype_of<T>(), device);
   if (!v.empty()) std::memcpy(t.data_ptr(), v.data(), v.size() * sizeof(T));
   return detail::to_device_async(t, device);

@@ -9,8 +9,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/tensor.h"
-#include "data/random_stream.h"
+#include <ember/core/tensor.h>
+#include <ember/data/random_stream.h>
 
 namespace ember::data {
 
@@ -77,9 +77,9 @@ class Compose : public Transform {
   Compose() = default;
   explicit Compose(std::vector<std::shared_ptr<const Transform>> ts);
   template <typename... Ts>
-    requires(sizeof...(Ts) > 0 && (std::derived_from<std::remove_cvref_t<Ts>, Transform> && ...) &&
-             !(sizeof...(Ts) == 1 && (std::same_as<std::remove_cvref_t<Ts>, Compose> && ...)))
-  Compose(Ts&&... ts) {  // NOLINT: implicit, so `.transform = data::Normalize(...)` works
+  requires(sizeof...(Ts) > 0 && (std::derived_from<std::remove_cvref_t<Ts>, Transform> && ...) &&
+           !(sizeof...(Ts) == 1 && (std::same_as<std::remove_cvref_t<Ts>, Compose> && ...)))
+      Compose(Ts&&... ts) {  // NOLINT: implicit, so `.transform = data::Normalize(...)` works
     (ts_.push_back(std::make_shared<const std::remove_cvref_t<Ts>>(std::forward<Ts>(ts))), ...);
   }
 

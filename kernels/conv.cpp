@@ -1,11 +1,11 @@
 // Front of 2-D convolution: parameter and shape checks (every message names the shapes involved),
 // output allocation, contiguous operands, dispatch by device.
-#include "kernels/conv.h"
+#include <ember/kernels/conv.h>
 
 #include <sstream>
 #include <string>
 
-#include "kernels/copy.h"
+#include <ember/kernels/copy.h>
 
 namespace ember::kernels {
 
@@ -33,18 +33,18 @@ Shape check_conv_shapes(const char* what, const Shape& xs, const Shape& ws, cons
   check_params(what, p);
   EMBER_CHECK(xs.size() == 4, what, ": expected input (N, C, H, W), got shape ", shape_str(xs), " (weight ",
               shape_str(ws), ")");
-  EMBER_CHECK(ws.size() == 4, what, ": expected weight (O, C/groups, kh, kw), got shape ", shape_str(ws),
-              " (input ", shape_str(xs), ")");
+  EMBER_CHECK(ws.size() == 4, what, ": expected weight (O, C/groups, kh, kw), got shape ", shape_str(ws), " (input ",
+              shape_str(xs), ")");
   EMBER_CHECK(ws[0] % p.groups == 0 && ws[0] > 0, what, ": weight ", shape_str(ws), " has ", ws[0],
               " output channels, not a positive multiple of groups = ", p.groups);
-  EMBER_CHECK(xs[1] == ws[1] * p.groups, what, ": input ", shape_str(xs), " has ", xs[1],
-              " channels but weight ", shape_str(ws), " with groups = ", p.groups, " expects ", ws[1] * p.groups,
+  EMBER_CHECK(xs[1] == ws[1] * p.groups, what, ": input ", shape_str(xs), " has ", xs[1], " channels but weight ",
+              shape_str(ws), " with groups = ", p.groups, " expects ", ws[1] * p.groups,
               " (C/groups = weight.size(1))");
   EMBER_CHECK(ws[2] >= 1 && ws[3] >= 1, what, ": weight ", shape_str(ws), " has an empty kernel");
   const int64_t ho = conv_out_size(xs[2], ws[2], p.stride_h, p.pad_h, p.dilation_h);
   const int64_t wo = conv_out_size(xs[3], ws[3], p.stride_w, p.pad_w, p.dilation_w);
-  EMBER_CHECK(ho >= 1 && wo >= 1, what, ": input ", shape_str(xs), " is too small for weight ", shape_str(ws),
-              " with ", params_str(p), ": the output would be ", ho, " x ", wo, " (the dilated kernel is ",
+  EMBER_CHECK(ho >= 1 && wo >= 1, what, ": input ", shape_str(xs), " is too small for weight ", shape_str(ws), " with ",
+              params_str(p), ": the output would be ", ho, " x ", wo, " (the dilated kernel is ",
               (ws[2] - 1) * p.dilation_h + 1, " x ", (ws[3] - 1) * p.dilation_w + 1, ", the padded input ",
               xs[2] + 2 * p.pad_h, " x ", xs[3] + 2 * p.pad_w, ")");
   return {xs[0], ws[0], ho, wo};
@@ -77,8 +77,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
   check_pair(what, x, "input", w, "weight");
   const Shape out_shape = check_conv_shapes(what, x.sizes(), w.sizes(), p);
   if (bias.defined()) {
-    EMBER_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0), what, ": expected bias (", w.size(0),
-                ") for weight ", w.shape_str(), ", got shape ", bias.shape_str());
+    EMBER_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0), what, ": expected bias (", w.size(0), ") for weight ",
+                w.shape_str(), ", got shape ", bias.shape_str());
     check_pair(what, bias, "bias", w, "weight");
   }
   Tensor out = empty(out_shape, x.dtype(), x.device());

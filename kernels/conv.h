@@ -3,8 +3,8 @@
 // cached, workspace from the caching allocator.
 #include <cstdint>
 
-#include "core/tensor.h"
-#include "kernels/dispatch.h"
+#include <ember/core/tensor.h>
+#include <ember/kernels/dispatch.h>
 
 namespace ember::kernels {
 

@@ -6,16 +6,14 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/half.h"
+#include <ember/core/half.h>
 
 namespace ember::kernels {
 
-template <typename T>
-inline constexpr bool is_reduced_float_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+template <typename T> inline constexpr bool is_reduced_float_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
 /// src converted to D under the rules above.
-template <typename D, typename S>
-EMBER_HOST_DEVICE inline D convert(S s) {
+template <typename D, typename S> EMBER_HOST_DEVICE inline D convert(S s) {
   if constexpr (std::is_same_v<D, S>) {
     return s;
   } else if constexpr (is_reduced_float_v<S>) {

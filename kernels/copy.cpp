@@ -1,8 +1,8 @@
 // Front functions of copy, fill and cast: shape and device checks, broadcasting, aliasing and the
 // cross-device staging path. The per-device work is in kernels/cpu/copy.cpp and kernels/cuda/copy.cu.
-#include "kernels/copy.h"
+#include <ember/kernels/copy.h>
 
-#include "kernels/expand.h"
+#include <ember/kernels/expand.h>
 
 namespace ember::kernels {
 

@@ -2,8 +2,8 @@
 // Copy (with dtype cast and arbitrary strides), fill, and cross-device transfer.
 #include <cstddef>
 
-#include "core/tensor.h"
-#include "kernels/dispatch.h"
+#include <ember/core/tensor.h>
+#include <ember/kernels/dispatch.h>
 
 namespace ember::kernels {
 

@@ -1,4 +1,4 @@
-#include "kernels/dispatch.h"
+#include <ember/kernels/dispatch.h>
 
 #include <mutex>
 

@@ -6,8 +6,8 @@
 #include <atomic>
 #include <utility>
 
-#include "core/device.h"
-#include "core/error.h"
+#include <ember/core/device.h>
+#include <ember/core/error.h>
 
 namespace ember::kernels {
 
@@ -23,8 +23,7 @@ namespace detail {
 extern std::atomic<bool> g_registered;
 }
 
-template <typename Fn>
-class DispatchTable {
+template <typename Fn> class DispatchTable {
  public:
   explicit constexpr DispatchTable(const char* name) : name_(name) {}
   void set(DeviceType type, Fn* fn) { fns_[static_cast<int>(type)] = fn; }
@@ -35,8 +34,7 @@ class DispatchTable {
     return fn;
   }
   /// Calls the implementation for `device`'s type.
-  template <typename... Args>
-  decltype(auto) operator()(Device device, Args&&... args) const {
+  template <typename... Args> decltype(auto) operator()(Device device, Args&&... args) const {
     return get(device.type())(std::forward<Args>(args)...);
   }
   const char* name() const { return name_; }

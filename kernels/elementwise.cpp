@@ -1,13 +1,13 @@
 // Front functions of the elementwise ops: operand checks, broadcasting (stride-0 views), dtype
 // promotion, output allocation, dispatch. Device implementations: kernels/cpu/elementwise.cpp,
 // kernels/cuda/elementwise.cu.
-#include "kernels/elementwise.h"
+#include <ember/kernels/elementwise.h>
 
 #include <string>
 
-#include "kernels/copy.h"
-#include "kernels/elementwise_math.h"
-#include "kernels/expand.h"
+#include <ember/kernels/copy.h>
+#include <ember/kernels/elementwise_math.h>
+#include <ember/kernels/expand.h>
 
 namespace ember::kernels {
 
@@ -19,33 +19,54 @@ DispatchTable<WhereFn> where_table("where");
 
 const char* op_name(UnaryOp op) {
   switch (op) {
-    case UnaryOp::Neg: return "neg";
-    case UnaryOp::Abs: return "abs";
-    case UnaryOp::Exp: return "exp";
-    case UnaryOp::Log: return "log";
-    case UnaryOp::Sqrt: return "sqrt";
-    case UnaryOp::Tanh: return "tanh";
-    case UnaryOp::Sigmoid: return "sigmoid";
-    case UnaryOp::Relu: return "relu";
-    case UnaryOp::Gelu: return "gelu";
+    case UnaryOp::Neg:
+      return "neg";
+    case UnaryOp::Abs:
+      return "abs";
+    case UnaryOp::Exp:
+      return "exp";
+    case UnaryOp::Log:
+      return "log";
+    case UnaryOp::Sqrt:
+      return "sqrt";
+    case UnaryOp::Tanh:
+      return "tanh";
+    case UnaryOp::Sigmoid:
+      return "sigmoid";
+    case UnaryOp::Relu:
+      return "relu";
+    case UnaryOp::Gelu:
+      return "gelu";
   }
   return "?";
 }
 
 const char* op_name(BinaryOp op) {
   switch (op) {
-    case BinaryOp::Add: return "add";
-    case BinaryOp::Sub: return "sub";
-    case BinaryOp::Mul: return "mul";
-    case BinaryOp::Div: return "div";
-    case BinaryOp::Maximum: return "maximum";
-    case BinaryOp::Minimum: return "minimum";
-    case BinaryOp::Eq: return "eq";
-    case BinaryOp::Ne: return "ne";
-    case BinaryOp::Lt: return "lt";
-    case BinaryOp::Le: return "le";
-    case BinaryOp::Gt: return "gt";
-    case BinaryOp::Ge: return "ge";
+    case BinaryOp::Add:
+      return "add";
+    case BinaryOp::Sub:
+      return "sub";
+    case BinaryOp::Mul:
+      return "mul";
+    case BinaryOp::Div:
+      return "div";
+    case BinaryOp::Maximum:
+      return "maximum";
+    case BinaryOp::Minimum:
+      return "minimum";
+    case BinaryOp::Eq:
+      return "eq";
+    case BinaryOp::Ne:
+      return "ne";
+    case BinaryOp::Lt:
+      return "lt";
+    case BinaryOp::Le:
+      return "le";
+    case BinaryOp::Gt:
+      return "gt";
+    case BinaryOp::Ge:
+      return "ge";
   }
   return "?";
 }
@@ -57,13 +78,12 @@ void check_defined(const char* op, const char* name, const Tensor& t) {
 }
 
 void check_same_device(const char* op, const char* na, const Tensor& a, const char* nb, const Tensor& b) {
-  EMBER_CHECK(a.device() == b.device(), op, ": operands on different devices: ", na, " on ", a.device().str(), ", ",
-              nb, " on ", b.device().str());
+  EMBER_CHECK(a.device() == b.device(), op, ": operands on different devices: ", na, " on ", a.device().str(), ", ", nb,
+              " on ", b.device().str());
 }
 
 void check_unary_dtype(UnaryOp op, DType dt, const char* what = "") {
-  const bool ok = is_floating(dt) ||
-                  ((dt == DType::i32 || dt == DType::i64) && math::unary_allows_integers(op));
+  const bool ok = is_floating(dt) || ((dt == DType::i32 || dt == DType::i64) && math::unary_allows_integers(op));
   EMBER_CHECK(ok, op_name(op), what, ": unsupported dtype ", dtype_name(dt), " (expected ",
               math::unary_allows_integers(op) ? "f32, f64, f16, bf16, i32 or i64" : "f32, f64, f16 or bf16", ")");
 }

@@ -7,8 +7,8 @@
 // stride 0 on broadcast dims) and of one compute dtype.
 #include <cstdint>
 
-#include "core/tensor.h"
-#include "kernels/dispatch.h"
+#include <ember/core/tensor.h>
+#include <ember/kernels/dispatch.h>
 
 namespace ember::kernels {
 

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/half.h"
-#include "kernels/elementwise.h"
+#include <ember/core/half.h>
+#include <ember/kernels/elementwise.h>
 
 namespace ember::kernels::math {
 
@@ -33,8 +33,7 @@ constexpr bool unary_allows_integers(UnaryOp op) {
 }
 
 /// y = op(x).
-template <UnaryOp OP, typename A>
-EMBER_HOST_DEVICE inline A unary_apply(A x) {
+template <UnaryOp OP, typename A> EMBER_HOST_DEVICE inline A unary_apply(A x) {
   if constexpr (OP == UnaryOp::Neg) {
     if constexpr (std::is_integral_v<A>) return static_cast<A>(-static_cast<std::make_unsigned_t<A>>(x));  // wraps
     else return -x;
@@ -60,8 +59,7 @@ EMBER_HOST_DEVICE inline A unary_apply(A x) {
 
 /// dL/dx given g = dL/dy and v = x (Abs, Log, Relu, Gelu) or v = y (Exp, Sqrt, Tanh, Sigmoid);
 /// v is ignored for Neg.
-template <UnaryOp OP, typename A>
-EMBER_HOST_DEVICE inline A unary_backward_apply(A g, A v) {
+template <UnaryOp OP, typename A> EMBER_HOST_DEVICE inline A unary_backward_apply(A g, A v) {
   if constexpr (OP == UnaryOp::Neg) {
     return unary_apply<UnaryOp::Neg>(g);
   } else if constexpr (OP == UnaryOp::Abs) {
@@ -91,8 +89,7 @@ constexpr bool binary_allows_bool(BinaryOp op) { return op != BinaryOp::Sub && o
 /// a op b: an A for arithmetic ops, a bool for comparisons. Integer arithmetic wraps; integer
 /// division truncates toward zero (the caller must rule out division by zero). Maximum/Minimum
 /// propagate NaN. On bool: Add is or, Mul is and.
-template <BinaryOp OP, typename A>
-EMBER_HOST_DEVICE inline auto binary_apply(A a, A b) {
+template <BinaryOp OP, typename A> EMBER_HOST_DEVICE inline auto binary_apply(A a, A b) {
   if constexpr (OP == BinaryOp::Eq) return a == b;
   else if constexpr (OP == BinaryOp::Ne) return a != b;
   else if constexpr (OP == BinaryOp::Lt) return a < b;
@@ -111,8 +108,7 @@ EMBER_HOST_DEVICE inline auto binary_apply(A a, A b) {
     else if constexpr (OP == BinaryOp::Mul) return static_cast<A>(static_cast<U>(a) * static_cast<U>(b));
     else if constexpr (std::is_signed_v<A>)  // Div; x / -1 negates with wrap-around (INT_MIN / -1)
       return b == A(-1) ? static_cast<A>(U(0) - static_cast<U>(a)) : static_cast<A>(a / b);
-    else
-      return static_cast<A>(a / b);
+    else return static_cast<A>(a / b);
   } else {
     if constexpr (OP == BinaryOp::Add) return static_cast<A>(a + b);
     else if constexpr (OP == BinaryOp::Sub) return static_cast<A>(a - b);

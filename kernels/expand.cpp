@@ -1,4 +1,4 @@
-#include "kernels/expand.h"
+#include <ember/kernels/expand.h>
 
 namespace ember::kernels {
 

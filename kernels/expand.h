@@ -1,6 +1,6 @@
 #pragma once
 // Broadcasting helpers for the kernel front functions: views with stride 0 on broadcast dims.
-#include "core/tensor.h"
+#include <ember/core/tensor.h>
 
 namespace ember::kernels {
 

@@ -1,13 +1,13 @@
 // Tensor factories. Values are produced on the host only where that is unavoidable (arange,
 // from_vector); everything else is allocated on the target device and filled there.
-#include "kernels/factory.h"
+#include <ember/kernels/factory.h>
 
 #include <cmath>
 #include <cstring>
 
-#include "kernels/convert.h"
-#include "kernels/copy.h"
-#include "kernels/random.h"
+#include <ember/kernels/convert.h>
+#include <ember/kernels/copy.h>
+#include <ember/kernels/random.h>
 
 namespace ember {
 
@@ -21,8 +21,7 @@ Tensor to_device(const Tensor& host, Device device) {
   return out;
 }
 
-template <typename T>
-Tensor from_vector_impl(const std::vector<T>& values, const Shape& sizes, Device device) {
+template <typename T> Tensor from_vector_impl(const std::vector<T>& values, const Shape& sizes, Device device) {
   EMBER_CHECK(static_cast<int64_t>(values.size()) == numel_of(sizes), "from_vector: ", values.size(),
               " values do not fill shape ", shape_str(sizes), " (expected ", numel_of(sizes), ")");
   Tensor host = empty(sizes, dtype_of<T>(), Device::cpu());
@@ -44,8 +43,8 @@ Tensor ones_like(const Tensor& t) { return ones(t.sizes(), t.dtype(), t.device()
 
 Tensor arange(double start, double end, double step, DType dtype, Device device) {
   EMBER_CHECK(step != 0.0, "arange: step must be nonzero");
-  EMBER_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step), "arange: start ", start, ", end ",
-              end, " and step ", step, " must be finite");
+  EMBER_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step), "arange: start ", start, ", end ", end,
+              " and step ", step, " must be finite");
   EMBER_CHECK(start == end || (end - start > 0) == (step > 0), "arange: the range [", start, ", ", end,
               ") is not reachable with step ", step, " (wrong sign)");
   const double count = std::ceil((end - start) / step);
@@ -66,7 +65,9 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
   return to_device(host, device);
 }
 
-Tensor arange(int64_t end, DType dtype, Device device) { return arange(0.0, static_cast<double>(end), 1.0, dtype, device); }
+Tensor arange(int64_t end, DType dtype, Device device) {
+  return arange(0.0, static_cast<double>(end), 1.0, dtype, device);
+}
 
 Tensor rand(const Shape& sizes, DType dtype, Device device, Generator& gen) {
   Tensor t = empty(sizes, dtype, device);

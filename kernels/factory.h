@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/rng.h"
-#include "core/tensor.h"
+#include <ember/core/rng.h>
+#include <ember/core/tensor.h>
 
 namespace ember {
 

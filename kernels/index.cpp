@@ -1,10 +1,10 @@
 // Front of index_select / index_add: shape, dtype and device checks, host-side bounds checks for
 // CPU indices, and the (outer, D, inner) views the implementations work on.
-#include "kernels/index.h"
+#include <ember/kernels/index.h>
 
 #include <algorithm>
 
-#include "kernels/copy.h"
+#include <ember/kernels/copy.h>
 
 namespace ember::kernels {
 
@@ -17,8 +17,8 @@ namespace {
 Tensor index_i64(const Tensor& index, const Tensor& x, const char* what) {
   EMBER_CHECK(index.defined(), what, ": undefined index");
   EMBER_CHECK(index.dim() <= 1, what, ": index must be 0-D or 1-D, got ", index.shape_str());
-  EMBER_CHECK(index.dtype() == DType::i64 || index.dtype() == DType::i32, what,
-              ": index must be i64 or i32, got ", dtype_name(index.dtype()));
+  EMBER_CHECK(index.dtype() == DType::i64 || index.dtype() == DType::i32, what, ": index must be i64 or i32, got ",
+              dtype_name(index.dtype()));
   EMBER_CHECK(index.device() == x.device(), what, ": index on ", index.device().str(), " but tensor ", x.shape_str(),
               " on ", x.device().str());
   Tensor idx = index.dtype() == DType::i64 ? contiguous_raw(index) : cast(index, DType::i64);
@@ -76,8 +76,8 @@ void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor
   Shape expected = out.sizes();
   if (out.dim() > 0) expected[d] = K;
   EMBER_CHECK(src.sizes() == expected || (out.dim() == 0 && src.numel() == K), what, ": src must have shape ",
-              shape_str(expected), " (out ", out.shape_str(), " with dim ", d, " of size ", K,
-              " = index length), got ", src.shape_str());
+              shape_str(expected), " (out ", out.shape_str(), " with dim ", d, " of size ", K, " = index length), got ",
+              src.shape_str());
   EMBER_CHECK(!has_internal_overlap(out), what, ": out (shape ", out.shape_str(), ", strides ",
               shape_str(out.strides()), ") has several elements in one memory location (an expanded view)");
   check_bounds(idx, d, D, out, what);

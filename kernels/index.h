@@ -2,8 +2,8 @@
 // Gathering rows along a dim, and its adjoint (scatter-add).
 #include <cstdint>
 
-#include "core/tensor.h"
-#include "kernels/dispatch.h"
+#include <ember/core/tensor.h>
+#include <ember/kernels/dispatch.h>
 
 namespace ember::kernels {
 

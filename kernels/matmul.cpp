@@ -2,12 +2,12 @@
 // Operands reach the GEMM implementation as contiguous (B, rows, cols) blocks; a view whose last two
 // dims are transposed (x.t(), x.transpose(-1, -2)) is passed as the contiguous transpose with a
 // trans flag instead of being copied.
-#include "kernels/matmul.h"
+#include <ember/kernels/matmul.h>
 
 #include <algorithm>
 #include <utility>
 
-#include "kernels/copy.h"
+#include <ember/kernels/copy.h>
 
 namespace ember::kernels {
 
@@ -161,8 +161,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return result;
 }
 
-void gemm(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, double alpha,
-          double beta) {
+void gemm(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, double alpha, double beta) {
   EMBER_CHECK(a.defined() && b.defined() && out.defined(), "gemm: undefined operand");
   EMBER_CHECK(a.device() == b.device() && a.device() == out.device(), "gemm: operands on different devices: a on ",
               a.device().str(), ", b on ", b.device().str(), ", out on ", out.device().str());
@@ -182,10 +181,11 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, boo
   const int64_t batch = o3.size(0);
   const int64_t M = trans_a ? a3.size(2) : a3.size(1), K = trans_a ? a3.size(1) : a3.size(2);
   const int64_t Kb = trans_b ? b3.size(2) : b3.size(1), N = trans_b ? b3.size(1) : b3.size(2);
-  EMBER_CHECK(a3.size(0) == batch && (b3.size(0) == batch || b3.size(0) == 1) && K == Kb && o3.size(1) == M &&
-                  o3.size(2) == N,
-              "gemm: shapes do not match: op(a) of a ", a.shape_str(), (trans_a ? " (transposed)" : ""), ", op(b) of b ",
-              b.shape_str(), (trans_b ? " (transposed)" : ""), ", out ", out.shape_str(), "; expected a (B, M, K), b (B or 1, K, N), out (B, M, N)");
+  EMBER_CHECK(
+      a3.size(0) == batch && (b3.size(0) == batch || b3.size(0) == 1) && K == Kb && o3.size(1) == M && o3.size(2) == N,
+      "gemm: shapes do not match: op(a) of a ", a.shape_str(), (trans_a ? " (transposed)" : ""), ", op(b) of b ",
+      b.shape_str(), (trans_b ? " (transposed)" : ""), ", out ", out.shape_str(),
+      "; expected a (B, M, K), b (B or 1, K, N), out (B, M, N)");
   EMBER_CHECK(!out.storage().is_same(a.storage()) && !out.storage().is_same(b.storage()),
               "gemm: out must not share storage with a or b");
   if (o3.numel() == 0) return;

@@ -1,8 +1,8 @@
 #pragma once
 // Matrix products. CPU: BLAS sgemm/dgemm when built with it, else ember's blocked GEMM.
 // CUDA: cuBLAS (f32 with TF32 off by default for accuracy, f16/bf16 with f32 accumulation).
-#include "core/tensor.h"
-#include "kernels/dispatch.h"
+#include <ember/core/tensor.h>
+#include <ember/kernels/dispatch.h>
 
 namespace ember::kernels {
 
@@ -14,12 +14,12 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 /// Batched row-major GEMM: out[i] = alpha * op(a[i]) @ op(b[i]) + beta * out[i].
 /// a is contiguous (B, ra, ca), b contiguous (B, rb, cb) or (1, rb, cb) (shared across the batch),
 /// out contiguous (B, M, N). op(x) is x or its transpose per the flags. One dtype throughout.
-using GemmFn = void(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b,
-                    double alpha, double beta);
+using GemmFn = void(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, double alpha,
+                    double beta);
 extern DispatchTable<GemmFn> gemm_table;
 
 /// Direct access for layers: out = alpha * op(a) @ op(b) + beta * out with the layout above.
-void gemm(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b,
-          double alpha = 1.0, double beta = 0.0);
+void gemm(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, double alpha = 1.0,
+          double beta = 0.0);
 
 }  // namespace ember::kernels

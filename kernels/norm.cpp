@@ -1,9 +1,9 @@
 // Front of batch norm and dropout: shape, dtype and device checks, the (N, C, S) view, output
 // allocation, and the p == 1 dropout special case (kept out of the device kernels).
-#include "kernels/norm.h"
+#include <ember/kernels/norm.h>
 
-#include "kernels/copy.h"
-#include "kernels/factory.h"
+#include <ember/kernels/copy.h>
+#include <ember/kernels/factory.h>
 
 namespace ember::kernels {
 
@@ -29,8 +29,8 @@ void check_channel(const char* op, const Tensor& t, const char* what, const Tens
   const int64_t C = x.size(1);
   EMBER_CHECK(t.dim() == 1 && t.size(0) == C, op, ": ", what, " must have shape (", C, ") for input ", x.shape_str(),
               ", got ", t.shape_str());
-  EMBER_CHECK(t.device() == x.device(), op, ": ", what, " is on ", t.device().str(), " but the input ",
-              x.shape_str(), " is on ", x.device().str());
+  EMBER_CHECK(t.device() == x.device(), op, ": ", what, " is on ", t.device().str(), " but the input ", x.shape_str(),
+              " is on ", x.device().str());
   EMBER_CHECK(t.dtype() == param_dtype(x.dtype()), op, ": ", what, " must have dtype ",
               dtype_name(param_dtype(x.dtype())), " for an input of dtype ", dtype_name(x.dtype()), ", got ",
               dtype_name(t.dtype()));

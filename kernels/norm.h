@@ -4,15 +4,15 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/rng.h"
-#include "core/tensor.h"
-#include "kernels/dispatch.h"
+#include <ember/core/rng.h>
+#include <ember/core/tensor.h>
+#include <ember/kernels/dispatch.h>
 
 namespace ember::kernels {
 
 struct BatchNormResult {
-  Tensor out;          // shape of x
-  Tensor save_mean;    // (C) f32: batch mean (training) — empty in eval mode
+  Tensor out;  // shape of x
+  Tensor save_mean;  // (C) f32: batch mean (training) — empty in eval mode
   Tensor save_invstd;  // (C) f32: 1/sqrt(batch var + eps) (training) — empty in eval mode
 };
 /// Parameter dtype ("f32" above): f64 when x is f64, else f32 (cuDNN's rule). weight, bias and the
@@ -35,9 +35,7 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, cons
 /// Dropout keeps element i (row-major index) iff (philox_element(seed, offset, i) >> 8) >=
 /// dropout_threshold(p): exactly u >= p for u = uint_to_unit_float(bits), in integer arithmetic, so
 /// CPU and CUDA masks agree bit for bit.
-EMBER_HOST_DEVICE inline uint32_t dropout_threshold(double p) {
-  return static_cast<uint32_t>(::ceil(p * 16777216.0));
-}
+EMBER_HOST_DEVICE inline uint32_t dropout_threshold(double p) { return static_cast<uint32_t>(::ceil(p * 16777216.0)); }
 /// y = x * keep / (1 - p), keep = (u >= p) with u the Philox uniform of element i at
 /// (seed, offset) — so the mask is regenerated, not stored, for the backward. 0 <= p <= 1; the front
 /// handles p == 1 (all zeros) itself, so implementations only see p < 1 and contiguous x, out.
@@ -49,9 +47,8 @@ Tensor dropout_backward(const Tensor& grad, double p, uint64_t seed, uint64_t of
 using BatchNormFn = void(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                          const Tensor& running_var, bool training, double momentum, double eps,
                          const BatchNormResult& out);
-using BatchNormBackwardFn = void(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
-                                 const Tensor& save_mean, const Tensor& save_invstd, bool training, double eps,
-                                 const BatchNormGrads& out);
+using BatchNormBackwardFn = void(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& save_mean,
+                                 const Tensor& save_invstd, bool training, double eps, const BatchNormGrads& out);
 using DropoutFn = void(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Tensor& out);
 extern DispatchTable<BatchNormFn> batch_norm_table;
 extern DispatchTable<BatchNormBackwardFn> batch_norm_backward_table;

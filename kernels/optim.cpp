@@ -1,14 +1,14 @@
 // Front functions of the fused optimizer kernels: argument checks (errors name the slot, shapes,
 // dtypes and devices), contiguous staging of strided operands, grouping by device and dtype pair,
 // and dispatch to kernels/cpu/optim.cpp or kernels/cuda/optim.cu.
-#include "kernels/optim.h"
+#include <ember/kernels/optim.h>
 
 #include <map>
 #include <tuple>
 #include <utility>
 
-#include "kernels/copy.h"
-#include "kernels/factory.h"
+#include <ember/kernels/copy.h>
+#include <ember/kernels/factory.h>
 
 namespace ember::kernels {
 
@@ -24,8 +24,8 @@ void check_param_grad(const char* op, size_t i, const Tensor& p, const Tensor& g
   EMBER_CHECK(g.defined(), op, ": slot ", i, ": the gradient is undefined (parameter of shape ", p.shape_str(), ")");
   EMBER_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64, op, ": slot ", i,
               ": parameters must be f32 or f64, got ", dtype_name(p.dtype()), " (shape ", p.shape_str(), ")");
-  const bool grad_ok = g.dtype() == p.dtype() ||
-                       (p.dtype() == DType::f32 && (g.dtype() == DType::f16 || g.dtype() == DType::bf16));
+  const bool grad_ok =
+      g.dtype() == p.dtype() || (p.dtype() == DType::f32 && (g.dtype() == DType::f16 || g.dtype() == DType::bf16));
   EMBER_CHECK(grad_ok, op, ": slot ", i, ": gradient of dtype ", dtype_name(g.dtype()), " for a parameter of dtype ",
               dtype_name(p.dtype()), " (expected the parameter's dtype, or f16/bf16 for an f32 parameter)");
   EMBER_CHECK(g.sizes() == p.sizes(), op, ": slot ", i, ": gradient of shape ", g.shape_str(),
@@ -61,9 +61,7 @@ GroupKey key_of(const Tensor& p, const Tensor& g) {
           static_cast<uint8_t>(g.dtype())};
 }
 
-Device device_of_key(const GroupKey& k) {
-  return Device(static_cast<DeviceType>(std::get<0>(k)), std::get<1>(k));
-}
+Device device_of_key(const GroupKey& k) { return Device(static_cast<DeviceType>(std::get<0>(k)), std::get<1>(k)); }
 
 }  // namespace
 

@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/tensor.h"
-#include "kernels/dispatch.h"
+#include <ember/core/tensor.h>
+#include <ember/kernels/dispatch.h>
 
 namespace ember::kernels {
 
@@ -27,8 +27,8 @@ struct SgdHyper {
 /// init_buffer: the buffer is (re)initialised to this step's (decayed) gradient, as PyTorch does on
 /// a parameter's first step with momentum; otherwise it is updated with momentum and dampening.
 struct SgdSlot {
-  Tensor param;            // updated in place
-  Tensor grad;             // param's shape
+  Tensor param;  // updated in place
+  Tensor grad;  // param's shape
   Tensor momentum_buffer;  // param's shape and dtype, updated in place
   bool init_buffer = false;
 };
@@ -54,9 +54,9 @@ struct AdamHyper {
 /// One parameter's tensors for a fused Adam step; `step` is the parameter's step count including
 /// this one (>= 1), which sets its bias corrections.
 struct AdamSlot {
-  Tensor param;       // updated in place
-  Tensor grad;        // param's shape
-  Tensor exp_avg;     // m: param's shape and dtype, updated in place
+  Tensor param;  // updated in place
+  Tensor grad;  // param's shape
+  Tensor exp_avg;  // m: param's shape and dtype, updated in place
   Tensor exp_avg_sq;  // v: param's shape and dtype, updated in place
   int64_t step = 1;
 };
@@ -74,8 +74,7 @@ Tensor global_norm(const std::vector<Tensor>& tensors);
 /// Multiplies every tensor in place by min(1, max_norm / (total_norm + eps)), reading total_norm
 /// (0-d f32/f64 on the tensors' device) on the device, so a GPU caller never waits for the norm.
 /// A NaN norm makes the factor NaN (the gradients then show the problem instead of hiding it).
-void clip_by_norm_(const std::vector<Tensor>& tensors, const Tensor& total_norm, double max_norm,
-                   double eps = 1e-6);
+void clip_by_norm_(const std::vector<Tensor>& tensors, const Tensor& total_norm, double max_norm, double eps = 1e-6);
 
 // ---- implementation signatures ----
 // All slots/tensors of one call are on one device and contiguous. For the two steps, every slot

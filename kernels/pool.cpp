@@ -1,11 +1,11 @@
 // Front of 2-D pooling: parameter and shape checks (messages name the shapes and parameters),
 // output allocation, contiguous operands, dispatch by device.
-#include "kernels/pool.h"
+#include <ember/kernels/pool.h>
 
 #include <sstream>
 #include <string>
 
-#include "kernels/copy.h"
+#include <ember/kernels/copy.h>
 
 namespace ember::kernels {
 
@@ -35,8 +35,7 @@ void check_input(const char* what, const Tensor& x) {
 /// Checks the parameters against an input of shape xs (N, C, H, W); returns (N, C, Ho, Wo).
 Shape pool_shape(const char* what, const Shape& xs, const Pool2dParams& p) {
   EMBER_CHECK(xs.size() == 4, what, ": expected input shape (N, C, H, W), got ", shape_str(xs));
-  EMBER_CHECK(p.kernel_h >= 1 && p.kernel_w >= 1 && p.stride_h >= 1 && p.stride_w >= 1 && p.pad_h >= 0 &&
-                  p.pad_w >= 0,
+  EMBER_CHECK(p.kernel_h >= 1 && p.kernel_w >= 1 && p.stride_h >= 1 && p.stride_w >= 1 && p.pad_h >= 0 && p.pad_w >= 0,
               what, ": expected kernel >= 1, stride >= 1, padding >= 0, got ", params_str(p));
   EMBER_CHECK(2 * p.pad_h <= p.kernel_h && 2 * p.pad_w <= p.kernel_w, what,
               ": padding must be at most half the kernel (a window would hold only padding), got ", params_str(p));
@@ -57,8 +56,9 @@ void check_grad(const char* what, const Tensor& g, const Shape& expect, const Sh
 }  // namespace
 
 int64_t pool_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, bool ceil_mode) {
-  EMBER_CHECK(kernel >= 1 && stride >= 1 && pad >= 0, "pool_out_size: expected kernel >= 1, stride >= 1, pad >= 0, got ",
-              "kernel ", kernel, ", stride ", stride, ", pad ", pad);
+  EMBER_CHECK(kernel >= 1 && stride >= 1 && pad >= 0,
+              "pool_out_size: expected kernel >= 1, stride >= 1, pad >= 0, got ", "kernel ", kernel, ", stride ",
+              stride, ", pad ", pad);
   const int64_t span = in + 2 * pad - kernel + (ceil_mode ? stride - 1 : 0);
   const int64_t q = span >= 0 ? span / stride : -((-span + stride - 1) / stride);  // floor
   int64_t out = q + 1;

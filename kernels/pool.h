@@ -2,8 +2,8 @@
 // 2-D pooling (NCHW): max (with arg-max indices for the backward), average, adaptive average.
 #include <cstdint>
 
-#include "core/tensor.h"
-#include "kernels/dispatch.h"
+#include <ember/core/tensor.h>
+#include <ember/kernels/dispatch.h>
 
 namespace ember::kernels {
 
@@ -19,7 +19,7 @@ struct Pool2dParams {
 int64_t pool_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, bool ceil_mode);
 
 struct MaxPoolResult {
-  Tensor out;      // (N, C, Ho, Wo)
+  Tensor out;  // (N, C, Ho, Wo)
   Tensor indices;  // (N, C, Ho, Wo) i64: flat index h * W + w of the max inside its (H, W) plane
 };
 MaxPoolResult max_pool2d(const Tensor& x, const Pool2dParams& p);

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
-#include "kernels/copy.h"
+#include <ember/core/tensor.h>
+#include <ember/kernels/copy.h>
 
 namespace ember {
 
@@ -23,14 +23,21 @@ const std::string kPrefix = "tensor(";
 
 double load_double(DType dt, const void* p) {
   switch (dt) {
-    case DType::f32: return *static_cast<const float*>(p);
-    case DType::f64: return *static_cast<const double*>(p);
-    case DType::f16: return static_cast<float>(*static_cast<const Half*>(p));
-    case DType::bf16: return static_cast<float>(*static_cast<const BFloat16*>(p));
-    case DType::i32: return *static_cast<const int32_t*>(p);
-    case DType::i64: return static_cast<double>(*static_cast<const int64_t*>(p));
+    case DType::f32:
+      return *static_cast<const float*>(p);
+    case DType::f64:
+      return *static_cast<const double*>(p);
+    case DType::f16:
+      return static_cast<float>(*static_cast<const Half*>(p));
+    case DType::bf16:
+      return static_cast<float>(*static_cast<const BFloat16*>(p));
+    case DType::i32:
+      return *static_cast<const int32_t*>(p);
+    case DType::i64:
+      return static_cast<double>(*static_cast<const int64_t*>(p));
     case DType::u8:
-    case DType::boolean: return *static_cast<const uint8_t*>(p);
+    case DType::boolean:
+      return *static_cast<const uint8_t*>(p);
   }
   return 0;
 }

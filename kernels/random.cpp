@@ -1,9 +1,9 @@
 // Front functions of sampling: checks, reserving counter ranges from the Generator, dispatch.
-#include "kernels/random.h"
+#include <ember/kernels/random.h>
 
 #include <cmath>
 
-#include "kernels/copy.h"
+#include <ember/kernels/copy.h>
 
 namespace ember::kernels {
 
@@ -35,8 +35,8 @@ void uniform_(const Tensor& t, double lo, double hi, Generator& gen) {
 }
 
 void normal_(const Tensor& t, double mean, double std, Generator& gen) {
-  EMBER_CHECK(std::isfinite(mean) && std::isfinite(std) && std >= 0, "normal_: expected finite mean and std >= 0, got mean ",
-              mean, ", std ", std);
+  EMBER_CHECK(std::isfinite(mean) && std::isfinite(std) && std >= 0,
+              "normal_: expected finite mean and std >= 0, got mean ", mean, ", std ", std);
   sample("normal_", Distribution::Normal, t, mean, std, gen);
 }
 

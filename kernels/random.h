@@ -3,9 +3,9 @@
 // CPU and CUDA produce the same numbers for the same seed and offset.
 #include <cstdint>
 
-#include "core/rng.h"
-#include "core/tensor.h"
-#include "kernels/dispatch.h"
+#include <ember/core/rng.h>
+#include <ember/core/tensor.h>
+#include <ember/kernels/dispatch.h>
 
 namespace ember::kernels {
 

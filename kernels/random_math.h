@@ -6,14 +6,13 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/rng.h"
-#include "kernels/convert.h"
+#include <ember/core/rng.h>
+#include <ember/kernels/convert.h>
 
 namespace ember::kernels {
 
 /// The representable value of T just below x (x finite).
-template <typename T>
-EMBER_HOST_DEVICE inline T next_below(T x) {
+template <typename T> EMBER_HOST_DEVICE inline T next_below(T x) {
   if constexpr (is_reduced_float_v<T>) {
     const uint16_t b = x.bits;
     x.bits = (b & 0x7fffu) == 0 ? uint16_t(0x8001u) : (b & 0x8000u) ? uint16_t(b + 1) : uint16_t(b - 1);
@@ -34,8 +33,7 @@ EMBER_HOST_DEVICE inline T next_below(T x) {
 /// U[lo, hi) in T from 32 random bits: lo + (hi - lo) * u in double, u = uint_to_unit_float(bits).
 /// Rounding to a narrow T can land on hi (1 - 2^-24 rounds to 1 in f16); such values step down
 /// to the largest T below hi, keeping the interval half-open.
-template <typename T>
-EMBER_HOST_DEVICE inline T uniform_value(uint32_t bits, double lo, double hi) {
+template <typename T> EMBER_HOST_DEVICE inline T uniform_value(uint32_t bits, double lo, double hi) {
   const double v = lo + (hi - lo) * static_cast<double>(uint_to_unit_float(bits));
   T t = convert<T>(v);
   if (hi > lo && static_cast<double>(static_cast<opmath_t<T>>(t)) >= hi) t = next_below(convert<T>(hi));

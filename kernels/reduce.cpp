@@ -1,10 +1,10 @@
 // Front of the reductions: normalizes dims, picks the result dtype, presents the input to the
 // device implementation as a contiguous (outer, R, inner) tensor and shapes the result.
-#include "kernels/reduce.h"
+#include <ember/kernels/reduce.h>
 
 #include <algorithm>
 
-#include "kernels/copy.h"
+#include <ember/kernels/copy.h>
 
 namespace ember::kernels {
 
@@ -13,10 +13,14 @@ DispatchTable<ArgmaxFn> argmax_table("argmax");
 
 const char* op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Mean: return "mean";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Mean:
+      return "mean";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Min:
+      return "min";
   }
   return "?";
 }
@@ -38,8 +42,9 @@ Tensor reduce(ReduceOp op, const Tensor& x, std::vector<int64_t> dims, bool keep
   const char* name = op_name(op);
   EMBER_CHECK(x.defined(), name, ": undefined input tensor");
   const int64_t nd = x.dim();
-  EMBER_CHECK(op != ReduceOp::Mean || is_floating(x.dtype()), "mean: expected a floating dtype (f32, f64, f16, bf16), got ",
-              dtype_name(x.dtype()), " for a tensor of shape ", x.shape_str());
+  EMBER_CHECK(op != ReduceOp::Mean || is_floating(x.dtype()),
+              "mean: expected a floating dtype (f32, f64, f16, bf16), got ", dtype_name(x.dtype()),
+              " for a tensor of shape ", x.shape_str());
 
   // Normalize dims: wrap negatives, reject duplicates, sort. Empty means all dims.
   std::vector<bool> reduced(static_cast<size_t>(nd), dims.empty());

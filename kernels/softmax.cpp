@@ -1,10 +1,10 @@
 // Front of softmax / log-softmax, their backward, and the fused cross-entropy: shape and device
 // checks, the (outer, D, inner) view, and host-side target bounds checks for CPU tensors.
-#include "kernels/softmax.h"
+#include <ember/kernels/softmax.h>
 
 #include <algorithm>
 
-#include "kernels/copy.h"
+#include <ember/kernels/copy.h>
 
 namespace ember::kernels {
 
@@ -36,8 +36,8 @@ void check_targets(const Tensor& target, int64_t C, const char* what) {
   if (!target.device().is_cpu()) return;
   const int64_t* t = target.data<int64_t>();
   for (int64_t n = 0; n < target.numel(); ++n) {
-    EMBER_CHECK(t[n] >= 0 && t[n] < C, what, ": target ", t[n], " at row ", n, " is out of range; expected a class in [0, ",
-                C, ")");
+    EMBER_CHECK(t[n] >= 0 && t[n] < C, what, ": target ", t[n], " at row ", n,
+                " is out of range; expected a class in [0, ", C, ")");
   }
 }
 
@@ -45,8 +45,9 @@ void check_logits_target(const Tensor& logits, const Tensor& target, double ls, 
   EMBER_CHECK(logits.defined() && target.defined(), what, ": undefined logits or target");
   EMBER_CHECK(logits.dim() == 2, what, ": logits must be 2-D (N, C), got ", logits.shape_str());
   EMBER_CHECK(is_floating(logits.dtype()), what, ": logits must be floating, got ", dtype_name(logits.dtype()));
-  EMBER_CHECK(target.dim() == 1 && target.size(0) == logits.size(0), what, ": target must be 1-D (N) with N = ",
-              logits.size(0), " for logits ", logits.shape_str(), ", got ", target.shape_str());
+  EMBER_CHECK(target.dim() == 1 && target.size(0) == logits.size(0), what,
+              ": target must be 1-D (N) with N = ", logits.size(0), " for logits ", logits.shape_str(), ", got ",
+              target.shape_str());
   EMBER_CHECK(logits.device() == target.device(), what, ": logits ", logits.shape_str(), " on ", logits.device().str(),
               " but target ", target.shape_str(), " on ", target.device().str());
   EMBER_CHECK(ls >= 0.0 && ls <= 1.0, what, ": label_smoothing must be in [0, 1], got ", ls);
@@ -104,9 +105,8 @@ Tensor cross_entropy_backward(const Tensor& grad_rows, const Tensor& logits, con
   EMBER_CHECK(grad_rows.defined() && lse.defined(), what, ": undefined grad_rows or lse");
   EMBER_CHECK(grad_rows.numel() == N && lse.numel() == N, what, ": grad_rows ", grad_rows.shape_str(), " and lse ",
               lse.shape_str(), " must hold one value per row of logits ", logits.shape_str());
-  EMBER_CHECK(grad_rows.device() == logits.device() && lse.device() == logits.device(), what,
-              ": grad_rows on ", grad_rows.device().str(), ", lse on ", lse.device().str(), ", logits on ",
-              logits.device().str());
+  EMBER_CHECK(grad_rows.device() == logits.device() && lse.device() == logits.device(), what, ": grad_rows on ",
+              grad_rows.device().str(), ", lse on ", lse.device().str(), ", logits on ", logits.device().str());
   Tensor t = target_i64(target, what);
   check_targets(t, C, what);
   // grad_rows often arrives expanded from a scalar (mean/sum backward): densify as f32 (N).

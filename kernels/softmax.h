@@ -2,8 +2,8 @@
 // Softmax and log-softmax over one dim, and the fused cross-entropy loss.
 #include <cstdint>
 
-#include "core/tensor.h"
-#include "kernels/dispatch.h"
+#include <ember/core/tensor.h>
+#include <ember/kernels/dispatch.h>
 
 namespace ember::kernels {
 
@@ -22,8 +22,8 @@ struct CrossEntropyRows {
 CrossEntropyRows cross_entropy_rows(const Tensor& logits, const Tensor& target, double label_smoothing = 0.0);
 /// dlogits (N, C) in logits' dtype: g_n * (softmax(x_n) - (1 - ls) * onehot(t_n) - ls / C),
 /// with grad_rows (N) f32 holding g_n.
-Tensor cross_entropy_backward(const Tensor& grad_rows, const Tensor& logits, const Tensor& target,
-                              const Tensor& lse, double label_smoothing = 0.0);
+Tensor cross_entropy_backward(const Tensor& grad_rows, const Tensor& logits, const Tensor& target, const Tensor& lse,
+                              double label_smoothing = 0.0);
 
 // ---- implementation signatures ----
 /// x, out contiguous (outer, D, inner), same dtype.

@@ -1,4 +1,4 @@
-#include "kernels/strided.h"
+#include <ember/kernels/strided.h>
 
 namespace ember::kernels {
 

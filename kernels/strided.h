@@ -3,8 +3,8 @@
 // element offset in its storage. Plain data, so it can be passed by value into a CUDA kernel.
 #include <cstdint>
 
-#include "core/half.h"
-#include "core/tensor.h"
+#include <ember/core/half.h>
+#include <ember/core/tensor.h>
 
 namespace ember::kernels {
 

@@ -1,7 +1,7 @@
-#include "layers/activation.h"
+#include <ember/layers/activation.h>
 
-#include "autograd/ops.h"
-#include "core/error.h"
+#include <ember/autograd/ops.h>
+#include <ember/core/error.h>
 
 namespace ember::layers {
 

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-#include "layers/module.h"
+#include <ember/layers/module.h>
 
 namespace ember::layers {
 

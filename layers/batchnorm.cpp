@@ -1,12 +1,12 @@
-#include "layers/batchnorm.h"
+#include <ember/layers/batchnorm.h>
 
 #include <sstream>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "autograd/ops_norm.h"
-#include "core/error.h"
-#include "kernels/factory.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/autograd/ops.h>
+#include <ember/autograd/ops_norm.h>
+#include <ember/core/error.h>
+#include <ember/kernels/factory.h>
 
 namespace ember::layers {
 

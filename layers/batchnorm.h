@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-#include "layers/module.h"
+#include <ember/layers/module.h>
 
 namespace ember::layers {
 
@@ -23,7 +23,7 @@ class BatchNorm2d : public Module {
   double eps() const { return eps_; }
   double momentum() const { return momentum_; }
   Tensor weight() const { return weight_; }  // undefined when !affine
-  Tensor bias() const { return bias_; }      // undefined when !affine
+  Tensor bias() const { return bias_; }  // undefined when !affine
   Tensor running_mean() const { return running_mean_; }
   Tensor running_var() const { return running_var_; }
   Tensor num_batches_tracked() const { return num_batches_tracked_; }

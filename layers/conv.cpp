@@ -1,11 +1,11 @@
-#include "layers/conv.h"
+#include <ember/layers/conv.h>
 
 #include <cmath>
 #include <sstream>
 
-#include "core/error.h"
-#include "kernels/factory.h"
-#include "layers/init.h"
+#include <ember/core/error.h>
+#include <ember/kernels/factory.h>
+#include <ember/layers/init.h>
 
 namespace ember::layers {
 
@@ -41,8 +41,8 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, con
 }
 
 Tensor Conv2d::forward(const Tensor& x) {
-  EMBER_CHECK(x.defined() && x.dim() == 4 && x.size(1) == in_, "Conv2d(", in_, ", ", out_,
-              "): expected input (N, ", in_, ", H, W), got ", x.defined() ? x.shape_str() : "an undefined tensor");
+  EMBER_CHECK(x.defined() && x.dim() == 4 && x.size(1) == in_, "Conv2d(", in_, ", ", out_, "): expected input (N, ",
+              in_, ", H, W), got ", x.defined() ? x.shape_str() : "an undefined tensor");
   return conv2d(x, weight_, bias_, {opts_.stride, opts_.padding, opts_.dilation, opts_.groups});
 }
 

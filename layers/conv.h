@@ -3,9 +3,9 @@
 #include <cstdint>
 #include <string>
 
-#include "autograd/ops_conv.h"
-#include "core/rng.h"
-#include "layers/module.h"
+#include <ember/autograd/ops_conv.h>
+#include <ember/core/rng.h>
+#include <ember/layers/module.h>
 
 namespace ember::layers {
 

@@ -1,9 +1,9 @@
-#include "layers/dropout.h"
+#include <ember/layers/dropout.h>
 
 #include <sstream>
 
-#include "autograd/ops_norm.h"
-#include "core/error.h"
+#include <ember/autograd/ops_norm.h>
+#include <ember/core/error.h>
 
 namespace ember::layers {
 

@@ -2,8 +2,8 @@
 // Dropout: zeroes each element with probability p in training mode, scaling the rest by 1/(1-p).
 #include <string>
 
-#include "core/rng.h"
-#include "layers/module.h"
+#include <ember/core/rng.h>
+#include <ember/layers/module.h>
 
 namespace ember::layers {
 

@@ -1,13 +1,13 @@
 // Initialisers: draw U[0, 1) or N(0, 1) with the public factories (same numbers on CPU and GPU for
 // one generator state), scale and shift them, and copy into the target under NoGradGuard.
-#include "layers/init.h"
+#include <ember/layers/init.h>
 
 #include <cmath>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "core/error.h"
-#include "kernels/factory.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/autograd/ops.h>
+#include <ember/core/error.h>
+#include <ember/kernels/factory.h>
 
 namespace ember::layers::init {
 namespace {
@@ -42,10 +42,14 @@ double calculate_gain(Nonlinearity nl, double a) {
   switch (nl) {
     case Nonlinearity::Linear:
     case Nonlinearity::Conv:
-    case Nonlinearity::Sigmoid: return 1.0;
-    case Nonlinearity::Tanh: return 5.0 / 3.0;
-    case Nonlinearity::ReLU: return std::sqrt(2.0);
-    case Nonlinearity::LeakyReLU: return std::sqrt(2.0 / (1.0 + a * a));
+    case Nonlinearity::Sigmoid:
+      return 1.0;
+    case Nonlinearity::Tanh:
+      return 5.0 / 3.0;
+    case Nonlinearity::ReLU:
+      return std::sqrt(2.0);
+    case Nonlinearity::LeakyReLU:
+      return std::sqrt(2.0 / (1.0 + a * a));
   }
   return 1.0;
 }
@@ -84,7 +88,8 @@ Tensor ones_(const Tensor& t) { return constant_(t, 1.0); }
 
 Tensor kaiming_uniform_(const Tensor& t, double a, FanMode mode, Nonlinearity nl, Generator& gen) {
   check_target(t, "init::kaiming_uniform_");
-  const double bound = calculate_gain(nl, a) * std::sqrt(3.0 / static_cast<double>(fan_of(t, mode, "kaiming_uniform_")));
+  const double bound =
+      calculate_gain(nl, a) * std::sqrt(3.0 / static_cast<double>(fan_of(t, mode, "kaiming_uniform_")));
   return uniform_(t, -bound, bound, gen);
 }
 

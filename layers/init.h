@@ -5,8 +5,8 @@
 // returns the same tensor handle. Works on any device and floating dtype.
 #include <cstdint>
 
-#include "core/rng.h"
-#include "core/tensor.h"
+#include <ember/core/rng.h>
+#include <ember/core/tensor.h>
 
 namespace ember::layers::init {
 

@@ -1,15 +1,16 @@
-#include "layers/linear.h"
+#include <ember/layers/linear.h>
 
 #include <cmath>
 
-#include "autograd/ops.h"
-#include "core/error.h"
-#include "kernels/factory.h"
-#include "layers/init.h"
+#include <ember/autograd/ops.h>
+#include <ember/core/error.h>
+#include <ember/kernels/factory.h>
+#include <ember/layers/init.h>
 
 namespace ember::layers {
 
-Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Generator& gen) : in_(in_features), out_(out_features) {
+Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Generator& gen)
+    : in_(in_features), out_(out_features) {
   EMBER_CHECK(in_features > 0 && out_features > 0, "Linear: expected positive in/out features, got (", in_features,
               ", ", out_features, ")");
   weight_ = register_parameter("weight", empty({out_, in_}));
@@ -22,10 +23,10 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Generator& 
 }
 
 Tensor Linear::forward(const Tensor& x) {
-  EMBER_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_, "Linear(", in_, ", ", out_,
-              "): expected input (..., ", in_, "), got ", x.defined() ? x.shape_str() : "an undefined tensor");
+  EMBER_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_, "Linear(", in_, ", ", out_, "): expected input (..., ",
+              in_, "), got ", x.defined() ? x.shape_str() : "an undefined tensor");
   Tensor y = matmul(x, weight_.t());  // (..., in) @ (in, out)
-  if (bias_.defined()) y = y + bias_;   // bias (out) broadcasts over the rows
+  if (bias_.defined()) y = y + bias_;  // bias (out) broadcasts over the rows
   return y;
 }
 

@@ -1,9 +1,9 @@
-#include "layers/loss.h"
+#include <ember/layers/loss.h>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "core/error.h"
-#include "kernels/factory.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/autograd/ops.h>
+#include <ember/core/error.h>
+#include <ember/kernels/factory.h>
 
 namespace ember::layers {
 namespace {
@@ -28,10 +28,9 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target_in) {
   Tensor target = as_i64_target(target_in, op);
   EMBER_CHECK(log_probs.dim() == 2 && target.dim() == 1 && target.size(0) == log_probs.size(0), op,
               ": expected log_probs (N, C) and target (N), got ", log_probs.shape_str(), " and ", target.shape_str());
-  EMBER_CHECK(log_probs.device() == target.device(), op, ": log_probs on ", log_probs.device().str(),
-              " but target on ", target.device().str());
-  EMBER_CHECK(is_floating(log_probs.dtype()), op, ": log_probs must be floating, got ",
-              dtype_name(log_probs.dtype()));
+  EMBER_CHECK(log_probs.device() == target.device(), op, ": log_probs on ", log_probs.device().str(), " but target on ",
+              target.device().str());
+  EMBER_CHECK(is_floating(log_probs.dtype()), op, ": log_probs must be floating, got ", dtype_name(log_probs.dtype()));
   const int64_t N = log_probs.size(0), C = log_probs.size(1);
   {
     // On every device: on a GPU a bad target would otherwise pick a neighbouring row's entry of the

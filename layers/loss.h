@@ -1,6 +1,6 @@
 #pragma once
 // Losses, mean-reduced over the batch. Each returns a 0-d tensor.
-#include "core/tensor.h"
+#include <ember/core/tensor.h>
 
 namespace ember::layers {
 

@@ -5,16 +5,16 @@
 // module is thereby replaced by the moved one while every handle to it — a layer's `weight_`
 // member, an optimizer's parameter list, DDP's hooks — keeps naming the same tensor, which stays a
 // leaf that requires grad (PyTorch's `param.data = param.data.to(...)`).
-#include "layers/module.h"
+#include <ember/layers/module.h>
 
 #include <algorithm>
 #include <functional>
 #include <sstream>
 #include <unordered_set>
 
-#include "autograd/grad_mode.h"
-#include "autograd/meta.h"
-#include "core/error.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/autograd/meta.h>
+#include <ember/core/error.h>
 
 namespace ember::layers {
 namespace {
@@ -48,11 +48,9 @@ bool name_taken(const P& params, const B& buffers, const C& children, const std:
          std::any_of(children.begin(), children.end(), match);
 }
 
-template <typename F>
-void for_each_module(const Module& m, const std::string& prefix, F&& fn) {
+template <typename F> void for_each_module(const Module& m, const std::string& prefix, F&& fn) {
   fn(prefix, m);
-  for (const auto& [name, child] : m.named_children())
-    for_each_module(*child, prefix + name + ".", fn);
+  for (const auto& [name, child] : m.named_children()) for_each_module(*child, prefix + name + ".", fn);
 }
 
 }  // namespace
@@ -197,8 +195,8 @@ void Module::load_state_dict(const StateDict& state) {
       ++n_problems;
     }
   }
-  EMBER_CHECK(n_problems == 0, name(), ".load_state_dict: ", n_problems, " problem(s), nothing was loaded:",
-              problems.str());
+  EMBER_CHECK(n_problems == 0, name(), ".load_state_dict: ", n_problems,
+              " problem(s), nothing was loaded:", problems.str());
   NoGradGuard no_grad;
   for (const auto& [key, view] : targets) {
     Tensor dst = view;

@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/state_dict.h"
-#include "core/tensor.h"
+#include <ember/core/state_dict.h>
+#include <ember/core/tensor.h>
 
 namespace ember::layers {
 
@@ -65,8 +65,7 @@ class Module : public std::enable_shared_from_this<Module> {
   /// The returned reference is invalidated by the next registration: keep a copy of the handle.
   Tensor& register_parameter(const std::string& name, Tensor t);
   Tensor& register_buffer(const std::string& name, Tensor t);
-  template <typename M>
-  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+  template <typename M> std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
     add_child(name, m);
     return m;
   }

@@ -1,8 +1,8 @@
-#include "layers/pool.h"
+#include <ember/layers/pool.h>
 
 #include <sstream>
 
-#include "core/error.h"
+#include <ember/core/error.h>
 
 namespace ember::layers {
 

@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <string>
 
-#include "autograd/ops_conv.h"
-#include "layers/module.h"
+#include <ember/autograd/ops_conv.h>
+#include <ember/layers/module.h>
 
 namespace ember::layers {
 

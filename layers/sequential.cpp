@@ -1,6 +1,6 @@
-#include "layers/sequential.h"
+#include <ember/layers/sequential.h>
 
-#include "core/error.h"
+#include <ember/core/error.h>
 
 namespace ember::layers {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "layers/module.h"
+#include <ember/layers/module.h>
 
 namespace ember::layers {
 

@@ -1,11 +1,11 @@
-#include "models/blocks.h"
+#include <ember/models/blocks.h>
 
 #include <sstream>
 #include <utility>
 
-#include "autograd/ops.h"
-#include "core/error.h"
-#include "layers/sequential.h"
+#include <ember/autograd/ops.h>
+#include <ember/core/error.h>
+#include <ember/layers/sequential.h>
 
 namespace ember::models {
 namespace {
@@ -70,8 +70,8 @@ BasicBlock::BasicBlock(int64_t in_channels, int64_t out_channels, int64_t stride
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
-  EMBER_CHECK(x.defined() && x.dim() == 4 && x.sizes()[1] == in_,
-              "BasicBlock(", block_repr(in_, out_, stride_), "): expected input (N, ", in_, ", H, W), got ",
+  EMBER_CHECK(x.defined() && x.dim() == 4 && x.sizes()[1] == in_, "BasicBlock(", block_repr(in_, out_, stride_),
+              "): expected input (N, ", in_, ", H, W), got ",
               x.defined() ? x.shape_str() : std::string("an undefined tensor"));
   Tensor f = bn2_->forward(conv2_->forward(relu(bn1_->forward(conv1_->forward(x)))));
   const Tensor s = shortcut_ ? shortcut_->forward(x) : x;
@@ -96,8 +96,8 @@ PreActBlock::PreActBlock(int64_t in_channels, int64_t out_channels, int64_t stri
 }
 
 Tensor PreActBlock::forward(const Tensor& x) {
-  EMBER_CHECK(x.defined() && x.dim() == 4 && x.sizes()[1] == in_,
-              "PreActBlock(", block_repr(in_, out_, stride_), "): expected input (N, ", in_, ", H, W), got ",
+  EMBER_CHECK(x.defined() && x.dim() == 4 && x.sizes()[1] == in_, "PreActBlock(", block_repr(in_, out_, stride_),
+              "): expected input (N, ", in_, ", H, W), got ",
               x.defined() ? x.shape_str() : std::string("an undefined tensor"));
   const Tensor a = relu(bn1_->forward(x));
   Tensor f = conv2_->forward(dropout_->forward(relu(bn2_->forward(conv1_->forward(a)))));

@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "core/rng.h"
-#include "layers/batchnorm.h"
-#include "layers/conv.h"
-#include "layers/dropout.h"
-#include "layers/module.h"
+#include <ember/core/rng.h>
+#include <ember/layers/batchnorm.h>
+#include <ember/layers/conv.h>
+#include <ember/layers/dropout.h>
+#include <ember/layers/module.h>
 
 namespace ember::models {
 

@@ -5,17 +5,17 @@
 // classifier.5.{weight,bias} (Linear 256 -> num_classes). Children of `features`, per stage s
 // (base 7s): conv, bn, relu, conv, bn, relu, max-pool; of `classifier`: 0 Flatten, 1 Dropout,
 // 2 Linear, 3 ReLU, 4 Dropout, 5 Linear.
-#include "models/cifar_cnn.h"
+#include <ember/models/cifar_cnn.h>
 
-#include "core/error.h"
-#include "layers/activation.h"
-#include "layers/batchnorm.h"
-#include "layers/conv.h"
-#include "layers/dropout.h"
-#include "layers/linear.h"
-#include "layers/pool.h"
-#include "layers/sequential.h"
-#include "models/blocks.h"
+#include <ember/core/error.h>
+#include <ember/layers/activation.h>
+#include <ember/layers/batchnorm.h>
+#include <ember/layers/conv.h>
+#include <ember/layers/dropout.h>
+#include <ember/layers/linear.h>
+#include <ember/layers/pool.h>
+#include <ember/layers/sequential.h>
+#include <ember/models/blocks.h>
 
 namespace ember::models {
 

@@ -1,11 +1,11 @@
-#include "models/mnist_cnn.h"
+#include <ember/models/mnist_cnn.h>
 
-#include "layers/activation.h"
-#include "layers/conv.h"
-#include "layers/dropout.h"
-#include "layers/linear.h"
-#include "layers/pool.h"
-#include "layers/sequential.h"
+#include <ember/layers/activation.h>
+#include <ember/layers/conv.h>
+#include <ember/layers/dropout.h>
+#include <ember/layers/linear.h>
+#include <ember/layers/pool.h>
+#include <ember/layers/sequential.h>
 
 namespace ember::models {
 

@@ -2,8 +2,8 @@
 // The MNIST / Fashion-MNIST CNN of PyTorch's examples/mnist.
 #include <memory>
 
-#include "core/rng.h"
-#include "layers/module.h"
+#include <ember/core/rng.h>
+#include <ember/layers/module.h>
 
 namespace ember::models {
 

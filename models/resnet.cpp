@@ -4,18 +4,18 @@
 // num_batches_tracked}, layer{1-4}.{0,1}.{conv1,bn1,conv2,bn2}.*, layer{2-4}.0.shortcut.0.weight
 // (1x1 projection) and layer{2-4}.0.shortcut.1.* (its BatchNorm), fc.weight, fc.bias.
 // Parameter-free children (relu, avgpool, flatten) hold no state and only show in str().
-#include "models/resnet.h"
+#include <ember/models/resnet.h>
 
 #include <string>
 
-#include "core/error.h"
-#include "layers/activation.h"
-#include "layers/batchnorm.h"
-#include "layers/conv.h"
-#include "layers/linear.h"
-#include "layers/pool.h"
-#include "layers/sequential.h"
-#include "models/blocks.h"
+#include <ember/core/error.h>
+#include <ember/layers/activation.h>
+#include <ember/layers/batchnorm.h>
+#include <ember/layers/conv.h>
+#include <ember/layers/linear.h>
+#include <ember/layers/pool.h>
+#include <ember/layers/sequential.h>
+#include <ember/models/blocks.h>
 
 namespace ember::models {
 

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/rng.h"
-#include "layers/module.h"
+#include <ember/core/rng.h>
+#include <ember/layers/module.h>
 
 namespace ember::models {
 

@@ -6,18 +6,18 @@
 // whose channels or stride change, .shortcut.weight (1x1 projection); then bn.* (the final
 // BatchNorm2d), fc.weight, fc.bias. Parameter-free children (dropout inside blocks, relu,
 // avgpool, flatten) hold no state and only show in str().
-#include "models/wide_resnet.h"
+#include <ember/models/wide_resnet.h>
 
 #include <string>
 
-#include "core/error.h"
-#include "layers/activation.h"
-#include "layers/batchnorm.h"
-#include "layers/conv.h"
-#include "layers/linear.h"
-#include "layers/pool.h"
-#include "layers/sequential.h"
-#include "models/blocks.h"
+#include <ember/core/error.h>
+#include <ember/layers/activation.h>
+#include <ember/layers/batchnorm.h>
+#include <ember/layers/conv.h>
+#include <ember/layers/linear.h>
+#include <ember/layers/pool.h>
+#include <ember/layers/sequential.h>
+#include <ember/models/blocks.h>
 
 namespace ember::models {
 

@@ -1,8 +1,8 @@
 // Adam / AdamW: per-parameter step counts and moments, handed to the fused kernel.
-#include "optim/adam.h"
+#include <ember/optim/adam.h>
 
-#include "autograd/grad_mode.h"
-#include "kernels/optim.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/kernels/optim.h>
 
 namespace ember::optim {
 
@@ -28,7 +28,8 @@ Adam::Adam(std::vector<Tensor> params, const AdamOptions& o, bool decoupled)
 }
 
 AdamOptions Adam::options() const {
-  return {lr(), {hyperparameter("beta1"), hyperparameter("beta2")}, hyperparameter("eps"), hyperparameter("weight_decay")};
+  return {
+      lr(), {hyperparameter("beta1"), hyperparameter("beta2")}, hyperparameter("eps"), hyperparameter("weight_decay")};
 }
 
 void Adam::step() {
@@ -38,7 +39,7 @@ void Adam::step() {
   const kernels::AdamHyper h{o.lr, o.betas.first, o.betas.second, o.eps, o.weight_decay, decoupled_};
   std::vector<kernels::AdamSlot> slots;
   std::vector<size_t> updated;  // parameters whose step count this call advances
-  std::vector<size_t> fresh;    // parameters whose state this call created
+  std::vector<size_t> fresh;  // parameters whose state this call created
   slots.reserve(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor g = params_[i].grad();

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "optim/optimizer.h"
+#include <ember/optim/optimizer.h>
 
 namespace ember::optim {
 

@@ -1,8 +1,8 @@
 // clip_grad_norm_: the fused global norm, then an in-place scale that reads the norm on the device.
-#include "optim/clip.h"
+#include <ember/optim/clip.h>
 
-#include "autograd/grad_mode.h"
-#include "kernels/optim.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/kernels/optim.h>
 
 namespace ember::optim {
 

@@ -2,7 +2,7 @@
 // Gradient clipping by global norm (PyTorch's clip_grad_norm_ with the L2 norm).
 #include <vector>
 
-#include "core/tensor.h"
+#include <ember/core/tensor.h>
 
 namespace ember::optim {
 

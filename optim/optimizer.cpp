@@ -1,14 +1,14 @@
 // Optimizer base: parameter bookkeeping, zero_grad, hyperparameters, and the checked state dict.
-#include "optim/optimizer.h"
+#include <ember/optim/optimizer.h>
 
 #include <algorithm>
 #include <charconv>
 #include <set>
 #include <sstream>
 
-#include "autograd/grad_mode.h"
-#include "kernels/copy.h"
-#include "kernels/factory.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/kernels/copy.h>
+#include <ember/kernels/factory.h>
 
 namespace ember::optim {
 
@@ -139,7 +139,8 @@ void Optimizer::load_state_dict(const StateDict& sd) {
       const std::string rest = key.substr(std::char_traits<char>::length(kStatePrefix));
       const size_t dot = rest.find('.');
       size_t idx = 0;
-      const auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + (dot == std::string::npos ? rest.size() : dot), idx);
+      const auto [ptr, ec] =
+          std::from_chars(rest.data(), rest.data() + (dot == std::string::npos ? rest.size() : dot), idx);
       EMBER_CHECK(dot != std::string::npos && dot > 0 && ec == std::errc() && ptr == rest.data() + dot, who,
                   ": malformed entry '", key, "' (expected state.<parameter index>.<name>)");
       EMBER_CHECK(idx < params_.size(), who, ": entry '", key, "' names parameter ", idx, " but this optimizer has ",
@@ -154,8 +155,8 @@ void Optimizer::load_state_dict(const StateDict& sd) {
                     "' holds step count ", v, "; expected a non-negative integer");
         state[idx][sname] = scalar_tensor(v, DType::i64, Device::cpu());
       } else {
-        EMBER_CHECK(t.sizes() == p.sizes(), who, ": entry '", key, "' has shape ", t.shape_str(), " but parameter ", idx,
-                    " has shape ", p.shape_str());
+        EMBER_CHECK(t.sizes() == p.sizes(), who, ": entry '", key, "' has shape ", t.shape_str(), " but parameter ",
+                    idx, " has shape ", p.shape_str());
         EMBER_CHECK(is_floating(t.dtype()), who, ": entry '", key, "' has dtype ", dtype_name(t.dtype()),
                     "; expected a floating dtype");
         state[idx][sname] = t;
@@ -165,8 +166,7 @@ void Optimizer::load_state_dict(const StateDict& sd) {
     }
   }
   EMBER_CHECK(have_count, who, ": missing entry '", kParamCount, "'");
-  for (const auto& [h, v] : hyper_)
-    EMBER_CHECK(hyper.count(h) != 0, who, ": missing entry '", kHyperPrefix, h, "'");
+  for (const auto& [h, v] : hyper_) EMBER_CHECK(hyper.count(h) != 0, who, ": missing entry '", kHyperPrefix, h, "'");
   EMBER_CHECK(hyper.at("lr") >= 0.0, who, ": entry 'hyper.lr' holds an invalid learning rate ", hyper.at("lr"));
   for (size_t i = 0; i < state.size(); ++i) {
     if (state[i].empty()) continue;

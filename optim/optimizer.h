@@ -19,8 +19,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/state_dict.h"
-#include "core/tensor.h"
+#include <ember/core/state_dict.h>
+#include <ember/core/tensor.h>
 
 namespace ember::optim {
 

@@ -1,11 +1,11 @@
 // Learning-rate schedules: closed forms of the step count, and their (tiny) state dicts.
-#include "optim/schedule.h"
+#include <ember/optim/schedule.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numbers>
 
-#include "kernels/factory.h"
+#include <ember/kernels/factory.h>
 
 namespace ember::optim {
 
@@ -117,8 +117,8 @@ LinearWarmup::LinearWarmup(Optimizer& opt, int64_t warmup_steps, std::unique_ptr
   EMBER_CHECK(warmup_steps >= 0, "LinearWarmup: warmup_steps must be >= 0, got ", warmup_steps);
   EMBER_CHECK(start_factor >= 0.0 && start_factor <= 1.0, "LinearWarmup: start_factor must be in [0, 1], got ",
               start_factor);
-  EMBER_CHECK(!after_ || &after_->optimizer() == &opt,
-              "LinearWarmup: the wrapped ", after_ ? after_->name() : "", " drives a different optimizer");
+  EMBER_CHECK(!after_ || &after_->optimizer() == &opt, "LinearWarmup: the wrapped ", after_ ? after_->name() : "",
+              " drives a different optimizer");
   // The wrapped schedule set the lr to its own lr_at(0) when it was built; our base is the
   // optimizer's lr before that, which is the wrapped schedule's base.
   if (after_) base_lr_ = after_->base_lr();
@@ -172,16 +172,17 @@ OneCycleLR::OneCycleLR(Optimizer& opt, const OneCycleOptions& o) : LRScheduler(o
   const double initial = o.max_lr / o.div_factor, min_lr = initial / o.final_div_factor;
   const double T = static_cast<double>(o.total_steps), up_end = o.pct_start * T - 1.0;
   if (o.three_phase) {
-    phases_ = {{up_end, initial, o.max_lr}, {2.0 * o.pct_start * T - 2.0, o.max_lr, initial}, {T - 1.0, initial, min_lr}};
+    phases_ = {
+        {up_end, initial, o.max_lr}, {2.0 * o.pct_start * T - 2.0, o.max_lr, initial}, {T - 1.0, initial, min_lr}};
   } else {
     phases_ = {{up_end, initial, o.max_lr}, {T - 1.0, o.max_lr, min_lr}};
   }
   // Every phase must span at least part of a step, or its slope is 0/0.
   double start = 0.0;
   for (size_t i = 0; i < phases_.size(); ++i) {
-    EMBER_CHECK(phases_[i].end_step > start, "OneCycleLR: phase ", i + 1, " of ", phases_.size(), " is empty (ends at step ",
-                phases_[i].end_step, ", starts at ", start, "); increase total_steps (", o.total_steps,
-                ") or move pct_start (", o.pct_start, ")");
+    EMBER_CHECK(phases_[i].end_step > start, "OneCycleLR: phase ", i + 1, " of ", phases_.size(),
+                " is empty (ends at step ", phases_[i].end_step, ", starts at ", start, "); increase total_steps (",
+                o.total_steps, ") or move pct_start (", o.pct_start, ")");
     start = phases_[i].end_step;
   }
   base_lr_ = initial;
@@ -189,8 +190,8 @@ OneCycleLR::OneCycleLR(Optimizer& opt, const OneCycleOptions& o) : LRScheduler(o
 }
 
 void OneCycleLR::step() {
-  EMBER_CHECK(step_count_ + 1 <= o_.total_steps, "OneCycleLR: stepped ", step_count_ + 1,
-              " times but total_steps is ", o_.total_steps);
+  EMBER_CHECK(step_count_ + 1 <= o_.total_steps, "OneCycleLR: stepped ", step_count_ + 1, " times but total_steps is ",
+              o_.total_steps);
   LRScheduler::step();
 }
 

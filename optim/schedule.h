@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "core/state_dict.h"
-#include "optim/optimizer.h"
+#include <ember/core/state_dict.h>
+#include <ember/optim/optimizer.h>
 
 namespace ember::optim {
 

@@ -1,8 +1,8 @@
 // SGD: collects each parameter's gradient and momentum buffer and hands them to the fused kernel.
-#include "optim/sgd.h"
+#include <ember/optim/sgd.h>
 
-#include "autograd/grad_mode.h"
-#include "kernels/optim.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/kernels/optim.h>
 
 namespace ember::optim {
 

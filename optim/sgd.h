@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "optim/optimizer.h"
+#include <ember/optim/optimizer.h>
 
 namespace ember::optim {
 

@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 
-#include "core/device.h"
+#include <ember/core/device.h>
 
 int main(int argc, char** argv) {
   if (ember::cuda_device_count() == 0) {

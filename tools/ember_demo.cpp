@@ -63,7 +63,7 @@ void make_spirals(uint64_t seed, Tensor& x, Tensor& y) {
   std::vector<int64_t> ys;
   for (int c = 0; c < kClasses; ++c) {
     for (int i = 0; i < kPerClass; ++i) {
-      const float r = static_cast<float>(i) / kPerClass;                       // radius 0..1
+      const float r = static_cast<float>(i) / kPerClass;  // radius 0..1
       const float t = 2.0f * static_cast<float>(c) * 3.14159265f / kClasses + 5.0f * r + noise(rng);
       xs.push_back(r * std::cos(t));
       xs.push_back(r * std::sin(t));
@@ -87,10 +87,10 @@ int main(int argc, char** argv) {
   const Options opt = parse(argc, argv);
   try {
     const Device dev = opt.device == "best" ? Device::best() : Device(opt.device).validate();
-    std::printf("ember-demo: 2-%d-%d-%d MLP on a %d-class spiral (%d points), device %s, %d steps of SGD "
-                "(lr %.2f, momentum %.1f)\n",
-                kHidden, kHidden, kClasses, kClasses, kClasses * kPerClass, dev.str().c_str(), opt.steps, opt.lr,
-                opt.momentum);
+    std::printf(
+        "ember-demo: 2-%d-%d-%d MLP on a %d-class spiral (%d points), device %s, %d steps of SGD "
+        "(lr %.2f, momentum %.1f)\n",
+        kHidden, kHidden, kClasses, kClasses, kClasses * kPerClass, dev.str().c_str(), opt.steps, opt.lr, opt.momentum);
     // A training set and a held-out test set drawn from the same distribution.
     Tensor x, y, x_test, y_test;
     make_spirals(opt.seed, x, y);
@@ -129,8 +129,8 @@ int main(int argc, char** argv) {
       train_acc = accuracy(model->forward(x), y);
       test_acc = accuracy(model->forward(x_test), y_test);
     }
-    std::printf("final: loss %.4f (from %.4f), accuracy %.1f%% train, %.1f%% held-out test; %.2f s on %s\n",
-                last_loss, first_loss, 100.0 * train_acc, 100.0 * test_acc, secs, dev.str().c_str());
+    std::printf("final: loss %.4f (from %.4f), accuracy %.1f%% train, %.1f%% held-out test; %.2f s on %s\n", last_loss,
+                first_loss, 100.0 * train_acc, 100.0 * test_acc, secs, dev.str().c_str());
     if (!(last_loss < first_loss)) {
       std::printf("ember-demo: training did not lower the loss\n");
       return 1;

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "train/report.h"
+#include <ember/train/report.h>
 
 namespace {
 

@@ -117,8 +117,8 @@ int main(int argc, char** argv) {
     const train::TrainOutcome out = trainer.run();
     std::fflush(stdout);
     if (out.exit_code != 0)
-      std::fprintf(stderr, "ember-train: stopped by %s; run directory %s\n",
-                   train::signal_name(out.exit_code - 128), out.run_dir.c_str());
+      std::fprintf(stderr, "ember-train: stopped by %s; run directory %s\n", train::signal_name(out.exit_code - 128),
+                   out.run_dir.c_str());
     return out.exit_code;
   } catch (const std::exception& e) {
     std::fflush(stdout);

@@ -1,5 +1,5 @@
 // Checkpoint files: format and atomic write described in train/checkpoint.h.
-#include "train/checkpoint.h"
+#include <ember/train/checkpoint.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -15,9 +15,9 @@
 #include <iomanip>
 #include <sstream>
 
-#include "autograd/grad_mode.h"
-#include "core/error.h"
-#include "core/tensor.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/core/error.h>
+#include <ember/core/tensor.h>
 
 namespace ember::train {
 
@@ -62,7 +62,9 @@ uint32_t crc_update(uint32_t crc, const void* data, uint64_t n) {
   }
   return crc;
 }
-uint32_t crc_of(const void* data, uint64_t n) { return crc_update(static_cast<uint32_t>(::crc32(0, nullptr, 0)), data, n); }
+uint32_t crc_of(const void* data, uint64_t n) {
+  return crc_update(static_cast<uint32_t>(::crc32(0, nullptr, 0)), data, n);
+}
 
 std::string hex32(uint32_t v) {
   std::ostringstream os;
@@ -78,14 +80,22 @@ std::string range(uint64_t begin, uint64_t end) {
 // Format-fixed dtype codes (independent of the DType enum's values, which may change).
 uint32_t dtype_code(DType t) {
   switch (t) {
-    case DType::f32: return 1;
-    case DType::f64: return 2;
-    case DType::f16: return 3;
-    case DType::bf16: return 4;
-    case DType::i32: return 5;
-    case DType::i64: return 6;
-    case DType::u8: return 7;
-    case DType::boolean: return 8;
+    case DType::f32:
+      return 1;
+    case DType::f64:
+      return 2;
+    case DType::f16:
+      return 3;
+    case DType::bf16:
+      return 4;
+    case DType::i32:
+      return 5;
+    case DType::i64:
+      return 6;
+    case DType::u8:
+      return 7;
+    case DType::boolean:
+      return 8;
   }
   EMBER_FAIL("checkpoint: no file code for dtype ", dtype_name(t));
 }
@@ -139,8 +149,8 @@ class TmpFile {
       ssize_t w = ::write(fd_, p, static_cast<size_t>(std::min<uint64_t>(n, 1u << 30)));
       const int err = errno;  // before anything else can overwrite it
       if (w < 0 && err == EINTR) continue;
-      EMBER_CHECK(w > 0, "checkpoint: writing '", path_, "' failed after ", written_, " bytes: ",
-                  w < 0 ? sys_error(err) : std::string("no progress"));
+      EMBER_CHECK(w > 0, "checkpoint: writing '", path_, "' failed after ", written_,
+                  " bytes: ", w < 0 ? sys_error(err) : std::string("no progress"));
       p += w;
       n -= static_cast<uint64_t>(w);
       written_ += static_cast<uint64_t>(w);
@@ -216,9 +226,11 @@ class TableReader {
  public:
   TableReader(const std::string& path, const uint8_t* base, uint64_t size) : path_(path), base_(base), size_(size) {}
   void need(uint64_t n, uint64_t entry, const char* what) const {
-    EMBER_CHECK(n <= size_ - pos_, "checkpoint '", path_, "': entry #", entry, " runs past the end of the entry table "
-                "while reading its ", what, " (table bytes ", range(kCheckpointHeaderBytes, kCheckpointHeaderBytes + size_),
-                ", needed ", n, " bytes at file offset ", kCheckpointHeaderBytes + pos_, ")");
+    EMBER_CHECK(n <= size_ - pos_, "checkpoint '", path_, "': entry #", entry,
+                " runs past the end of the entry table "
+                "while reading its ",
+                what, " (table bytes ", range(kCheckpointHeaderBytes, kCheckpointHeaderBytes + size_), ", needed ", n,
+                " bytes at file offset ", kCheckpointHeaderBytes + pos_, ")");
   }
   uint32_t u32(uint64_t entry, const char* what) {
     need(4, entry, what);
@@ -281,8 +293,8 @@ void save_tensors(const StateDict& entries, const std::string& path) {
     EMBER_CHECK(name.size() < kMaxNameBytes, "save checkpoint '", path, "': entry name of ", name.size(),
                 " bytes is too long (limit ", kMaxNameBytes - 1, ")");
     EMBER_CHECK(t.defined(), "save checkpoint '", path, "': entry '", name, "' is an undefined tensor");
-    EMBER_CHECK(t.dim() <= static_cast<int64_t>(kMaxDims), "save checkpoint '", path, "': entry '", name,
-                "' has ", t.dim(), " dims (limit ", kMaxDims, ")");
+    EMBER_CHECK(t.dim() <= static_cast<int64_t>(kMaxDims), "save checkpoint '", path, "': entry '", name, "' has ",
+                t.dim(), " dims (limit ", kMaxDims, ")");
     PreparedEntry e;
     e.name = name;
     e.host = t.detach().to(Device::cpu()).contiguous();
@@ -352,8 +364,7 @@ StateDict load_tensors(const std::string& path, Device device) {
 
   EMBER_CHECK(size >= sizeof(kMagic) && std::memcmp(p, kMagic, sizeof(kMagic)) == 0, "checkpoint '", path,
               "': not an ember checkpoint (expected magic \"EMBERCKP\" in bytes [0, 8), found ",
-              size < sizeof(kMagic) ? "a file of " + std::to_string(size) + " bytes"
-                                    : printable(p, sizeof(kMagic)),
+              size < sizeof(kMagic) ? "a file of " + std::to_string(size) + " bytes" : printable(p, sizeof(kMagic)),
               ")");
   EMBER_CHECK(size >= kCheckpointHeaderBytes, "checkpoint '", path, "': truncated: the file has ", size,
               " bytes, less than the ", kCheckpointHeaderBytes, "-byte header");
@@ -361,17 +372,19 @@ StateDict load_tensors(const std::string& path, Device device) {
   EMBER_CHECK(version == kCheckpointVersion, "checkpoint '", path, "': format version ", version,
               " (bytes [8, 12)), this build reads version ", kCheckpointVersion);
   const uint32_t header_crc = crc_of(p, 44);
-  EMBER_CHECK(header_crc == get_u32(p + 44), "checkpoint '", path, "': header (bytes [0, 44)) fails its CRC-32 check: "
-              "stored ", hex32(get_u32(p + 44)), ", computed ", hex32(header_crc), "; the file is corrupt");
+  EMBER_CHECK(header_crc == get_u32(p + 44), "checkpoint '", path,
+              "': header (bytes [0, 44)) fails its CRC-32 check: "
+              "stored ",
+              hex32(get_u32(p + 44)), ", computed ", hex32(header_crc), "; the file is corrupt");
   const uint64_t count = get_u64(p + 16), table_bytes = get_u64(p + 24), payload_bytes = get_u64(p + 32);
   // Lengths this large cannot come from a writer (and would overflow the sum below).
   constexpr uint64_t kMaxLength = uint64_t{1} << 60;
   EMBER_CHECK(table_bytes < kMaxLength && payload_bytes < kMaxLength, "checkpoint '", path,
               "': the header states impossible lengths (table ", table_bytes, ", payload ", payload_bytes, " bytes)");
   const uint64_t expected = kCheckpointHeaderBytes + table_bytes + payload_bytes + kTrailerBytes;
-  EMBER_CHECK(size >= expected, "checkpoint '", path, "': truncated: the header promises ", expected,
-              " bytes (table ", table_bytes, ", payload ", payload_bytes, "), the file has ", size, "; bytes from offset ",
-              size, " on are missing");
+  EMBER_CHECK(size >= expected, "checkpoint '", path, "': truncated: the header promises ", expected, " bytes (table ",
+              table_bytes, ", payload ", payload_bytes, "), the file has ", size, "; bytes from offset ", size,
+              " on are missing");
   EMBER_CHECK(size == expected, "checkpoint '", path, "': ", size - expected, " unexpected bytes after the end ",
               "of the checkpoint at offset ", expected);
   const uint8_t* table = p + kCheckpointHeaderBytes;
@@ -407,8 +420,8 @@ StateDict load_tensors(const std::string& path, Device device) {
     const uint64_t offset = rd.u64(i, "payload offset");
     const uint64_t length = rd.u64(i, "byte length");
     const uint32_t stored_crc = rd.u32(i, "checksum");
-    EMBER_CHECK(numel != UINT64_MAX && numel * dtype_size(dtype) == length, where, ": shape ", shape_str(sizes),
-                " of ", dtype_name(dtype), " does not match its byte length ", length);
+    EMBER_CHECK(numel != UINT64_MAX && numel * dtype_size(dtype) == length, where, ": shape ", shape_str(sizes), " of ",
+                dtype_name(dtype), " does not match its byte length ", length);
     EMBER_CHECK(offset <= payload_bytes && length <= payload_bytes - offset, where, ": payload bytes ",
                 range(offset, offset + length), " lie outside the payload [0, ", payload_bytes, ")");
     EMBER_CHECK(offset >= prev_end, where, ": payload bytes ", range(offset, offset + length),
@@ -429,9 +442,11 @@ StateDict load_tensors(const std::string& path, Device device) {
   const uint32_t payload_crc = crc_of(payload, payload_bytes);
   const uint32_t stored = get_u32(payload + payload_bytes);
   EMBER_CHECK(payload_crc == stored, "checkpoint '", path, "': payload (bytes ",
-              range(payload_start, payload_start + payload_bytes), ") fails its CRC-32 check outside every entry "
-              "(padding or the trailer at offset ", payload_start + payload_bytes, "): stored ", hex32(stored),
-              ", computed ", hex32(payload_crc), "; the file is corrupt");
+              range(payload_start, payload_start + payload_bytes),
+              ") fails its CRC-32 check outside every entry "
+              "(padding or the trailer at offset ",
+              payload_start + payload_bytes, "): stored ", hex32(stored), ", computed ", hex32(payload_crc),
+              "; the file is corrupt");
   if (!device.is_cpu()) {
     for (auto& [name, t] : out) t = t.to(device);
   }
@@ -489,7 +504,8 @@ Checkpoint load_checkpoint(const std::string& path, Device device) {
                   "' should be a 1-D u8 tensor (text), found ", dtype_name(t.dtype()), " ", t.shape_str());
       ck.metadata[name.substr(5)] = std::string(reinterpret_cast<const char*>(t.data_ptr()), t.numel());
     } else {
-      EMBER_FAIL("checkpoint '", path, "': unexpected entry '", name, "' (expected model/, optimizer/, scheduler/, "
+      EMBER_FAIL("checkpoint '", path, "': unexpected entry '", name,
+                 "' (expected model/, optimizer/, scheduler/, "
                  "sampler/, rng/, meta/ entries, epoch, global_step, sampler_position)");
     }
   }
@@ -500,8 +516,10 @@ void capture_rng(Checkpoint& ckpt, const std::vector<std::pair<std::string, cons
   ckpt.rng["default"] = RngState{default_generator().seed(), default_generator().offset()};
   for (const auto& [name, gen] : others) {
     EMBER_CHECK(gen != nullptr, "capture_rng: generator '", name, "' is null");
-    EMBER_CHECK(!name.empty() && name != "default", "capture_rng: a generator needs a name other than "
-                "\"default\" (which is default_generator()), got '", name, "'");
+    EMBER_CHECK(!name.empty() && name != "default",
+                "capture_rng: a generator needs a name other than "
+                "\"default\" (which is default_generator()), got '",
+                name, "'");
     ckpt.rng[name] = RngState{gen->seed(), gen->offset()};
   }
 }

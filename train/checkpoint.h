@@ -32,9 +32,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/device.h"
-#include "core/rng.h"
-#include "core/state_dict.h"
+#include <ember/core/device.h>
+#include <ember/core/rng.h>
+#include <ember/core/state_dict.h>
 
 namespace ember::train {
 
@@ -54,14 +54,14 @@ struct RngState {
 /// "optimizer/...", "scheduler/...", "sampler/...", "rng/<name>", "meta/<key>", plus the scalars
 /// "epoch", "global_step" and "sampler_position").
 struct Checkpoint {
-  StateDict model;      // Module::state_dict()
+  StateDict model;  // Module::state_dict()
   StateDict optimizer;  // the optimizer's state dict
   StateDict scheduler;  // the LR schedule's state dict
-  StateDict sampler;    // the sampler's/loader's own state (seed, epoch, ...), when it has one
+  StateDict sampler;  // the sampler's/loader's own state (seed, epoch, ...), when it has one
   /// Generator states by name; capture_rng() fills "default" from default_generator().
   std::map<std::string, RngState> rng;
-  int64_t epoch = 0;             // epochs completed
-  int64_t global_step = 0;       // optimizer steps taken
+  int64_t epoch = 0;  // epochs completed
+  int64_t global_step = 0;  // optimizer steps taken
   int64_t sampler_position = 0;  // samples already consumed in the current epoch (0 between epochs)
   /// Free-form text (model name, flags, git hash, ...).
   std::map<std::string, std::string> metadata;

@@ -1,6 +1,6 @@
 // Experiment configs: JSON parsing, overrides, validation, to_json and the data-availability
 // check, all driven by the schema table in train/config_schema.cpp.
-#include "train/config.h"
+#include <ember/train/config.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -14,8 +14,8 @@
 #include <sstream>
 #include <type_traits>
 
-#include "core/error.h"
-#include "train/config_schema.h"
+#include <ember/core/error.h>
+#include <ember/train/config_schema.h>
 
 namespace ember::train {
 namespace {
@@ -61,8 +61,7 @@ std::optional<uint64_t> as_uint64(const json& v) {
   if (v.is_number_integer()) return std::nullopt;  // a negative integer
   if (v.is_number_float()) {
     const double d = v.get<double>();
-    if (std::isfinite(d) && d == std::trunc(d) && d >= 0 && d < 18446744073709551616.0)
-      return static_cast<uint64_t>(d);
+    if (std::isfinite(d) && d == std::trunc(d) && d >= 0 && d < 18446744073709551616.0) return static_cast<uint64_t>(d);
   }
   return std::nullopt;
 }
@@ -261,8 +260,9 @@ void check_cross_fields(const ExperimentConfig& c, const Origins& origins) {
   const bool mnist_images = c.data.dataset == "mnist";
   if ((c.model.name == "mnist_cnn") != mnist_images) {
     fail_pair("model.name", "data.dataset",
-              c.model.name + (mnist_images ? " takes 3x32x32 images (data.dataset cifar10, cifar100 or synthetic)"
-                                           : " takes 1x28x28 images (data.dataset mnist)") +
+              c.model.name +
+                  (mnist_images ? " takes 3x32x32 images (data.dataset cifar10, cifar100 or synthetic)"
+                                : " takes 1x28x28 images (data.dataset mnist)") +
                   ", found data.dataset = " + c.data.dataset);
   }
 }
@@ -280,7 +280,8 @@ std::pair<size_t, size_t> line_column(const std::string& text, size_t pos) {
 std::string how_to_get(const std::string& dataset, const std::string& dir) {
   if (dataset == "mnist") {
     return "Fashion-MNIST: apt-get install dataset-fashion-mnist (installs /usr/share/datasets/fashion-mnist); "
-           "MNIST: scripts/get-data.sh mnist " + dir;
+           "MNIST: scripts/get-data.sh mnist " +
+           dir;
   }
   return "get it with: scripts/get-data.sh " + dataset + " " + dir;
 }
@@ -363,19 +364,19 @@ void check_data_available(const ExperimentConfig& config) {
   const std::string dir = default_data_path(data);
   const std::string which = data.path.empty() ? " (the default for data.dataset " + data.dataset + ")" : "";
   std::error_code ec;
-  EMBER_CHECK(fs::is_directory(dir, ec), "data.path: the data directory '", dir, "'", which,
-              " does not exist; ", how_to_get(data.dataset, dir));
+  EMBER_CHECK(fs::is_directory(dir, ec), "data.path: the data directory '", dir, "'", which, " does not exist; ",
+              how_to_get(data.dataset, dir));
   // The files each reader opens (data/mnist.cpp, data/cifar.cpp), plain or gzip-compressed; the
   // CIFAR archives unpack into a subdirectory, which the readers also accept.
   fs::path root = dir;
   std::vector<std::string> names;
   if (data.dataset == "mnist") {
-    names = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
-             "t10k-labels-idx1-ubyte"};
+    names = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
   } else if (data.dataset == "cifar10") {
-    names = {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin",
-             "test_batch.bin"};
-    if (!has_file(root, names[0]) && fs::is_directory(root / "cifar-10-batches-bin", ec)) root /= "cifar-10-batches-bin";
+    names = {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
+             "data_batch_4.bin", "data_batch_5.bin", "test_batch.bin"};
+    if (!has_file(root, names[0]) && fs::is_directory(root / "cifar-10-batches-bin", ec))
+      root /= "cifar-10-batches-bin";
   } else {
     names = {"train.bin", "test.bin"};
     if (!has_file(root, names[0]) && fs::is_directory(root / "cifar-100-binary", ec)) root /= "cifar-100-binary";

@@ -63,12 +63,12 @@ struct DataConfig {
 struct OptimConfig {
   /// sgd | adam | adamw
   std::string name = "sgd";
-  double lr = 0.1;        // > 0
+  double lr = 0.1;  // > 0
   double momentum = 0.0;  // sgd, in [0, 1)
   bool nesterov = false;  // sgd (needs momentum > 0)
-  double weight_decay = 0.0;                   // >= 0
+  double weight_decay = 0.0;  // >= 0
   std::pair<double, double> betas = {0.9, 0.999};  // adam/adamw, each in [0, 1); JSON [b1, b2]
-  double eps = 1e-8;                           // adam/adamw, > 0
+  double eps = 1e-8;  // adam/adamw, > 0
   friend bool operator==(const OptimConfig&, const OptimConfig&) = default;
 };
 
@@ -77,13 +77,13 @@ struct OptimConfig {
 struct ScheduleConfig {
   /// none | step | multistep | cosine | onecycle
   std::string name = "none";
-  int64_t step_size = 30;              // step: epochs between decays (>= 1)
-  double gamma = 0.1;                  // step, multistep: decay factor in (0, 1]
-  std::vector<int64_t> milestones;     // multistep: epochs (each >= 1, ascending)
-  int64_t t_max = 0;                   // cosine: period in epochs (0: the run's epochs)
-  double eta_min = 0.0;                // cosine: final lr (>= 0)
-  double max_lr = 0.0;                 // onecycle: peak lr (0: optim.lr)
-  double pct_start = 0.3;              // onecycle: fraction of steps rising, in (0, 1)
+  int64_t step_size = 30;  // step: epochs between decays (>= 1)
+  double gamma = 0.1;  // step, multistep: decay factor in (0, 1]
+  std::vector<int64_t> milestones;  // multistep: epochs (each >= 1, ascending)
+  int64_t t_max = 0;  // cosine: period in epochs (0: the run's epochs)
+  double eta_min = 0.0;  // cosine: final lr (>= 0)
+  double max_lr = 0.0;  // onecycle: peak lr (0: optim.lr)
+  double pct_start = 0.3;  // onecycle: fraction of steps rising, in (0, 1)
   /// Linear warm-up from 0.1 x lr over this many epochs in front of the schedule (0: none).
   /// Not combinable with onecycle (it has its own warm-up).
   int64_t warmup_epochs = 0;
@@ -96,8 +96,8 @@ struct ScheduleConfig {
 ///   than min_delta for `patience` epochs; patience 0 disables early stopping.
 struct EarlyStopConfig {
   std::optional<double> target_accuracy;  // in (0, 1]; JSON null or absent: none
-  int64_t patience = 0;                   // >= 0
-  double min_delta = 0.0;                 // >= 0
+  int64_t patience = 0;  // >= 0
+  double min_delta = 0.0;  // >= 0
   friend bool operator==(const EarlyStopConfig&, const EarlyStopConfig&) = default;
 };
 

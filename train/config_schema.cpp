@@ -1,7 +1,7 @@
 // The experiment-config schema table and the schema-only helpers (expected-value texts, the
 // nearest-key suggestion). docs/config.md is written by hand from this table: keep them in sync
 // (tests/train/test_config.cpp checks every path and default appears there).
-#include "train/config_schema.h"
+#include <ember/train/config_schema.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -10,8 +10,7 @@ namespace ember::train {
 namespace {
 
 // A FieldRef for member expression `m` of ExperimentConfig, typed T.
-#define EMBER_CONFIG_FIELD(T, m) \
-  static_cast<T& (*)(ExperimentConfig&)>([](ExperimentConfig& c) -> T& { return c.m; })
+#define EMBER_CONFIG_FIELD(T, m) static_cast<T& (*)(ExperimentConfig&)>([](ExperimentConfig& c) -> T& { return c.m; })
 
 using DoublePair = std::pair<double, double>;  // the macro argument cannot hold a comma
 
@@ -24,8 +23,8 @@ bool valid_name(const ExperimentConfig& c) {
   // The name becomes a directory name: keep it to characters no shell or file system minds.
   if (c.name.empty()) return false;
   return std::all_of(c.name.begin(), c.name.end(), [](char ch) {
-    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' ||
-           ch == '_' || ch == '.';
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' ||
+           ch == '.';
   });
 }
 
@@ -48,131 +47,280 @@ bool non_empty_dir(const ExperimentConfig& c) { return !c.output.dir.empty(); }
 std::vector<KeySpec> build_schema() {
   using K = KeyKind;
   return {
-      {.path = "description", .kind = K::String, .default_json = "\"\"",
+      {.path = "description",
+       .kind = K::String,
+       .default_json = "\"\"",
        .doc = "What the experiment shows (free text; configs/ files carry one).",
        .field = EMBER_CONFIG_FIELD(std::string, description)},
-      {.path = "name", .kind = K::String, .default_json = "\"run\"",
+      {.path = "name",
+       .kind = K::String,
+       .default_json = "\"run\"",
        .doc = "Run name; the run directory is <output.dir>/<name>-<YYYYmmdd-HHMMSS>.",
-       .field = EMBER_CONFIG_FIELD(std::string, name), .valid = valid_name,
+       .field = EMBER_CONFIG_FIELD(std::string, name),
+       .valid = valid_name,
        .rule = "a non-empty name of letters, digits, '-', '_' and '.'"},
-      {.path = "seed", .kind = K::UInt64, .default_json = "1",
+      {.path = "seed",
+       .kind = K::UInt64,
+       .default_json = "1",
        .doc = "The run's random seed (initialisation, shuffling, augmentation, dropout, synthetic data).",
        .field = EMBER_CONFIG_FIELD(uint64_t, seed)},
-      {.path = "device", .kind = K::String, .default_json = "\"auto\"",
+      {.path = "device",
+       .kind = K::String,
+       .default_json = "\"auto\"",
        .doc = "Where to train; auto: a GPU when one is usable, else the CPU.",
-       .field = EMBER_CONFIG_FIELD(std::string, device), .valid = valid_device,
+       .field = EMBER_CONFIG_FIELD(std::string, device),
+       .valid = valid_device,
        .rule = "auto, cpu, cuda or cuda:N"},
-      {.path = "epochs", .kind = K::Int, .lo = ge(1), .default_json = "10",
-       .doc = "Number of training epochs.", .field = EMBER_CONFIG_FIELD(int64_t, epochs)},
+      {.path = "epochs",
+       .kind = K::Int,
+       .lo = ge(1),
+       .default_json = "10",
+       .doc = "Number of training epochs.",
+       .field = EMBER_CONFIG_FIELD(int64_t, epochs)},
 
-      {.path = "model.name", .kind = K::Enum, .choices = {"mnist_cnn", "cifar_cnn", "resnet18", "wide_resnet"},
+      {.path = "model.name",
+       .kind = K::Enum,
+       .choices = {"mnist_cnn", "cifar_cnn", "resnet18", "wide_resnet"},
        .default_json = "\"mnist_cnn\"",
        .doc = "The model; mnist_cnn needs data.dataset mnist, the others CIFAR-shaped data.",
        .field = EMBER_CONFIG_FIELD(std::string, model.name)},
-      {.path = "model.depth", .kind = K::Int, .default_json = "28", .doc = "wide_resnet: depth (6k+4).",
-       .field = EMBER_CONFIG_FIELD(int64_t, model.depth), .valid = valid_depth,
+      {.path = "model.depth",
+       .kind = K::Int,
+       .default_json = "28",
+       .doc = "wide_resnet: depth (6k+4).",
+       .field = EMBER_CONFIG_FIELD(int64_t, model.depth),
+       .valid = valid_depth,
        .rule = "an integer >= 10 of the form 6k+4 (10, 16, 22, 28, ...)"},
-      {.path = "model.widen", .kind = K::Int, .lo = ge(1), .default_json = "10",
-       .doc = "wide_resnet: widen factor.", .field = EMBER_CONFIG_FIELD(int64_t, model.widen)},
-      {.path = "model.dropout", .kind = K::Float, .lo = ge(0), .hi = lt(1), .default_json = "0.0",
+      {.path = "model.widen",
+       .kind = K::Int,
+       .lo = ge(1),
+       .default_json = "10",
+       .doc = "wide_resnet: widen factor.",
+       .field = EMBER_CONFIG_FIELD(int64_t, model.widen)},
+      {.path = "model.dropout",
+       .kind = K::Float,
+       .lo = ge(0),
+       .hi = lt(1),
+       .default_json = "0.0",
        .doc = "Dropout probability: wide_resnet in-block, cifar_cnn before the classifier; others ignore it.",
        .field = EMBER_CONFIG_FIELD(double, model.dropout)},
 
-      {.path = "data.dataset", .kind = K::Enum, .choices = {"mnist", "cifar10", "cifar100", "synthetic"},
+      {.path = "data.dataset",
+       .kind = K::Enum,
+       .choices = {"mnist", "cifar10", "cifar100", "synthetic"},
        .default_json = "\"mnist\"",
        .doc = "mnist reads any MNIST-format IDX set (e.g. Fashion-MNIST); synthetic is random CIFAR-10-shaped data.",
        .field = EMBER_CONFIG_FIELD(std::string, data.dataset)},
-      {.path = "data.path", .kind = K::String, .default_json = "\"\"",
+      {.path = "data.path",
+       .kind = K::String,
+       .default_json = "\"\"",
        .doc = "Directory of the files; empty: the dataset's default (see below).",
        .field = EMBER_CONFIG_FIELD(std::string, data.path)},
-      {.path = "data.batch_size", .kind = K::Int, .lo = ge(1), .default_json = "64",
-       .doc = "Training batch size.", .field = EMBER_CONFIG_FIELD(int64_t, data.batch_size)},
-      {.path = "data.test_batch_size", .kind = K::Int, .lo = ge(1), .default_json = "1000",
-       .doc = "Evaluation batch size.", .field = EMBER_CONFIG_FIELD(int64_t, data.test_batch_size)},
-      {.path = "data.workers", .kind = K::Int, .lo = ge(0), .default_json = "1",
-       .doc = "Worker threads collating batches (host mode).", .field = EMBER_CONFIG_FIELD(int64_t, data.workers)},
-      {.path = "data.augment", .kind = K::Bool, .default_json = "false",
+      {.path = "data.batch_size",
+       .kind = K::Int,
+       .lo = ge(1),
+       .default_json = "64",
+       .doc = "Training batch size.",
+       .field = EMBER_CONFIG_FIELD(int64_t, data.batch_size)},
+      {.path = "data.test_batch_size",
+       .kind = K::Int,
+       .lo = ge(1),
+       .default_json = "1000",
+       .doc = "Evaluation batch size.",
+       .field = EMBER_CONFIG_FIELD(int64_t, data.test_batch_size)},
+      {.path = "data.workers",
+       .kind = K::Int,
+       .lo = ge(0),
+       .default_json = "1",
+       .doc = "Worker threads collating batches (host mode).",
+       .field = EMBER_CONFIG_FIELD(int64_t, data.workers)},
+      {.path = "data.augment",
+       .kind = K::Bool,
+       .default_json = "false",
        .doc = "CIFAR: random crop 32 (padding 4) + horizontal flip; MNIST: none.",
        .field = EMBER_CONFIG_FIELD(bool, data.augment)},
-      {.path = "data.resident", .kind = K::Bool, .default_json = "false",
+      {.path = "data.resident",
+       .kind = K::Bool,
+       .default_json = "false",
        .doc = "Keep the whole dataset on the device and batch there.",
        .field = EMBER_CONFIG_FIELD(bool, data.resident)},
-      {.path = "data.limit_train", .kind = K::Int, .lo = ge(0), .default_json = "0",
+      {.path = "data.limit_train",
+       .kind = K::Int,
+       .lo = ge(0),
+       .default_json = "0",
        .doc = "Use only the first N training examples (0: all).",
        .field = EMBER_CONFIG_FIELD(int64_t, data.limit_train)},
-      {.path = "data.limit_test", .kind = K::Int, .lo = ge(0), .default_json = "0",
-       .doc = "Use only the first N test examples (0: all).", .field = EMBER_CONFIG_FIELD(int64_t, data.limit_test)},
+      {.path = "data.limit_test",
+       .kind = K::Int,
+       .lo = ge(0),
+       .default_json = "0",
+       .doc = "Use only the first N test examples (0: all).",
+       .field = EMBER_CONFIG_FIELD(int64_t, data.limit_test)},
 
-      {.path = "optim.name", .kind = K::Enum, .choices = {"sgd", "adam", "adamw"}, .default_json = "\"sgd\"",
-       .doc = "The optimizer.", .field = EMBER_CONFIG_FIELD(std::string, optim.name)},
-      {.path = "optim.lr", .kind = K::Float, .lo = gt(0), .default_json = "0.1", .doc = "Learning rate.",
+      {.path = "optim.name",
+       .kind = K::Enum,
+       .choices = {"sgd", "adam", "adamw"},
+       .default_json = "\"sgd\"",
+       .doc = "The optimizer.",
+       .field = EMBER_CONFIG_FIELD(std::string, optim.name)},
+      {.path = "optim.lr",
+       .kind = K::Float,
+       .lo = gt(0),
+       .default_json = "0.1",
+       .doc = "Learning rate.",
        .field = EMBER_CONFIG_FIELD(double, optim.lr)},
-      {.path = "optim.momentum", .kind = K::Float, .lo = ge(0), .hi = lt(1), .default_json = "0.0",
-       .doc = "sgd: momentum.", .field = EMBER_CONFIG_FIELD(double, optim.momentum)},
-      {.path = "optim.nesterov", .kind = K::Bool, .default_json = "false",
-       .doc = "sgd: Nesterov momentum (needs optim.momentum > 0).", .field = EMBER_CONFIG_FIELD(bool, optim.nesterov)},
-      {.path = "optim.weight_decay", .kind = K::Float, .lo = ge(0), .default_json = "0.0",
+      {.path = "optim.momentum",
+       .kind = K::Float,
+       .lo = ge(0),
+       .hi = lt(1),
+       .default_json = "0.0",
+       .doc = "sgd: momentum.",
+       .field = EMBER_CONFIG_FIELD(double, optim.momentum)},
+      {.path = "optim.nesterov",
+       .kind = K::Bool,
+       .default_json = "false",
+       .doc = "sgd: Nesterov momentum (needs optim.momentum > 0).",
+       .field = EMBER_CONFIG_FIELD(bool, optim.nesterov)},
+      {.path = "optim.weight_decay",
+       .kind = K::Float,
+       .lo = ge(0),
+       .default_json = "0.0",
        .doc = "L2 penalty (sgd, adam) or decoupled decay (adamw).",
        .field = EMBER_CONFIG_FIELD(double, optim.weight_decay)},
-      {.path = "optim.betas", .kind = K::FloatPair, .lo = ge(0), .hi = lt(1), .default_json = "[0.9, 0.999]",
-       .doc = "adam/adamw: [beta1, beta2].", .field = EMBER_CONFIG_FIELD(DoublePair, optim.betas)},
-      {.path = "optim.eps", .kind = K::Float, .lo = gt(0), .default_json = "1e-08",
-       .doc = "adam/adamw: term added to the denominator.", .field = EMBER_CONFIG_FIELD(double, optim.eps)},
+      {.path = "optim.betas",
+       .kind = K::FloatPair,
+       .lo = ge(0),
+       .hi = lt(1),
+       .default_json = "[0.9, 0.999]",
+       .doc = "adam/adamw: [beta1, beta2].",
+       .field = EMBER_CONFIG_FIELD(DoublePair, optim.betas)},
+      {.path = "optim.eps",
+       .kind = K::Float,
+       .lo = gt(0),
+       .default_json = "1e-08",
+       .doc = "adam/adamw: term added to the denominator.",
+       .field = EMBER_CONFIG_FIELD(double, optim.eps)},
 
-      {.path = "schedule.name", .kind = K::Enum, .choices = {"none", "step", "multistep", "cosine", "onecycle"},
-       .default_json = "\"none\"", .doc = "The learning-rate schedule (stepped per optimizer step, lengths in epochs).",
+      {.path = "schedule.name",
+       .kind = K::Enum,
+       .choices = {"none", "step", "multistep", "cosine", "onecycle"},
+       .default_json = "\"none\"",
+       .doc = "The learning-rate schedule (stepped per optimizer step, lengths in epochs).",
        .field = EMBER_CONFIG_FIELD(std::string, schedule.name)},
-      {.path = "schedule.step_size", .kind = K::Int, .lo = ge(1), .default_json = "30",
-       .doc = "step: epochs between decays.", .field = EMBER_CONFIG_FIELD(int64_t, schedule.step_size)},
-      {.path = "schedule.gamma", .kind = K::Float, .lo = gt(0), .hi = le(1), .default_json = "0.1",
-       .doc = "step, multistep: decay factor.", .field = EMBER_CONFIG_FIELD(double, schedule.gamma)},
-      {.path = "schedule.milestones", .kind = K::IntList, .lo = ge(1), .default_json = "[]",
+      {.path = "schedule.step_size",
+       .kind = K::Int,
+       .lo = ge(1),
+       .default_json = "30",
+       .doc = "step: epochs between decays.",
+       .field = EMBER_CONFIG_FIELD(int64_t, schedule.step_size)},
+      {.path = "schedule.gamma",
+       .kind = K::Float,
+       .lo = gt(0),
+       .hi = le(1),
+       .default_json = "0.1",
+       .doc = "step, multistep: decay factor.",
+       .field = EMBER_CONFIG_FIELD(double, schedule.gamma)},
+      {.path = "schedule.milestones",
+       .kind = K::IntList,
+       .lo = ge(1),
+       .default_json = "[]",
        .doc = "multistep: epochs at which the lr is multiplied by gamma.",
-       .field = EMBER_CONFIG_FIELD(std::vector<int64_t>, schedule.milestones), .valid = valid_milestones,
+       .field = EMBER_CONFIG_FIELD(std::vector<int64_t>, schedule.milestones),
+       .valid = valid_milestones,
        .rule = "a strictly ascending list of integers, each >= 1"},
-      {.path = "schedule.t_max", .kind = K::Int, .lo = ge(0), .default_json = "0",
-       .doc = "cosine: period in epochs (0: the run's epochs).", .field = EMBER_CONFIG_FIELD(int64_t, schedule.t_max)},
-      {.path = "schedule.eta_min", .kind = K::Float, .lo = ge(0), .default_json = "0.0", .doc = "cosine: final lr.",
+      {.path = "schedule.t_max",
+       .kind = K::Int,
+       .lo = ge(0),
+       .default_json = "0",
+       .doc = "cosine: period in epochs (0: the run's epochs).",
+       .field = EMBER_CONFIG_FIELD(int64_t, schedule.t_max)},
+      {.path = "schedule.eta_min",
+       .kind = K::Float,
+       .lo = ge(0),
+       .default_json = "0.0",
+       .doc = "cosine: final lr.",
        .field = EMBER_CONFIG_FIELD(double, schedule.eta_min)},
-      {.path = "schedule.max_lr", .kind = K::Float, .lo = ge(0), .default_json = "0.0",
-       .doc = "onecycle: peak lr (0: optim.lr).", .field = EMBER_CONFIG_FIELD(double, schedule.max_lr)},
-      {.path = "schedule.pct_start", .kind = K::Float, .lo = gt(0), .hi = lt(1), .default_json = "0.3",
-       .doc = "onecycle: fraction of the steps spent rising.", .field = EMBER_CONFIG_FIELD(double, schedule.pct_start)},
-      {.path = "schedule.warmup_epochs", .kind = K::Int, .lo = ge(0), .default_json = "0",
+      {.path = "schedule.max_lr",
+       .kind = K::Float,
+       .lo = ge(0),
+       .default_json = "0.0",
+       .doc = "onecycle: peak lr (0: optim.lr).",
+       .field = EMBER_CONFIG_FIELD(double, schedule.max_lr)},
+      {.path = "schedule.pct_start",
+       .kind = K::Float,
+       .lo = gt(0),
+       .hi = lt(1),
+       .default_json = "0.3",
+       .doc = "onecycle: fraction of the steps spent rising.",
+       .field = EMBER_CONFIG_FIELD(double, schedule.pct_start)},
+      {.path = "schedule.warmup_epochs",
+       .kind = K::Int,
+       .lo = ge(0),
+       .default_json = "0",
        .doc = "Linear warm-up from 0.1 x lr in front of the schedule (0: none; not with onecycle).",
        .field = EMBER_CONFIG_FIELD(int64_t, schedule.warmup_epochs)},
 
-      {.path = "early_stop.target_accuracy", .kind = K::OptionalFloat, .lo = gt(0), .hi = le(1),
-       .default_json = "null", .doc = "Stop once test_acc >= this for `patience` epochs (null: no target).",
+      {.path = "early_stop.target_accuracy",
+       .kind = K::OptionalFloat,
+       .lo = gt(0),
+       .hi = le(1),
+       .default_json = "null",
+       .doc = "Stop once test_acc >= this for `patience` epochs (null: no target).",
        .field = EMBER_CONFIG_FIELD(std::optional<double>, early_stop.target_accuracy)},
-      {.path = "early_stop.patience", .kind = K::Int, .lo = ge(0), .default_json = "0",
+      {.path = "early_stop.patience",
+       .kind = K::Int,
+       .lo = ge(0),
+       .default_json = "0",
        .doc = "Epochs (see below; 0 without a target: no early stopping).",
        .field = EMBER_CONFIG_FIELD(int64_t, early_stop.patience)},
-      {.path = "early_stop.min_delta", .kind = K::Float, .lo = ge(0), .default_json = "0.0",
+      {.path = "early_stop.min_delta",
+       .kind = K::Float,
+       .lo = ge(0),
+       .default_json = "0.0",
        .doc = "Without a target: the improvement over the best that counts.",
        .field = EMBER_CONFIG_FIELD(double, early_stop.min_delta)},
 
-      {.path = "checkpoint.every_epochs", .kind = K::Int, .lo = ge(0), .default_json = "1",
+      {.path = "checkpoint.every_epochs",
+       .kind = K::Int,
+       .lo = ge(0),
+       .default_json = "1",
        .doc = "Write checkpoints/epoch_N.ckpt every this many epochs (0: never).",
        .field = EMBER_CONFIG_FIELD(int64_t, checkpoint.every_epochs)},
-      {.path = "checkpoint.keep_last", .kind = K::Int, .lo = ge(0), .default_json = "2",
+      {.path = "checkpoint.keep_last",
+       .kind = K::Int,
+       .lo = ge(0),
+       .default_json = "2",
        .doc = "Keep the newest this many epoch_N.ckpt (0: all).",
        .field = EMBER_CONFIG_FIELD(int64_t, checkpoint.keep_last)},
-      {.path = "checkpoint.keep_best", .kind = K::Bool, .default_json = "true",
+      {.path = "checkpoint.keep_best",
+       .kind = K::Bool,
+       .default_json = "true",
        .doc = "Write checkpoints/best.ckpt at every new best test_acc.",
        .field = EMBER_CONFIG_FIELD(bool, checkpoint.keep_best)},
-      {.path = "checkpoint.resume", .kind = K::String, .default_json = "\"\"",
+      {.path = "checkpoint.resume",
+       .kind = K::String,
+       .default_json = "\"\"",
        .doc = "\"\" (fresh), \"auto\" (the run directory's last.ckpt when it exists) or a checkpoint path.",
        .field = EMBER_CONFIG_FIELD(std::string, checkpoint.resume)},
 
-      {.path = "output.dir", .kind = K::String, .default_json = "\"runs\"", .doc = "Parent of run directories.",
-       .field = EMBER_CONFIG_FIELD(std::string, output.dir), .valid = non_empty_dir,
+      {.path = "output.dir",
+       .kind = K::String,
+       .default_json = "\"runs\"",
+       .doc = "Parent of run directories.",
+       .field = EMBER_CONFIG_FIELD(std::string, output.dir),
+       .valid = non_empty_dir,
        .rule = "a non-empty directory path"},
-      {.path = "output.run_dir", .kind = K::String, .default_json = "\"\"",
+      {.path = "output.run_dir",
+       .kind = K::String,
+       .default_json = "\"\"",
        .doc = "An explicit run directory (overrides output.dir; needed for resume auto).",
        .field = EMBER_CONFIG_FIELD(std::string, output.run_dir)},
-      {.path = "output.log_interval", .kind = K::Float, .lo = gt(0), .default_json = "10.0",
-       .doc = "Seconds between progress lines in log.txt.", .field = EMBER_CONFIG_FIELD(double, output.log_interval)},
+      {.path = "output.log_interval",
+       .kind = K::Float,
+       .lo = gt(0),
+       .default_json = "10.0",
+       .doc = "Seconds between progress lines in log.txt.",
+       .field = EMBER_CONFIG_FIELD(double, output.log_interval)},
   };
 }
 
@@ -255,15 +403,24 @@ const std::vector<std::string>& config_object_paths() {
 std::string expected_text(const KeySpec& s) {
   if (!s.rule.empty()) return s.rule;
   switch (s.kind) {
-    case KeyKind::Int: return "an integer" + range_text(s);
-    case KeyKind::UInt64: return "a non-negative integer (at most 2^64-1)";
-    case KeyKind::Float: return "a number" + range_text(s);
-    case KeyKind::Bool: return "true or false";
-    case KeyKind::String: return "a string";
-    case KeyKind::Enum: return "one of " + join(s.choices, ", ");
-    case KeyKind::IntList: return range_text(s).empty() ? "a list of integers" : "a list of integers, each" + range_text(s);
-    case KeyKind::FloatPair: return "a list of two numbers, each" + range_text(s);
-    case KeyKind::OptionalFloat: return "null or a number" + range_text(s);
+    case KeyKind::Int:
+      return "an integer" + range_text(s);
+    case KeyKind::UInt64:
+      return "a non-negative integer (at most 2^64-1)";
+    case KeyKind::Float:
+      return "a number" + range_text(s);
+    case KeyKind::Bool:
+      return "true or false";
+    case KeyKind::String:
+      return "a string";
+    case KeyKind::Enum:
+      return "one of " + join(s.choices, ", ");
+    case KeyKind::IntList:
+      return range_text(s).empty() ? "a list of integers" : "a list of integers, each" + range_text(s);
+    case KeyKind::FloatPair:
+      return "a list of two numbers, each" + range_text(s);
+    case KeyKind::OptionalFloat:
+      return "null or a number" + range_text(s);
   }
   return "";
 }
@@ -309,7 +466,8 @@ std::string unknown_key_hint(const std::string& path) {
       const size_t shorter = std::min(leaf.size(), child.size());
       const bool prefix = shorter >= 3 && (child.rfind(leaf, 0) == 0 || leaf.rfind(child, 0) == 0);
       // A clear prefix beats a few edits: "batch" means batch_size, not path (2 edits away).
-      if (close_enough(d, leaf.size()) || prefix) consider(parent.empty() ? child : parent + "." + child, prefix ? 0 : d);
+      if (close_enough(d, leaf.size()) || prefix)
+        consider(parent.empty() ? child : parent + "." + child, prefix ? 0 : d);
     }
   }
   // The same leaf in another object ("lr" at the top level -> "optim.lr").

@@ -12,7 +12,7 @@
 #include <variant>
 #include <vector>
 
-#include "train/config.h"
+#include <ember/train/config.h>
 
 namespace ember::train {
 
@@ -29,20 +29,20 @@ struct Bound {
 
 /// The struct field a key fills: a function giving a reference into the config. Its type tells
 /// the C++ type of the value (Enum and String both map to std::string).
-using FieldRef = std::variant<int64_t& (*)(ExperimentConfig&), uint64_t& (*)(ExperimentConfig&),
-                              double& (*)(ExperimentConfig&), bool& (*)(ExperimentConfig&),
-                              std::string& (*)(ExperimentConfig&), std::vector<int64_t>& (*)(ExperimentConfig&),
-                              std::pair<double, double>& (*)(ExperimentConfig&),
-                              std::optional<double>& (*)(ExperimentConfig&)>;
+using FieldRef =
+    std::variant<int64_t& (*)(ExperimentConfig&), uint64_t& (*)(ExperimentConfig&), double& (*)(ExperimentConfig&),
+                 bool& (*)(ExperimentConfig&), std::string& (*)(ExperimentConfig&),
+                 std::vector<int64_t>& (*)(ExperimentConfig&), std::pair<double, double>& (*)(ExperimentConfig&),
+                 std::optional<double>& (*)(ExperimentConfig&)>;
 
 /// One key of the schema.
 struct KeySpec {
-  std::string path{};                         // "optim.lr"
+  std::string path{};  // "optim.lr"
   KeyKind kind = KeyKind::String;
-  std::optional<Bound> lo{}, hi{};            // numeric kinds; per element for IntList / FloatPair
-  std::vector<std::string> choices{};         // Enum
-  std::string default_json{};                 // the ExperimentConfig default, as to_json writes it
-  std::string doc{};                          // one line for docs/config.md
+  std::optional<Bound> lo{}, hi{};  // numeric kinds; per element for IntList / FloatPair
+  std::vector<std::string> choices{};  // Enum
+  std::string default_json{};  // the ExperimentConfig default, as to_json writes it
+  std::string doc{};  // one line for docs/config.md
   FieldRef field{};
   /// A rule beyond kind and range (6k+4 depths, the device syntax, ascending milestones), checked
   /// on the config after the value is stored; nullptr: none. `rule` then replaces the generated

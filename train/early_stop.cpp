@@ -6,12 +6,12 @@
 // (exactly min_delta is not enough); the run stops after `patience` epochs without one.
 // The best accuracy moves only on such an improvement (as in Keras / Lightning), so a run creeping
 // up by less than min_delta per epoch is still measured against the last real improvement.
-#include "train/early_stop.h"
+#include <ember/train/early_stop.h>
 
 #include <cmath>
 #include <cstdio>
 
-#include "core/error.h"
+#include <ember/core/error.h>
 
 namespace ember::train {
 
@@ -67,10 +67,9 @@ bool EarlyStopping::update(int64_t epoch, double test_acc) {
     const int64_t needed = config_.patience > 0 ? config_.patience : 1;
     if (s.at_target_streak >= needed) {
       const int64_t n = s.at_target_streak;
-      const std::string epochs =
-          n == 1 ? "1 consecutive epoch (epoch " + std::to_string(epoch) + ")"
-                 : std::to_string(n) + " consecutive epochs (epochs " + std::to_string(epoch - n + 1) + "-" +
-                       std::to_string(epoch) + ")";
+      const std::string epochs = n == 1 ? "1 consecutive epoch (epoch " + std::to_string(epoch) + ")"
+                                        : std::to_string(n) + " consecutive epochs (epochs " +
+                                              std::to_string(epoch - n + 1) + "-" + std::to_string(epoch) + ")";
       reason_ = "target_accuracy " + fmt("%.4f", target) + " reached for " + epochs;
       rule_ = "target";
     }
@@ -79,8 +78,8 @@ bool EarlyStopping::update(int64_t epoch, double test_acc) {
 
   if (config_.patience > 0 && s.since_improvement >= config_.patience) {
     reason_ = "no improvement > " + fmt("%g", config_.min_delta) + " for " + std::to_string(s.since_improvement) +
-              (s.since_improvement == 1 ? " epoch" : " epochs") + " (best " + fmt("%.4f", s.best_acc) +
-              " at epoch " + std::to_string(s.best_epoch) + ")";
+              (s.since_improvement == 1 ? " epoch" : " epochs") + " (best " + fmt("%.4f", s.best_acc) + " at epoch " +
+              std::to_string(s.best_epoch) + ")";
     rule_ = "patience";
   }
   return stopped();

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-#include "train/config.h"
+#include <ember/train/config.h>
 
 namespace ember::train {
 
@@ -12,11 +12,11 @@ class EarlyStopping {
   /// What the stopper remembers between epochs (saved in checkpoints, so a resumed run stops
   /// where an uninterrupted one would).
   struct State {
-    double best_acc = -1.0;         // best test_acc so far (-1: no epoch yet)
-    int64_t best_epoch = 0;         // epoch of best_acc
-    int64_t at_target_streak = 0;   // consecutive epochs with test_acc >= target
+    double best_acc = -1.0;  // best test_acc so far (-1: no epoch yet)
+    int64_t best_epoch = 0;  // epoch of best_acc
+    int64_t at_target_streak = 0;  // consecutive epochs with test_acc >= target
     int64_t since_improvement = 0;  // epochs since test_acc last beat the best by > min_delta
-    int64_t target_epoch = 0;       // first epoch with test_acc >= target (0: not yet)
+    int64_t target_epoch = 0;  // first epoch with test_acc >= target (0: not yet)
     friend bool operator==(const State&, const State&) = default;
   };
 

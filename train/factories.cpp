@@ -1,6 +1,6 @@
 // Builders from an ExperimentConfig to datasets, loaders, model, optimizer and schedule
 // (train/factories.h).
-#include "train/factories.h"
+#include <ember/train/factories.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,17 +10,17 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.h"
-#include "data/cifar.h"
-#include "data/mnist.h"
-#include "data/synthetic.h"
-#include "data/transforms.h"
-#include "models/cifar_cnn.h"
-#include "models/mnist_cnn.h"
-#include "models/resnet.h"
-#include "models/wide_resnet.h"
-#include "optim/adam.h"
-#include "optim/sgd.h"
+#include <ember/core/error.h>
+#include <ember/data/cifar.h>
+#include <ember/data/mnist.h>
+#include <ember/data/synthetic.h>
+#include <ember/data/transforms.h>
+#include <ember/models/cifar_cnn.h>
+#include <ember/models/mnist_cnn.h>
+#include <ember/models/resnet.h>
+#include <ember/models/wide_resnet.h>
+#include <ember/optim/adam.h>
+#include <ember/optim/sgd.h>
 
 namespace ember::train {
 
@@ -136,14 +136,14 @@ std::unique_ptr<data::DataLoader> make_train_loader(const Datasets& d, const Dat
     ts.push_back(std::make_shared<data::RandomHorizontalFlip>());
   }
   ts.push_back(std::make_shared<data::Normalize>(d.mean, d.std));
-  return std::make_unique<data::DataLoader>(
-      d.train, data::DataLoaderOptions{.batch_size = data.batch_size,
-                                       .shuffle = true,
-                                       .workers = static_cast<int>(data.workers),
-                                       .device = device,
-                                       .seed = seed,
-                                       .resident = data.resident,
-                                       .transform = data::Compose(std::move(ts))});
+  return std::make_unique<data::DataLoader>(d.train,
+                                            data::DataLoaderOptions{.batch_size = data.batch_size,
+                                                                    .shuffle = true,
+                                                                    .workers = static_cast<int>(data.workers),
+                                                                    .device = device,
+                                                                    .seed = seed,
+                                                                    .resident = data.resident,
+                                                                    .transform = data::Compose(std::move(ts))});
 }
 
 std::unique_ptr<data::DataLoader> make_test_loader(const Datasets& d, const DataConfig& data, Device device) {
@@ -164,8 +164,8 @@ std::shared_ptr<layers::Module> make_model(const ModelConfig& model, int64_t num
   if (model.name == "mnist_cnn") {
     EMBER_CHECK(chw == Shape({1, 28, 28}), "model.name mnist_cnn expects images of shape (1, 28, 28), but ",
                 train_set.description(), " has ", shape, "; use cifar_cnn, resnet18 or wide_resnet for them");
-    EMBER_CHECK(num_classes == 10, "model.name mnist_cnn has a fixed 10-class output, but the data has ",
-                num_classes, " classes");
+    EMBER_CHECK(num_classes == 10, "model.name mnist_cnn has a fixed 10-class output, but the data has ", num_classes,
+                " classes");
     return models::mnist_cnn(gen);
   }
   EMBER_CHECK(model.name == "cifar_cnn" || model.name == "resnet18" || model.name == "wide_resnet",
@@ -184,11 +184,10 @@ std::shared_ptr<layers::Module> make_model(const ModelConfig& model, int64_t num
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const OptimConfig& optim, std::vector<Tensor> params) {
   if (optim.name == "sgd") {
-    return std::make_unique<optim::SGD>(std::move(params),
-                                        optim::SGDOptions{.lr = optim.lr,
-                                                          .momentum = optim.momentum,
-                                                          .weight_decay = optim.weight_decay,
-                                                          .nesterov = optim.nesterov});
+    return std::make_unique<optim::SGD>(std::move(params), optim::SGDOptions{.lr = optim.lr,
+                                                                             .momentum = optim.momentum,
+                                                                             .weight_decay = optim.weight_decay,
+                                                                             .nesterov = optim.nesterov});
   }
   if (optim.name == "adam") {
     return std::make_unique<optim::Adam>(
@@ -215,9 +214,8 @@ std::unique_ptr<optim::LRScheduler> make_schedule(const ScheduleConfig& schedule
 
   std::unique_ptr<optim::LRScheduler> after;
   if (schedule.name == "step") {
-    after = std::make_unique<optim::StepLR>(opt,
-                                            optim::StepLROptions{.step_size = schedule.step_size * spe,
-                                                                 .gamma = schedule.gamma});
+    after = std::make_unique<optim::StepLR>(
+        opt, optim::StepLROptions{.step_size = schedule.step_size * spe, .gamma = schedule.gamma});
   } else if (schedule.name == "multistep") {
     std::vector<int64_t> steps;
     for (int64_t m : schedule.milestones) steps.push_back(m * spe);

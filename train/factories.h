@@ -5,14 +5,14 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "core/rng.h"
-#include "data/dataloader.h"
-#include "data/dataset.h"
-#include "layers/module.h"
-#include "optim/optimizer.h"
-#include "optim/schedule.h"
-#include "train/config.h"
+#include <ember/core/device.h>
+#include <ember/core/rng.h>
+#include <ember/data/dataloader.h>
+#include <ember/data/dataset.h>
+#include <ember/layers/module.h>
+#include <ember/optim/optimizer.h>
+#include <ember/optim/schedule.h>
+#include <ember/train/config.h>
 
 namespace ember::train {
 

@@ -3,7 +3,7 @@
 // back is bit-identical to the one written. JSON has no NaN or infinity: nlohmann writes them as
 // null, and the readers here take null in a floating-point field as NaN (a diverged loss must
 // not make the whole run unreadable).
-#include "train/metrics.h"
+#include <ember/train/metrics.h>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -15,7 +15,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
+#include <ember/core/error.h>
 
 namespace ember::train {
 namespace {
@@ -47,8 +47,8 @@ int64_t get_int(const Json& obj, const char* key, const std::string& where) {
   const Json& v = require_key(obj, key, where);
   EMBER_CHECK(v.is_number_integer(), where, ": key \"", key, "\": expected an integer, found ", describe(v));
   if (v.is_number_unsigned()) {
-    EMBER_CHECK(v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), where, ": key \"",
-                key, "\": integer ", v.dump(), " does not fit in int64");
+    EMBER_CHECK(v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), where, ": key \"", key,
+                "\": integer ", v.dump(), " does not fit in int64");
   }
   return v.get<int64_t>();
 }

@@ -12,9 +12,9 @@ namespace ember::train {
 struct EpochMetrics {
   int64_t epoch = 0;
   double train_loss = 0, test_loss = 0, test_acc = 0;
-  double epoch_seconds = 0;      // the training pass (not evaluation)
+  double epoch_seconds = 0;  // the training pass (not evaluation)
   double images_per_second = 0;  // training images / epoch_seconds
-  double lr = 0;                 // learning rate at the start of the epoch
+  double lr = 0;  // learning rate at the start of the epoch
   double eval_seconds = 0;
   // Phase times summed over the epoch (train/phase_timer.h).
   double data_wait_seconds = 0, h2d_seconds = 0, forward_seconds = 0, backward_seconds = 0, optimizer_seconds = 0;
@@ -24,9 +24,9 @@ struct EpochMetrics {
 /// summary.json.
 struct RunSummary {
   std::string name;
-  std::string device;        // "cpu", "cuda:0", ...
-  int64_t world_size = 1;    // devices/processes the run trained on (parallel runs later)
-  int64_t epochs_run = 0;    // epochs completed, including ones before a resume
+  std::string device;  // "cpu", "cuda:0", ...
+  int64_t world_size = 1;  // devices/processes the run trained on (parallel runs later)
+  int64_t epochs_run = 0;  // epochs completed, including ones before a resume
   double best_test_acc = 0;
   int64_t best_epoch = 0;
   bool stopped_early = false;
@@ -34,7 +34,7 @@ struct RunSummary {
   std::string stop_reason = "completed";
   /// The early stopper's sentence, or "SIGTERM received: stopped after step N", or "".
   std::string stop_detail;
-  double total_seconds = 0;      // wall time of training + evaluation, over all sessions of the run
+  double total_seconds = 0;  // wall time of training + evaluation, over all sessions of the run
   double images_per_second = 0;  // training images / training seconds, over the run
   /// Training seconds (cumulative) until the end of the first epoch with test_acc >= target.
   std::optional<double> time_to_target_seconds;

@@ -5,7 +5,7 @@
 // current stream; the pairs are read once, after a synchronize, in finish_epoch(). Host time would
 // only measure kernel launches there. The pairs come from a pool that is reused every epoch, so
 // after the first epoch a step allocates nothing.
-#include "train/phase_timer.h"
+#include <ember/train/phase_timer.h>
 
 #include <chrono>
 #include <cmath>
@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.h"
-#include "core/stream.h"
+#include <ember/core/error.h>
+#include <ember/core/stream.h>
 
 #if defined(EMBER_WITH_CUDA)
 #include <nvtx3/nvToolsExt.h>
@@ -76,11 +76,11 @@ struct PhaseTimers::Impl {
   bool open = false;
   Phase open_phase = Phase::DataWait;
   Clock::time_point open_start;  // host time of begin(), used for host-timed phases
-  bool open_on_device = false;   // the open phase's begin event is pool[used]
-  PhaseTotals totals;            // host-timed phases accumulate here as they end
-  std::vector<EventPair> pool;   // grows during the first epoch, reused afterwards
-  size_t used = 0;               // pairs recorded this epoch
-  std::exception_ptr deferred;   // an error of end_in_scope(), for the next begin()/finish_epoch()
+  bool open_on_device = false;  // the open phase's begin event is pool[used]
+  PhaseTotals totals;  // host-timed phases accumulate here as they end
+  std::vector<EventPair> pool;  // grows during the first epoch, reused afterwards
+  size_t used = 0;  // pairs recorded this epoch
+  std::exception_ptr deferred;  // an error of end_in_scope(), for the next begin()/finish_epoch()
 
   explicit Impl(Device d) : device(d), gpu(d.is_cuda()) {}
 
@@ -137,8 +137,8 @@ void PhaseTimers::end(Phase p) {
   Impl& m = *impl_;
   EMBER_CHECK(m.open, "PhaseTimers::end(", phase_name(p), "): no phase is open (begin(", phase_name(p),
               ") was not called or it already ended)");
-  EMBER_CHECK(m.open_phase == p, "PhaseTimers::end(", phase_name(p), "): the open phase is ",
-              phase_name(m.open_phase), ", not ", phase_name(p));
+  EMBER_CHECK(m.open_phase == p, "PhaseTimers::end(", phase_name(p), "): the open phase is ", phase_name(m.open_phase),
+              ", not ", phase_name(p));
   m.open = false;
 #if defined(EMBER_WITH_CUDA)
   nvtxRangePop();

@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "core/device.h"
+#include <ember/core/device.h>
 
 namespace ember::train {
 

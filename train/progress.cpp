@@ -1,12 +1,12 @@
 // Epoch progress: the formatting (pure) and the bar / interval-line logic (train/progress.h).
-#include "train/progress.h"
+#include <ember/train/progress.h>
 
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 
-#include "core/error.h"
+#include <ember/core/error.h>
 
 namespace ember::train {
 
@@ -36,10 +36,8 @@ std::string format_duration(double seconds) {
   const char* sign = seconds < 0 && total > 0 ? "-" : "";
   const int64_t h = total / 3600, m = (total / 60) % 60, s = total % 60;
   char buf[48];
-  if (h > 0)
-    std::snprintf(buf, sizeof buf, "%s%" PRId64 ":%02" PRId64 ":%02" PRId64, sign, h, m, s);
-  else
-    std::snprintf(buf, sizeof buf, "%s%" PRId64 ":%02" PRId64, sign, m, s);
+  if (h > 0) std::snprintf(buf, sizeof buf, "%s%" PRId64 ":%02" PRId64 ":%02" PRId64, sign, h, m, s);
+  else std::snprintf(buf, sizeof buf, "%s%" PRId64 ":%02" PRId64, sign, m, s);
   return buf;
 }
 
@@ -54,8 +52,8 @@ std::string format_progress(int64_t epoch, int64_t epochs, int64_t step, int64_t
   out += "]  ";
   // The step is right-aligned to the width of the step count so redraws do not jitter.
   char buf[96];
-  std::snprintf(buf, sizeof buf, "%*" PRId64 "/%" PRId64 " steps  %.0f img/s  ETA ", decimal_digits(steps), step,
-                steps, std::isfinite(images_per_second) ? images_per_second : 0.0);
+  std::snprintf(buf, sizeof buf, "%*" PRId64 "/%" PRId64 " steps  %.0f img/s  ETA ", decimal_digits(steps), step, steps,
+                std::isfinite(images_per_second) ? images_per_second : 0.0);
   out += buf;
   out += eta_seconds >= 0 && std::isfinite(eta_seconds) ? format_duration(eta_seconds) : "?";
   if (!std::isnan(running_loss)) {
@@ -94,15 +92,13 @@ void Progress::update(int64_t step, int64_t images, double running_loss) {
   const double elapsed = seconds_between(start_, now);
   const double ips = elapsed > 0 ? static_cast<double>(images) / elapsed : 0.0;
   // Remaining steps at this epoch's average step time so far; unknown before the first step.
-  const double eta = step > 0 && steps_ >= step ? elapsed * static_cast<double>(steps_ - step) / static_cast<double>(step)
-                                                : -1.0;
+  const double eta =
+      step > 0 && steps_ >= step ? elapsed * static_cast<double>(steps_ - step) / static_cast<double>(step) : -1.0;
   const std::string text = format_progress(epoch_, epochs_, step, steps_, ips, eta, running_loss);
   if (line_due) {
     // On a terminal the bar is the console's view; the file still gets the periodic line.
-    if (terminal_)
-      log_.file_line(text);
-    else
-      log_.line(text);
+    if (terminal_) log_.file_line(text);
+    else log_.line(text);
     last_line_ = now;
   }
   if (draw_due) {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "train/run_log.h"
+#include <ember/train/run_log.h>
 
 namespace ember::train {
 

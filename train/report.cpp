@@ -1,6 +1,6 @@
 // ember-report's library side (train/report.h): reading run directories, the Markdown table with
 // speedup and parallel efficiency, and the report files. The charts are in train/svg.cpp.
-#include "train/report.h"
+#include <ember/train/report.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -12,7 +12,7 @@
 #include <map>
 #include <sstream>
 
-#include "core/error.h"
+#include <ember/core/error.h>
 
 namespace fs = std::filesystem;
 
@@ -141,8 +141,8 @@ std::string markdown_table(const std::vector<RunRecord>& runs) {
     if (base && r.summary.world_size != base->summary.world_size) mixed = true;
     if (!base || r.summary.world_size < base->summary.world_size) base = &r;
   }
-  const std::vector<std::string> header = {"run",      "device",   "devices", "epochs",    "best acc",
-                                           "epoch time (s)", "images/s", "speedup", "efficiency"};
+  const std::vector<std::string> header = {"run",      "device",  "devices",   "epochs", "best acc", "epoch time (s)",
+                                           "images/s", "speedup", "efficiency"};
   const std::vector<bool> right_aligned = {false, false, true, true, true, true, true, true, true};
   std::vector<std::vector<std::string>> rows;
   for (const RunRecord& r : runs) {
@@ -154,8 +154,7 @@ std::string markdown_table(const std::vector<RunRecord>& runs) {
       epoch_time /= static_cast<double>(r.epochs.size());
     }
     std::string speedup = "-", efficiency = "-";
-    if (mixed && device_count_known(r) && base->summary.images_per_second > 0 &&
-        std::isfinite(s.images_per_second)) {
+    if (mixed && device_count_known(r) && base->summary.images_per_second > 0 && std::isfinite(s.images_per_second)) {
       const double sp = s.images_per_second / base->summary.images_per_second;
       const double eff = sp / (static_cast<double>(s.world_size) / static_cast<double>(base->summary.world_size));
       speedup = fixed(sp, 2) + "x";

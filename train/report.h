@@ -3,14 +3,14 @@
 #include <string>
 #include <vector>
 
-#include "train/metrics.h"
+#include <ember/train/metrics.h>
 
 namespace ember::train {
 
 /// A run directory as ember-report sees it.
 struct RunRecord {
-  std::string dir;      // as given
-  std::string label;    // summary.name, made unique with the directory's name when two runs share it
+  std::string dir;  // as given
+  std::string label;  // summary.name, made unique with the directory's name when two runs share it
   RunSummary summary;
   std::vector<EpochMetrics> epochs;
 };

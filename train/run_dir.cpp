@@ -1,5 +1,5 @@
 // Run-directory files (train/run_dir.h) and resolve_run_dir (train/trainer.h).
-#include "train/run_dir.h"
+#include <ember/train/run_dir.h>
 
 #include <unistd.h>
 
@@ -14,9 +14,9 @@
 #include <system_error>
 #include <vector>
 
-#include "core/build_info.h"
-#include "core/error.h"
-#include "train/trainer.h"
+#include <ember/core/build_info.h>
+#include <ember/core/error.h>
+#include <ember/train/trainer.h>
 
 namespace ember::train {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "train/config.h"
+#include <ember/train/config.h>
 
 namespace ember::train {
 

@@ -1,5 +1,5 @@
 // RunLog: plain lines to the console, "YYYY-mm-dd HH:MM:SS  text" lines to log.txt.
-#include "train/run_log.h"
+#include <ember/train/run_log.h>
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include <ctime>
 #include <string_view>
 
-#include "core/error.h"
+#include <ember/core/error.h>
 
 namespace ember::train {
 
@@ -50,7 +50,8 @@ void write_file_lines(std::FILE* f, std::string_view text) {
   int err = 0;  // errno of the first failure, captured before anything else can change it
   while (true) {
     const size_t nl = text.find('\n', start);
-    const std::string_view part = text.substr(start, nl == std::string_view::npos ? std::string_view::npos : nl - start);
+    const std::string_view part =
+        text.substr(start, nl == std::string_view::npos ? std::string_view::npos : nl - start);
     if (std::fprintf(f, "%s  %.*s\n", stamp.c_str(), static_cast<int>(part.size()), part.data()) < 0 && err == 0)
       err = errno;
     if (nl == std::string_view::npos) break;

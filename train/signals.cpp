@@ -4,7 +4,7 @@
 // (the training loop polls it between steps) and, for a SIGINT while a stop is already pending,
 // restores the default action and re-raises. SA_RESTART keeps the loader's blocking reads and
 // waits from failing with EINTR: the flag is polled, nothing needs interrupting.
-#include "train/signals.h"
+#include <ember/train/signals.h>
 
 #include <signal.h>
 
@@ -14,7 +14,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/error.h"
+#include <ember/core/error.h>
 
 namespace ember::train {
 
@@ -23,9 +23,9 @@ namespace {
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free atomic int");
 static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free atomic bool");
 
-std::atomic<int> g_stop_signal{0};     // 0: no stop requested
+std::atomic<int> g_stop_signal{0};  // 0: no stop requested
 std::atomic<bool> g_guard_alive{false};  // one guard at a time
-struct sigaction g_prev_term;          // the handlers a guard replaced, restored by its destructor
+struct sigaction g_prev_term;  // the handlers a guard replaced, restored by its destructor
 struct sigaction g_prev_int;
 
 extern "C" void on_stop_signal(int sig) {

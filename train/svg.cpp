@@ -2,7 +2,7 @@
 // a plot box with 1-2-5 ticks on both axes (train/svg.h), axis labels, a title, and either one
 // polyline per series with a legend or one bar per run. Every element of a kind sits in a <g> with
 // a class ("x-ticks", "series", "bars", ...) so tests and stylesheets can find it.
-#include "train/svg.h"
+#include <ember/train/svg.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,8 +10,8 @@
 #include <limits>
 #include <sstream>
 
-#include "core/error.h"
-#include "train/report.h"
+#include <ember/core/error.h>
+#include <ember/train/report.h>
 
 namespace ember::train {
 namespace svg {
@@ -72,12 +72,23 @@ std::string xml_escape(const std::string& s) {
   out.reserve(s.size());
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -137,9 +148,9 @@ void draw_axes(std::ostringstream& os, const Frame& f, bool x_ticks, const std::
   if (x_ticks) {
     os << "<g class=\"x-ticks\" text-anchor=\"middle\">\n";
     for (double t : f.x.ticks)
-      os << "<line x1=\"" << num(f.px(t)) << "\" y1=\"" << num(f.bottom) << "\" x2=\"" << num(f.px(t))
-         << "\" y2=\"" << num(f.bottom + 5) << "\" stroke=\"#333333\"/><text x=\"" << num(f.px(t)) << "\" y=\""
-         << num(f.bottom + 19) << "\">" << svg::format_tick(t, f.x.step) << "</text>\n";
+      os << "<line x1=\"" << num(f.px(t)) << "\" y1=\"" << num(f.bottom) << "\" x2=\"" << num(f.px(t)) << "\" y2=\""
+         << num(f.bottom + 5) << "\" stroke=\"#333333\"/><text x=\"" << num(f.px(t)) << "\" y=\"" << num(f.bottom + 19)
+         << "\">" << svg::format_tick(t, f.x.step) << "</text>\n";
     os << "</g>\n";
   }
   os << "<g class=\"y-ticks\" text-anchor=\"end\">\n";

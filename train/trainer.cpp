@@ -4,7 +4,7 @@
 // A crash between them leaves a metrics line whose checkpoint is missing; the resume drops every
 // line after the checkpoint's epoch and trains that epoch again, so metrics.jsonl never holds a
 // duplicate or a gap (the other order could lose a line for good).
-#include "train/trainer.h"
+#include <ember/train/trainer.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,23 +17,23 @@
 #include <utility>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "core/build_info.h"
-#include "core/error.h"
-#include "core/rng.h"
-#include "core/stream.h"
-#include "kernels/factory.h"
-#include "layers/loss.h"
-#include "train/checkpoint.h"
-#include "train/early_stop.h"
-#include "train/factories.h"
-#include "train/phase_timer.h"
-#include "train/progress.h"
-#include "train/run_dir.h"
-#include "train/run_log.h"
-#include "train/signals.h"
-#include "train/trainer_state.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/autograd/ops.h>
+#include <ember/core/build_info.h>
+#include <ember/core/error.h>
+#include <ember/core/rng.h>
+#include <ember/core/stream.h>
+#include <ember/kernels/factory.h>
+#include <ember/layers/loss.h>
+#include <ember/train/checkpoint.h>
+#include <ember/train/early_stop.h>
+#include <ember/train/factories.h>
+#include <ember/train/phase_timer.h>
+#include <ember/train/progress.h>
+#include <ember/train/run_dir.h>
+#include <ember/train/run_log.h>
+#include <ember/train/signals.h>
+#include <ember/train/trainer_state.h>
 
 namespace ember::train {
 
@@ -45,17 +45,14 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-template <typename... Args>
-std::string format(const char* spec, Args... args) {
+template <typename... Args> std::string format(const char* spec, Args... args) {
   char buf[512];
   std::snprintf(buf, sizeof buf, spec, args...);
   return buf;
 }
 
 // "1 epoch", "3 epochs".
-std::string count(int64_t n, const std::string& noun) {
-  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
-}
+std::string count(int64_t n, const std::string& noun) { return std::to_string(n) + " " + noun + (n == 1 ? "" : "s"); }
 
 std::string join_lines(const std::vector<std::string>& lines) {
   std::string out;
@@ -175,8 +172,8 @@ void Session::resume() {
     for (const auto& [key, want] : {std::pair<std::string, std::string>{"model", c_.model.name},
                                     std::pair<std::string, std::string>{"dataset", c_.data.dataset}}) {
       auto it = ck.metadata.find(key);
-      EMBER_CHECK(it != ck.metadata.end() && it->second == want, "checkpoint.resume: '", resume_from_, "' holds ",
-                  key, " \"", it == ck.metadata.end() ? std::string("?") : it->second, "\", but the config says ",
+      EMBER_CHECK(it != ck.metadata.end() && it->second == want, "checkpoint.resume: '", resume_from_, "' holds ", key,
+                  " \"", it == ck.metadata.end() ? std::string("?") : it->second, "\", but the config says ",
                   key == "model" ? "model.name" : "data.dataset", " = \"", want, "\"");
     }
     st_ = RunState::from_metadata(ck.metadata, resume_from_);
@@ -205,9 +202,9 @@ void Session::resume() {
       log_->line("ember-train: deleted " + std::to_string(pruned.size()) + " epoch checkpoints after epoch " +
                  std::to_string(ck.epoch) + " (a timeline the resume replaces)");
     log_->line("ember-train: resumed from " + resume_from_ + ": epochs done " + std::to_string(ck.epoch) +
-               (st_.partial.active() ? ", " + std::to_string(st_.partial.steps) + " steps into epoch " +
-                                           std::to_string(ck.epoch + 1)
-                                     : std::string()) +
+               (st_.partial.active()
+                    ? ", " + std::to_string(st_.partial.steps) + " steps into epoch " + std::to_string(ck.epoch + 1)
+                    : std::string()) +
                ", global step " + std::to_string(ck.global_step));
   }
   if (!note.empty()) log_->line("ember-train: " + note);
@@ -321,8 +318,8 @@ EvalResult Session::evaluate() {
   int64_t n = 0;
   for (auto& batch : *test_loader_) {
     Tensor logits = model_->forward(batch.input);  // (B, classes)
-    loss_sum = loss_sum +
-               layers::cross_entropy(logits, batch.target).to(DType::f64) * static_cast<double>(batch.size());
+    loss_sum =
+        loss_sum + layers::cross_entropy(logits, batch.target).to(DType::f64) * static_cast<double>(batch.size());
     correct = correct + sum(eq(argmax(logits, 1), batch.target));
     n += batch.size();
   }
@@ -384,15 +381,16 @@ void Session::end_epoch(EpochMetrics& m) {
   }
   write_summary();
 
-  log_->line(format("epoch %lld/%lld  train_loss %.4f  test_loss %.4f  test_acc %.4f%s  lr %.4g  %.1f s  %.0f img/s  "
-                    "(eval %.1f s)",
-                    static_cast<long long>(epoch), static_cast<long long>(c_.epochs), m.train_loss, m.test_loss,
-                    m.test_acc, new_best ? " (best)" : "", m.lr, m.epoch_seconds, m.images_per_second,
-                    m.eval_seconds));
-  log_->file_line(format("epoch %lld phases: data wait %.3f s, h2d %.3f s, forward %.3f s, backward %.3f s, "
-                         "optimizer %.3f s",
-                         static_cast<long long>(epoch), m.data_wait_seconds, m.h2d_seconds, m.forward_seconds,
-                         m.backward_seconds, m.optimizer_seconds));
+  log_->line(
+      format("epoch %lld/%lld  train_loss %.4f  test_loss %.4f  test_acc %.4f%s  lr %.4g  %.1f s  %.0f img/s  "
+             "(eval %.1f s)",
+             static_cast<long long>(epoch), static_cast<long long>(c_.epochs), m.train_loss, m.test_loss, m.test_acc,
+             new_best ? " (best)" : "", m.lr, m.epoch_seconds, m.images_per_second, m.eval_seconds));
+  log_->file_line(
+      format("epoch %lld phases: data wait %.3f s, h2d %.3f s, forward %.3f s, backward %.3f s, "
+             "optimizer %.3f s",
+             static_cast<long long>(epoch), m.data_wait_seconds, m.h2d_seconds, m.forward_seconds, m.backward_seconds,
+             m.optimizer_seconds));
 }
 
 RunSummary Session::summary() const {
@@ -428,21 +426,21 @@ TrainOutcome Session::stop_for_signal(int64_t epoch, int64_t step) {
 }
 
 void Session::log_final(const RunSummary& s) {
-  std::string end = s.stop_reason == "completed" ? "completed " + count(s.epochs_run, "epoch")
-                                                 : "stopped early after epoch " + std::to_string(s.epochs_run) + ": " +
-                                                       s.stop_detail;
+  std::string end = s.stop_reason == "completed"
+                        ? "completed " + count(s.epochs_run, "epoch")
+                        : "stopped early after epoch " + std::to_string(s.epochs_run) + ": " + s.stop_detail;
   log_->line("ember-train: " + end);
   std::string target = "no target accuracy set";
   if (s.target_accuracy) {
-    target = s.time_to_target_seconds
-                 ? format("time to target %g: %s of training", *s.target_accuracy,
-                          format_duration(*s.time_to_target_seconds).c_str())
-                 : format("target %g not reached", *s.target_accuracy);
+    target = s.time_to_target_seconds ? format("time to target %g: %s of training", *s.target_accuracy,
+                                               format_duration(*s.time_to_target_seconds).c_str())
+                                      : format("target %g not reached", *s.target_accuracy);
   }
-  log_->line(format("ember-train: total time %s (training %.1f s), %.0f img/s on %s; best test_acc %.4f (epoch %lld); "
-                    "%s",
-                    format_duration(s.total_seconds).c_str(), st_.train_seconds, s.images_per_second,
-                    s.device.c_str(), s.best_test_acc, static_cast<long long>(s.best_epoch), target.c_str()));
+  log_->line(
+      format("ember-train: total time %s (training %.1f s), %.0f img/s on %s; best test_acc %.4f (epoch %lld); "
+             "%s",
+             format_duration(s.total_seconds).c_str(), st_.train_seconds, s.images_per_second, s.device.c_str(),
+             s.best_test_acc, static_cast<long long>(s.best_epoch), target.c_str()));
 }
 
 TrainOutcome Session::run() {
@@ -468,8 +466,8 @@ TrainOutcome Session::run() {
     log_->line("ember-train: this run already stopped early (" + stop_detail_ + "); nothing to train");
   }
   if (st_.early_stop_rule.empty() && st_.epochs_done >= c_.epochs) {
-    log_->line("ember-train: " + std::to_string(st_.epochs_done) + " epochs are done and epochs = " +
-               std::to_string(c_.epochs) + ": nothing to train");
+    log_->line("ember-train: " + std::to_string(st_.epochs_done) +
+               " epochs are done and epochs = " + std::to_string(c_.epochs) + ": nothing to train");
   }
   for (int64_t epoch = st_.epochs_done + 1; epoch <= c_.epochs && st_.early_stop_rule.empty(); ++epoch) {
     if (stop_requested()) return stop_for_signal(epoch, st_.partial.steps);

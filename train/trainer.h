@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "train/config.h"
-#include "train/metrics.h"
+#include <ember/train/config.h>
+#include <ember/train/metrics.h>
 
 namespace ember::train {
 

@@ -1,5 +1,5 @@
 // RunState <-> checkpoint metadata (train/trainer_state.h).
-#include "train/trainer_state.h"
+#include <ember/train/trainer_state.h>
 
 #include <cerrno>
 #include <charconv>
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/error.h"
+#include <ember/core/error.h>
 
 namespace ember::train {
 

@@ -10,17 +10,17 @@
 #include <optional>
 #include <string>
 
-#include "train/early_stop.h"
-#include "train/phase_timer.h"
+#include <ember/train/early_stop.h>
+#include <ember/train/phase_timer.h>
 
 namespace ember::train {
 
 struct RunState {
   int64_t epochs_done = 0;  // Checkpoint::epoch
   int64_t global_step = 0;  // Checkpoint::global_step
-  double train_seconds = 0;   // summed epoch_seconds of completed epochs
-  int64_t train_images = 0;   // training images of completed epochs
-  double total_seconds = 0;   // training + evaluation wall time, all sessions
+  double train_seconds = 0;  // summed epoch_seconds of completed epochs
+  int64_t train_images = 0;  // training images of completed epochs
+  double total_seconds = 0;  // training + evaluation wall time, all sessions
   std::optional<double> time_to_target;
   double best_acc = -1;  // best test_acc so far (-1: no epoch yet)
   int64_t best_epoch = 0;
@@ -31,11 +31,11 @@ struct RunState {
 
   /// The epoch in progress (all zero between epochs).
   struct Partial {
-    double loss_sum = 0;    // sum over steps of loss * batch size
+    double loss_sum = 0;  // sum over steps of loss * batch size
     int64_t images = 0;
     int64_t steps = 0;
-    double seconds = 0;     // training seconds so far
-    double lr = 0;          // the learning rate at the start of the epoch
+    double seconds = 0;  // training seconds so far
+    double lr = 0;  // the learning rate at the start of the epoch
     PhaseTotals phases;
     bool active() const { return steps > 0; }
   } partial;

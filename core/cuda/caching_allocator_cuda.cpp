@@ -6,9 +6,9 @@
 #include <mutex>
 #include <string>
 
-#include "core/caching_allocator.h"
-#include "core/cuda_check.h"
-#include "core/stream.h"
+#include <ember/core/caching_allocator.h>
+#include <ember/core/cuda_check.h>
+#include <ember/core/stream.h>
 
 namespace ember {
 namespace {

@@ -7,10 +7,10 @@
 #include <cstdio>
 #include <mutex>
 
-#include "core/cuda/runtime.h"
-#include "core/cuda_check.h"
-#include "core/stream.h"
-#include "core/device.h"
+#include <ember/core/cuda/runtime.h>
+#include <ember/core/cuda_check.h>
+#include <ember/core/device.h>
+#include <ember/core/stream.h>
 
 namespace ember {
 

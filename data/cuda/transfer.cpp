@@ -13,10 +13,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/allocator.h"
-#include "core/cuda_check.h"
-#include "core/storage.h"
-#include "data/transfer.h"
+#include <ember/core/allocator.h>
+#include <ember/core/cuda_check.h>
+#include <ember/core/storage.h>
+#include <ember/data/transfer.h>
 
 namespace ember::data::detail {
 
@@ -164,8 +164,9 @@ bool is_pinned(const Tensor& t) { return t.numel() > 0 && pool().owns(t.data_ptr
 
 Tensor copy_to_device_async(const Tensor& host, Device device, Stream consumer, Stream copy_stream, Event* ready) {
   if (device.is_cpu()) return host;
-  EMBER_CHECK(host.device().is_cpu() && host.is_contiguous(), "copy_to_device_async: expected a contiguous CPU tensor, got ",
-              host.shape_str(), " on ", host.device().str());
+  EMBER_CHECK(host.device().is_cpu() && host.is_contiguous(),
+              "copy_to_device_async: expected a contiguous CPU tensor, got ", host.shape_str(), " on ",
+              host.device().str());
   EMBER_CHECK(consumer.device() == device && copy_stream.device() == device, "copy_to_device_async: streams on ",
               consumer.device().str(), " and ", copy_stream.device().str(), " for a copy to ", device.str());
   DeviceGuard guard(device);

@@ -115,24 +115,31 @@ double parse_lr(const std::string& flag, const std::string& v) {
 // Each handler gets (flag, value) and stores the checked value; bad values are UsageErrors.
 Options parse(int argc, char** argv) {
   Options o;
-  ex::parse_flags(argc, argv, kUsage, {
-      {"--data", [&](auto&, auto& v) { o.data = v; }},
-      {"--dataset", [&](auto& f, auto& v) { o.dataset = one_of(f, v, {"cifar10", "cifar100", "synthetic"}); }},
-      {"--model", [&](auto& f, auto& v) { o.model = one_of(f, v, {"cifar_cnn", "resnet18", "wide_resnet"}); }},
-      {"--depth", [&](auto& f, auto& v) { o.depth = ex::parse_int(f, v, 10); }},
-      {"--widen", [&](auto& f, auto& v) { o.widen = ex::parse_int(f, v, 1); }},
-      {"--epochs", [&](auto& f, auto& v) { o.epochs = ex::parse_int(f, v, 1); }},
-      {"--batch-size", [&](auto& f, auto& v) { o.batch_size = ex::parse_int(f, v, 1); }},
-      {"--lr", [&](auto& f, auto& v) { o.lr = parse_lr(f, v); }},
-      {"--device", [&](auto&, auto& v) { o.device = ex::parse_device_flag(v); }},
-      {"--seed", [&](auto& f, auto& v) { o.seed = static_cast<uint64_t>(ex::parse_int(f, v, 0)); }},
-      {"--limit-train", [&](auto& f, auto& v) { o.limit_train = ex::parse_int(f, v, 1); }},
-      {"--limit-test", [&](auto& f, auto& v) { o.limit_test = ex::parse_int(f, v, 1); }},
-      {"--workers", [&](auto& f, auto& v) { o.workers = ex::parse_int(f, v, 0); }},
-      {"--checkpoint-dir", [&](auto&, auto& v) { o.checkpoint_dir = v; }},
-      {"--resume", [&](auto&, auto& v) { o.resume = v; }},
-      {"--metrics-out", [&](auto&, auto& v) { o.metrics_out = v; }},
-  });
+  ex::parse_flags(argc, argv, kUsage,
+                  {
+                      {"--data", [&](auto&, auto& v) { o.data = v; }},
+                      {"--dataset",
+                       [&](auto& f, auto& v) {
+                         o.dataset = one_of(f, v, {"cifar10", "cifar100", "synthetic"});
+                       }},
+                      {"--model",
+                       [&](auto& f, auto& v) {
+                         o.model = one_of(f, v, {"cifar_cnn", "resnet18", "wide_resnet"});
+                       }},
+                      {"--depth", [&](auto& f, auto& v) { o.depth = ex::parse_int(f, v, 10); }},
+                      {"--widen", [&](auto& f, auto& v) { o.widen = ex::parse_int(f, v, 1); }},
+                      {"--epochs", [&](auto& f, auto& v) { o.epochs = ex::parse_int(f, v, 1); }},
+                      {"--batch-size", [&](auto& f, auto& v) { o.batch_size = ex::parse_int(f, v, 1); }},
+                      {"--lr", [&](auto& f, auto& v) { o.lr = parse_lr(f, v); }},
+                      {"--device", [&](auto&, auto& v) { o.device = ex::parse_device_flag(v); }},
+                      {"--seed", [&](auto& f, auto& v) { o.seed = static_cast<uint64_t>(ex::parse_int(f, v, 0)); }},
+                      {"--limit-train", [&](auto& f, auto& v) { o.limit_train = ex::parse_int(f, v, 1); }},
+                      {"--limit-test", [&](auto& f, auto& v) { o.limit_test = ex::parse_int(f, v, 1); }},
+                      {"--workers", [&](auto& f, auto& v) { o.workers = ex::parse_int(f, v, 0); }},
+                      {"--checkpoint-dir", [&](auto&, auto& v) { o.checkpoint_dir = v; }},
+                      {"--resume", [&](auto&, auto& v) { o.resume = v; }},
+                      {"--metrics-out", [&](auto&, auto& v) { o.metrics_out = v; }},
+                  });
   if (o.model == "wide_resnet" && (o.depth - 4) % 6 != 0)
     throw ex::UsageError("--depth must be 6k+4 (10, 16, 22, 28, 40, ...), got " + std::to_string(o.depth));
   if (o.data.empty() && o.dataset != "synthetic") o.data = "data/" + o.dataset;
@@ -232,11 +239,19 @@ int run(const Options& o) {
       o.dataset == "synthetic"
           ? data::Compose(normalize)
           : data::Compose(data::RandomCrop(32, kCropPadding), data::RandomHorizontalFlip(), normalize);
-  data::DataLoader train_loader(d.train, {.batch_size = o.batch_size, .shuffle = true, .workers = workers,
-                                          .device = dev, .seed = o.seed, .resident = resident,
+  data::DataLoader train_loader(d.train, {.batch_size = o.batch_size,
+                                          .shuffle = true,
+                                          .workers = workers,
+                                          .device = dev,
+                                          .seed = o.seed,
+                                          .resident = resident,
                                           .transform = train_transform});
-  data::DataLoader test_loader(d.test, {.batch_size = kTestBatch, .shuffle = false, .workers = workers, .device = dev,
-                                        .resident = resident, .transform = normalize});
+  data::DataLoader test_loader(d.test, {.batch_size = kTestBatch,
+                                        .shuffle = false,
+                                        .workers = workers,
+                                        .device = dev,
+                                        .resident = resident,
+                                        .transform = normalize});
 
   auto model = make_model(o, classes);
   model->to(dev);
@@ -251,10 +266,12 @@ int run(const Options& o) {
   int64_t done_epochs = 0, global_step = 0;
   if (!o.resume.empty()) {
     train::Checkpoint ck = train::load_checkpoint(o.resume, dev);
-    for (const auto& [key, want] : {std::pair<std::string, std::string>{"model", model_label(o)}, {"dataset", o.dataset}}) {
+    for (const auto& [key, want] :
+         {std::pair<std::string, std::string>{"model", model_label(o)}, {"dataset", o.dataset}}) {
       const std::string found = ex::metadata_or(ck, key, "?");
       if (found != want)
-        throw Error("--resume " + o.resume + ": checkpoint of " + key + " '" + found + "', this run's is '" + want + "'");
+        throw Error("--resume " + o.resume + ": checkpoint of " + key + " '" + found + "', this run's is '" + want +
+                    "'");
     }
     ex::restore_checkpoint(state, ck);
     done_epochs = ck.epoch;
@@ -305,8 +322,12 @@ int run(const Options& o) {
     const ex::EvalResult test = ex::evaluate(*model, test_loader, dev);
     const double eval_seconds = ex::seconds_since(t1);
 
-    const ex::EpochResult result{.epoch = epoch, .train_loss = train_loss, .test = test, .seconds = seconds,
-                                 .images_per_second = static_cast<double>(seen) / seconds, .lr = lr,
+    const ex::EpochResult result{.epoch = epoch,
+                                 .train_loss = train_loss,
+                                 .test = test,
+                                 .seconds = seconds,
+                                 .images_per_second = static_cast<double>(seen) / seconds,
+                                 .lr = lr,
                                  .eval_seconds = eval_seconds};
     ex::report_epoch(result, o.epochs, /*epoch_width=*/3, o.metrics_out, o.checkpoint_dir, state, global_step,
                      {{"model", model_label(o)},

@@ -48,8 +48,7 @@ struct DataError : std::runtime_error {
 inline int64_t parse_int(const std::string& flag, const std::string& v, int64_t min_value) {
   int64_t out = 0;
   auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (ec != std::errc() || end != v.data() + v.size())
-    throw UsageError(flag + " expects an integer, got '" + v + "'");
+  if (ec != std::errc() || end != v.data() + v.size()) throw UsageError(flag + " expects an integer, got '" + v + "'");
   if (out < min_value) throw UsageError(flag + " must be at least " + std::to_string(min_value) + ", got " + v);
   return out;
 }
@@ -132,8 +131,7 @@ inline ember::Device pick_device(const std::string& spec) {
 /// Runs BODY (parsing and training) and turns its exceptions into the examples' exit statuses:
 /// 2 for a UsageError (message, blank line, USAGE), 1 for a DataError (message) or any other
 /// error ("error: " and the message); each message goes to stderr prefixed with "PROGRAM: ".
-template <class Body>
-int run_main(const char* program, const char* usage, Body&& body) {
+template <class Body> int run_main(const char* program, const char* usage, Body&& body) {
   try {
     return body();
   } catch (const UsageError& e) {
@@ -154,9 +152,7 @@ int run_main(const char* program, const char* usage, Body&& body) {
 using Clock = std::chrono::steady_clock;
 
 /// Seconds elapsed since T0.
-inline double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 /// Number of scalars in MODEL's parameters.
 inline int64_t count_parameters(ember::layers::Module& model) {
@@ -197,10 +193,10 @@ struct EpochResult {
   int64_t epoch = 0;
   double train_loss = 0;  // mean over the epoch's training images
   EvalResult test;
-  double seconds = 0;            // the training pass
+  double seconds = 0;  // the training pass
   double images_per_second = 0;  // training images / seconds
-  double lr = 0;                 // at the epoch's first step
-  double eval_seconds = 0;       // the test pass
+  double lr = 0;  // at the epoch's first step
+  double eval_seconds = 0;  // the test pass
 };
 
 /// "epoch  E/EPOCHS  train_loss ...  images/s", E right-aligned in EPOCH_WIDTH characters.
@@ -208,8 +204,8 @@ inline std::string epoch_line(const EpochResult& r, int64_t epochs, int epoch_wi
   char buf[512];
   std::snprintf(buf, sizeof(buf),
                 "epoch %*lld/%lld  train_loss %.4f  test_loss %.4f  test_acc %.4f  lr %.4g  %.1f s  %.0f images/s",
-                epoch_width, static_cast<long long>(r.epoch), static_cast<long long>(epochs), r.train_loss,
-                r.test.loss, r.test.accuracy, r.lr, r.seconds, r.images_per_second);
+                epoch_width, static_cast<long long>(r.epoch), static_cast<long long>(epochs), r.train_loss, r.test.loss,
+                r.test.accuracy, r.lr, r.seconds, r.images_per_second);
   return buf;
 }
 

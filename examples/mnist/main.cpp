@@ -66,18 +66,19 @@ const char* kUsage =
 // Each handler gets (flag, value) and stores the checked value; bad values are UsageErrors.
 Options parse(int argc, char** argv) {
   Options o;
-  ex::parse_flags(argc, argv, kUsage, {
-      {"--data", [&](auto&, auto& v) { o.data = v; }},
-      {"--epochs", [&](auto& f, auto& v) { o.epochs = ex::parse_int(f, v, 1); }},
-      {"--batch-size", [&](auto& f, auto& v) { o.batch_size = ex::parse_int(f, v, 1); }},
-      {"--lr", [&](auto& f, auto& v) { o.lr = ex::parse_positive_double(f, v); }},
-      {"--device", [&](auto&, auto& v) { o.device = ex::parse_device_flag(v); }},
-      {"--seed", [&](auto& f, auto& v) { o.seed = static_cast<uint64_t>(ex::parse_int(f, v, 0)); }},
-      {"--limit-train", [&](auto& f, auto& v) { o.limit_train = ex::parse_int(f, v, 1); }},
-      {"--checkpoint-dir", [&](auto&, auto& v) { o.checkpoint_dir = v; }},
-      {"--resume", [&](auto&, auto& v) { o.resume = v; }},
-      {"--metrics-out", [&](auto&, auto& v) { o.metrics_out = v; }},
-  });
+  ex::parse_flags(argc, argv, kUsage,
+                  {
+                      {"--data", [&](auto&, auto& v) { o.data = v; }},
+                      {"--epochs", [&](auto& f, auto& v) { o.epochs = ex::parse_int(f, v, 1); }},
+                      {"--batch-size", [&](auto& f, auto& v) { o.batch_size = ex::parse_int(f, v, 1); }},
+                      {"--lr", [&](auto& f, auto& v) { o.lr = ex::parse_positive_double(f, v); }},
+                      {"--device", [&](auto&, auto& v) { o.device = ex::parse_device_flag(v); }},
+                      {"--seed", [&](auto& f, auto& v) { o.seed = static_cast<uint64_t>(ex::parse_int(f, v, 0)); }},
+                      {"--limit-train", [&](auto& f, auto& v) { o.limit_train = ex::parse_int(f, v, 1); }},
+                      {"--checkpoint-dir", [&](auto&, auto& v) { o.checkpoint_dir = v; }},
+                      {"--resume", [&](auto&, auto& v) { o.resume = v; }},
+                      {"--metrics-out", [&](auto&, auto& v) { o.metrics_out = v; }},
+                  });
   return o;
 }
 
@@ -92,23 +93,31 @@ int run(const Options& o) {
     test_set = std::make_shared<data::Mnist>(o.data, data::Split::Test);
     if (o.limit_train > 0 && o.limit_train < full->size())
       train_set = std::make_shared<data::Subset>(data::take(*full, o.limit_train));
-    else
-      train_set = full;
+    else train_set = full;
   } catch (const Error& e) {
     std::fprintf(stderr, "mnist: cannot read the dataset in '%s': %s\n", o.data.c_str(), e.what());
-    std::fprintf(stderr, "mnist: Fashion-MNIST comes with the Debian package dataset-fashion-mnist "
-                         "(apt-get install dataset-fashion-mnist); or pass --data DIR\n");
+    std::fprintf(stderr,
+                 "mnist: Fashion-MNIST comes with the Debian package dataset-fashion-mnist "
+                 "(apt-get install dataset-fashion-mnist); or pass --data DIR\n");
     return 1;
   }
 
   // On a GPU the whole dataset stays on the device and batches are gathered there; on the CPU
   // one worker thread collates the next batch while the current one trains.
   const data::Compose normalize(data::Normalize({kPixelMean}, {kPixelStd}));
-  data::DataLoader train_loader(train_set, {.batch_size = o.batch_size, .shuffle = true,
-                                            .workers = dev.is_cuda() ? 0 : 1, .device = dev, .seed = o.seed,
-                                            .resident = dev.is_cuda(), .transform = normalize});
-  data::DataLoader test_loader(test_set, {.batch_size = kTestBatch, .shuffle = false, .workers = dev.is_cuda() ? 0 : 1,
-                                          .device = dev, .resident = dev.is_cuda(), .transform = normalize});
+  data::DataLoader train_loader(train_set, {.batch_size = o.batch_size,
+                                            .shuffle = true,
+                                            .workers = dev.is_cuda() ? 0 : 1,
+                                            .device = dev,
+                                            .seed = o.seed,
+                                            .resident = dev.is_cuda(),
+                                            .transform = normalize});
+  data::DataLoader test_loader(test_set, {.batch_size = kTestBatch,
+                                          .shuffle = false,
+                                          .workers = dev.is_cuda() ? 0 : 1,
+                                          .device = dev,
+                                          .resident = dev.is_cuda(),
+                                          .transform = normalize});
 
   auto model = models::mnist_cnn();
   model->to(dev);
@@ -174,8 +183,12 @@ int run(const Options& o) {
     const double eval_seconds = ex::seconds_since(t1);
     sched.step();
 
-    const ex::EpochResult result{.epoch = epoch, .train_loss = train_loss, .test = test, .seconds = seconds,
-                                 .images_per_second = static_cast<double>(seen) / seconds, .lr = lr,
+    const ex::EpochResult result{.epoch = epoch,
+                                 .train_loss = train_loss,
+                                 .test = test,
+                                 .seconds = seconds,
+                                 .images_per_second = static_cast<double>(seen) / seconds,
+                                 .lr = lr,
                                  .eval_seconds = eval_seconds};
     ex::report_epoch(result, o.epochs, /*epoch_width=*/2, o.metrics_out, o.checkpoint_dir, state, global_step,
                      {{"model", "mnist_cnn"},

@@ -22,11 +22,11 @@
 #include <memory>
 #include <vector>
 
-#include "core/thread_pool.h"
-#include "kernels/conv.h"
-#include "kernels/copy.h"
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/matmul.h"
+#include <ember/core/thread_pool.h>
+#include <ember/kernels/conv.h>
+#include <ember/kernels/copy.h>
+#include <ember/kernels/cpu/cpu_kernels.h>
+#include <ember/kernels/matmul.h>
 
 namespace ember::kernels::cpu {
 namespace {
@@ -35,17 +35,34 @@ constexpr int64_t kChunkBytes = int64_t{4} << 20;  // target size of one chunk's
 constexpr int64_t kGrainElems = int64_t{1} << 14;  // min elements per parallel_for chunk
 
 struct Geometry {
-  int64_t N, C, H, W;     // input
-  int64_t O, kh, kw;      // weight (O, C / G, kh, kw)
-  int64_t Ho, Wo, L;      // output plane, L = Ho * Wo
+  int64_t N, C, H, W;  // input
+  int64_t O, kh, kw;  // weight (O, C / G, kh, kw)
+  int64_t Ho, Wo, L;  // output plane, L = Ho * Wo
   int64_t G, Cg, Og, Kg;  // groups
   int64_t sh, sw, ph, pw, dh, dw;
   bool direct;  // 1x1, stride 1, no padding: the column buffer is x itself
 
   Geometry(const Shape& xs, const Shape& ws, const Shape& os, const Conv2dParams& p)
-      : N(xs[0]), C(xs[1]), H(xs[2]), W(xs[3]), O(ws[0]), kh(ws[2]), kw(ws[3]), Ho(os[2]), Wo(os[3]),
-        L(os[2] * os[3]), G(p.groups), Cg(xs[1] / p.groups), Og(ws[0] / p.groups), Kg(ws[1] * ws[2] * ws[3]),
-        sh(p.stride_h), sw(p.stride_w), ph(p.pad_h), pw(p.pad_w), dh(p.dilation_h), dw(p.dilation_w),
+      : N(xs[0]),
+        C(xs[1]),
+        H(xs[2]),
+        W(xs[3]),
+        O(ws[0]),
+        kh(ws[2]),
+        kw(ws[3]),
+        Ho(os[2]),
+        Wo(os[3]),
+        L(os[2] * os[3]),
+        G(p.groups),
+        Cg(xs[1] / p.groups),
+        Og(ws[0] / p.groups),
+        Kg(ws[1] * ws[2] * ws[3]),
+        sh(p.stride_h),
+        sw(p.stride_w),
+        ph(p.pad_h),
+        pw(p.pad_w),
+        dh(p.dilation_h),
+        dw(p.dilation_w),
         direct(ws[2] == 1 && ws[3] == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0) {}
 
   int64_t col_per_image() const { return C * kh * kw * L; }  // = G * Kg * L
@@ -60,8 +77,7 @@ struct Geometry {
 /// (and warm); a request above kMaxRetainedBytes (huge images, where one image is a chunk) gets a
 /// buffer of its own instead, freed on return, so no thread keeps hundreds of MiB alive.
 constexpr int64_t kMaxRetainedBytes = int64_t{64} << 20;
-template <typename T>
-class ColumnBuffer {
+template <typename T> class ColumnBuffer {
  public:
   explicit ColumnBuffer(int64_t n) {
     thread_local std::vector<T> retained;
@@ -83,10 +99,10 @@ class ColumnBuffer {
 };
 
 /// A contiguous tensor over memory owned elsewhere (the column buffer); the caller keeps it alive.
-template <typename T>
-Tensor wrap(T* p, const Shape& sizes) {
+template <typename T> Tensor wrap(T* p, const Shape& sizes) {
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = Storage(DataPtr(p, nullptr, nullptr), static_cast<size_t>(numel_of(sizes)) * sizeof(T), Device::cpu());
+  impl->storage =
+      Storage(DataPtr(p, nullptr, nullptr), static_cast<size_t>(numel_of(sizes)) * sizeof(T), Device::cpu());
   impl->sizes = sizes;
   impl->strides = contiguous_strides(sizes);
   impl->dtype = dtype_of<T>();
@@ -108,8 +124,7 @@ inline void valid_range(int64_t off, int64_t sw, int64_t W, int64_t Wo, int64_t&
 }
 
 /// The kh * kw rows (each L long) of one input channel plane x (H, W) in the column buffer.
-template <typename T>
-void im2col_channel(const T* x, const Geometry& g, T* col) {
+template <typename T> void im2col_channel(const T* x, const Geometry& g, T* col) {
   for (int64_t ki = 0; ki < g.kh; ++ki) {
     for (int64_t kj = 0; kj < g.kw; ++kj) {
       T* row = col + (ki * g.kw + kj) * g.L;
@@ -137,8 +152,7 @@ void im2col_channel(const T* x, const Geometry& g, T* col) {
 }
 
 /// Adds the kh * kw column rows of one channel back into its plane gx (H, W) (overwritten first).
-template <typename T>
-void col2im_channel(const T* col, const Geometry& g, T* gx) {
+template <typename T> void col2im_channel(const T* col, const Geometry& g, T* gx) {
   std::fill(gx, gx + g.H * g.W, T(0));
   for (int64_t ki = 0; ki < g.kh; ++ki) {
     for (int64_t kj = 0; kj < g.kw; ++kj) {
@@ -162,8 +176,7 @@ void col2im_channel(const T* col, const Geometry& g, T* gx) {
 }
 
 /// im2col of images [n0, n0 + nb) of x into col (nb, C * kh * kw, L), parallel over (image, channel).
-template <typename T>
-void im2col_chunk(const T* x, const Geometry& g, int64_t n0, int64_t nb, T* col) {
+template <typename T> void im2col_chunk(const T* x, const Geometry& g, int64_t n0, int64_t nb, T* col) {
   const int64_t per = g.kh * g.kw * g.L;
   parallel_for(0, nb * g.C, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(per, 1)), [&](int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; ++u) {
@@ -262,12 +275,16 @@ void check_float(const char* what, DType dt) {
   EMBER_CHECK(is_floating(dt), what, " (cpu): expected a floating dtype (f32, f64, f16, bf16), got ", dtype_name(dt));
 }
 
-void conv2d_forward_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, const Tensor& out) {
+void conv2d_forward_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
+                        const Tensor& out) {
   check_float("conv2d", x.dtype());
   switch (x.dtype()) {
-    case DType::f64: return forward_impl<double>(x, w, bias, p, out);
-    case DType::f32: return forward_impl<float>(x, w, bias, p, out);
-    default: break;
+    case DType::f64:
+      return forward_impl<double>(x, w, bias, p, out);
+    case DType::f32:
+      return forward_impl<float>(x, w, bias, p, out);
+    default:
+      break;
   }
   Tensor of = empty(out.sizes(), DType::f32, Device::cpu());
   forward_impl<float>(cast(x, DType::f32), cast(w, DType::f32), bias.defined() ? cast(bias, DType::f32) : Tensor(), p,

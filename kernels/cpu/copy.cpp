@@ -3,11 +3,11 @@
 #include <cstring>
 #include <type_traits>
 
-#include "core/thread_pool.h"
-#include "kernels/convert.h"
-#include "kernels/copy.h"
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/loops.h"
+#include <ember/core/thread_pool.h>
+#include <ember/kernels/convert.h>
+#include <ember/kernels/copy.h>
+#include <ember/kernels/cpu/cpu_kernels.h>
+#include <ember/kernels/cpu/loops.h>
 
 namespace ember::kernels::cpu {
 namespace {
@@ -19,8 +19,7 @@ constexpr int64_t kTile = 32;
 // second-to-last one with unit stride (a transpose, e.g. contiguous() of x.t()). Element by element,
 // one of the two would touch a new cache line per element. Returns false when the geometry is not
 // such a transpose or too small to gain.
-template <typename S, typename D>
-bool copy_transposed_tiles(const LoopGeometry<2>& g, const S* sp, D* dp) {
+template <typename S, typename D> bool copy_transposed_tiles(const LoopGeometry<2>& g, const S* sp, D* dp) {
   if (g.ndim < 2) return false;
   const int l = g.ndim - 1;
   const int64_t do1 = g.strides[0][l - 1], do2 = g.strides[0][l];
@@ -55,8 +54,7 @@ bool copy_transposed_tiles(const LoopGeometry<2>& g, const S* sp, D* dp) {
   return true;
 }
 
-template <typename S, typename D>
-void copy_typed(const Tensor& src, const Tensor& dst) {
+template <typename S, typename D> void copy_typed(const Tensor& src, const Tensor& dst) {
   const S* sp = static_cast<const S*>(src.data_ptr());
   D* dp = static_cast<D*>(dst.data_ptr());
   const int64_t n = dst.numel();

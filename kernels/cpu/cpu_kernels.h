@@ -2,14 +2,14 @@
 // Per-family registration of the CPU implementations; register.cpp calls them all.
 namespace ember::kernels::cpu {
 void register_elementwise();  // unary, unary_backward, binary, binary_scalar, where
-void register_copy();         // copy, fill
-void register_random();       // sample
-void register_reduce();       // reduce, argmax
-void register_matmul();       // gemm
-void register_softmax();      // softmax, softmax_backward, cross_entropy(+backward)
-void register_index();        // index_select, index_add
-void register_conv();         // conv2d forward, backward input, backward weight
-void register_pool();         // max / avg / adaptive avg pooling and their backwards
-void register_norm();         // batch_norm(+backward), dropout
-void register_optim();        // sgd_step, adam_step, global_norm, clip_by_norm
+void register_copy();  // copy, fill
+void register_random();  // sample
+void register_reduce();  // reduce, argmax
+void register_matmul();  // gemm
+void register_softmax();  // softmax, softmax_backward, cross_entropy(+backward)
+void register_index();  // index_select, index_add
+void register_conv();  // conv2d forward, backward input, backward weight
+void register_pool();  // max / avg / adaptive avg pooling and their backwards
+void register_norm();  // batch_norm(+backward), dropout
+void register_optim();  // sgd_step, adam_step, global_norm, clip_by_norm
 }  // namespace ember::kernels::cpu

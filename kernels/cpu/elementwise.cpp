@@ -6,12 +6,12 @@
 #include <type_traits>
 #include <utility>
 
-#include "core/thread_pool.h"
-#include "kernels/convert.h"
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/loops.h"
-#include "kernels/elementwise.h"
-#include "kernels/elementwise_math.h"
+#include <ember/core/thread_pool.h>
+#include <ember/kernels/convert.h>
+#include <ember/kernels/cpu/cpu_kernels.h>
+#include <ember/kernels/cpu/loops.h>
+#include <ember/kernels/elementwise.h>
+#include <ember/kernels/elementwise_math.h>
 
 namespace ember::kernels::cpu {
 namespace {
@@ -33,15 +33,16 @@ void map_impl(const Tensor& out, const F& f, const std::array<const Tensor*, siz
   }
   const auto g = make_geometry<K + 1>(out.sizes(), {&out.strides(), &ins[I]->strides()...});
   parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) {
-    strided_runs(g, b, e, [&](const std::array<int64_t, K + 1>& off, const std::array<int64_t, K + 1>& st, int64_t cnt) {
-      O* const o = po + off[0];
-      const std::tuple<const In*...> p{(std::get<I>(pin) + off[I + 1])...};
-      if (st[0] == 1 && ((st[I + 1] == 1) && ...)) {
-        for (int64_t j = 0; j < cnt; ++j) o[j] = f(std::get<I>(p)[j]...);
-      } else {
-        for (int64_t j = 0; j < cnt; ++j) o[j * st[0]] = f(std::get<I>(p)[j * st[I + 1]]...);
-      }
-    });
+    strided_runs(g, b, e,
+                 [&](const std::array<int64_t, K + 1>& off, const std::array<int64_t, K + 1>& st, int64_t cnt) {
+                   O* const o = po + off[0];
+                   const std::tuple<const In*...> p{(std::get<I>(pin) + off[I + 1])...};
+                   if (st[0] == 1 && ((st[I + 1] == 1) && ...)) {
+                     for (int64_t j = 0; j < cnt; ++j) o[j] = f(std::get<I>(p)[j]...);
+                   } else {
+                     for (int64_t j = 0; j < cnt; ++j) o[j * st[0]] = f(std::get<I>(p)[j * st[I + 1]]...);
+                   }
+                 });
   });
 }
 
@@ -51,27 +52,28 @@ void map_n(const Tensor& out, const F& f, const std::array<const Tensor*, sizeof
 }
 
 // Calls visit(std::integral_constant<UnaryOp, op>) so the op becomes a compile-time constant.
-template <typename Visit>
-void visit_unary(UnaryOp op, Visit&& visit) {
+template <typename Visit> void visit_unary(UnaryOp op, Visit&& visit) {
   switch (op) {
 #define EMBER_UNARY_CASE_(X) \
-  case UnaryOp::X: return visit(std::integral_constant<UnaryOp, UnaryOp::X>{});
-    EMBER_UNARY_CASE_(Neg) EMBER_UNARY_CASE_(Abs) EMBER_UNARY_CASE_(Exp) EMBER_UNARY_CASE_(Log)
-    EMBER_UNARY_CASE_(Sqrt) EMBER_UNARY_CASE_(Tanh) EMBER_UNARY_CASE_(Sigmoid) EMBER_UNARY_CASE_(Relu)
-    EMBER_UNARY_CASE_(Gelu)
+  case UnaryOp::X:           \
+    return visit(std::integral_constant<UnaryOp, UnaryOp::X>{});
+    EMBER_UNARY_CASE_(Neg)
+    EMBER_UNARY_CASE_(Abs) EMBER_UNARY_CASE_(Exp) EMBER_UNARY_CASE_(Log) EMBER_UNARY_CASE_(Sqrt) EMBER_UNARY_CASE_(Tanh)
+        EMBER_UNARY_CASE_(Sigmoid) EMBER_UNARY_CASE_(Relu) EMBER_UNARY_CASE_(Gelu)
 #undef EMBER_UNARY_CASE_
   }
   EMBER_FAIL("unary (cpu): unknown op ", static_cast<int>(op));
 }
 
-template <typename Visit>
-void visit_binary(BinaryOp op, Visit&& visit) {
+template <typename Visit> void visit_binary(BinaryOp op, Visit&& visit) {
   switch (op) {
 #define EMBER_BINARY_CASE_(X) \
-  case BinaryOp::X: return visit(std::integral_constant<BinaryOp, BinaryOp::X>{});
-    EMBER_BINARY_CASE_(Add) EMBER_BINARY_CASE_(Sub) EMBER_BINARY_CASE_(Mul) EMBER_BINARY_CASE_(Div)
-    EMBER_BINARY_CASE_(Maximum) EMBER_BINARY_CASE_(Minimum) EMBER_BINARY_CASE_(Eq) EMBER_BINARY_CASE_(Ne)
-    EMBER_BINARY_CASE_(Lt) EMBER_BINARY_CASE_(Le) EMBER_BINARY_CASE_(Gt) EMBER_BINARY_CASE_(Ge)
+  case BinaryOp::X:           \
+    return visit(std::integral_constant<BinaryOp, BinaryOp::X>{});
+    EMBER_BINARY_CASE_(Add)
+    EMBER_BINARY_CASE_(Sub) EMBER_BINARY_CASE_(Mul) EMBER_BINARY_CASE_(Div) EMBER_BINARY_CASE_(Maximum)
+        EMBER_BINARY_CASE_(Minimum) EMBER_BINARY_CASE_(Eq) EMBER_BINARY_CASE_(Ne) EMBER_BINARY_CASE_(Lt)
+            EMBER_BINARY_CASE_(Le) EMBER_BINARY_CASE_(Gt) EMBER_BINARY_CASE_(Ge)
 #undef EMBER_BINARY_CASE_
   }
   EMBER_FAIL("binary (cpu): unknown op ", static_cast<int>(op));
@@ -79,16 +81,14 @@ void visit_binary(BinaryOp op, Visit&& visit) {
 
 // Whether OP is computable for storage type T (the front checks this with a readable message; here
 // it only keeps impossible instantiations out of the build).
-template <UnaryOp OP, typename T>
-constexpr bool unary_supported() {
+template <UnaryOp OP, typename T> constexpr bool unary_supported() {
   using A = opmath_t<T>;
   if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, uint8_t>) return false;
   else if constexpr (std::is_floating_point_v<A>) return true;
   else return math::unary_allows_integers(OP);
 }
 
-template <BinaryOp OP, typename T>
-constexpr bool binary_supported() {
+template <BinaryOp OP, typename T> constexpr bool binary_supported() {
   return !std::is_same_v<T, bool> || math::binary_allows_bool(OP);
 }
 
@@ -119,18 +119,18 @@ void unary_backward_impl(UnaryOp op, const Tensor& grad, const Tensor& x, const 
       } else {
         const Tensor& v = x.defined() ? x : y;
         EMBER_ASSERT(v.defined() && v.dtype() == grad.dtype(), op_name(op), " backward (cpu): operand missing");
-        map_n<T, T, T>(
-            out,
-            [](T g, T w) { return static_cast<T>(math::unary_backward_apply<OP>(static_cast<A>(g), static_cast<A>(w))); },
-            {&grad, &v});
+        map_n<T, T, T>(out,
+                       [](T g, T w) {
+                         return static_cast<T>(math::unary_backward_apply<OP>(static_cast<A>(g), static_cast<A>(w)));
+                       },
+                       {&grad, &v});
       }
     });
   });
 }
 
 // Integer division by zero has no value (and traps on x86): refuse it with a clear error.
-template <typename T>
-void check_no_zero_divisor(const Tensor& b) {
+template <typename T> void check_no_zero_divisor(const Tensor& b) {
   if constexpr (std::is_integral_v<T>) {
     bool zero = false;
     const auto probe = empty(b.sizes(), DType::boolean, Device::cpu());

@@ -8,13 +8,13 @@
 // Packing turns any layout of A and B (plain or transposed, any leading dimension) into unit-stride
 // panels, zero-padded to whole MR/NR tiles, so the micro-kernel has no edge cases and no strides.
 // The micro-kernel uses 32-byte vectors over NR (GCC/Clang vector extensions).
-#include "kernels/cpu/gemm_blocked.h"
+#include <ember/kernels/cpu/gemm_blocked.h>
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
-#include "core/thread_pool.h"
+#include <ember/core/thread_pool.h>
 
 namespace ember::kernels::cpu {
 namespace {
@@ -23,21 +23,13 @@ template <typename T> struct Blocking;
 // NR is one 32-byte vector: MR x NR is 6 AVX registers, or 12 SSE registers where the 32-byte
 // vectors are split in two; both leave room for the B load and the broadcast A value. (Measured:
 // a 6 x 16 float tile spills on SSE and is 10x slower there, and was no faster with AVX2.)
-template <> struct Blocking<float> {
-  static constexpr int64_t MR = 6, NR = 8, MC = 96, KC = 256, NC = 2048;
-};
-template <> struct Blocking<double> {
-  static constexpr int64_t MR = 6, NR = 4, MC = 72, KC = 256, NC = 1024;
-};
+template <> struct Blocking<float> { static constexpr int64_t MR = 6, NR = 8, MC = 96, KC = 256, NC = 2048; };
+template <> struct Blocking<double> { static constexpr int64_t MR = 6, NR = 4, MC = 72, KC = 256, NC = 1024; };
 /// 32-byte SIMD vectors (GCC/Clang vector extension; lowered to pairs of 16-byte ops on CPUs
 /// without AVX).
 template <typename T> struct Vec32;
-template <> struct Vec32<float> {
-  typedef float type __attribute__((vector_size(32)));
-};
-template <> struct Vec32<double> {
-  typedef double type __attribute__((vector_size(32)));
-};
+template <> struct Vec32<float> { typedef float type __attribute__((vector_size(32))); };
+template <> struct Vec32<double> { typedef double type __attribute__((vector_size(32))); };
 
 /// Packs rows [i0, i0+mc) x cols [p0, p0+kc) of op(A), times alpha, into MR-row panels:
 /// panel p holds (kc, MR) with element (k, i) at p*kc*MR + k*MR + i. Rows past mc are zero.
@@ -61,8 +53,8 @@ void pack_a(bool trans, const T* a, int64_t lda, int64_t i0, int64_t mc, int64_t
 /// Packs rows [p0, p0+kc) x cols [j0, j0+nc) of op(B) into NR-column panels: panel q holds (kc, NR)
 /// with element (k, j) at q*kc*NR + k*NR + j. Columns past nc are zero. Panels [q0, q1) only.
 template <typename T>
-void pack_b(bool trans, const T* b, int64_t ldb, int64_t p0, int64_t kc, int64_t j0, int64_t nc, int64_t q0,
-            int64_t q1, T* dst) {
+void pack_b(bool trans, const T* b, int64_t ldb, int64_t p0, int64_t kc, int64_t j0, int64_t nc, int64_t q0, int64_t q1,
+            T* dst) {
   constexpr int64_t NR = Blocking<T>::NR;
   for (int64_t q = q0; q < q1; ++q) {
     const int64_t jr = q * NR;
@@ -85,8 +77,8 @@ void pack_b(bool trans, const T* b, int64_t ldb, int64_t p0, int64_t kc, int64_t
 /// acc (MR x NR) = Ap panel (kc x MR)^T @ Bp panel (kc x NR), then merged into C's mr x nr corner:
 /// first K slice: C = acc (beta == 0) or beta * C + acc; later slices: C += acc.
 template <typename T>
-[[gnu::always_inline]] inline void micro_kernel(int64_t kc, const T* __restrict ap, const T* __restrict bp, T* c, int64_t ldc, int64_t mr,
-                  int64_t nr, bool first, T beta) {
+[[gnu::always_inline]] inline void micro_kernel(int64_t kc, const T* __restrict ap, const T* __restrict bp, T* c,
+                                                int64_t ldc, int64_t mr, int64_t nr, bool first, T beta) {
   constexpr int64_t MR = Blocking<T>::MR, NR = Blocking<T>::NR;
   using V = typename Vec32<T>::type;
   constexpr int64_t W = static_cast<int64_t>(sizeof(V) / sizeof(T)), NV = NR / W;
@@ -157,7 +149,8 @@ template <typename T> void scale_c(int64_t M, int64_t N, T beta, T* c, int64_t l
   for (int64_t i = 0; i < M; ++i) {
     T* row = c + i * ldc;
     if (beta == T(0)) std::fill(row, row + N, T(0));
-    else if (beta != T(1)) for (int64_t j = 0; j < N; ++j) row[j] *= beta;
+    else if (beta != T(1))
+      for (int64_t j = 0; j < N; ++j) row[j] *= beta;
   }
 }
 
@@ -181,9 +174,8 @@ void gemm_impl(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T al
       const int64_t kc = std::min(KC, K - pc);
       const bool first = pc == 0;
       // B block: (kc, nc) packed in parallel over its NR panels.
-      parallel_for(0, n_panels, std::max<int64_t>(1, 4096 / kc), [&](int64_t q0, int64_t q1) {
-        pack_b(trans_b, b, ldb, pc, kc, jc, nc, q0, q1, bpack.data());
-      });
+      parallel_for(0, n_panels, std::max<int64_t>(1, 4096 / kc),
+                   [&](int64_t q0, int64_t q1) { pack_b(trans_b, b, ldb, pc, kc, jc, nc, q0, q1, bpack.data()); });
       // Tiles: MC row blocks times chunks of NR panels; split columns only when there are too few
       // row blocks to keep every thread busy.
       const int64_t m_blocks = (M + MC - 1) / MC;
@@ -209,8 +201,8 @@ void gemm_impl(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T al
 
 }  // namespace
 
-void gemm_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* a,
-                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+void gemm_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
+                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   gemm_impl<float>(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 

@@ -10,8 +10,8 @@ namespace ember::kernels::cpu {
 /// stride ldb, or (N, K) when trans_b; C has row stride ldc. beta == 0 overwrites C without reading
 /// it (NaNs in C do not leak through). K == 0 scales C by beta.
 /// Parallel over tiles of C through parallel_for; runs inline when called from a pool worker.
-void gemm_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* a,
-                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void gemm_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
+                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void gemm_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* a,
                   int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
 

@@ -6,9 +6,9 @@
 #include <cstring>
 #include <type_traits>
 
-#include "core/thread_pool.h"
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/index.h"
+#include <ember/core/thread_pool.h>
+#include <ember/kernels/cpu/cpu_kernels.h>
+#include <ember/kernels/index.h>
 
 namespace ember::kernels::cpu {
 namespace {

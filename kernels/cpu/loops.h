@@ -10,32 +10,29 @@
 #include <array>
 #include <cstdint>
 
-#include "core/shape.h"
-#include "kernels/strided.h"
+#include <ember/core/shape.h>
+#include <ember/kernels/strided.h>
 
 namespace ember::kernels::cpu {
 
 /// Elements per parallel_for chunk for cheap elementwise work.
 constexpr int64_t kGrain = 32768;
 
-template <size_t N>
-struct LoopGeometry {
+template <size_t N> struct LoopGeometry {
   int ndim = 0;
   int64_t sizes[kMaxDims] = {};
   int64_t strides[N][kMaxDims] = {};
 };
 
 /// Joint geometry of N operands of logical shape `sizes` with the given strides (element units).
-template <size_t N>
-LoopGeometry<N> make_geometry(const Shape& sizes, const std::array<const Shape*, N>& strides) {
+template <size_t N> LoopGeometry<N> make_geometry(const Shape& sizes, const std::array<const Shape*, N>& strides) {
   int64_t msz[64];
   int64_t mst[N][64];
   int n = 0;
   for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
     if (sizes[d] == 1) continue;
     bool merge = n > 0;
-    for (size_t k = 0; k < N && merge; ++k)
-      merge = (*strides[k])[d] == msz[n - 1] * mst[k][n - 1];
+    for (size_t k = 0; k < N && merge; ++k) merge = (*strides[k])[d] == msz[n - 1] * mst[k][n - 1];
     if (merge) {
       msz[n - 1] *= sizes[d];
       continue;
@@ -58,8 +55,7 @@ LoopGeometry<N> make_geometry(const Shape& sizes, const std::array<const Shape*,
 /// Calls fn(offsets, inner_strides, count) for consecutive runs covering linear indices
 /// [begin, end) of the geometry's shape. offsets[k] is operand k's element offset of the run's
 /// first element; element j of the run sits at offsets[k] + j * inner_strides[k].
-template <size_t N, typename Fn>
-void strided_runs(const LoopGeometry<N>& g, int64_t begin, int64_t end, Fn&& fn) {
+template <size_t N, typename Fn> void strided_runs(const LoopGeometry<N>& g, int64_t begin, int64_t end, Fn&& fn) {
   std::array<int64_t, N> off{}, inner{};
   if (begin >= end) return;
   if (g.ndim == 0) {  // every dim has size 1: a single element

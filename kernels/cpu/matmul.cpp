@@ -6,18 +6,18 @@
 #include <cstddef>
 #include <vector>
 
-#include "core/thread_pool.h"
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/gemm_blocked.h"
-#include "kernels/matmul.h"
+#include <ember/core/thread_pool.h>
+#include <ember/kernels/cpu/cpu_kernels.h>
+#include <ember/kernels/cpu/gemm_blocked.h>
+#include <ember/kernels/matmul.h>
 
 #ifdef EMBER_HAVE_BLAS
 // Fortran BLAS (column-major). The trailing size_t arguments are the hidden lengths of the two
 // CHARACTER*1 arguments that gfortran-built BLAS expects; C implementations (OpenBLAS) ignore them.
 extern "C" {
 void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const float* alpha,
-            const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c,
-            const int* ldc, size_t transa_len, size_t transb_len);
+            const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c, const int* ldc,
+            size_t transa_len, size_t transb_len);
 void dgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const double* alpha,
             const double* a, const int* lda, const double* b, const int* ldb, const double* beta, double* c,
             const int* ldc, size_t transa_len, size_t transb_len);
@@ -60,11 +60,11 @@ void blas_gemm(const GemmArgs& g, double alpha, const double* a, const double* b
 /// Batched product over float or double buffers. a_stride / b_stride are per-batch element
 /// strides (b_stride 0 when b is shared); c is (batch, M, N) contiguous.
 template <typename T>
-void gemm_batched(const GemmArgs& g, int64_t batch, T alpha, const T* a, int64_t a_stride, const T* b,
-                  int64_t b_stride, T beta, T* c) {
+void gemm_batched(const GemmArgs& g, int64_t batch, T alpha, const T* a, int64_t a_stride, const T* b, int64_t b_stride,
+                  T beta, T* c) {
   const int64_t c_stride = g.M * g.N;
   if (g.M == 0 || g.N == 0 || batch == 0) return;
-  // K == 0 (or alpha == 0) only scales C; the blocked GEMM does that without reading A or B.
+    // K == 0 (or alpha == 0) only scales C; the blocked GEMM does that without reading A or B.
 #ifdef EMBER_HAVE_BLAS
   if (fits_int(g) && g.K > 0) {
     // BLAS threads internally; the batch is walked in order.

@@ -10,12 +10,12 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/half.h"
-#include "core/rng.h"
-#include "core/thread_pool.h"
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/philox_x4.h"
-#include "kernels/norm.h"
+#include <ember/core/half.h>
+#include <ember/core/rng.h>
+#include <ember/core/thread_pool.h>
+#include <ember/kernels/cpu/cpu_kernels.h>
+#include <ember/kernels/cpu/philox_x4.h>
+#include <ember/kernels/norm.h>
 
 namespace ember::kernels::cpu {
 namespace {
@@ -31,8 +31,7 @@ void for_channels(int64_t C, int64_t per_channel, const std::function<void(int64
 
 template <typename T>
 void batch_norm_typed(const Tensor& xt, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                      const Tensor& running_var, bool training, double momentum, double eps,
-                      const BatchNormResult& r) {
+                      const Tensor& running_var, bool training, double momentum, double eps, const BatchNormResult& r) {
   const int64_t N = xt.size(0), C = xt.size(1), S = xt.size(2), M = N * S;
   const T* x = static_cast<const T*>(xt.data_ptr());
   T* out = static_cast<T*>(r.out.data_ptr());
@@ -85,8 +84,7 @@ void batch_norm_typed(const Tensor& xt, const Tensor& weight, const Tensor& bias
 }
 
 void batch_norm_cpu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                    const Tensor& running_var, bool training, double momentum, double eps,
-                    const BatchNormResult& out) {
+                    const Tensor& running_var, bool training, double momentum, double eps, const BatchNormResult& out) {
   switch (x.dtype()) {
     case DType::f32:
       return batch_norm_typed<float>(x, weight, bias, running_mean, running_var, training, momentum, eps, out);
@@ -149,8 +147,8 @@ void batch_norm_backward_cpu(const Tensor& grad_out, const Tensor& x, const Tens
     case DType::f64:
       return batch_norm_backward_typed<double>(grad_out, x, weight, save_mean, save_invstd, training, out);
     default:
-      EMBER_FAIL("batch_norm_backward (CPU): expected dtype f32 or f64, got ", dtype_name(x.dtype()),
-                 " for input ", x.shape_str());
+      EMBER_FAIL("batch_norm_backward (CPU): expected dtype f32 or f64, got ", dtype_name(x.dtype()), " for input ",
+                 x.shape_str());
   }
 }
 
@@ -168,7 +166,8 @@ void dropout_typed(const Tensor& xt, double p, uint64_t seed, uint64_t offset, c
 #if EMBER_HAVE_PHILOX_X4
     if constexpr (std::is_same_v<T, float>) {
       // Four whole blocks (16 elements) per round; the rest (and a partial last block) below.
-      const __m128i thr_minus_1 = _mm_set1_epi32(static_cast<int>(thr) - 1);  // (u >> 8) < 2^24: signed compare is exact
+      const __m128i thr_minus_1 =
+          _mm_set1_epi32(static_cast<int>(thr) - 1);  // (u >> 8) < 2^24: signed compare is exact
       const __m128 sc = _mm_set1_ps(scale);
       for (; blk + 4 <= b1 && (blk + 4) * 4 <= n; blk += 4) {
         __m128i w[4];

@@ -10,10 +10,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/thread_pool.h"
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/optim.h"
-#include "kernels/optim_math.h"
+#include <ember/core/thread_pool.h>
+#include <ember/kernels/cpu/cpu_kernels.h>
+#include <ember/kernels/optim.h>
+#include <ember/kernels/optim_math.h>
 
 namespace ember::kernels::cpu {
 namespace {
@@ -32,8 +32,7 @@ std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels) {
   return chunks;
 }
 
-template <typename Fn>
-void for_chunks(const std::vector<Chunk>& chunks, const Fn& fn) {
+template <typename Fn> void for_chunks(const std::vector<Chunk>& chunks, const Fn& fn) {
   parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t b, int64_t e) {
     for (int64_t c = b; c < e; ++c) fn(chunks[static_cast<size_t>(c)]);
   });
@@ -43,8 +42,7 @@ void for_chunks(const std::vector<Chunk>& chunks, const Fn& fn) {
 template <typename T> using math_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 /// Calls fn<P, G>() for the (param, grad) dtype pair of a group.
-template <typename Fn>
-void dispatch_pair(DType p, DType g, const char* op, const Fn& fn) {
+template <typename Fn> void dispatch_pair(DType p, DType g, const char* op, const Fn& fn) {
   if (p == DType::f64 && g == DType::f64) return fn.template operator()<double, double>();
   if (p == DType::f32) {
     if (g == DType::f32) return fn.template operator()<float, float>();
@@ -54,8 +52,7 @@ void dispatch_pair(DType p, DType g, const char* op, const Fn& fn) {
   EMBER_FAIL(op, " (cpu): unsupported parameter/gradient dtypes ", dtype_name(p), "/", dtype_name(g));
 }
 
-template <typename P, typename G>
-void sgd_typed(const std::vector<SgdSlot>& slots, const SgdHyper& h) {
+template <typename P, typename G> void sgd_typed(const std::vector<SgdSlot>& slots, const SgdHyper& h) {
   const auto c = optim_math::sgd_coeffs<P>(h);
   std::vector<int64_t> numels;
   for (const SgdSlot& s : slots) numels.push_back(s.param.numel());
@@ -65,10 +62,12 @@ void sgd_typed(const std::vector<SgdSlot>& slots, const SgdHyper& h) {
     const G* g = static_cast<const G*>(s.grad.data_ptr());
     if (c.use_momentum) {
       P* buf = static_cast<P*>(s.momentum_buffer.data_ptr());
-      for (int64_t i = ch.begin; i < ch.end; ++i) optim_math::sgd_update<P>(p[i], static_cast<P>(g[i]), buf[i], s.init_buffer, c);
+      for (int64_t i = ch.begin; i < ch.end; ++i)
+        optim_math::sgd_update<P>(p[i], static_cast<P>(g[i]), buf[i], s.init_buffer, c);
     } else {
       P unused = P(0);
-      for (int64_t i = ch.begin; i < ch.end; ++i) optim_math::sgd_update<P>(p[i], static_cast<P>(g[i]), unused, false, c);
+      for (int64_t i = ch.begin; i < ch.end; ++i)
+        optim_math::sgd_update<P>(p[i], static_cast<P>(g[i]), unused, false, c);
     }
   });
 }
@@ -79,8 +78,7 @@ void sgd_step_cpu(const std::vector<SgdSlot>& slots, const SgdHyper& h) {
                 [&]<typename P, typename G>() { sgd_typed<P, G>(slots, h); });
 }
 
-template <typename P, typename G>
-void adam_typed(const std::vector<AdamSlot>& slots, const AdamHyper& h) {
+template <typename P, typename G> void adam_typed(const std::vector<AdamSlot>& slots, const AdamHyper& h) {
   const auto c = optim_math::adam_coeffs<P>(h);
   std::vector<int64_t> numels;
   std::vector<optim_math::AdamTensorCoeffs<P>> tc;
@@ -151,8 +149,8 @@ void global_norm_cpu(const std::vector<Tensor>& tensors, const Tensor& out) {
 }
 
 void clip_by_norm_cpu(const std::vector<Tensor>& tensors, const Tensor& total_norm, double max_norm, double eps) {
-  const double norm = total_norm.dtype() == DType::f64 ? *total_norm.data<double>()
-                                                       : static_cast<double>(*total_norm.data<float>());
+  const double norm =
+      total_norm.dtype() == DType::f64 ? *total_norm.data<double>() : static_cast<double>(*total_norm.data<float>());
   const double f = optim_math::clip_factor<double>(norm, max_norm, eps);
   std::vector<int64_t> numels;
   for (const Tensor& t : tensors) numels.push_back(t.numel());

@@ -6,7 +6,7 @@
 // philox4x32 (checked against it in tests/kernels/test_philox_x4.cpp).
 #include <cstdint>
 
-#include "core/rng.h"
+#include <ember/core/rng.h>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>

@@ -12,21 +12,19 @@
 #include <emmintrin.h>
 #endif
 
-#include "core/thread_pool.h"
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/pool.h"
+#include <ember/core/thread_pool.h>
+#include <ember/kernels/cpu/cpu_kernels.h>
+#include <ember/kernels/pool.h>
 
 namespace ember::kernels::cpu {
 namespace {
 
 constexpr int64_t kGrainElems = int64_t{1} << 14;  // min input elements per parallel_for chunk
 
-template <typename T>
-using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+template <typename T> using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 /// Runs fn(plane) for every plane in [0, planes), parallel; `per_plane` elements of work each.
-template <typename F>
-void for_planes(int64_t planes, int64_t per_plane, const F& fn) {
+template <typename F> void for_planes(int64_t planes, int64_t per_plane, const F& fn) {
   parallel_for(0, planes, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(per_plane, 1)),
                [&](int64_t p0, int64_t p1) {
                  for (int64_t p = p0; p < p1; ++p) fn(p);
@@ -58,8 +56,7 @@ inline Window adaptive_window(int64_t o, int64_t out, int64_t in) {
 /// Branch-free, selecting with bit masks: on real activations the comparisons are coin flips,
 /// and with branches (which GCC emits even for `take ? v : best`) mispredictions made this the
 /// slowest kernel of a CNN step.
-template <typename A>
-inline void take_if_greater(A v, int64_t at, A& best, int64_t& arg) {
+template <typename A> inline void take_if_greater(A v, int64_t at, A& best, int64_t& arg) {
   using Bits = std::conditional_t<sizeof(A) == 8, uint64_t, uint32_t>;
   const bool open = !std::isnan(best);  // a held NaN is final
   const bool take = open & ((v > best) | std::isnan(v));
@@ -79,8 +76,9 @@ inline int64_t max_pool_2x2_sse2(const float* r0, const float* r1, int64_t W, in
   for (; ow + 4 <= Wo; ow += 4) {
     const __m128 a0 = _mm_loadu_ps(r0 + 2 * ow), a1 = _mm_loadu_ps(r0 + 2 * ow + 4);
     const __m128 b0 = _mm_loadu_ps(r1 + 2 * ow), b1 = _mm_loadu_ps(r1 + 2 * ow + 4);
-    const __m128 v[4] = {_mm_shuffle_ps(a0, a1, _MM_SHUFFLE(2, 0, 2, 0)), _mm_shuffle_ps(a0, a1, _MM_SHUFFLE(3, 1, 3, 1)),
-                         _mm_shuffle_ps(b0, b1, _MM_SHUFFLE(2, 0, 2, 0)), _mm_shuffle_ps(b0, b1, _MM_SHUFFLE(3, 1, 3, 1))};
+    const __m128 v[4] = {
+        _mm_shuffle_ps(a0, a1, _MM_SHUFFLE(2, 0, 2, 0)), _mm_shuffle_ps(a0, a1, _MM_SHUFFLE(3, 1, 3, 1)),
+        _mm_shuffle_ps(b0, b1, _MM_SHUFFLE(2, 0, 2, 0)), _mm_shuffle_ps(b0, b1, _MM_SHUFFLE(3, 1, 3, 1))};
     __m128 best = v[0];
     __m128i code = _mm_setzero_si128();
     for (int q = 1; q < 4; ++q) {
@@ -102,8 +100,7 @@ inline int64_t max_pool_2x2_sse2(const float* r0, const float* r1, int64_t W, in
 /// One plane of the 2x2, stride-2, unpadded case of every CNN here (the general loop recomputes
 /// clipped windows per output and mispredicts its compares): the same scan order, so the same
 /// values, indices and NaN handling; f32 four outputs at a time with SSE2.
-template <typename T>
-void max_pool_2x2_plane(const T* xs, int64_t W, int64_t Ho, int64_t Wo, T* op, int64_t* ip) {
+template <typename T> void max_pool_2x2_plane(const T* xs, int64_t W, int64_t Ho, int64_t Wo, T* op, int64_t* ip) {
   using A = acc_t<T>;
   for (int64_t oh = 0; oh < Ho; ++oh) {
     const T* r0 = xs + 2 * oh * W;
@@ -132,8 +129,8 @@ void max_pool_impl(const Tensor& x, const Pool2dParams& p, const Tensor& out, co
   using A = acc_t<T>;
   const int64_t H = x.size(2), W = x.size(3), Ho = out.size(2), Wo = out.size(3);
   // Every window whole (ceil_mode can add a clipped last one): the 2x2 fast path.
-  const bool whole_2x2 = p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 &&
-                         p.pad_h == 0 && p.pad_w == 0 && 2 * Ho <= H && 2 * Wo <= W;
+  const bool whole_2x2 = p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 &&
+                         p.pad_w == 0 && 2 * Ho <= H && 2 * Wo <= W;
   const T* xp = x.data<T>();
   T* op = out.data<T>();
   int64_t* ip = indices.data<int64_t>();
@@ -163,8 +160,7 @@ void max_pool_impl(const Tensor& x, const Pool2dParams& p, const Tensor& out, co
   });
 }
 
-template <typename T>
-void max_pool_backward_impl(const Tensor& gout, const Tensor& indices, const Tensor& gx) {
+template <typename T> void max_pool_backward_impl(const Tensor& gout, const Tensor& indices, const Tensor& gx) {
   const int64_t HW = gx.size(2) * gx.size(3), L = gout.size(2) * gout.size(3);
   const T* gp = gout.data<T>();
   const int64_t* ip = indices.data<int64_t>();
@@ -182,8 +178,7 @@ void max_pool_backward_impl(const Tensor& gout, const Tensor& indices, const Ten
 }
 
 // ---- average ----
-template <typename T>
-void avg_pool_impl(const Tensor& x, const Pool2dParams& p, const Tensor& out) {
+template <typename T> void avg_pool_impl(const Tensor& x, const Pool2dParams& p, const Tensor& out) {
   using A = acc_t<T>;
   const int64_t H = x.size(2), W = x.size(3), Ho = out.size(2), Wo = out.size(3);
   const T* xp = x.data<T>();
@@ -197,16 +192,14 @@ void avg_pool_impl(const Tensor& x, const Pool2dParams& p, const Tensor& out) {
         A s = 0;
         for (int64_t ih = wh.start; ih < wh.end; ++ih)
           for (int64_t iw = ww.start; iw < ww.end; ++iw) s += static_cast<A>(xs[ih * W + iw]);
-        const int64_t count = p.count_include_pad ? wh.padded * ww.padded
-                                                  : (wh.end - wh.start) * (ww.end - ww.start);
+        const int64_t count = p.count_include_pad ? wh.padded * ww.padded : (wh.end - wh.start) * (ww.end - ww.start);
         op[(pl * Ho + oh) * Wo + ow] = static_cast<T>(s / static_cast<A>(count));
       }
     }
   });
 }
 
-template <typename T>
-void avg_pool_backward_impl(const Tensor& gout, const Pool2dParams& p, const Tensor& gx) {
+template <typename T> void avg_pool_backward_impl(const Tensor& gout, const Pool2dParams& p, const Tensor& gx) {
   using A = acc_t<T>;
   const int64_t H = gx.size(2), W = gx.size(3), Ho = gout.size(2), Wo = gout.size(3);
   const T* gp = gout.data<T>();
@@ -218,8 +211,7 @@ void avg_pool_backward_impl(const Tensor& gout, const Pool2dParams& p, const Ten
       const Window wh = pool_window(oh, p.kernel_h, p.stride_h, p.pad_h, H);
       for (int64_t ow = 0; ow < Wo; ++ow) {
         const Window ww = pool_window(ow, p.kernel_w, p.stride_w, p.pad_w, W);
-        const int64_t count = p.count_include_pad ? wh.padded * ww.padded
-                                                  : (wh.end - wh.start) * (ww.end - ww.start);
+        const int64_t count = p.count_include_pad ? wh.padded * ww.padded : (wh.end - wh.start) * (ww.end - ww.start);
         const A g = static_cast<A>(gp[(pl * Ho + oh) * Wo + ow]) / static_cast<A>(count);
         for (int64_t ih = wh.start; ih < wh.end; ++ih)
           for (int64_t iw = ww.start; iw < ww.end; ++iw)
@@ -230,8 +222,7 @@ void avg_pool_backward_impl(const Tensor& gout, const Pool2dParams& p, const Ten
 }
 
 // ---- adaptive average ----
-template <typename T>
-void adaptive_avg_impl(const Tensor& x, const Tensor& out) {
+template <typename T> void adaptive_avg_impl(const Tensor& x, const Tensor& out) {
   using A = acc_t<T>;
   const int64_t H = x.size(2), W = x.size(3), Ho = out.size(2), Wo = out.size(3);
   const T* xp = x.data<T>();
@@ -251,8 +242,7 @@ void adaptive_avg_impl(const Tensor& x, const Tensor& out) {
   });
 }
 
-template <typename T>
-void adaptive_avg_backward_impl(const Tensor& gout, const Tensor& gx) {
+template <typename T> void adaptive_avg_backward_impl(const Tensor& gout, const Tensor& gx) {
   using A = acc_t<T>;
   const int64_t H = gx.size(2), W = gx.size(3), Ho = gout.size(2), Wo = gout.size(3);
   const T* gp = gout.data<T>();

@@ -2,11 +2,11 @@
 // the result does not depend on the thread count.
 #include <type_traits>
 
-#include "core/thread_pool.h"
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/loops.h"
-#include "kernels/random.h"
-#include "kernels/random_math.h"
+#include <ember/core/thread_pool.h>
+#include <ember/kernels/cpu/cpu_kernels.h>
+#include <ember/kernels/cpu/loops.h>
+#include <ember/kernels/random.h>
+#include <ember/kernels/random_math.h>
 
 namespace ember::kernels::cpu {
 namespace {
@@ -31,21 +31,21 @@ void for_each_block(const Tensor& t, uint64_t seed, uint64_t offset, BlockFn fil
 }
 
 // Per-lane value functions lifted to whole blocks.
-template <typename T, typename ValueFn>
-auto per_lane(ValueFn value) {
+template <typename T, typename ValueFn> auto per_lane(ValueFn value) {
   return [value](const Philox4& r, T* vals) {
     for (int lane = 0; lane < 4; ++lane) vals[lane] = value(r, lane);
   };
 }
 
 void sample_impl(Distribution dist, const Tensor& t, double a, double b, uint64_t seed, uint64_t offset) {
-  EMBER_CHECK(t.is_contiguous(), "sample (cpu): expected a contiguous tensor, got shape ", t.shape_str(),
-              " strides ", shape_str(t.strides()));
+  EMBER_CHECK(t.is_contiguous(), "sample (cpu): expected a contiguous tensor, got shape ", t.shape_str(), " strides ",
+              shape_str(t.strides()));
   switch (dist) {
     case Distribution::Uniform:
       EMBER_DISPATCH_FLOAT(t.dtype(), "uniform_", [&]<typename T>() {
-        for_each_block<T>(t, seed, offset,
-                          per_lane<T>([a, b](const Philox4& r, int lane) { return uniform_value<T>(r.v[lane], a, b); }));
+        for_each_block<T>(t, seed, offset, per_lane<T>([a, b](const Philox4& r, int lane) {
+                            return uniform_value<T>(r.v[lane], a, b);
+                          }));
       });
       return;
     case Distribution::Normal:
@@ -76,8 +76,8 @@ void sample_impl(Distribution dist, const Tensor& t, double a, double b, uint64_
     case Distribution::Bernoulli:
       EMBER_DISPATCH_ALL(t.dtype(), "bernoulli_", [&]<typename T>() {
         for_each_block<T>(t, seed, offset, per_lane<T>([a](const Philox4& r, int lane) {
-          return convert<T>(static_cast<double>(uint_to_unit_float(r.v[lane])) < a ? 1.0 : 0.0);
-        }));
+                            return convert<T>(static_cast<double>(uint_to_unit_float(r.v[lane])) < a ? 1.0 : 0.0);
+                          }));
       });
       return;
   }

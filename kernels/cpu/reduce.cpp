@@ -7,15 +7,15 @@
 //   - over fixed-size blocks of R when there are few outputs (a full reduction is outer = inner = 1):
 //     each block yields one partial per output and the partials are combined in block order, so the
 //     result does not depend on the number of threads.
-#include <cmath>
 #include <algorithm>
-#include <type_traits>
+#include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
-#include "core/thread_pool.h"
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/reduce.h"
+#include <ember/core/thread_pool.h>
+#include <ember/kernels/cpu/cpu_kernels.h>
+#include <ember/kernels/reduce.h>
 
 namespace ember::kernels::cpu {
 namespace {
@@ -34,7 +34,8 @@ template <typename T> using acc_t = std::conditional_t<kIsFloat<T>, double, int6
 template <typename A> inline A combine(ReduceOp op, A a, A v) {
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Mean: return a + v;
+    case ReduceOp::Mean:
+      return a + v;
     case ReduceOp::Max:
       if constexpr (std::is_floating_point_v<A>) return (v > a || std::isnan(v)) && !std::isnan(a) ? v : a;
       else return v > a ? v : a;
@@ -95,8 +96,7 @@ template <typename T, typename O> inline void store(ReduceOp op, O* dst, acc_t<T
   *dst = static_cast<O>(v);
 }
 
-template <typename T, typename O>
-void reduce_typed(ReduceOp op, const Tensor& xt, const Tensor& outt) {
+template <typename T, typename O> void reduce_typed(ReduceOp op, const Tensor& xt, const Tensor& outt) {
   using A = acc_t<T>;
   const T* x = static_cast<const T*>(xt.data_ptr());
   O* out = static_cast<O*>(outt.data_ptr());
@@ -129,7 +129,8 @@ void reduce_typed(ReduceOp op, const Tensor& xt, const Tensor& outt) {
     for (int64_t blk = b; blk < e; ++blk) {
       const int64_t r0 = blk * kRBlock, r1 = std::min(R, r0 + kRBlock);
       A* acc = partial.data() + blk * n_out;
-      for (int64_t o = 0; o < outer; ++o) reduce_slab<T>(op, x + o * R * inner, inner, r0, r1, 0, inner, acc + o * inner);
+      for (int64_t o = 0; o < outer; ++o)
+        reduce_slab<T>(op, x + o * R * inner, inner, r0, r1, 0, inner, acc + o * inner);
     }
   });
   for (int64_t j = 0; j < n_out; ++j) {
@@ -169,9 +170,15 @@ template <typename T> void argmax_typed(const Tensor& xt, const Tensor& outt) {
         const C v = static_cast<C>(p[r * inner]);
         if constexpr (std::is_floating_point_v<C>) {
           if (std::isnan(best)) break;
-          if (v > best || std::isnan(v)) { best = v; best_r = r; }
+          if (v > best || std::isnan(v)) {
+            best = v;
+            best_r = r;
+          }
         } else {
-          if (v > best) { best = v; best_r = r; }
+          if (v > best) {
+            best = v;
+            best_r = r;
+          }
         }
       }
       out[j] = best_r;

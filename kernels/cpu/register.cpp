@@ -1,5 +1,5 @@
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/dispatch.h"
+#include <ember/kernels/cpu/cpu_kernels.h>
+#include <ember/kernels/dispatch.h>
 
 namespace ember::kernels {
 

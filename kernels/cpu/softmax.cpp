@@ -10,9 +10,9 @@
 #include <limits>
 #include <type_traits>
 
-#include "core/thread_pool.h"
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/softmax.h"
+#include <ember/core/thread_pool.h>
+#include <ember/kernels/cpu/cpu_kernels.h>
+#include <ember/kernels/softmax.h>
 
 namespace ember::kernels::cpu {
 namespace {
@@ -197,8 +197,8 @@ void cross_entropy_backward_typed(const Tensor& grad_rows, const Tensor& logits,
   });
 }
 
-void cross_entropy_backward_cpu(const Tensor& grad_rows, const Tensor& logits, const Tensor& target,
-                                const Tensor& lse, double ls, const Tensor& dlogits) {
+void cross_entropy_backward_cpu(const Tensor& grad_rows, const Tensor& logits, const Tensor& target, const Tensor& lse,
+                                double ls, const Tensor& dlogits) {
   EMBER_DISPATCH_FLOAT(logits.dtype(), "cross_entropy_backward (cpu)", [&]<typename T>() {
     cross_entropy_backward_typed<T>(grad_rows, logits, target, lse, ls, dlogits);
   });

@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "core/cuda_check.h"
-#include "core/stream.h"
-#include "core/tensor.h"
+#include <ember/core/cuda_check.h>
+#include <ember/core/stream.h>
+#include <ember/core/tensor.h>
 
 namespace ember::kernels::cuda {
 

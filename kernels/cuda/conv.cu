@@ -35,21 +35,21 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.h"
-#include "core/stream.h"
-#include "kernels/conv.h"
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cublas_handle.h"
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/cudnn_handle.h"
-#include "kernels/cuda/reduce_utils.cuh"
+#include <ember/core/error.h>
+#include <ember/core/stream.h>
+#include <ember/kernels/conv.h>
+#include <ember/kernels/cuda/cublas_handle.h>
+#include <ember/kernels/cuda/cuda_kernels.h>
+#include <ember/kernels/cuda/cudnn_handle.h>
+#include <ember/kernels/cuda/common.cuh>
+#include <ember/kernels/cuda/reduce_utils.cuh>
 
 namespace ember::kernels::cuda {
 namespace {
 
 constexpr size_t kSearchWorkspaceCap = size_t(1) << 30;  // bytes the algorithm search may use
-constexpr int64_t kIntLimit = INT_MAX;                    // cuDNN's 32-bit element counts
-constexpr uintptr_t kMaxAlign = 16;                       // widest vector access cuDNN kernels make
+constexpr int64_t kIntLimit = INT_MAX;  // cuDNN's 32-bit element counts
+constexpr uintptr_t kMaxAlign = 16;  // widest vector access cuDNN kernels make
 
 enum class Direction : int { Forward = 0, BackwardData = 1, BackwardFilter = 2 };
 
@@ -77,7 +77,7 @@ struct AlgoKey {
 };
 
 struct AlgoChoice {
-  int algo;              // cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
+  int algo;  // cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
   cudnnMathType_t math;  // math type the algorithm was timed with
 };
 
@@ -91,7 +91,8 @@ AlgoCache& algo_cache() {
 }
 
 AlgoKey key_of(Device dev, Direction dir, const Geometry& g, bool tf32, int align) {
-  return AlgoKey{dev.index(), dir, g.dtype, tf32, align, g.n, g.c, g.h, g.w, g.o, g.cg, g.kh, g.kw, g.p.stride_h,
+  return AlgoKey{dev.index(),  dir,       g.dtype,   tf32,           align,          g.n,       g.c,
+                 g.h,          g.w,       g.o,       g.cg,           g.kh,           g.kw,      g.p.stride_h,
                  g.p.stride_w, g.p.pad_h, g.p.pad_w, g.p.dilation_h, g.p.dilation_w, g.p.groups};
 }
 
@@ -123,10 +124,13 @@ std::string geometry_str(const Geometry& g) {
 /// Math type requested before the search: see the top comment.
 cudnnMathType_t requested_math(DType dt, bool tf32) {
   switch (dt) {
-    case DType::f32: return tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    case DType::f32:
+      return tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
     case DType::f16:
-    case DType::bf16: return CUDNN_TENSOR_OP_MATH;
-    default: return CUDNN_DEFAULT_MATH;
+    case DType::bf16:
+      return CUDNN_TENSOR_OP_MATH;
+    default:
+      return CUDNN_DEFAULT_MATH;
   }
 }
 
@@ -142,7 +146,9 @@ struct Scale {
   float f;
   double d;
   explicit Scale(double v) : f(static_cast<float>(v)), d(v) {}
-  const void* ptr(DType dt) const { return dt == DType::f64 ? static_cast<const void*>(&d) : static_cast<const void*>(&f); }
+  const void* ptr(DType dt) const {
+    return dt == DType::f64 ? static_cast<const void*>(&d) : static_cast<const void*>(&f);
+  }
 };
 
 /// Descriptors of one problem. The convolution descriptor carries the requested math type.
@@ -160,8 +166,8 @@ struct Descs {
     // cuDNN's own output-size rule must agree with the shapes the front end allocated.
     int n = 0, c = 0, h = 0, w_ = 0;
     CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv.get(), x.get(), w.get(), &n, &c, &h, &w_));
-    EMBER_CHECK(n == g.n && c == g.o && h == g.ho && w_ == g.wo, "conv2d (cuda): cuDNN computes output (", n, ", ",
-                c, ", ", h, ", ", w_, ") for ", geometry_str(g));
+    EMBER_CHECK(n == g.n && c == g.o && h == g.ho && w_ == g.wo, "conv2d (cuda): cuDNN computes output (", n, ", ", c,
+                ", ", h, ", ", w_, ") for ", geometry_str(g));
   }
 };
 
@@ -189,16 +195,22 @@ size_t workspace_size(cudnnHandle_t h, Direction dir, const Descs& d, int algo) 
 
 int algo_count(Direction dir) {
   switch (dir) {
-    case Direction::Forward: return CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
-    case Direction::BackwardData: return CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
-    default: return CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+    case Direction::Forward:
+      return CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+    case Direction::BackwardData:
+      return CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+    default:
+      return CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
   }
 }
 const char* dir_name(Direction dir) {
   switch (dir) {
-    case Direction::Forward: return "forward";
-    case Direction::BackwardData: return "backward-data";
-    default: return "backward-filter";
+    case Direction::Forward:
+      return "forward";
+    case Direction::BackwardData:
+      return "backward-data";
+    default:
+      return "backward-filter";
   }
 }
 
@@ -225,8 +237,7 @@ Tensor search_workspace(cudnnHandle_t h, Direction dir, const Descs& d, Device d
 }
 
 /// First (fastest) usable entry of a perf array sorted by time.
-template <typename Perf>
-bool pick(const std::vector<Perf>& perfs, int returned, size_t ws_bytes, AlgoChoice& out) {
+template <typename Perf> bool pick(const std::vector<Perf>& perfs, int returned, size_t ws_bytes, AlgoChoice& out) {
   for (int i = 0; i < returned; ++i) {
     const Perf& pf = perfs[static_cast<size_t>(i)];
     if (pf.status == CUDNN_STATUS_SUCCESS && pf.memory <= ws_bytes) {
@@ -271,23 +282,23 @@ AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs
     case Direction::BackwardFilter: {
       void* scratch = scratch_like(w, static_cast<size_t>(g.o * g.cg * g.kh * g.kw) * es, dev, hold);
       std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(static_cast<size_t>(count));
-      CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x.get(), x, d.y.get(), y, d.conv.get(),
-                                                                d.w.get(), scratch, count, &returned, perfs.data(),
-                                                                ws_ptr, ws_bytes));
+      CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x.get(), x, d.y.get(), y, d.conv.get(), d.w.get(),
+                                                                scratch, count, &returned, perfs.data(), ws_ptr,
+                                                                ws_bytes));
       ok = pick(perfs, returned, ws_bytes, choice);
       break;
     }
   }
-  EMBER_CHECK(ok, "conv2d (cuda): cuDNN found no ", dir_name(dir), " algorithm for ", geometry_str(g), " (",
-              returned, " candidates, search workspace ", ws_bytes, " bytes)");
+  EMBER_CHECK(ok, "conv2d (cuda): cuDNN found no ", dir_name(dir), " algorithm for ", geometry_str(g), " (", returned,
+              " candidates, search workspace ", ws_bytes, " bytes)");
   return choice;
 }
 
 /// Runs direction `dir` on one problem: finds (or looks up) the algorithm, then calls cuDNN with
 /// out = alpha * op + beta * out. x/w/y are the three tensors' device pointers; the one written is
 /// y (forward), x (backward-data) or w (backward-filter).
-void run(Direction dir, const Geometry& g, Device dev, cudaStream_t stream, const void* x, const void* w,
-         const void* y, double beta) {
+void run(Direction dir, const Geometry& g, Device dev, cudaStream_t stream, const void* x, const void* w, const void* y,
+         double beta) {
   const bool tf32 = g.dtype == DType::f32 && allow_tf32();
   const CudnnHandleLease lease = cudnn_handle(dev, stream);
   cudnnHandle_t h = lease.get();
@@ -338,8 +349,8 @@ void run(Direction dir, const Geometry& g, Device dev, cudaStream_t stream, cons
 
 /// y[n, o, s] += bias[o] over y (n, o_count, s_count) contiguous; accumulation type A.
 template <typename T>
-__global__ void __launch_bounds__(kBlock) add_bias_kernel(T* __restrict__ y, const T* __restrict__ bias,
-                                                          int64_t total, int64_t o_count, int64_t s_count) {
+__global__ void __launch_bounds__(kBlock)
+    add_bias_kernel(T* __restrict__ y, const T* __restrict__ bias, int64_t total, int64_t o_count, int64_t s_count) {
   using A = acc_t<T>;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
@@ -369,8 +380,8 @@ void check_operands(const char* op, std::initializer_list<std::pair<const char*,
                 t->device().str());
     EMBER_CHECK(t->dtype() == first.dtype(), op, ": expected one dtype, got ", ts.begin()->first, " ",
                 dtype_name(first.dtype()), " and ", name, " ", dtype_name(t->dtype()));
-    EMBER_CHECK(t->dim() == 4 && is_dense(*t), op, ": expected a contiguous 4-D ", name, ", got shape ",
-                t->shape_str(), " strides ", shape_str(t->strides()));
+    EMBER_CHECK(t->dim() == 4 && is_dense(*t), op, ": expected a contiguous 4-D ", name, ", got shape ", t->shape_str(),
+                " strides ", shape_str(t->strides()));
   }
   (void)cudnn_data_type(first.dtype());  // throws for non-float dtypes
 }
@@ -379,9 +390,9 @@ void check_operands(const char* op, std::initializer_list<std::pair<const char*,
 Geometry geometry_of(DType dt, const Shape& xs, const Shape& ws, const Shape& ys, const Conv2dParams& p,
                      const char* op) {
   Geometry g{dt, xs[0], xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], ws[3], ys[2], ys[3], p};
-  EMBER_CHECK(p.groups >= 1 && g.c == g.cg * p.groups && g.o % p.groups == 0 && ys[0] == xs[0] && ys[1] == ws[0],
-              op, ": inconsistent shapes x ", shape_str(xs), ", w ", shape_str(ws), ", y ", shape_str(ys),
-              " with groups ", p.groups);
+  EMBER_CHECK(p.groups >= 1 && g.c == g.cg * p.groups && g.o % p.groups == 0 && ys[0] == xs[0] && ys[1] == ws[0], op,
+              ": inconsistent shapes x ", shape_str(xs), ", w ", shape_str(ws), ", y ", shape_str(ys), " with groups ",
+              p.groups);
   return g;
 }
 
@@ -405,11 +416,11 @@ void conv2d_forward_cuda(const Tensor& x, const Tensor& w, const Tensor& bias, c
   check_operands("conv2d (cuda)", {{"x", &x}, {"w", &w}, {"out", &out}});
   const Geometry full = geometry_of(x.dtype(), x.shape(), w.shape(), out.shape(), p, "conv2d (cuda)");
   if (bias.defined()) {
-    EMBER_CHECK(bias.device() == out.device() && bias.dtype() == out.dtype() && bias.numel() == full.o &&
-                    is_dense(bias),
-                "conv2d (cuda): expected a contiguous bias of ", full.o, " ", dtype_name(out.dtype()), " values on ",
-                out.device().str(), ", got shape ", bias.shape_str(), " ", dtype_name(bias.dtype()), " on ",
-                bias.device().str());
+    EMBER_CHECK(
+        bias.device() == out.device() && bias.dtype() == out.dtype() && bias.numel() == full.o && is_dense(bias),
+        "conv2d (cuda): expected a contiguous bias of ", full.o, " ", dtype_name(out.dtype()), " values on ",
+        out.device().str(), ", got shape ", bias.shape_str(), " ", dtype_name(bias.dtype()), " on ",
+        bias.device().str());
   }
   if (out.numel() == 0) return;
   DeviceGuard guard(out.device());
@@ -429,8 +440,7 @@ void conv2d_forward_cuda(const Tensor& x, const Tensor& w, const Tensor& bias, c
 }
 
 /// grad_x (N, C, H, W) from grad_out (N, O, Ho, Wo) and w (O, C/g, kh, kw).
-void conv2d_backward_input_cuda(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p,
-                                const Tensor& grad_x) {
+void conv2d_backward_input_cuda(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p, const Tensor& grad_x) {
   check_operands("conv2d_backward_input (cuda)", {{"grad_out", &grad_out}, {"w", &w}, {"grad_x", &grad_x}});
   const Geometry full =
       geometry_of(w.dtype(), grad_x.shape(), w.shape(), grad_out.shape(), p, "conv2d_backward_input (cuda)");
@@ -438,8 +448,8 @@ void conv2d_backward_input_cuda(const Tensor& grad_out, const Tensor& w, const C
   DeviceGuard guard(grad_x.device());
   const cudaStream_t stream = stream_of(grad_x);
   if (grad_out.numel() == 0 || w.numel() == 0) {  // no output element depends on x
-    CUDA_CHECK(cudaMemsetAsync(grad_x.data_ptr(), 0, static_cast<size_t>(grad_x.numel()) * grad_x.element_size(),
-                               stream));
+    CUDA_CHECK(
+        cudaMemsetAsync(grad_x.data_ptr(), 0, static_cast<size_t>(grad_x.numel()) * grad_x.element_size(), stream));
     return;
   }
   const int64_t chunk = chunk_size(full);
@@ -453,8 +463,7 @@ void conv2d_backward_input_cuda(const Tensor& grad_out, const Tensor& w, const C
 
 /// grad_w (O, C/g, kh, kw) from grad_out (N, O, Ho, Wo) and x (N, C, H, W); chunks of the batch
 /// accumulate into grad_w.
-void conv2d_backward_weight_cuda(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
-                                 const Tensor& grad_w) {
+void conv2d_backward_weight_cuda(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p, const Tensor& grad_w) {
   check_operands("conv2d_backward_weight (cuda)", {{"grad_out", &grad_out}, {"x", &x}, {"grad_w", &grad_w}});
   const Geometry full =
       geometry_of(x.dtype(), x.shape(), grad_w.shape(), grad_out.shape(), p, "conv2d_backward_weight (cuda)");
@@ -462,8 +471,8 @@ void conv2d_backward_weight_cuda(const Tensor& grad_out, const Tensor& x, const 
   DeviceGuard guard(grad_w.device());
   const cudaStream_t stream = stream_of(grad_w);
   if (grad_out.numel() == 0 || x.numel() == 0) {  // an empty batch (or empty planes): zero gradient
-    CUDA_CHECK(cudaMemsetAsync(grad_w.data_ptr(), 0, static_cast<size_t>(grad_w.numel()) * grad_w.element_size(),
-                               stream));
+    CUDA_CHECK(
+        cudaMemsetAsync(grad_w.data_ptr(), 0, static_cast<size_t>(grad_w.numel()) * grad_w.element_size(), stream));
     return;
   }
   const int64_t chunk = chunk_size(full);

@@ -21,25 +21,22 @@
 #include <type_traits>
 #include <utility>
 
-#include "kernels/copy.h"
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/loops.cuh"
+#include <ember/kernels/copy.h>
+#include <ember/kernels/cuda/cuda_kernels.h>
+#include <ember/kernels/cuda/loops.cuh>
 
 namespace ember::kernels::cuda {
 namespace {
 
-template <typename D, typename S>
-struct ConvertF {
+template <typename D, typename S> struct ConvertF {
   __device__ D operator()(S s) const { return convert<D>(s); }
 };
 
-template <typename U>
-struct IdentityF {
+template <typename U> struct IdentityF {
   __device__ U operator()(U x) const { return x; }
 };
 
-template <typename U>
-struct ConstantF {
+template <typename U> struct ConstantF {
   U bits;
   __device__ U operator()() const { return bits; }
 };
@@ -58,9 +55,8 @@ void copy_impl(const Tensor& src, const Tensor& dst) {
                                  cudaMemcpyDeviceToDevice, stream_of(dst)));
       return;
     }
-    dispatch_bits(dst.element_size(), "copy", [&]<typename U>() {
-      launch_elementwise<U>(dst, IdentityF<U>{}, operand<U>(src));
-    });
+    dispatch_bits(dst.element_size(), "copy",
+                  [&]<typename U>() { launch_elementwise<U>(dst, IdentityF<U>{}, operand<U>(src)); });
     return;
   }
   EMBER_DISPATCH_ALL(src.dtype(), "copy", [&]<typename S>() {

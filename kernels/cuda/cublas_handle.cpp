@@ -1,6 +1,6 @@
 // cuBLAS handle registry (see cublas_handle.h for why handles are per (device, stream) and why
 // the registry outlives static destruction).
-#include "kernels/cuda/cublas_handle.h"
+#include <ember/kernels/cuda/cublas_handle.h>
 
 #include <atomic>
 #include <cstdio>
@@ -9,9 +9,9 @@
 #include <mutex>
 #include <utility>
 
-#include "core/caching_allocator.h"
-#include "core/cuda_check.h"
-#include "core/stream.h"
+#include <ember/core/caching_allocator.h>
+#include <ember/core/cuda_check.h>
+#include <ember/core/stream.h>
 
 namespace ember::kernels::cuda {
 namespace {

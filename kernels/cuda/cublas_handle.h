@@ -10,8 +10,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include "core/allocator.h"
-#include "core/device.h"
+#include <ember/core/allocator.h>
+#include <ember/core/device.h>
 
 namespace ember::kernels::cuda {
 

@@ -1,6 +1,6 @@
 // cuDNN handle registry and descriptor owners (see cudnn_handle.h for why handles are per
 // (device, stream) and why the registry outlives static destruction).
-#include "kernels/cuda/cudnn_handle.h"
+#include <ember/kernels/cuda/cudnn_handle.h>
 
 #include <climits>
 #include <cstdio>
@@ -9,8 +9,8 @@
 #include <mutex>
 #include <utility>
 
-#include "core/cuda_check.h"
-#include "core/stream.h"
+#include <ember/core/cuda_check.h>
+#include <ember/core/stream.h>
 
 namespace ember::kernels::cuda {
 namespace {
@@ -88,11 +88,16 @@ void release_cudnn_handles() {
 
 cudnnDataType_t cudnn_data_type(DType dt) {
   switch (dt) {
-    case DType::f32: return CUDNN_DATA_FLOAT;
-    case DType::f64: return CUDNN_DATA_DOUBLE;
-    case DType::f16: return CUDNN_DATA_HALF;
-    case DType::bf16: return CUDNN_DATA_BFLOAT16;
-    default: break;
+    case DType::f32:
+      return CUDNN_DATA_FLOAT;
+    case DType::f64:
+      return CUDNN_DATA_DOUBLE;
+    case DType::f16:
+      return CUDNN_DATA_HALF;
+    case DType::bf16:
+      return CUDNN_DATA_BFLOAT16;
+    default:
+      break;
   }
   EMBER_FAIL("cuDNN: expected a floating dtype (f32, f64, f16, bf16), got ", dtype_name(dt));
 }
@@ -132,16 +137,15 @@ ConvolutionDescriptor::~ConvolutionDescriptor() {
   if (desc_ != nullptr) log_if_failed(cudnnDestroyConvolutionDescriptor(desc_), "cudnnDestroyConvolutionDescriptor");
 }
 
-void ConvolutionDescriptor::set_2d(int64_t pad_h, int64_t pad_w, int64_t stride_h, int64_t stride_w,
-                                   int64_t dilation_h, int64_t dilation_w, int64_t groups, cudnnDataType_t compute) {
+void ConvolutionDescriptor::set_2d(int64_t pad_h, int64_t pad_w, int64_t stride_h, int64_t stride_w, int64_t dilation_h,
+                                   int64_t dilation_w, int64_t groups, cudnnDataType_t compute) {
   EMBER_CHECK(fits_int(pad_h) && fits_int(pad_w) && fits_int(stride_h) && fits_int(stride_w) && fits_int(dilation_h) &&
                   fits_int(dilation_w) && fits_int(groups),
               "cuDNN convolution descriptor: padding (", pad_h, ", ", pad_w, "), stride (", stride_h, ", ", stride_w,
               "), dilation (", dilation_h, ", ", dilation_w, ") or groups ", groups, " out of cuDNN's int range");
-  CUDNN_CHECK(cudnnSetConvolution2dDescriptor(desc_, static_cast<int>(pad_h), static_cast<int>(pad_w),
-                                              static_cast<int>(stride_h), static_cast<int>(stride_w),
-                                              static_cast<int>(dilation_h), static_cast<int>(dilation_w),
-                                              CUDNN_CROSS_CORRELATION, compute));
+  CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+      desc_, static_cast<int>(pad_h), static_cast<int>(pad_w), static_cast<int>(stride_h), static_cast<int>(stride_w),
+      static_cast<int>(dilation_h), static_cast<int>(dilation_w), CUDNN_CROSS_CORRELATION, compute));
   CUDNN_CHECK(cudnnSetConvolutionGroupCount(desc_, static_cast<int>(groups)));
 }
 

@@ -12,15 +12,15 @@
 // Descriptors: thin owners of cudnn*Descriptor_t. cuDNN's legacy API takes int dimensions and
 // strides, so the setters check that every value fits and name the shape when it does not. The
 // destructors never throw: a failing cudnnDestroy*Descriptor is logged to stderr.
-#include <cudnn.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
 
 #include <cstdint>
 #include <mutex>
 #include <utility>
 
-#include "core/device.h"
-#include "core/dtype.h"
+#include <ember/core/device.h>
+#include <ember/core/dtype.h>
 
 namespace ember::kernels::cuda {
 
@@ -44,8 +44,7 @@ class CudnnHandle {
 /// Exclusive use of one cuDNN handle while the lease lives (it holds the handle's mutex).
 class CudnnHandleLease {
  public:
-  CudnnHandleLease(cudnnHandle_t handle, std::unique_lock<std::mutex> lock)
-      : handle_(handle), lock_(std::move(lock)) {}
+  CudnnHandleLease(cudnnHandle_t handle, std::unique_lock<std::mutex> lock) : handle_(handle), lock_(std::move(lock)) {}
   cudnnHandle_t get() const { return handle_; }
 
  private:
@@ -107,8 +106,8 @@ class ConvolutionDescriptor {
 
   /// 2-D convolution with the given geometry; `compute` is the accumulation type (CUDNN_DATA_FLOAT
   /// for f32/f16/bf16 data, CUDNN_DATA_DOUBLE for f64).
-  void set_2d(int64_t pad_h, int64_t pad_w, int64_t stride_h, int64_t stride_w, int64_t dilation_h,
-              int64_t dilation_w, int64_t groups, cudnnDataType_t compute);
+  void set_2d(int64_t pad_h, int64_t pad_w, int64_t stride_h, int64_t stride_w, int64_t dilation_h, int64_t dilation_w,
+              int64_t groups, cudnnDataType_t compute);
   void set_math_type(cudnnMathType_t math);
   cudnnConvolutionDescriptor_t get() const { return desc_; }
 

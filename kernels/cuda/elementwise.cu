@@ -14,11 +14,11 @@
 #include <cmath>
 #include <type_traits>
 
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/error_flag.cuh"
-#include "kernels/cuda/loops.cuh"
-#include "kernels/elementwise.h"
-#include "kernels/elementwise_math.h"
+#include <ember/kernels/cuda/cuda_kernels.h>
+#include <ember/kernels/elementwise.h>
+#include <ember/kernels/elementwise_math.h>
+#include <ember/kernels/cuda/error_flag.cuh>
+#include <ember/kernels/cuda/loops.cuh>
 
 namespace ember::kernels::cuda {
 namespace {
@@ -26,40 +26,37 @@ namespace {
 // ---- per-element math: the shared formulas of kernels/elementwise_math.h behind a run-time switch ----
 
 #define EMBER_UNARY_CASE_(X) \
-  case UnaryOp::X: return math::unary_apply<UnaryOp::X>(x);
+  case UnaryOp::X:           \
+    return math::unary_apply<UnaryOp::X>(x);
 #define EMBER_UNARY_GRAD_CASE_(X) \
-  case UnaryOp::X: return math::unary_backward_apply<UnaryOp::X>(g, v);
+  case UnaryOp::X:                \
+    return math::unary_backward_apply<UnaryOp::X>(g, v);
 
-template <typename A>
-__device__ inline A unary_math(UnaryOp op, A x) {
+template <typename A> __device__ inline A unary_math(UnaryOp op, A x) {
   if constexpr (std::is_floating_point_v<A>) {
     switch (op) {
-      EMBER_UNARY_CASE_(Neg) EMBER_UNARY_CASE_(Abs) EMBER_UNARY_CASE_(Exp) EMBER_UNARY_CASE_(Log)
-      EMBER_UNARY_CASE_(Sqrt) EMBER_UNARY_CASE_(Tanh) EMBER_UNARY_CASE_(Sigmoid) EMBER_UNARY_CASE_(Relu)
-      EMBER_UNARY_CASE_(Gelu)
+      EMBER_UNARY_CASE_(Neg)
+      EMBER_UNARY_CASE_(Abs) EMBER_UNARY_CASE_(Exp) EMBER_UNARY_CASE_(Log) EMBER_UNARY_CASE_(Sqrt)
+          EMBER_UNARY_CASE_(Tanh) EMBER_UNARY_CASE_(Sigmoid) EMBER_UNARY_CASE_(Relu) EMBER_UNARY_CASE_(Gelu)
     }
   } else {  // integers: Neg, Abs, Relu only (checked on the host)
-    switch (op) {
-      EMBER_UNARY_CASE_(Neg) EMBER_UNARY_CASE_(Abs) EMBER_UNARY_CASE_(Relu)
-      default: break;
-    }
+    switch (op) { EMBER_UNARY_CASE_(Neg) EMBER_UNARY_CASE_(Abs) EMBER_UNARY_CASE_(Relu) default : break; }
   }
   return x;
 }
 
 // dL/dx given g = dL/dy and v = x or y (whichever the op reads; see kernels/elementwise.h).
-template <typename A>
-__device__ inline A unary_grad_math(UnaryOp op, A g, A v) {
+template <typename A> __device__ inline A unary_grad_math(UnaryOp op, A g, A v) {
   if constexpr (std::is_floating_point_v<A>) {
     switch (op) {
-      EMBER_UNARY_GRAD_CASE_(Neg) EMBER_UNARY_GRAD_CASE_(Abs) EMBER_UNARY_GRAD_CASE_(Exp)
-      EMBER_UNARY_GRAD_CASE_(Log) EMBER_UNARY_GRAD_CASE_(Sqrt) EMBER_UNARY_GRAD_CASE_(Tanh)
-      EMBER_UNARY_GRAD_CASE_(Sigmoid) EMBER_UNARY_GRAD_CASE_(Relu) EMBER_UNARY_GRAD_CASE_(Gelu)
+      EMBER_UNARY_GRAD_CASE_(Neg)
+      EMBER_UNARY_GRAD_CASE_(Abs) EMBER_UNARY_GRAD_CASE_(Exp) EMBER_UNARY_GRAD_CASE_(Log) EMBER_UNARY_GRAD_CASE_(Sqrt)
+          EMBER_UNARY_GRAD_CASE_(Tanh) EMBER_UNARY_GRAD_CASE_(Sigmoid) EMBER_UNARY_GRAD_CASE_(Relu)
+              EMBER_UNARY_GRAD_CASE_(Gelu)
     }
   } else {
     switch (op) {
-      EMBER_UNARY_GRAD_CASE_(Neg) EMBER_UNARY_GRAD_CASE_(Abs) EMBER_UNARY_GRAD_CASE_(Relu)
-      default: break;
+      EMBER_UNARY_GRAD_CASE_(Neg) EMBER_UNARY_GRAD_CASE_(Abs) EMBER_UNARY_GRAD_CASE_(Relu) default : break;
     }
   }
   return g;
@@ -69,36 +66,47 @@ __device__ inline A unary_grad_math(UnaryOp op, A g, A v) {
 
 // Add..Minimum. Integer division by zero never reaches here: the integer Div functors below
 // intercept a zero divisor first. bool Sub/Div are refused on the host.
-template <typename A>
-__device__ inline A binary_math(BinaryOp op, A x, A y) {
+template <typename A> __device__ inline A binary_math(BinaryOp op, A x, A y) {
   switch (op) {
-    case BinaryOp::Add: return math::binary_apply<BinaryOp::Add>(x, y);
-    case BinaryOp::Sub: return math::binary_apply<BinaryOp::Sub>(x, y);
-    case BinaryOp::Mul: return math::binary_apply<BinaryOp::Mul>(x, y);
-    case BinaryOp::Div: return math::binary_apply<BinaryOp::Div>(x, y);
-    case BinaryOp::Maximum: return math::binary_apply<BinaryOp::Maximum>(x, y);
-    case BinaryOp::Minimum: return math::binary_apply<BinaryOp::Minimum>(x, y);
-    default: return x;  // comparisons go through compare_math
+    case BinaryOp::Add:
+      return math::binary_apply<BinaryOp::Add>(x, y);
+    case BinaryOp::Sub:
+      return math::binary_apply<BinaryOp::Sub>(x, y);
+    case BinaryOp::Mul:
+      return math::binary_apply<BinaryOp::Mul>(x, y);
+    case BinaryOp::Div:
+      return math::binary_apply<BinaryOp::Div>(x, y);
+    case BinaryOp::Maximum:
+      return math::binary_apply<BinaryOp::Maximum>(x, y);
+    case BinaryOp::Minimum:
+      return math::binary_apply<BinaryOp::Minimum>(x, y);
+    default:
+      return x;  // comparisons go through compare_math
   }
 }
 
-template <typename A>
-__device__ inline bool compare_math(BinaryOp op, A x, A y) {
+template <typename A> __device__ inline bool compare_math(BinaryOp op, A x, A y) {
   switch (op) {
-    case BinaryOp::Eq: return math::binary_apply<BinaryOp::Eq>(x, y);
-    case BinaryOp::Ne: return math::binary_apply<BinaryOp::Ne>(x, y);
-    case BinaryOp::Lt: return math::binary_apply<BinaryOp::Lt>(x, y);
-    case BinaryOp::Le: return math::binary_apply<BinaryOp::Le>(x, y);
-    case BinaryOp::Gt: return math::binary_apply<BinaryOp::Gt>(x, y);
-    case BinaryOp::Ge: return math::binary_apply<BinaryOp::Ge>(x, y);
-    default: return false;
+    case BinaryOp::Eq:
+      return math::binary_apply<BinaryOp::Eq>(x, y);
+    case BinaryOp::Ne:
+      return math::binary_apply<BinaryOp::Ne>(x, y);
+    case BinaryOp::Lt:
+      return math::binary_apply<BinaryOp::Lt>(x, y);
+    case BinaryOp::Le:
+      return math::binary_apply<BinaryOp::Le>(x, y);
+    case BinaryOp::Gt:
+      return math::binary_apply<BinaryOp::Gt>(x, y);
+    case BinaryOp::Ge:
+      return math::binary_apply<BinaryOp::Ge>(x, y);
+    default:
+      return false;
   }
 }
 
 // ---- functors (T: storage type; C = opmath_t<T>: compute type) ----
 
-template <typename T>
-struct UnaryF {
+template <typename T> struct UnaryF {
   UnaryOp op;
   __device__ T operator()(T a) const {
     using C = opmath_t<T>;
@@ -106,8 +114,7 @@ struct UnaryF {
   }
 };
 
-template <typename T>
-struct UnaryGradF {
+template <typename T> struct UnaryGradF {
   UnaryOp op;
   __device__ T operator()(T g, T v) const {
     using C = opmath_t<T>;
@@ -119,8 +126,7 @@ struct UnaryGradF {
 
 // Integer Div checks its divisor: a zero raises `div_zero` (null for every other op/dtype, which
 // never dereference it) and yields 0, and the launcher turns the flag into an error.
-template <typename C>
-__device__ inline bool zero_divisor(BinaryOp op, C y, unsigned long long* div_zero) {
+template <typename C> __device__ inline bool zero_divisor(BinaryOp op, C y, unsigned long long* div_zero) {
   if constexpr (std::is_integral_v<C>) {
     if (op == BinaryOp::Div && y == C(0)) {
       raise_error_flag(div_zero, 0);
@@ -130,8 +136,7 @@ __device__ inline bool zero_divisor(BinaryOp op, C y, unsigned long long* div_ze
   return false;
 }
 
-template <typename T>
-struct BinaryF {
+template <typename T> struct BinaryF {
   BinaryOp op;
   unsigned long long* div_zero;
   __device__ T operator()(T a, T b) const {
@@ -142,8 +147,7 @@ struct BinaryF {
   }
 };
 
-template <typename T>
-struct CompareF {
+template <typename T> struct CompareF {
   BinaryOp op;
   __device__ bool operator()(T a, T b) const {
     using C = opmath_t<T>;
@@ -151,8 +155,7 @@ struct CompareF {
   }
 };
 
-template <typename T>
-struct BinaryScalarF {
+template <typename T> struct BinaryScalarF {
   BinaryOp op;
   opmath_t<T> s;  // the scalar in op-math precision (see binary_scalar_impl)
   bool scalar_first;
@@ -168,8 +171,7 @@ struct BinaryScalarF {
   }
 };
 
-template <typename T>
-struct CompareScalarF {
+template <typename T> struct CompareScalarF {
   BinaryOp op;
   opmath_t<T> s;
   bool scalar_first;
@@ -180,8 +182,7 @@ struct CompareScalarF {
   }
 };
 
-template <typename U>
-struct WhereF {
+template <typename U> struct WhereF {
   __device__ U operator()(uint8_t c, U a, U b) const { return c != 0 ? a : b; }
 };
 
@@ -209,8 +210,7 @@ void check_div_zero(const DeviceErrorFlag& flag, DType dt) {
 
 // Calls fn<T>() for the dtypes a unary op supports: floating types for all ops, i32/i64 for
 // Neg/Abs/Relu.
-template <typename Fn>
-void dispatch_unary(UnaryOp op, DType dtype, const char* what, Fn&& fn) {
+template <typename Fn> void dispatch_unary(UnaryOp op, DType dtype, const char* what, Fn&& fn) {
   if (is_floating(dtype)) {
     EMBER_DISPATCH_FLOAT(dtype, what, fn);
     return;
@@ -228,9 +228,8 @@ void unary_impl(UnaryOp op, const Tensor& x, const Tensor& out) {
   check_same_device("unary", out, x, "x");
   EMBER_CHECK(x.dtype() == out.dtype(), "unary (cuda): x is ", dtype_name(x.dtype()), " but out is ",
               dtype_name(out.dtype()));
-  dispatch_unary(op, x.dtype(), "unary", [&]<typename T>() {
-    launch_elementwise<T>(out, UnaryF<T>{op}, operand<T>(x));
-  });
+  dispatch_unary(op, x.dtype(), "unary",
+                 [&]<typename T>() { launch_elementwise<T>(out, UnaryF<T>{op}, operand<T>(x)); });
 }
 
 void unary_backward_impl(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y, const Tensor& out) {
@@ -245,8 +244,8 @@ void unary_backward_impl(UnaryOp op, const Tensor& grad, const Tensor& x, const 
     EMBER_CHECK(v.dtype() == grad.dtype(), "unary_backward (cuda): grad is ", dtype_name(grad.dtype()), " but ",
                 reads_y ? "y" : "x", " is ", dtype_name(v.dtype()));
   }
-  EMBER_CHECK(grad.dtype() == out.dtype(), "unary_backward (cuda): grad is ", dtype_name(grad.dtype()),
-              " but out is ", dtype_name(out.dtype()));
+  EMBER_CHECK(grad.dtype() == out.dtype(), "unary_backward (cuda): grad is ", dtype_name(grad.dtype()), " but out is ",
+              dtype_name(out.dtype()));
   dispatch_unary(op, grad.dtype(), "unary_backward", [&]<typename T>() {
     if (reads_none) launch_elementwise<T>(out, UnaryGradF<T>{op}, operand<T>(grad));
     else launch_elementwise<T>(out, UnaryGradF<T>{op}, operand<T>(grad), operand<T>(v));
@@ -313,10 +312,11 @@ void where_impl(const Tensor& cond, const Tensor& a, const Tensor& b, const Tens
   check_same_device("where", out, cond, "cond");
   check_same_device("where", out, a, "a");
   check_same_device("where", out, b, "b");
-  EMBER_CHECK(cond.dtype() == DType::boolean || cond.dtype() == DType::u8, "where (cuda): cond must be bool or u8, got ",
-              dtype_name(cond.dtype()));
-  EMBER_CHECK(a.dtype() == out.dtype() && b.dtype() == out.dtype(), "where (cuda): a, b and out must share a dtype, got ",
-              dtype_name(a.dtype()), ", ", dtype_name(b.dtype()), " and ", dtype_name(out.dtype()));
+  EMBER_CHECK(cond.dtype() == DType::boolean || cond.dtype() == DType::u8,
+              "where (cuda): cond must be bool or u8, got ", dtype_name(cond.dtype()));
+  EMBER_CHECK(a.dtype() == out.dtype() && b.dtype() == out.dtype(),
+              "where (cuda): a, b and out must share a dtype, got ", dtype_name(a.dtype()), ", ", dtype_name(b.dtype()),
+              " and ", dtype_name(out.dtype()));
   dispatch_bits(out.element_size(), "where", [&]<typename U>() {
     launch_elementwise<U>(out, WhereF<U>{}, operand<uint8_t>(cond), operand<U>(a), operand<U>(b));
   });

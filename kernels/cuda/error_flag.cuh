@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <utility>
 
-#include "core/stream.h"
-#include "kernels/cuda/common.cuh"
+#include <ember/core/stream.h>
+#include <ember/kernels/cuda/common.cuh>
 
 namespace ember::kernels::cuda {
 

@@ -14,8 +14,8 @@
 //  * index_add: one thread per src element, atomicAdd into out (duplicates in index accumulate,
 //    in whatever order the atomics land). f16/bf16 use the native atomics (f16 from sm_70, bf16
 //    from sm_80) with a 32-bit compare-and-swap fallback for older architectures; u8/bool (no byte
-//    atomics) go through a compare-and-swap on the enclosing 32-bit word. Rounding happens after every addition in the tensor's dtype, as
-//    on the CPU, so with duplicates the f16/bf16 results depend on the order of the additions.
+//    atomics) go through a compare-and-swap on the enclosing 32-bit word. Rounding happens after every addition in the
+//    tensor's dtype, as on the CPU, so with duplicates the f16/bf16 results depend on the order of the additions.
 //  * Index bounds: the GPU cannot throw, and checking on the host first would copy the index
 //    back. The kernels validate each index; an out-of-range one is skipped (index_select writes
 //    zeros there) and recorded in a DeviceErrorFlag (kernels/cuda/error_flag.cuh). The launcher
@@ -32,10 +32,10 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/error_flag.cuh"
-#include "kernels/cuda/loops.cuh"
-#include "kernels/index.h"
+#include <ember/kernels/cuda/cuda_kernels.h>
+#include <ember/kernels/index.h>
+#include <ember/kernels/cuda/error_flag.cuh>
+#include <ember/kernels/cuda/loops.cuh>
 
 namespace ember::kernels::cuda {
 namespace {
@@ -50,12 +50,10 @@ struct Div64 {
   __device__ int64_t div(int64_t n) const { return n / divisor; }
 };
 
-template <typename I>
-__device__ inline I grid_start() {
+template <typename I> __device__ inline I grid_start() {
   return static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
 }
-template <typename I>
-__device__ inline I grid_stride() {
+template <typename I> __device__ inline I grid_stride() {
   return static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
 }
 
@@ -83,8 +81,7 @@ __global__ void __launch_bounds__(kBlock)
 // ---- atomic add per dtype ----
 
 // 16-bit add through a compare-and-swap on the aligned 32-bit word holding it (older GPUs only).
-template <typename T>
-__device__ inline void atomic_add_16_cas(T* addr, T val) {
+template <typename T> __device__ inline void atomic_add_16_cas(T* addr, T val) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
   unsigned int* word = reinterpret_cast<unsigned int*>(a & ~uintptr_t(3));
   const unsigned int shift = (a & 2) ? 16u : 0u;
@@ -101,8 +98,7 @@ __device__ inline void atomic_add_16_cas(T* addr, T val) {
 
 // 8-bit add through a compare-and-swap on the aligned 32-bit word holding it (no byte atomics):
 // u8 wraps modulo 256, bool adds as logical or (what T(a + b) gives on the CPU).
-template <typename T>
-__device__ inline void atomic_add_8_cas(T* addr, T val) {
+template <typename T> __device__ inline void atomic_add_8_cas(T* addr, T val) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
   unsigned int* word = reinterpret_cast<unsigned int*>(a & ~uintptr_t(3));
   const unsigned int shift = static_cast<unsigned int>(a & 3) * 8u;
@@ -116,8 +112,7 @@ __device__ inline void atomic_add_8_cas(T* addr, T val) {
   } while (old != assumed);
 }
 
-template <typename T>
-__device__ inline void atomic_add(T* addr, T val) {
+template <typename T> __device__ inline void atomic_add(T* addr, T val) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int32_t>) {
     atomicAdd(addr, val);
   } else if constexpr (std::is_same_v<T, int64_t>) {
@@ -174,8 +169,7 @@ __global__ void __launch_bounds__(kBlock)
 
 // Launches kernel<I, Dv> with 32-bit indexing when both the iterated tensor (n elements) and the
 // indexed one (`other` elements) are below 2^31, else with 64-bit indexing.
-template <typename Launch>
-void with_index_width(int64_t n, int64_t other, Launch&& launch) {
+template <typename Launch> void with_index_width(int64_t n, int64_t other, Launch&& launch) {
   constexpr int64_t kLimit = int64_t(1) << 31;
   if (n < kLimit && other < kLimit) launch.template operator()<uint32_t, FastDiv32>();
   else launch.template operator()<int64_t, Div64>();
@@ -190,17 +184,17 @@ void check_index_flag(const DeviceErrorFlag& err, const char* what, int64_t D) {
 }
 
 // Calls fn<I>() with I the index element type.
-template <typename Fn>
-void dispatch_index(const Tensor& index, const char* what, Fn&& fn) {
+template <typename Fn> void dispatch_index(const Tensor& index, const char* what, Fn&& fn) {
   if (index.dtype() == DType::i64) return fn.template operator()<int64_t>();
   EMBER_CHECK(index.dtype() == DType::i32, what, ": index must be i64 or i32, got ", dtype_name(index.dtype()));
   fn.template operator()<int32_t>();
 }
 
-void check_common(const char* what, const Tensor& big, const char* big_name, const Tensor& index,
-                  const Tensor& small, const char* small_name) {
-  EMBER_CHECK(big.dim() == 3 && small.dim() == 3, what, ": expected 3-D (outer, D, inner) / (outer, K, inner) views, got ",
-              big_name, " ", big.shape_str(), " and ", small_name, " ", small.shape_str());
+void check_common(const char* what, const Tensor& big, const char* big_name, const Tensor& index, const Tensor& small,
+                  const char* small_name) {
+  EMBER_CHECK(big.dim() == 3 && small.dim() == 3, what,
+              ": expected 3-D (outer, D, inner) / (outer, K, inner) views, got ", big_name, " ", big.shape_str(),
+              " and ", small_name, " ", small.shape_str());
   EMBER_CHECK(index.dim() == 1 && index.size(0) == small.size(1) && small.size(0) == big.size(0) &&
                   small.size(2) == big.size(2),
               what, ": shapes do not match: ", big_name, " ", big.shape_str(), ", index ", index.shape_str(), ", ",
@@ -244,11 +238,21 @@ void index_select_impl(const Tensor& x, const Tensor& index, const Tensor& out) 
       });
     };
     switch (c) {
-      case 16: launch.template operator()<uint4>(); break;
-      case 8: launch.template operator()<uint2>(); break;
-      case 4: launch.template operator()<uint32_t>(); break;
-      case 2: launch.template operator()<uint16_t>(); break;
-      default: launch.template operator()<uint8_t>(); break;
+      case 16:
+        launch.template operator()<uint4>();
+        break;
+      case 8:
+        launch.template operator()<uint2>();
+        break;
+      case 4:
+        launch.template operator()<uint32_t>();
+        break;
+      case 2:
+        launch.template operator()<uint16_t>();
+        break;
+      default:
+        launch.template operator()<uint8_t>();
+        break;
     }
   });
   check_index_flag(err, what, D);
@@ -266,8 +270,8 @@ void index_add_impl(const Tensor& out, const Tensor& index, const Tensor& src) {
   DeviceErrorFlag err(out.device(), stream);
   // Validate first (see the top comment): an out-of-range index must not leave `out` half updated.
   dispatch_index(index, what, [&]<typename Ix>() {
-    check_index_kernel<Ix><<<grid_for(K), kBlock, 0, stream>>>(static_cast<const Ix*>(index.data_ptr()), K, D,
-                                                               err.ptr());
+    check_index_kernel<Ix>
+        <<<grid_for(K), kBlock, 0, stream>>>(static_cast<const Ix*>(index.data_ptr()), K, D, err.ptr());
     EMBER_LAUNCH_CHECK();
   });
   check_index_flag(err, what, D);
@@ -276,8 +280,8 @@ void index_add_impl(const Tensor& out, const Tensor& index, const Tensor& src) {
       with_index_width(n, out.numel(), [&]<typename I, typename Dv>() {
         index_add_kernel<I, Dv><<<grid_for(n), kBlock, 0, stream>>>(
             static_cast<T*>(out.data_ptr()), static_cast<const Ix*>(index.data_ptr()),
-            static_cast<const T*>(src.data_ptr()), static_cast<I>(n), Dv(static_cast<I>(inner)),
-            Dv(static_cast<I>(K)), static_cast<I>(D), err.ptr());
+            static_cast<const T*>(src.data_ptr()), static_cast<I>(n), Dv(static_cast<I>(inner)), Dv(static_cast<I>(K)),
+            static_cast<I>(D), err.ptr());
         EMBER_LAUNCH_CHECK();
       });
     });

@@ -22,28 +22,19 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/stream.h"
-#include "kernels/convert.h"
-#include "kernels/cuda/common.cuh"
-#include "kernels/strided.h"
+#include <ember/core/stream.h>
+#include <ember/kernels/convert.h>
+#include <ember/kernels/strided.h>
+#include <ember/kernels/cuda/common.cuh>
 
 namespace ember::kernels::cuda {
 
 /// kVec elements of T moved as one aligned load/store (sizeof(T) * N is a power of two <= 16).
-template <typename T, int N>
-struct alignas(sizeof(T) * N) Vec {
-  T v[N];
-};
+template <typename T, int N> struct alignas(sizeof(T) * N) Vec { T v[N]; };
 
 /// One typed input operand of launch_elementwise: a same-shaped (possibly strided) view.
-template <typename T>
-struct Operand {
-  const Tensor& t;
-};
-template <typename T>
-Operand<T> operand(const Tensor& t) {
-  return Operand<T>{t};
-}
+template <typename T> struct Operand { const Tensor& t; };
+template <typename T> Operand<T> operand(const Tensor& t) { return Operand<T>{t}; }
 
 /// Division by a fixed divisor as a multiply-high, an add and a shift (Granlund-Montgomery, the
 /// scheme of PyTorch's IntDivider). Exact for dividends and divisors below 2^31.
@@ -100,24 +91,17 @@ inline bool fits_32bit_indexing(const Tensor& t) {
 
 /// Kernel-side view of a strided operand: base pointer plus the offset map (StridedIndexer with
 /// 64-bit indices, Indexer32 with 32-bit ones).
-template <typename T, typename Ix>
-struct StridedArg {
+template <typename T, typename Ix> struct StridedArg {
   const T* p;
   Ix idx;
-  template <typename I>
-  __device__ T operator[](I i) const {
-    return p[idx(i)];
-  }
+  template <typename I> __device__ T operator[](I i) const { return p[idx(i)]; }
 };
 
-inline bool is_aligned(const void* p, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
+inline bool is_aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 namespace detail {
 
-template <int kVec, typename T>
-__device__ inline Vec<T, kVec> load_vec(const T* p) {
+template <int kVec, typename T> __device__ inline Vec<T, kVec> load_vec(const T* p) {
   return *reinterpret_cast<const Vec<T, kVec>*>(p);
 }
 
@@ -150,8 +134,7 @@ __global__ void __launch_bounds__(kBlock) contiguous_kernel(int64_t n, F f, Out*
 // copy/fill destinations may not be). With I = uint32_t, i + stride cannot wrap: i < n < 2^31 and
 // the capped grid has at most 2^24 threads.
 template <bool kOutContig, typename I, typename Ix, typename F, typename Out, typename... Ins>
-__global__ void __launch_bounds__(kBlock)
-    strided_kernel(I n, F f, Out* out, Ix out_idx, StridedArg<Ins, Ix>... ins) {
+__global__ void __launch_bounds__(kBlock) strided_kernel(I n, F f, Out* out, Ix out_idx, StridedArg<Ins, Ix>... ins) {
   const I stride = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
   for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); i < n;
        i += stride) {
@@ -195,8 +178,8 @@ void launch_elementwise(const Tensor& out, const F& f, Operand<Ins>... ins) {
         return;
       }
     }
-    detail::contiguous_kernel<1><<<grid_for(n), kBlock, 0, stream>>>(n, f, po,
-                                                                   static_cast<const Ins*>(ins.t.data_ptr())...);
+    detail::contiguous_kernel<1>
+        <<<grid_for(n), kBlock, 0, stream>>>(n, f, po, static_cast<const Ins*>(ins.t.data_ptr())...);
     EMBER_LAUNCH_CHECK();
     return;
   }
@@ -219,13 +202,16 @@ template <> struct BitsOf<4> { using type = uint32_t; };
 template <> struct BitsOf<8> { using type = uint64_t; };
 
 /// Calls fn.template operator()<U>() with U the unsigned type of `bytes` bytes.
-template <typename Fn>
-void dispatch_bits(size_t bytes, const char* name, Fn&& fn) {
+template <typename Fn> void dispatch_bits(size_t bytes, const char* name, Fn&& fn) {
   switch (bytes) {
-    case 1: return fn.template operator()<uint8_t>();
-    case 2: return fn.template operator()<uint16_t>();
-    case 4: return fn.template operator()<uint32_t>();
-    case 8: return fn.template operator()<uint64_t>();
+    case 1:
+      return fn.template operator()<uint8_t>();
+    case 2:
+      return fn.template operator()<uint16_t>();
+    case 4:
+      return fn.template operator()<uint32_t>();
+    case 8:
+      return fn.template operator()<uint64_t>();
   }
   EMBER_FAIL(name, ": unsupported element size ", bytes, " bytes");
 }

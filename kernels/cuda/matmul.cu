@@ -17,12 +17,12 @@
 #include <climits>
 #include <cstdint>
 
-#include "core/stream.h"
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cublas_handle.h"
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/reduce_utils.cuh"
-#include "kernels/matmul.h"
+#include <ember/core/stream.h>
+#include <ember/kernels/cuda/cublas_handle.h>
+#include <ember/kernels/cuda/cuda_kernels.h>
+#include <ember/kernels/matmul.h>
+#include <ember/kernels/cuda/common.cuh>
+#include <ember/kernels/cuda/reduce_utils.cuh>
 
 namespace ember::kernels::cuda {
 namespace {
@@ -30,8 +30,7 @@ namespace {
 constexpr int64_t kMaxBatchChunk = 65535;  // batches per cuBLAS call (older cuBLAS grid-z limit)
 
 /// out[i] = beta * out[i] for the K == 0 product (beta == 0 writes zeros, ignoring NaN in out).
-template <typename T>
-__global__ void scale_kernel(T* __restrict__ out, int64_t n, double beta) {
+template <typename T> __global__ void scale_kernel(T* __restrict__ out, int64_t n, double beta) {
   using A = acc_t<T>;
   const A b = static_cast<A>(beta);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -52,9 +51,8 @@ void gemm_cuda(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a
               dtype_name(a.dtype()), ", b ", dtype_name(b.dtype()), ", out ", dtype_name(out.dtype()));
   EMBER_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3, "gemm: expected 3-D a (B, ra, ca), b (B|1, rb, cb) ",
               "and out (B, M, N), got a ", a.shape_str(), ", b ", b.shape_str(), ", out ", out.shape_str());
-  EMBER_CHECK(is_dense(a) && is_dense(b) && is_dense(out),
-              "gemm: expected contiguous operands (a ", a.shape_str(), ", b ", b.shape_str(), ", out ",
-              out.shape_str(), ")");
+  EMBER_CHECK(is_dense(a) && is_dense(b) && is_dense(out), "gemm: expected contiguous operands (a ", a.shape_str(),
+              ", b ", b.shape_str(), ", out ", out.shape_str(), ")");
   const int64_t batch = a.size(0), ra = a.size(1), ca = a.size(2);
   const int64_t rb = b.size(1), cb = b.size(2);
   const int64_t M = trans_a ? ca : ra, K = trans_a ? ra : ca;
@@ -95,7 +93,7 @@ void gemm_cuda(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a
   const int ldb = static_cast<int>(std::max<int64_t>(1, ca));  // a's row length
   const int ldc = static_cast<int>(std::max<int64_t>(1, N));
   const long long stride_b = b_shared ? 0 : rb * cb;  // cuBLAS strideA
-  const long long stride_a = ra * ca;                // cuBLAS strideB
+  const long long stride_a = ra * ca;  // cuBLAS strideB
   const long long stride_c = M * N;
   const size_t esize = out.element_size();
   const char* pb = static_cast<const char*>(b.data_ptr());
@@ -122,11 +120,15 @@ void gemm_cuda(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a
         type = CUDA_R_32F;
         if (allow_tf32()) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
         break;
-      case DType::f16: type = CUDA_R_16F; break;
-      case DType::bf16: type = CUDA_R_16BF; break;
+      case DType::f16:
+        type = CUDA_R_16F;
+        break;
+      case DType::bf16:
+        type = CUDA_R_16BF;
+        break;
       default:
-        EMBER_FAIL("gemm (cuda): unsupported dtype ", dtype_name(out.dtype()),
-                   " (expected f32, f64, f16 or bf16; a ", a.shape_str(), ", b ", b.shape_str(), ")");
+        EMBER_FAIL("gemm (cuda): unsupported dtype ", dtype_name(out.dtype()), " (expected f32, f64, f16 or bf16; a ",
+                   a.shape_str(), ", b ", b.shape_str(), ")");
     }
     const float al = static_cast<float>(alpha), be = static_cast<float>(beta);
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, op_b, op_a, m, n, k, &al, bb, type, lda, stride_b, ab, type, ldb,

@@ -28,15 +28,15 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/rng.h"
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/cudnn_handle.h"
-#include "kernels/cuda/loops.cuh"
-#include "kernels/cuda/reduce_utils.cuh"
-#include "kernels/copy.h"
-#include "kernels/factory.h"
-#include "kernels/norm.h"
+#include <ember/core/rng.h>
+#include <ember/kernels/copy.h>
+#include <ember/kernels/cuda/cuda_kernels.h>
+#include <ember/kernels/cuda/cudnn_handle.h>
+#include <ember/kernels/factory.h>
+#include <ember/kernels/norm.h>
+#include <ember/kernels/cuda/common.cuh>
+#include <ember/kernels/cuda/loops.cuh>
+#include <ember/kernels/cuda/reduce_utils.cuh>
 
 namespace ember::kernels::cuda {
 namespace {
@@ -50,7 +50,9 @@ struct Scale {
   float f;
   double d;
   explicit Scale(double v) : f(static_cast<float>(v)), d(v) {}
-  const void* ptr(DType dt) const { return dt == DType::f64 ? static_cast<const void*>(&d) : static_cast<const void*>(&f); }
+  const void* ptr(DType dt) const {
+    return dt == DType::f64 ? static_cast<const void*>(&d) : static_cast<const void*>(&f);
+  }
 };
 
 /// Checks one per-channel tensor (C) of the parameter dtype on x's device, when defined.
@@ -102,11 +104,10 @@ Tensor staged_out(const Tensor& out) {
 /// Eval forward y = x * scale[c] + shift[c] over x, y (N, C, S); scale = w * invstd and
 /// shift = b - mean * scale per channel in P (f64 for f64, else f32), the element math in P.
 template <typename T, typename P>
-__global__ void __launch_bounds__(kBlock) bn_forward_eval_kernel(const T* __restrict__ x, T* __restrict__ y,
-                                                                 const P* __restrict__ w, const P* __restrict__ b,
-                                                                 const P* __restrict__ mean,
-                                                                 const P* __restrict__ var, P eps, int64_t total,
-                                                                 int64_t C, int64_t S) {
+__global__ void __launch_bounds__(kBlock)
+    bn_forward_eval_kernel(const T* __restrict__ x, T* __restrict__ y, const P* __restrict__ w, const P* __restrict__ b,
+                           const P* __restrict__ mean, const P* __restrict__ var, P eps, int64_t total, int64_t C,
+                           int64_t S) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
     const int64_t c = (i / S) % C;
@@ -131,8 +132,7 @@ void batch_norm_eval_kernel(const Tensor& x, const Tensor& w, const Tensor& b, c
 }
 
 void batch_norm_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                     const Tensor& running_var, bool training, double momentum, double eps,
-                     const BatchNormResult& r) {
+                     const Tensor& running_var, bool training, double momentum, double eps, const BatchNormResult& r) {
   const char* op = "batch_norm (cuda)";
   EMBER_CHECK(x.dim() == 3 && is_dense(x) && x.device().is_cuda(), op,
               ": expected a contiguous (N, C, S) input on a CUDA device, got ", x.shape_str(), " on ",
@@ -173,10 +173,10 @@ void batch_norm_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, 
   if (training) {
     void* rm = running_mean.defined() ? running_mean.data_ptr() : nullptr;
     void* rv = running_var.defined() ? running_var.data_ptr() : nullptr;
-    CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
-        h, CUDNN_BATCHNORM_SPATIAL, one.ptr(dt), zero.ptr(dt), d.x.get(), xs.data_ptr(), d.x.get(), ys.data_ptr(),
-        d.bn.get(), w.data_ptr(), b.data_ptr(), momentum, rm, rv, eps, r.save_mean.data_ptr(),
-        r.save_invstd.data_ptr()));
+    CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(h, CUDNN_BATCHNORM_SPATIAL, one.ptr(dt), zero.ptr(dt), d.x.get(),
+                                                       xs.data_ptr(), d.x.get(), ys.data_ptr(), d.bn.get(),
+                                                       w.data_ptr(), b.data_ptr(), momentum, rm, rv, eps,
+                                                       r.save_mean.data_ptr(), r.save_invstd.data_ptr()));
   } else {
     CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
         h, CUDNN_BATCHNORM_SPATIAL, one.ptr(dt), zero.ptr(dt), d.x.get(), xs.data_ptr(), d.x.get(), ys.data_ptr(),
@@ -190,11 +190,10 @@ void batch_norm_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, 
 /// elements (n, c, s) of x/g/gx (N, C, S) it writes gx = w[c] * invstd[c] * g and reduces
 /// sum(g) -> gb[c] and invstd[c] * sum(g * (x - mean[c])) -> gw[c] (sums in f64).
 template <typename T, typename P>
-__global__ void __launch_bounds__(kBlock) bn_backward_eval_kernel(const T* __restrict__ g, const T* __restrict__ x,
-                                                                  const P* __restrict__ w, const P* __restrict__ mean,
-                                                                  const P* __restrict__ invstd, T* __restrict__ gx,
-                                                                  P* __restrict__ gw, P* __restrict__ gb, int64_t N,
-                                                                  int64_t C, int64_t S) {
+__global__ void __launch_bounds__(kBlock)
+    bn_backward_eval_kernel(const T* __restrict__ g, const T* __restrict__ x, const P* __restrict__ w,
+                            const P* __restrict__ mean, const P* __restrict__ invstd, T* __restrict__ gx,
+                            P* __restrict__ gw, P* __restrict__ gb, int64_t N, int64_t C, int64_t S) {
   using A = acc_t<T>;
   __shared__ double2 smem[32];
   for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
@@ -278,8 +277,7 @@ void batch_norm_backward_cuda(const Tensor& grad_out, const Tensor& x, const Ten
 // ---- dropout ----
 
 /// out[i] = keep(i) ? T(C(x[i]) * scale) : 0 with C = f64 for f64, else f32 (the CPU twin's math).
-template <typename T, typename C>
-__device__ __forceinline__ T dropout_value(T x, bool keep, C scale) {
+template <typename T, typename C> __device__ __forceinline__ T dropout_value(T x, bool keep, C scale) {
   return keep ? static_cast<T>(static_cast<C>(x) * scale) : static_cast<T>(C(0));
 }
 

@@ -26,21 +26,21 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/stream.h"
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/reduce_utils.cuh"
-#include "kernels/optim.h"
-#include "kernels/optim_math.h"
+#include <ember/core/stream.h>
+#include <ember/kernels/cuda/cuda_kernels.h>
+#include <ember/kernels/optim.h>
+#include <ember/kernels/optim_math.h>
+#include <ember/kernels/cuda/common.cuh>
+#include <ember/kernels/cuda/reduce_utils.cuh>
 
 namespace ember::kernels::cuda {
 namespace {
 
-constexpr int64_t kChunk = 4096;      // elements per chunk: ~1 MiB of f32 traffic per 64 chunks
-constexpr int kMaxTensors = 48;       // tensors per launch; keeps TensorListMeta under 4 KiB
-constexpr int kIlp = 4;               // elements per thread per iteration (one 16-byte f32 load)
-constexpr int64_t kMaxGrid = 65536;   // grid cap for the update kernels (grid-stride over chunks)
-constexpr int kNormMaxGrid = 1024;    // grid cap for the norm kernel: bounds the partial slots
+constexpr int64_t kChunk = 4096;  // elements per chunk: ~1 MiB of f32 traffic per 64 chunks
+constexpr int kMaxTensors = 48;  // tensors per launch; keeps TensorListMeta under 4 KiB
+constexpr int kIlp = 4;  // elements per thread per iteration (one 16-byte f32 load)
+constexpr int64_t kMaxGrid = 65536;  // grid cap for the update kernels (grid-stride over chunks)
+constexpr int kNormMaxGrid = 1024;  // grid cap for the norm kernel: bounds the partial slots
 
 struct NoExtra {};
 struct SgdExtra {
@@ -49,8 +49,7 @@ struct SgdExtra {
 
 /// Everything a launch needs to find its tensors: Depth operand pointers per tensor (e.g. param,
 /// grad, exp_avg, exp_avg_sq), element counts, the chunk prefix and a per-tensor Extra.
-template <int Depth, typename Extra>
-struct TensorListMeta {
+template <int Depth, typename Extra> struct TensorListMeta {
   void* ptr[Depth][kMaxTensors];
   int64_t numel[kMaxTensors];
   int64_t chunk_start[kMaxTensors + 1];  // chunk_start[count] = chunks in this launch
@@ -59,7 +58,8 @@ struct TensorListMeta {
 };
 // CUDA guarantees 4 KiB of kernel arguments on every architecture; leave room for the scalars.
 static_assert(sizeof(TensorListMeta<4, optim_math::AdamTensorCoeffs<double>>) +
-                      sizeof(optim_math::AdamCoeffs<double>) <= 3800,
+                      sizeof(optim_math::AdamCoeffs<double>) <=
+                  3800,
               "TensorListMeta too large for kernel arguments");
 
 /// Index of the tensor owning `chunk`: the last t with chunk_start[t] <= chunk.
@@ -74,20 +74,14 @@ __device__ __forceinline__ int find_tensor(const TensorListMeta<Depth, Extra>& m
   return lo;
 }
 
-template <typename T>
-struct alignas(sizeof(T) * kIlp) Vec {
-  T v[kIlp];
-};
-template <typename T>
-__device__ __forceinline__ bool vec_aligned(const void* p) {
+template <typename T> struct alignas(sizeof(T) * kIlp) Vec { T v[kIlp]; };
+template <typename T> __device__ __forceinline__ bool vec_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * kIlp) == 0;
 }
-template <typename T>
-__device__ __forceinline__ Vec<T> load_vec(const T* p) {
+template <typename T> __device__ __forceinline__ Vec<T> load_vec(const T* p) {
   return *reinterpret_cast<const Vec<T>*>(p);
 }
-template <typename T>
-__device__ __forceinline__ void store_vec(T* p, const Vec<T>& v) {
+template <typename T> __device__ __forceinline__ void store_vec(T* p, const Vec<T>& v) {
   *reinterpret_cast<Vec<T>*>(p) = v;
 }
 
@@ -106,8 +100,7 @@ __device__ __forceinline__ ChunkRange chunk_range(const TensorListMeta<Depth, Ex
 
 // ---- SGD: operands param (P), grad (G), momentum buffer (P, when Momentum) ----
 template <typename P, typename G, bool Momentum>
-__global__ void __launch_bounds__(kBlock)
-    sgd_kernel(TensorListMeta<3, SgdExtra> meta, optim_math::SgdCoeffs<P> c) {
+__global__ void __launch_bounds__(kBlock) sgd_kernel(TensorListMeta<3, SgdExtra> meta, optim_math::SgdCoeffs<P> c) {
   const int64_t total = meta.chunk_start[meta.count];
   for (int64_t chunk = blockIdx.x; chunk < total; chunk += gridDim.x) {
     const ChunkRange r = chunk_range(meta, chunk);
@@ -198,7 +191,8 @@ __global__ void __launch_bounds__(kBlock) sum_squares_kernel(TensorListMeta<1, N
       acc += e * e;
     }
   }
-  const double sum = block_reduce(acc, [](double a, double b) { return a + b; }, 0.0, smem);
+  const double sum = block_reduce(
+      acc, [](double a, double b) { return a + b; }, 0.0, smem);
   if (threadIdx.x == 0) partial[blockIdx.x] = sum;
 }
 
@@ -208,7 +202,8 @@ __global__ void __launch_bounds__(kBlock) finish_norm_kernel(const double* parti
   __shared__ double smem[32];
   double acc = 0.0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
-  const double sum = block_reduce(acc, [](double a, double b) { return a + b; }, 0.0, smem);
+  const double sum = block_reduce(
+      acc, [](double a, double b) { return a + b; }, 0.0, smem);
   if (threadIdx.x == 0) *out = static_cast<O>(sqrt(sum));
 }
 
@@ -265,8 +260,7 @@ void for_each_pack(size_t n, const Fill& fill, const Launch& launch) {
 int update_grid(int64_t chunks) { return static_cast<int>(std::max<int64_t>(1, std::min(chunks, kMaxGrid))); }
 
 /// Calls fn<P, G>() for a group's (param, grad) dtype pair.
-template <typename Fn>
-void dispatch_pair(DType p, DType g, const char* op, const Fn& fn) {
+template <typename Fn> void dispatch_pair(DType p, DType g, const char* op, const Fn& fn) {
   if (p == DType::f64 && g == DType::f64) return fn.template operator()<double, double>();
   if (p == DType::f32) {
     if (g == DType::f32) return fn.template operator()<float, float>();
@@ -285,7 +279,7 @@ void sgd_step_cuda(const std::vector<SgdSlot>& slots, const SgdHyper& h) {
     const auto c = optim_math::sgd_coeffs<P>(h);
     for_each_pack<3, SgdExtra>(
         slots.size(),
-        [&](size_t i, void* (&ptrs)[3], SgdExtra& e) {
+        [&](size_t i, void*(&ptrs)[3], SgdExtra& e) {
           const SgdSlot& s = slots[i];
           ptrs[0] = s.param.data_ptr();
           ptrs[1] = s.grad.data_ptr();
@@ -310,7 +304,7 @@ void adam_step_cuda(const std::vector<AdamSlot>& slots, const AdamHyper& h) {
     const auto c = optim_math::adam_coeffs<P>(h);
     for_each_pack<4, Extra>(
         slots.size(),
-        [&](size_t i, void* (&ptrs)[4], Extra& e) {
+        [&](size_t i, void*(&ptrs)[4], Extra& e) {
           const AdamSlot& s = slots[i];
           ptrs[0] = s.param.data_ptr();
           ptrs[1] = s.grad.data_ptr();
@@ -347,7 +341,7 @@ template <typename Fn>
 void for_each_group_pack(const std::vector<Tensor>& tensors, const std::vector<size_t>& group, const Fn& fn) {
   for_each_pack<1, NoExtra>(
       group.size(),
-      [&](size_t i, void* (&ptrs)[1], NoExtra&) {
+      [&](size_t i, void*(&ptrs)[1], NoExtra&) {
         const Tensor& t = tensors[group[i]];
         ptrs[0] = t.data_ptr();
         return t.numel();
@@ -387,9 +381,11 @@ void clip_by_norm_cuda(const std::vector<Tensor>& tensors, const Tensor& total_n
     EMBER_DISPATCH_FLOAT(tensors[g[0]].dtype(), "clip_by_norm_ (cuda)", [&]<typename T>() {
       for_each_group_pack(tensors, g, [&](const TensorListMeta<1, NoExtra>& meta, int64_t chunks) {
         if (total_norm.dtype() == DType::f64)
-          clip_kernel<T, double><<<update_grid(chunks), kBlock, 0, stream>>>(meta, total_norm.data<double>(), max_norm, eps);
+          clip_kernel<T, double>
+              <<<update_grid(chunks), kBlock, 0, stream>>>(meta, total_norm.data<double>(), max_norm, eps);
         else
-          clip_kernel<T, float><<<update_grid(chunks), kBlock, 0, stream>>>(meta, total_norm.data<float>(), max_norm, eps);
+          clip_kernel<T, float>
+              <<<update_grid(chunks), kBlock, 0, stream>>>(meta, total_norm.data<float>(), max_norm, eps);
         EMBER_LAUNCH_CHECK();
       });
     });

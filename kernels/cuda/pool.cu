@@ -22,55 +22,52 @@
 #include <initializer_list>
 #include <type_traits>
 
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/reduce_utils.cuh"
-#include "kernels/pool.h"
+#include <ember/kernels/cuda/cuda_kernels.h>
+#include <ember/kernels/pool.h>
+#include <ember/kernels/cuda/common.cuh>
+#include <ember/kernels/cuda/reduce_utils.cuh>
 
 namespace ember::kernels::cuda {
 namespace {
 
 constexpr int64_t kIndex32Limit = int64_t(1) << 31;
 
-template <typename I>
-__device__ __forceinline__ I imin(I a, I b) { return a < b ? a : b; }
-template <typename I>
-__device__ __forceinline__ I imax(I a, I b) { return a > b ? a : b; }
+template <typename I> __device__ __forceinline__ I imin(I a, I b) { return a < b ? a : b; }
+template <typename I> __device__ __forceinline__ I imax(I a, I b) { return a > b ? a : b; }
 
 /// The window of output o along one dim, clipped to [0, in); `padded` counts it against the
 /// padded input (count_include_pad). Same rule as pool_window in kernels/cpu/pool.cpp.
-template <typename I>
-struct Window {
-  I start, end, padded;
-};
-template <typename I>
-__device__ __forceinline__ Window<I> pool_window(I o, I kernel, I stride, I pad, I in) {
+template <typename I> struct Window { I start, end, padded; };
+template <typename I> __device__ __forceinline__ Window<I> pool_window(I o, I kernel, I stride, I pad, I in) {
   const I s = o * stride - pad;
   const I e = imin(s + kernel, in + pad);
   return {imax(s, I(0)), imin(e, in), e - s};
 }
 /// Adaptive window of output o: [floor(o * in / out), ceil((o + 1) * in / out)).
-template <typename I>
-__device__ __forceinline__ Window<I> adaptive_window(I o, I out, I in) {
+template <typename I> __device__ __forceinline__ Window<I> adaptive_window(I o, I out, I in) {
   const I s = (o * in) / out;
   const I e = ((o + 1) * in + out - 1) / out;
   return {s, e, e - s};
 }
 
 /// Pooling geometry in index type I: planes of (h, w) in, (ho, wo) out.
-template <typename I>
-struct PoolDims {
+template <typename I> struct PoolDims {
   I h, w, ho, wo;
   I kh, kw, sh, sw, ph, pw;
   bool include_pad;
 };
 
-template <typename I>
-PoolDims<I> dims_of(const Tensor& in_plane, const Tensor& out_plane, const Pool2dParams& p) {
-  return PoolDims<I>{static_cast<I>(in_plane.size(2)), static_cast<I>(in_plane.size(3)),
-                     static_cast<I>(out_plane.size(2)), static_cast<I>(out_plane.size(3)),
-                     static_cast<I>(p.kernel_h), static_cast<I>(p.kernel_w), static_cast<I>(p.stride_h),
-                     static_cast<I>(p.stride_w), static_cast<I>(p.pad_h), static_cast<I>(p.pad_w),
+template <typename I> PoolDims<I> dims_of(const Tensor& in_plane, const Tensor& out_plane, const Pool2dParams& p) {
+  return PoolDims<I>{static_cast<I>(in_plane.size(2)),
+                     static_cast<I>(in_plane.size(3)),
+                     static_cast<I>(out_plane.size(2)),
+                     static_cast<I>(out_plane.size(3)),
+                     static_cast<I>(p.kernel_h),
+                     static_cast<I>(p.kernel_w),
+                     static_cast<I>(p.stride_h),
+                     static_cast<I>(p.stride_w),
+                     static_cast<I>(p.pad_h),
+                     static_cast<I>(p.pad_w),
                      p.count_include_pad};
 }
 
@@ -114,8 +111,7 @@ __global__ void __launch_bounds__(kBlock) max_pool_kernel(const T* __restrict__ 
 
 /// 16-bit float atomic add through a 32-bit compare-and-swap (for architectures without the
 /// native f16 / bf16 atomics); the sum is rounded to T once per add, as the native ones do.
-template <typename T>
-__device__ inline void atomic_add_16_cas(T* addr, float val) {
+template <typename T> __device__ inline void atomic_add_16_cas(T* addr, float val) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
   unsigned int* word = reinterpret_cast<unsigned int*>(a & ~uintptr_t(3));
   const unsigned int shift = (a & 2) ? 16u : 0u;
@@ -129,8 +125,7 @@ __device__ inline void atomic_add_16_cas(T* addr, float val) {
   } while (old != assumed);
 }
 
-template <typename T>
-__device__ inline void atomic_add(T* addr, T val) {
+template <typename T> __device__ inline void atomic_add(T* addr, T val) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     atomicAdd(addr, val);
   } else if constexpr (std::is_same_v<T, Half>) {
@@ -151,9 +146,9 @@ __device__ inline void atomic_add(T* addr, T val) {
 
 /// grad_x (planes, hw) += grad_out (planes, l) scattered to the arg-max indices (grad_x zeroed).
 template <typename T, typename I>
-__global__ void __launch_bounds__(kBlock) max_pool_backward_kernel(const T* __restrict__ gout,
-                                                                   const int64_t* __restrict__ indices,
-                                                                   T* __restrict__ gx, I total, I l, I hw) {
+__global__ void __launch_bounds__(kBlock)
+    max_pool_backward_kernel(const T* __restrict__ gout, const int64_t* __restrict__ indices, T* __restrict__ gx,
+                             I total, I l, I hw) {
   const I stride = static_cast<I>(gridDim.x) * blockDim.x;
   for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
     const int64_t k = indices[i];
@@ -166,8 +161,8 @@ __global__ void __launch_bounds__(kBlock) max_pool_backward_kernel(const T* __re
 // ---- average ----
 
 template <typename T, typename I>
-__global__ void __launch_bounds__(kBlock) avg_pool_kernel(const T* __restrict__ x, T* __restrict__ out, I total,
-                                                          PoolDims<I> d) {
+__global__ void __launch_bounds__(kBlock)
+    avg_pool_kernel(const T* __restrict__ x, T* __restrict__ out, I total, PoolDims<I> d) {
   using A = acc_t<T>;
   const I stride = static_cast<I>(gridDim.x) * blockDim.x;
   for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
@@ -188,8 +183,7 @@ __global__ void __launch_bounds__(kBlock) avg_pool_kernel(const T* __restrict__ 
 
 /// First output index whose window (stride s, kernel k, padding p) covers input position x:
 /// windows start at o * s - p, so o covers x iff o * s <= x + p < o * s + k.
-template <typename I>
-__device__ __forceinline__ I first_cover(I x, I k, I s, I p) {
+template <typename I> __device__ __forceinline__ I first_cover(I x, I k, I s, I p) {
   const I xp = x + p;
   return xp < k ? I(0) : (xp - k) / s + 1;
 }
@@ -197,8 +191,8 @@ __device__ __forceinline__ I first_cover(I x, I k, I s, I p) {
 /// grad_x (planes, h, w) gathered from grad_out (planes, ho, wo): each input element sums
 /// grad_out / count over the windows covering it.
 template <typename T, typename I>
-__global__ void __launch_bounds__(kBlock) avg_pool_backward_kernel(const T* __restrict__ gout, T* __restrict__ gx,
-                                                                   I total, PoolDims<I> d) {
+__global__ void __launch_bounds__(kBlock)
+    avg_pool_backward_kernel(const T* __restrict__ gout, T* __restrict__ gx, I total, PoolDims<I> d) {
   using A = acc_t<T>;
   const I stride = static_cast<I>(gridDim.x) * blockDim.x;
   for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
@@ -225,8 +219,8 @@ __global__ void __launch_bounds__(kBlock) avg_pool_backward_kernel(const T* __re
 // ---- adaptive average ----
 
 template <typename T, typename I>
-__global__ void __launch_bounds__(kBlock) adaptive_avg_kernel(const T* __restrict__ x, T* __restrict__ out, I total,
-                                                              I h, I w, I ho, I wo) {
+__global__ void __launch_bounds__(kBlock)
+    adaptive_avg_kernel(const T* __restrict__ x, T* __restrict__ out, I total, I h, I w, I ho, I wo) {
   using A = acc_t<T>;
   const I stride = static_cast<I>(gridDim.x) * blockDim.x;
   for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
@@ -247,16 +241,14 @@ __global__ void __launch_bounds__(kBlock) adaptive_avg_kernel(const T* __restric
 /// Outputs [first, last) along one dim whose adaptive windows may cover input x; a superset
 /// (see adaptive_window: o covers x iff floor(o*in/out) <= x < ceil((o+1)*in/out), which implies
 /// floor(x*out/in) <= o < ceil((x+1)*out/in)). The caller filters with the exact window.
-template <typename I>
-__device__ __forceinline__ void adaptive_cover(I x, I in, I out, I& first, I& last) {
+template <typename I> __device__ __forceinline__ void adaptive_cover(I x, I in, I out, I& first, I& last) {
   first = (x * out) / in;
   last = imin(((x + 1) * out + in - 1) / in, out);
 }
 
 template <typename T, typename I>
-__global__ void __launch_bounds__(kBlock) adaptive_avg_backward_kernel(const T* __restrict__ gout,
-                                                                       T* __restrict__ gx, I total, I h, I w, I ho,
-                                                                       I wo) {
+__global__ void __launch_bounds__(kBlock)
+    adaptive_avg_backward_kernel(const T* __restrict__ gout, T* __restrict__ gx, I total, I h, I w, I ho, I wo) {
   using A = acc_t<T>;
   const I stride = static_cast<I>(gridDim.x) * blockDim.x;
   for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
@@ -306,8 +298,7 @@ bool use_32bit(std::initializer_list<const Tensor*> ts, const Pool2dParams* p = 
 }
 
 /// Calls f.template operator()<T, I>() with T the float type of `dt`, I the index type.
-template <typename F>
-void dispatch_pool(DType dt, bool idx32, const char* op, const F& f) {
+template <typename F> void dispatch_pool(DType dt, bool idx32, const char* op, const F& f) {
   EMBER_DISPATCH_FLOAT(dt, op, [&]<typename T>() {
     if (idx32) f.template operator()<T, int32_t>();
     else f.template operator()<T, int64_t>();
@@ -319,17 +310,16 @@ void max_pool_cuda(const Tensor& x, const Pool2dParams& p, const Tensor& out, co
   check_pool_operand(op, "x", x, x, true);
   check_pool_operand(op, "out", out, x, true);
   check_pool_operand(op, "indices", indices, x, false);
-  EMBER_CHECK(indices.dtype() == DType::i64 && indices.sizes() == out.sizes(), op, ": indices ",
-              indices.shape_str(), " ", dtype_name(indices.dtype()), " must be i64 of the output's shape ",
-              out.shape_str());
+  EMBER_CHECK(indices.dtype() == DType::i64 && indices.sizes() == out.sizes(), op, ": indices ", indices.shape_str(),
+              " ", dtype_name(indices.dtype()), " must be i64 of the output's shape ", out.shape_str());
   const int64_t total = out.numel();
   if (total == 0) return;
   DeviceGuard guard(x.device());
   const cudaStream_t stream = stream_of(x);
   dispatch_pool(x.dtype(), use_32bit({&x, &out}, &p), op, [&]<typename T, typename I>() {
     max_pool_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
-        static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()),
-        static_cast<int64_t*>(indices.data_ptr()), static_cast<I>(total), dims_of<I>(x, out, p));
+        static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()), static_cast<int64_t*>(indices.data_ptr()),
+        static_cast<I>(total), dims_of<I>(x, out, p));
     EMBER_LAUNCH_CHECK();
   });
 }
@@ -383,10 +373,9 @@ void avg_pool_backward_cuda(const Tensor& gout, const Pool2dParams& p, const Ten
   DeviceGuard guard(gx.device());
   const cudaStream_t stream = stream_of(gx);
   dispatch_pool(gx.dtype(), use_32bit({&gx, &gout}, &p), op, [&]<typename T, typename I>() {
-    avg_pool_backward_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(static_cast<const T*>(gout.data_ptr()),
-                                                                           static_cast<T*>(gx.data_ptr()),
-                                                                           static_cast<I>(total),
-                                                                           dims_of<I>(gx, gout, p));
+    avg_pool_backward_kernel<T, I>
+        <<<grid_for(total), kBlock, 0, stream>>>(static_cast<const T*>(gout.data_ptr()), static_cast<T*>(gx.data_ptr()),
+                                                 static_cast<I>(total), dims_of<I>(gx, gout, p));
     EMBER_LAUNCH_CHECK();
   });
 }

@@ -16,18 +16,17 @@
 // logf/sinf/cosf against the host libm.
 #include <type_traits>
 
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/loops.cuh"
-#include "kernels/random.h"
-#include "kernels/random_math.h"
+#include <ember/kernels/cuda/cuda_kernels.h>
+#include <ember/kernels/random.h>
+#include <ember/kernels/random_math.h>
+#include <ember/kernels/cuda/loops.cuh>
 
 namespace ember::kernels::cuda {
 namespace {
 
 /// kernels/random_math.h's uniform_value with the multiply-add kept unfused (see the top comment).
 /// Keep the two in step.
-template <typename T>
-__device__ inline T uniform_value_unfused(uint32_t bits, double lo, double hi) {
+template <typename T> __device__ inline T uniform_value_unfused(uint32_t bits, double lo, double hi) {
   const double u = static_cast<double>(uint_to_unit_float(bits));
   const double v = __dadd_rn(lo, __dmul_rn(hi - lo, u));
   T t = convert<T>(v);
@@ -35,14 +34,12 @@ __device__ inline T uniform_value_unfused(uint32_t bits, double lo, double hi) {
   return t;
 }
 
-template <typename T>
-struct UniformF {
+template <typename T> struct UniformF {
   double lo, hi;
   __device__ T operator()(const Philox4& r, int lane) const { return uniform_value_unfused<T>(r.v[lane], lo, hi); }
 };
 
-template <typename T>
-struct NormalF {
+template <typename T> struct NormalF {
   double mean, std;
   __device__ T operator()(const Philox4& r, int lane) const {
     if constexpr (std::is_same_v<T, double>) {
@@ -54,8 +51,7 @@ struct NormalF {
   }
 };
 
-template <typename T>
-struct BernoulliF {
+template <typename T> struct BernoulliF {
   double p;
   __device__ T operator()(const Philox4& r, int lane) const {
     return convert<T>(static_cast<double>(uint_to_unit_float(r.v[lane])) < p ? 1.0 : 0.0);
@@ -83,8 +79,7 @@ __global__ void __launch_bounds__(kBlock) sample_kernel(T* out, int64_t n, uint6
   }
 }
 
-template <typename T, typename F>
-void launch_sample(const Tensor& t, uint64_t seed, uint64_t offset, const F& f) {
+template <typename T, typename F> void launch_sample(const Tensor& t, uint64_t seed, uint64_t offset, const F& f) {
   const int64_t n = t.numel();
   if (n == 0) return;
   DeviceGuard guard(t.device());
@@ -104,17 +99,22 @@ void launch_sample(const Tensor& t, uint64_t seed, uint64_t offset, const F& f) 
 }
 
 void sample_impl(Distribution dist, const Tensor& t, double a, double b, uint64_t seed, uint64_t offset) {
-  EMBER_CHECK(t.is_contiguous(), "sample (cuda): expected a contiguous tensor, got shape ", t.shape_str(),
-              " strides ", shape_str(t.strides()));
+  EMBER_CHECK(t.is_contiguous(), "sample (cuda): expected a contiguous tensor, got shape ", t.shape_str(), " strides ",
+              shape_str(t.strides()));
   switch (dist) {
     case Distribution::Uniform:
-      EMBER_DISPATCH_FLOAT(t.dtype(), "uniform_", [&]<typename T>() { launch_sample<T>(t, seed, offset, UniformF<T>{a, b}); });
+      EMBER_DISPATCH_FLOAT(t.dtype(), "uniform_", [&]<typename T>() {
+        launch_sample<T>(t, seed, offset, UniformF<T>{a, b});
+      });
       return;
     case Distribution::Normal:
-      EMBER_DISPATCH_FLOAT(t.dtype(), "normal_", [&]<typename T>() { launch_sample<T>(t, seed, offset, NormalF<T>{a, b}); });
+      EMBER_DISPATCH_FLOAT(t.dtype(), "normal_", [&]<typename T>() {
+        launch_sample<T>(t, seed, offset, NormalF<T>{a, b});
+      });
       return;
     case Distribution::Bernoulli:
-      EMBER_DISPATCH_ALL(t.dtype(), "bernoulli_", [&]<typename T>() { launch_sample<T>(t, seed, offset, BernoulliF<T>{a}); });
+      EMBER_DISPATCH_ALL(t.dtype(), "bernoulli_",
+                         [&]<typename T>() { launch_sample<T>(t, seed, offset, BernoulliF<T>{a}); });
       return;
   }
   EMBER_FAIL("sample (cuda): unknown distribution ", static_cast<int>(dist));

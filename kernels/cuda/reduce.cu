@@ -23,26 +23,25 @@
 #include <limits>
 #include <type_traits>
 
-#include "core/stream.h"
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/reduce_utils.cuh"
-#include "kernels/reduce.h"
+#include <ember/core/stream.h>
+#include <ember/kernels/cuda/cuda_kernels.h>
+#include <ember/kernels/reduce.h>
+#include <ember/kernels/cuda/common.cuh>
+#include <ember/kernels/cuda/reduce_utils.cuh>
 
 namespace ember::kernels::cuda {
 namespace {
 
-constexpr int kWarpRowMax = 1024;     // rows up to this length: one warp per row
+constexpr int kWarpRowMax = 1024;  // rows up to this length: one warp per row
 constexpr int kWarpsPerBlock = kBlock / 32;
-constexpr int64_t kMaxGrid = 65536;   // grid-stride loops cover the rest
-constexpr int kBlocksPerSm = 4;       // blocks per SM a split reduction aims for
-constexpr int64_t kMinRowChunk = 8192;   // elements per block in a split row reduction, at least
-constexpr int64_t kMaxSplits = 1024;     // the second pass folds at most this many partials
+constexpr int64_t kMaxGrid = 65536;  // grid-stride loops cover the rest
+constexpr int kBlocksPerSm = 4;  // blocks per SM a split reduction aims for
+constexpr int64_t kMinRowChunk = 8192;  // elements per block in a split row reduction, at least
+constexpr int64_t kMaxSplits = 1024;  // the second pass folds at most this many partials
 
 // ---- accumulation types and reducers ----
 
-template <typename T>
-struct RedAcc {
+template <typename T> struct RedAcc {
   using type = int64_t;  // integers and bool
 };
 template <> struct RedAcc<float> { using type = float; };
@@ -51,16 +50,14 @@ template <> struct RedAcc<Half> { using type = float; };
 template <> struct RedAcc<BFloat16> { using type = float; };
 template <typename T> using red_acc_t = typename RedAcc<T>::type;
 
-template <typename A>
-__device__ __forceinline__ bool is_nan(A v) {
+template <typename A> __device__ __forceinline__ bool is_nan(A v) {
   if constexpr (std::is_floating_point_v<A>) return v != v;
   else return false;
 }
 
 /// Sum / Mean / Max / Min with the op chosen at run time: the switch is uniform across the grid,
 /// and these kernels are bound by memory traffic, so one instantiation serves all four ops.
-template <typename A>
-struct ValueReducer {
+template <typename A> struct ValueReducer {
   using value_type = A;
   ReduceOp op;
   int64_t count;  // divisor applied by finish() for Mean (the full R, not a split's share)
@@ -91,12 +88,8 @@ struct ValueReducer {
     }
   }
   /// Element at reduction index r (r unused here) as an accumulator.
-  template <typename In>
-  __device__ __forceinline__ A lift(In v, int64_t /*r*/) const {
-    return load_as<A>(v);
-  }
-  template <typename Out>
-  __device__ __forceinline__ Out finish(A a) const {
+  template <typename In> __device__ __forceinline__ A lift(In v, int64_t /*r*/) const { return load_as<A>(v); }
+  template <typename Out> __device__ __forceinline__ Out finish(A a) const {
     if (op == ReduceOp::Mean) {
       if constexpr (std::is_integral_v<A>) {
         return store_as<Out>(static_cast<double>(a) / static_cast<double>(count));
@@ -108,23 +101,20 @@ struct ValueReducer {
   }
 };
 
-template <typename A>
-struct ArgPair {
+template <typename A> struct ArgPair {
   A v;
   int64_t i;
 };
 
 /// (value, index) of the first maximum. The combine is associative and commutative (ties and
 /// NaN go to the smaller index), so the block/tree order does not change the answer.
-template <typename A>
-struct ArgmaxReducer {
+template <typename A> struct ArgmaxReducer {
   using value_type = ArgPair<A>;
 
   __device__ __forceinline__ value_type identity() const {
     if constexpr (std::numeric_limits<A>::has_infinity)
       return {-std::numeric_limits<A>::infinity(), std::numeric_limits<int64_t>::max()};
-    else
-      return {std::numeric_limits<A>::lowest(), std::numeric_limits<int64_t>::max()};
+    else return {std::numeric_limits<A>::lowest(), std::numeric_limits<int64_t>::max()};
   }
   __device__ __forceinline__ value_type combine(value_type a, value_type b) const {
     const bool an = is_nan(a.v), bn = is_nan(b.v);
@@ -136,13 +126,11 @@ struct ArgmaxReducer {
     if (b.v > a.v) return b;
     return a.i < b.i ? a : b;
   }
-  template <typename In>
-  __device__ __forceinline__ value_type lift(In v, int64_t r) const {
+  template <typename In> __device__ __forceinline__ value_type lift(In v, int64_t r) const {
     if constexpr (std::is_same_v<In, value_type>) return v;  // a partial from the first pass
     else return {load_as<A>(v), r};
   }
-  template <typename Out>
-  __device__ __forceinline__ Out finish(value_type a) const {
+  template <typename Out> __device__ __forceinline__ Out finish(value_type a) const {
     if constexpr (std::is_same_v<Out, value_type>) return a;
     else return static_cast<Out>(a.i);
   }
@@ -259,8 +247,7 @@ __global__ void col_reduce_kernel(const In* __restrict__ x, Out* __restrict__ ou
 // ---- launchers ----
 
 /// Pointer to the bytes of a temporary of n values of V, owned by `holder`.
-template <typename V>
-V* temp_buffer(Tensor& holder, int64_t n, Device device) {
+template <typename V> V* temp_buffer(Tensor& holder, int64_t n, Device device) {
   holder = ember::empty({n * static_cast<int64_t>(sizeof(V))}, DType::u8, device);
   return static_cast<V*>(holder.data_ptr());
 }
@@ -309,8 +296,8 @@ dim3 col_block(int64_t inner) {
 
 /// Column reduction (inner > 1) of x (outer, R, inner) into out (outer, inner).
 template <typename In, typename Out, typename Red>
-void launch_cols(const In* x, Out* out, int64_t outer, int64_t R, int64_t inner, const Red& first,
-                 const Red& final, Device device, cudaStream_t stream) {
+void launch_cols(const In* x, Out* out, int64_t outer, int64_t R, int64_t inner, const Red& first, const Red& final,
+                 Device device, cudaStream_t stream) {
   using V = typename Red::value_type;
   const dim3 block = col_block(inner);
   const int64_t tiles = outer * ceil_div(inner, block.x);
@@ -333,8 +320,7 @@ void launch_cols(const In* x, Out* out, int64_t outer, int64_t R, int64_t inner,
     const int64_t n = outer * inner;
     const dim3 block2 = col_block(n);
     const unsigned grid2 = static_cast<unsigned>(std::min(ceil_div(n, block2.x), kMaxGrid));
-    col_reduce_kernel<V, Out, Red><<<dim3(grid2, 1, 1), block2, 0, stream>>>(partial, out, 1, splits, n, splits,
-                                                                            final);
+    col_reduce_kernel<V, Out, Red><<<dim3(grid2, 1, 1), block2, 0, stream>>>(partial, out, 1, splits, n, splits, final);
     EMBER_LAUNCH_CHECK();
     return;
   }
@@ -354,17 +340,16 @@ void launch_reduction(const Tensor& x, const Tensor& out, const Red& first, cons
 }
 
 void check_operands(const char* what, const Tensor& x, const Tensor& out) {
-  EMBER_CHECK(x.device().is_cuda() && out.device() == x.device(), what, ": expected x and out on one CUDA device, got x on ",
-              x.device().str(), " and out on ", out.device().str());
+  EMBER_CHECK(x.device().is_cuda() && out.device() == x.device(), what,
+              ": expected x and out on one CUDA device, got x on ", x.device().str(), " and out on ",
+              out.device().str());
   EMBER_ASSERT(x.dim() == 3 && is_dense(x), what, ": expected x contiguous (outer, R, inner), got shape ",
                x.shape_str());
-  EMBER_ASSERT(is_dense(out) && out.numel() == x.size(0) * x.size(2), what, ": out of shape ",
-               out.shape_str(), " does not hold (outer, inner) = (", x.size(0), ", ", x.size(2), ") for x ",
-               x.shape_str());
+  EMBER_ASSERT(is_dense(out) && out.numel() == x.size(0) * x.size(2), what, ": out of shape ", out.shape_str(),
+               " does not hold (outer, inner) = (", x.size(0), ", ", x.size(2), ") for x ", x.shape_str());
 }
 
-template <typename T, typename Out>
-void reduce_typed(ReduceOp op, const Tensor& x, const Tensor& out) {
+template <typename T, typename Out> void reduce_typed(ReduceOp op, const Tensor& x, const Tensor& out) {
   using A = red_acc_t<T>;
   const int64_t R = x.size(1);
   const ValueReducer<A> final{op, R};

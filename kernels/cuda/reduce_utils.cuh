@@ -14,14 +14,13 @@
 #include <cstring>
 #include <type_traits>
 
-#include "core/cuda_check.h"
-#include "kernels/cuda/common.cuh"
+#include <ember/core/cuda_check.h>
+#include <ember/kernels/cuda/common.cuh>
 
 namespace ember::kernels::cuda {
 
 /// v (a storage element) converted to the accumulation type A.
-template <typename A, typename T>
-__device__ __forceinline__ A load_as(T v) {
+template <typename A, typename T> __device__ __forceinline__ A load_as(T v) {
   if constexpr (std::is_same_v<T, Half>) {
     return static_cast<A>(__half2float(__ushort_as_half(v.bits)));
   } else if constexpr (std::is_same_v<T, BFloat16>) {
@@ -32,8 +31,7 @@ __device__ __forceinline__ A load_as(T v) {
 }
 
 /// v (an accumulator) rounded to the storage type T.
-template <typename T, typename A>
-__device__ __forceinline__ T store_as(A v) {
+template <typename T, typename A> __device__ __forceinline__ T store_as(A v) {
   if constexpr (std::is_same_v<T, Half>) {
     Half h;
     h.bits = __half_as_ushort(__float2half_rn(static_cast<float>(v)));
@@ -49,8 +47,7 @@ __device__ __forceinline__ T store_as(A v) {
 
 /// __shfl_xor_sync for any trivially copyable value whose size is a multiple of 4 bytes (pairs,
 /// triples of accumulators): the value is moved as 32-bit words.
-template <typename V>
-__device__ __forceinline__ V shfl_xor_any(V v, int mask) {
+template <typename V> __device__ __forceinline__ V shfl_xor_any(V v, int mask) {
   static_assert(sizeof(V) % 4 == 0, "shfl_xor_any: value size must be a multiple of 4 bytes");
   static_assert(std::is_trivially_copyable_v<V>, "shfl_xor_any: value must be trivially copyable");
   constexpr int kWords = static_cast<int>(sizeof(V) / 4);
@@ -63,8 +60,7 @@ __device__ __forceinline__ V shfl_xor_any(V v, int mask) {
 }
 
 /// Reduces v across the 32 lanes of a warp; every lane gets the result. All lanes must call it.
-template <typename V, typename Combine>
-__device__ __forceinline__ V warp_reduce(V v, Combine combine) {
+template <typename V, typename Combine> __device__ __forceinline__ V warp_reduce(V v, Combine combine) {
 #pragma unroll
   for (int mask = 16; mask > 0; mask >>= 1) v = combine(v, shfl_xor_any(v, mask));
   return v;

@@ -1,5 +1,5 @@
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/dispatch.h"
+#include <ember/kernels/cuda/cuda_kernels.h>
+#include <ember/kernels/dispatch.h>
 
 namespace ember::kernels {
 

@@ -26,11 +26,11 @@
 #include <initializer_list>
 #include <limits>
 
-#include "core/stream.h"
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/reduce_utils.cuh"
-#include "kernels/softmax.h"
+#include <ember/core/stream.h>
+#include <ember/kernels/cuda/cuda_kernels.h>
+#include <ember/kernels/softmax.h>
+#include <ember/kernels/cuda/common.cuh>
+#include <ember/kernels/cuda/reduce_utils.cuh>
 
 namespace ember::kernels::cuda {
 namespace {
@@ -46,16 +46,14 @@ __device__ __forceinline__ double dev_log(double v) { return log(v); }
 template <typename A> __device__ __forceinline__ A neg_inf() { return -std::numeric_limits<A>::infinity(); }
 
 /// Running maximum m and s = sum of exp(x - m) over the elements seen.
-template <typename A>
-struct MaxSum {
+template <typename A> struct MaxSum {
   A m;
   A s;
 };
 
 /// Folds one element into (m, s). -inf elements add nothing (and keep s == 0 while m == -inf,
 /// avoiding exp(-inf - -inf) = NaN); NaN elements make s NaN.
-template <typename A>
-__device__ __forceinline__ void online_add(MaxSum<A>& ms, A x) {
+template <typename A> __device__ __forceinline__ void online_add(MaxSum<A>& ms, A x) {
   if (x > ms.m) {
     ms.s = ms.s * dev_exp(ms.m - x) + A(1);
     ms.m = x;
@@ -64,8 +62,7 @@ __device__ __forceinline__ void online_add(MaxSum<A>& ms, A x) {
   }
 }
 
-template <typename A>
-__device__ __forceinline__ MaxSum<A> merge(MaxSum<A> a, MaxSum<A> b) {
+template <typename A> __device__ __forceinline__ MaxSum<A> merge(MaxSum<A> a, MaxSum<A> b) {
   const A m = a.m > b.m ? a.m : b.m;
   const A sa = a.m == neg_inf<A>() ? A(0) : a.s * dev_exp(a.m - m);
   const A sb = b.m == neg_inf<A>() ? A(0) : b.s * dev_exp(b.m - m);
@@ -73,8 +70,7 @@ __device__ __forceinline__ MaxSum<A> merge(MaxSum<A> a, MaxSum<A> b) {
 }
 
 /// Which threads cooperate on a row: a warp (kWarp) or the whole 1-D block.
-template <bool kWarp>
-struct RowGroup {
+template <bool kWarp> struct RowGroup {
   __device__ static int rank() { return kWarp ? static_cast<int>(threadIdx.x & 31u) : static_cast<int>(threadIdx.x); }
   __device__ static int size() { return kWarp ? 32 : static_cast<int>(blockDim.x); }
   __device__ static int64_t first() {
@@ -84,8 +80,7 @@ struct RowGroup {
     return kWarp ? static_cast<int64_t>(gridDim.x) * (blockDim.x / 32) : static_cast<int64_t>(gridDim.x);
   }
   /// Reduces v over the group; every member gets the result. smem: 32 values (block groups only).
-  template <typename V, typename Combine>
-  __device__ static V reduce(V v, Combine combine, V identity, V* smem) {
+  template <typename V, typename Combine> __device__ static V reduce(V v, Combine combine, V identity, V* smem) {
     if constexpr (kWarp) return warp_reduce(v, combine);
     else return block_reduce(v, combine, identity, smem);
   }
@@ -174,9 +169,8 @@ __global__ void softmax_backward_rows_kernel(const T* __restrict__ g, const T* _
 }
 
 template <typename T>
-__global__ void softmax_backward_strided_kernel(const T* __restrict__ g, const T* __restrict__ y,
-                                                T* __restrict__ dx, int64_t outer, int64_t D, int64_t inner,
-                                                bool log) {
+__global__ void softmax_backward_strided_kernel(const T* __restrict__ g, const T* __restrict__ y, T* __restrict__ dx,
+                                                int64_t outer, int64_t D, int64_t inner, bool log) {
   using A = acc_t<T>;
   const int64_t n = outer * inner;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
@@ -198,19 +192,18 @@ __global__ void softmax_backward_strided_kernel(const T* __restrict__ g, const T
 
 // ---- cross-entropy ----
 
-template <typename A>
-struct CeStats {
-  A m;    // running max
-  A s;    // sum exp(x - m)
+template <typename A> struct CeStats {
+  A m;  // running max
+  A s;  // sum exp(x - m)
   A sum;  // plain sum of x (label smoothing)
 };
 
 /// logits (N, C) contiguous; target (N) i64 with stride target_stride; loss, lse (N) f32
 /// contiguous. bad: flag, max of (N - row) over rows whose target is outside [0, C).
 template <typename T, bool kWarp>
-__global__ void cross_entropy_kernel(const T* __restrict__ x, const int64_t* __restrict__ target,
-                                     int64_t target_stride, float* __restrict__ loss, float* __restrict__ lse,
-                                     int64_t N, int64_t C, double ls, unsigned long long* bad) {
+__global__ void cross_entropy_kernel(const T* __restrict__ x, const int64_t* __restrict__ target, int64_t target_stride,
+                                     float* __restrict__ loss, float* __restrict__ lse, int64_t N, int64_t C, double ls,
+                                     unsigned long long* bad) {
   using A = acc_t<T>;
   using G = RowGroup<kWarp>;
   __shared__ __align__(16) unsigned char smem_raw[32 * sizeof(CeStats<A>)];
@@ -364,8 +357,7 @@ void check_rows(const char* what, const Tensor& t, int64_t N, DType dtype, const
               "] and dtype ", dtype_name(dtype), ", got ", t.shape_str(), " ", dtype_name(t.dtype()));
 }
 
-void cross_entropy_cuda(const Tensor& logits, const Tensor& target, double ls, const Tensor& loss,
-                        const Tensor& lse) {
+void cross_entropy_cuda(const Tensor& logits, const Tensor& target, double ls, const Tensor& loss, const Tensor& lse) {
   check_same_cuda("cross_entropy", logits, {&target, &loss, &lse});
   EMBER_CHECK(logits.dim() == 2 && is_dense(logits), "cross_entropy: expected contiguous logits (N, C), got ",
               logits.shape_str());
@@ -409,11 +401,11 @@ void cross_entropy_cuda(const Tensor& logits, const Tensor& target, double ls, c
   }
 }
 
-void cross_entropy_backward_cuda(const Tensor& grad_rows, const Tensor& logits, const Tensor& target,
-                                 const Tensor& lse, double ls, const Tensor& dlogits) {
+void cross_entropy_backward_cuda(const Tensor& grad_rows, const Tensor& logits, const Tensor& target, const Tensor& lse,
+                                 double ls, const Tensor& dlogits) {
   check_same_cuda("cross_entropy_backward", logits, {&grad_rows, &target, &lse, &dlogits});
-  EMBER_CHECK(logits.dim() == 2 && is_dense(logits),
-              "cross_entropy_backward: expected contiguous logits (N, C), got ", logits.shape_str());
+  EMBER_CHECK(logits.dim() == 2 && is_dense(logits), "cross_entropy_backward: expected contiguous logits (N, C), got ",
+              logits.shape_str());
   EMBER_ASSERT(dlogits.sizes() == logits.sizes() && is_dense(dlogits) && dlogits.dtype() == logits.dtype(),
                "cross_entropy_backward: dlogits ", dlogits.shape_str(), " ", dtype_name(dlogits.dtype()),
                " does not match logits ", logits.shape_str(), " ", dtype_name(logits.dtype()));

@@ -7,17 +7,17 @@
 #include <thread>
 #include <vector>
 
+#include <ember/autograd/function.h>
+#include <ember/autograd/grad_mode.h>
+#include <ember/autograd/node.h>
+#include <ember/autograd/ops.h>
+#include <ember/kernels/factory.h>
 #include "support/error_of.h"
-#include "autograd/function.h"
-#include "autograd/grad_mode.h"
-#include "autograd/node.h"
-#include "autograd/ops.h"
-#include "kernels/factory.h"
 #include "support/reference.h"
 
 using namespace ember;
-using ember::testing::error_of;
 using ember::testing::check_close;
+using ember::testing::error_of;
 using ember::testing::make_tensor;
 using ember::testing::random_tensor;
 using ember::testing::to_f64;
@@ -248,10 +248,13 @@ TEST_CASE("an early layer's hook fires after later layers' hooks, and before the
   Tensor x_tracked = x + xin;  // the input now has a grad path ending in xin's accumulator
   // A marker op on the input side: identity forward, records when its backward runs.
   Tensor marked = x_tracked.detach();
-  autograd::record(marked, "Marker", [&](const Tensor& g) {
-    input_node_ran = true;
-    return autograd::TensorList{g};
-  }, x_tracked);
+  autograd::record(
+      marked, "Marker",
+      [&](const Tensor& g) {
+        input_node_ran = true;
+        return autograd::TensorList{g};
+      },
+      x_tracked);
   Tensor h1 = tanh(matmul(marked, w1) + b1);
   Tensor h2 = tanh(matmul(h1, w2) + b2);
   Tensor loss = sum(matmul(h2, w3) + b3);
@@ -308,12 +311,14 @@ TEST_CASE("multi-output nodes receive one gradient per output", "[cpu][autograd]
   // A custom split of x (4) into halves, recorded with record_multi.
   Tensor x = leaf({1.0, 2.0, 3.0, 4.0}, {4});
   std::vector<Tensor> outs{x.detach().slice(0, 0, 2).contiguous(), x.detach().slice(0, 2, 4).contiguous()};
-  autograd::record_multi(outs, "Split", [](const autograd::TensorList& g) {
-    Tensor gx = zeros({4}, DType::f64);
-    if (g[0].defined()) gx.slice(0, 0, 2).copy_(g[0]);
-    if (g[1].defined()) gx.slice(0, 2, 4).copy_(g[1]);
-    return autograd::TensorList{gx};
-  }, {x});
+  autograd::record_multi(outs, "Split",
+                         [](const autograd::TensorList& g) {
+                           Tensor gx = zeros({4}, DType::f64);
+                           if (g[0].defined()) gx.slice(0, 0, 2).copy_(g[0]);
+                           if (g[1].defined()) gx.slice(0, 2, 4).copy_(g[1]);
+                           return autograd::TensorList{gx};
+                         },
+                         {x});
   CHECK(outs[0].grad_fn() == outs[1].grad_fn());
   // Only the second output is used: the first slot arrives undefined.
   sum(outs[1] * 3.0).backward();

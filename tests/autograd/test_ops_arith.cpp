@@ -8,8 +8,8 @@
 #include <functional>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "kernels/factory.h"
+#include <ember/autograd/ops.h>
+#include <ember/kernels/factory.h>
 #include "support/gradcheck.h"
 #include "support/reference.h"
 
@@ -119,7 +119,7 @@ TEST_CASE("gradcheck: binary ops with broadcasting and non-contiguous operands",
   const Tensor a = random_tensor({3, 1, 5}, DType::f64, 21, -1, 1, Layout::Strided);
   const Tensor b = random_tensor({4, 5}, DType::f64, 22, -1, 1, Layout::Transposed);
   const Tensor bp = random_tensor({4, 5}, DType::f64, 23, 0.5, 2, Layout::Transposed);  // away from 0
-  const Tensor s = random_tensor({}, DType::f64, 24, 0.5, 2);                            // 0-d operand
+  const Tensor s = random_tensor({}, DType::f64, 24, 0.5, 2);  // 0-d operand
   EMBER_CHECK_GRADIENTS([](const TL& x) { return x[0] + x[1]; }, {a, b});
   EMBER_CHECK_GRADIENTS([](const TL& x) { return x[0] - x[1]; }, {a, b});
   EMBER_CHECK_GRADIENTS([](const TL& x) { return x[1] - x[0]; }, {a, b});

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "kernels/factory.h"
+#include <ember/autograd/ops.h>
+#include <ember/kernels/factory.h>
 #include "support/gradcheck.h"
 #include "support/reference.h"
 
@@ -24,8 +24,8 @@ using TL = std::vector<Tensor>;
 namespace {
 
 // Batched reference: a (B, M, K) and b (B, K, N) as flat row-major vectors; b_shared: b is (K, N).
-std::vector<double> mm_ref(const std::vector<double>& a, const std::vector<double>& b, int64_t B, int64_t M,
-                           int64_t K, int64_t N, bool b_shared = false) {
+std::vector<double> mm_ref(const std::vector<double>& a, const std::vector<double>& b, int64_t B, int64_t M, int64_t K,
+                           int64_t N, bool b_shared = false) {
   std::vector<double> out;
   for (int64_t z = 0; z < B; ++z)
     for (int64_t i = 0; i < M; ++i)

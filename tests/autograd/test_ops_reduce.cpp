@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "autograd/ops.h"
+#include <ember/autograd/ops.h>
 #include "support/gradcheck.h"
 #include "support/reference.h"
 

@@ -5,16 +5,16 @@
 #include <string>
 #include <vector>
 
+#include <ember/autograd/grad_mode.h>
+#include <ember/autograd/ops.h>
+#include <ember/kernels/factory.h>
 #include "support/error_of.h"
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "kernels/factory.h"
 #include "support/gradcheck.h"
 #include "support/reference.h"
 
 using namespace ember;
-using ember::testing::error_of;
 using ember::testing::check_close;
+using ember::testing::error_of;
 using ember::testing::gradcheck;
 using ember::testing::Layout;
 using ember::testing::make_tensor;
@@ -82,13 +82,16 @@ TEST_CASE("permute, transpose, t, squeeze, unsqueeze, flatten geometry", "[cpu][
   CHECK(x.flatten().sizes() == Shape{24});
   CHECK(x.flatten(1).sizes() == Shape{2, 12});
   CHECK(x.flatten(0, 1).sizes() == Shape{6, 4});
-  check_close(x.permute({2, 0, 1}).flatten(), [] {
-    std::vector<double> e;
-    for (int c = 0; c < 4; ++c)
-      for (int a = 0; a < 2; ++a)
-        for (int b = 0; b < 3; ++b) e.push_back(a * 12 + b * 4 + c);
-    return e;
-  }(), 0.0);
+  check_close(
+      x.permute({2, 0, 1}).flatten(),
+      [] {
+        std::vector<double> e;
+        for (int c = 0; c < 4; ++c)
+          for (int a = 0; a < 2; ++a)
+            for (int b = 0; b < 3; ++b) e.push_back(a * 12 + b * 4 + c);
+        return e;
+      }(),
+      0.0);
 }
 
 TEST_CASE("slice, narrow and expand geometry", "[cpu][autograd]") {

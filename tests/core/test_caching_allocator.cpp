@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/caching_allocator.h"
-#include "core/error.h"
+#include <ember/core/caching_allocator.h>
+#include <ember/core/error.h>
 
 using ember::CachingAllocator;
 using ember::DataPtr;
@@ -240,8 +240,8 @@ TEST_CASE("out of memory: empty the cache, retry, then fail naming the size", "[
   FakeState st;
   st.capacity = 24 * MiB;
   CachingAllocator a(std::make_unique<FakeBackend>(&st));
-  a.allocate(1000).reset();            // 2 MiB cached
-  a.allocate(12 * MiB).reset();        // 12 MiB cached
+  a.allocate(1000).reset();  // 2 MiB cached
+  a.allocate(12 * MiB).reset();  // 12 MiB cached
   DataPtr p = a.allocate(12 * MiB, kStreamB);  // needs 12 MiB more than fit next to the cache
   REQUIRE(p.get() != nullptr);
   CHECK(st.failed_allocs == 1);

@@ -3,9 +3,9 @@
 
 #include <string>
 
-#include "core/allocator.h"
-#include "core/device.h"
-#include "core/error.h"
+#include <ember/core/allocator.h>
+#include <ember/core/device.h>
+#include <ember/core/error.h>
 
 using ember::Device;
 using ember::DeviceType;

@@ -11,8 +11,8 @@
 #include <random>
 #include <string>
 
-#include "core/dtype.h"
-#include "core/half.h"
+#include <ember/core/dtype.h>
+#include <ember/core/half.h>
 
 using ember::BFloat16;
 using ember::DType;
@@ -134,7 +134,8 @@ TEST_CASE("Half: every bit pattern decodes exactly and round-trips through float
     if (std::isnan(ref)) {
       if (!std::isnan(f)) FAIL("0x" << std::hex << i << " should decode to NaN");
       uint16_t back = Half::from_float(f);
-      if (!((back & 0x7c00) == 0x7c00 && (back & 0x3ff) != 0)) FAIL("NaN 0x" << std::hex << i << " came back as 0x" << back);
+      if (!((back & 0x7c00) == 0x7c00 && (back & 0x3ff) != 0))
+        FAIL("NaN 0x" << std::hex << i << " came back as 0x" << back);
       continue;
     }
     if (static_cast<double>(f) != ref) FAIL("0x" << std::hex << i << " decodes to " << f << ", expected " << ref);
@@ -148,8 +149,8 @@ TEST_CASE("Half: every bit pattern decodes exactly and round-trips through float
 TEST_CASE("Half: round to nearest even at ties, subnormals, overflow, inf, NaN", "[cpu]") {
   REQUIRE(std::fegetround() == FE_TONEAREST);
   // Exact values and ties between neighbours (1 + k/1024 ± half a quantum).
-  for (float f : {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, -65504.0f, 6.103515625e-05f /* min normal */,
-                  1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 1.0f + 5.0f / 2048, 2048.0f + 1.0f, 2048.0f + 3.0f})
+  for (float f : {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, -65504.0f, 6.103515625e-05f /* min normal */, 1.0f + 1.0f / 2048,
+                  1.0f + 3.0f / 2048, 1.0f + 5.0f / 2048, 2048.0f + 1.0f, 2048.0f + 3.0f})
     check_half(f);
   CHECK(Half(1.0f + 1.0f / 2048).bits == 0x3c00);  // tie: rounds down to even
   CHECK(Half(1.0f + 3.0f / 2048).bits == 0x3c02);  // tie: rounds up to even
@@ -198,7 +199,8 @@ TEST_CASE("BFloat16: every bit pattern round-trips through float", "[cpu]") {
     if (bits_of(f) != (i << 16)) FAIL("0x" << std::hex << i << " widened wrongly");
     const uint16_t back = BFloat16::from_float(f);
     if (std::isnan(f)) {
-      if (!((back & 0x7f80) == 0x7f80 && (back & 0x7f) != 0)) FAIL("NaN 0x" << std::hex << i << " came back as 0x" << back);
+      if (!((back & 0x7f80) == 0x7f80 && (back & 0x7f) != 0))
+        FAIL("NaN 0x" << std::hex << i << " came back as 0x" << back);
       continue;
     }
     if (back != b) FAIL("0x" << std::hex << i << " round-tripped to 0x" << back);
@@ -207,13 +209,13 @@ TEST_CASE("BFloat16: every bit pattern round-trips through float", "[cpu]") {
 }
 
 TEST_CASE("BFloat16: round to nearest even, subnormals, overflow, inf, NaN", "[cpu]") {
-  CHECK(BFloat16(1.0f + std::ldexp(1.0f, -8)).bits == 0x3f80);      // tie: down to even
-  CHECK(BFloat16(1.0f + std::ldexp(3.0f, -8)).bits == 0x3f82);      // tie: up to even
+  CHECK(BFloat16(1.0f + std::ldexp(1.0f, -8)).bits == 0x3f80);  // tie: down to even
+  CHECK(BFloat16(1.0f + std::ldexp(3.0f, -8)).bits == 0x3f82);  // tie: up to even
   CHECK(BFloat16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)).bits == 0x3f81);  // above the tie
-  CHECK(BFloat16(float_from_bits(0x00008000u)).bits == 0x0000);     // subnormal tie: down to even 0
-  CHECK(BFloat16(float_from_bits(0x00018000u)).bits == 0x0002);     // subnormal tie: up to even
-  CHECK(BFloat16(float_from_bits(0x7f7fffffu)).bits == 0x7f80);     // FLT_MAX rounds to inf
-  CHECK(BFloat16(float_from_bits(0x7f7f7fffu)).bits == 0x7f7f);     // just below the tie: finite
+  CHECK(BFloat16(float_from_bits(0x00008000u)).bits == 0x0000);  // subnormal tie: down to even 0
+  CHECK(BFloat16(float_from_bits(0x00018000u)).bits == 0x0002);  // subnormal tie: up to even
+  CHECK(BFloat16(float_from_bits(0x7f7fffffu)).bits == 0x7f80);  // FLT_MAX rounds to inf
+  CHECK(BFloat16(float_from_bits(0x7f7f7fffu)).bits == 0x7f7f);  // just below the tie: finite
   CHECK(BFloat16(std::numeric_limits<float>::infinity()).bits == 0x7f80);
   CHECK(BFloat16(-std::numeric_limits<float>::infinity()).bits == 0xff80);
   CHECK(BFloat16(-0.0f).bits == 0x8000);

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "core/error.h"
+#include <ember/core/error.h>
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/rng.h"
+#include <ember/core/rng.h>
 
 using ember::Generator;
 using ember::philox4x32;

@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "core/error.h"
-#include "core/shape.h"
+#include <ember/core/error.h>
+#include <ember/core/shape.h>
 
 using ember::Shape;
 

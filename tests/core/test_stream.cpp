@@ -7,9 +7,9 @@
 #include <thread>
 #include <utility>
 
-#include "core/device.h"
-#include "core/error.h"
-#include "core/stream.h"
+#include <ember/core/device.h>
+#include <ember/core/error.h>
+#include <ember/core/stream.h>
 
 using ember::Device;
 using ember::Event;
@@ -68,5 +68,8 @@ TEST_CASE("CUDA streams and guards fail clearly without a GPU", "[cpu]") {
   CHECK(message([] { ember::new_stream(Device::cuda(0)); }).find(why) != std::string::npos);
   CHECK(message([] { ember::synchronize(Device::cuda(1)); }).find("cuda:1") != std::string::npos);
   CHECK(message([] { ember::DeviceGuard g(Device::cuda(0)); }).find(why) != std::string::npos);
-  CHECK(message([] { Event e; e.record(Stream(Device::cuda(0), nullptr)); }).find(why) != std::string::npos);
+  CHECK(message([] {
+          Event e;
+          e.record(Stream(Device::cuda(0), nullptr));
+        }).find(why) != std::string::npos);
 }

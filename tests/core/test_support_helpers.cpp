@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "core/tensor.h"
-#include "kernels/factory.h"
+#include <ember/core/error.h>
+#include <ember/core/tensor.h>
+#include <ember/kernels/factory.h>
 #include "support/bitwise.h"
 #include "support/error_of.h"
 #include "support/spawn_self.h"
@@ -27,8 +27,7 @@ using ember::testing::TempDir;
 using ember::testing::TempStorage;
 namespace fs = std::filesystem;
 
-TEST_CASE("TempDir: a fresh empty directory per object, removed with its content at scope exit",
-          "[cpu][support]") {
+TEST_CASE("TempDir: a fresh empty directory per object, removed with its content at scope exit", "[cpu][support]") {
   fs::path first, second;
   {
     TempDir a, b;

@@ -2,21 +2,21 @@
 // nested calls run inline, and several host threads may use the pool at once.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <mutex>
 #include <set>
-#include <csignal>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <stdexcept>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#include "core/error.h"
-#include "core/thread_pool.h"
+#include <ember/core/error.h>
+#include <ember/core/thread_pool.h>
 
 using ember::parallel_for;
 

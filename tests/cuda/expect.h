@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
+#include <ember/core/tensor.h>
 #include "support/reference.h"
 
 namespace ember::testing {
 
 struct Expect {
-  std::vector<double> val;    // float64 reference, row-major
+  std::vector<double> val;  // float64 reference, row-major
   std::vector<double> bound;  // allowed |actual - val| per element
 };
 
@@ -40,8 +40,8 @@ inline void check_expect(const Tensor& actual, const Expect& e) {
     else ok = std::fabs(g - v) <= e.bound[i];
     if (!ok && bad++ < 5) os << "  [" << i << "] got " << g << " expected " << v << " +- " << e.bound[i] << "\n";
   }
-  INFO("shape " << actual.shape_str() << " dtype " << dtype_name(actual.dtype()) << ": " << bad << " of "
-                << got.size() << " outside their bound\n"
+  INFO("shape " << actual.shape_str() << " dtype " << dtype_name(actual.dtype()) << ": " << bad << " of " << got.size()
+                << " outside their bound\n"
                 << os.str());
   CHECK(bad == 0);
 }
@@ -62,8 +62,8 @@ inline void check_same_bits(const Tensor& a, const Tensor& b) {
       ++bad;
     }
   }
-  INFO("shape " << ca.shape_str() << " dtype " << dtype_name(ca.dtype()) << ": " << bad
-                << " elements differ, first at " << first);
+  INFO("shape " << ca.shape_str() << " dtype " << dtype_name(ca.dtype()) << ": " << bad << " elements differ, first at "
+                << first);
   CHECK(bad == 0);
 }
 

@@ -65,9 +65,9 @@ TEST_CASE("checkpoint (CUDA): a GPU run resumed from a checkpoint matches the un
     manual_seed(init_seed);
     auto model = std::make_shared<layers::Sequential>(std::initializer_list<layers::ModulePtr>{
         std::make_shared<layers::Conv2d>(1, 4, 3, layers::Conv2dOptions{.bias = false}),
-        std::make_shared<layers::BatchNorm2d>(4),
-        std::make_shared<layers::ReLU>(), std::make_shared<layers::Dropout>(0.3),
-        std::make_shared<layers::Flatten>(), std::make_shared<layers::Linear>(4 * 6 * 6, 3)});
+        std::make_shared<layers::BatchNorm2d>(4), std::make_shared<layers::ReLU>(),
+        std::make_shared<layers::Dropout>(0.3), std::make_shared<layers::Flatten>(),
+        std::make_shared<layers::Linear>(4 * 6 * 6, 3)});
     model->to(kGpu);
     return model;
   };

@@ -20,11 +20,11 @@
 #include <utility>
 #include <vector>
 
-#include "core/device.h"
-#include "kernels/conv.h"
-#include "kernels/factory.h"
-#include "support/reference.h"
+#include <ember/core/device.h>
+#include <ember/kernels/conv.h>
+#include <ember/kernels/factory.h>
 #include "cuda/expect.h"
+#include "support/reference.h"
 
 using namespace ember;
 using namespace ember::testing;
@@ -43,10 +43,10 @@ struct Case {
 
 std::string case_str(const Case& k) {
   std::ostringstream os;
-  os << "x (" << k.n << ", " << k.c << ", " << k.h << ", " << k.w << "), w (" << k.o << ", " << k.c / k.p.groups
-     << ", " << k.kh << ", " << k.kw << "), stride (" << k.p.stride_h << ", " << k.p.stride_w << "), pad ("
-     << k.p.pad_h << ", " << k.p.pad_w << "), dilation (" << k.p.dilation_h << ", " << k.p.dilation_w << "), groups "
-     << k.p.groups << (k.bias ? ", bias" : "");
+  os << "x (" << k.n << ", " << k.c << ", " << k.h << ", " << k.w << "), w (" << k.o << ", " << k.c / k.p.groups << ", "
+     << k.kh << ", " << k.kw << "), stride (" << k.p.stride_h << ", " << k.p.stride_w << "), pad (" << k.p.pad_h << ", "
+     << k.p.pad_w << "), dilation (" << k.p.dilation_h << ", " << k.p.dilation_w << "), groups " << k.p.groups
+     << (k.bias ? ", bias" : "");
   return os.str();
 }
 
@@ -59,12 +59,12 @@ Conv2dParams params(int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, 
 const std::vector<Case>& cases() {
   static const std::vector<Case> cs = {
       {2, 3, 7, 9, 4, 3, 3, params(1, 1, 1, 1, 1, 1, 1), true},
-      {3, 6, 11, 8, 9, 3, 2, params(2, 1, 1, 0, 1, 2, 3), true},   // groups, asymmetric everything
-      {1, 4, 5, 5, 4, 3, 3, params(1, 1, 2, 2, 2, 2, 4), false},   // depthwise, dilation 2
-      {5, 8, 6, 7, 3, 1, 1, params(2, 2, 0, 0, 1, 1, 1), false},   // 1x1, stride 2
-      {2, 5, 9, 13, 7, 5, 3, params(3, 2, 2, 1, 1, 1, 1), true},   // odd stride, output rows dropped
-      {4, 1, 28, 28, 32, 3, 3, params(1, 1, 0, 0, 1, 1, 1), true}, // mnist_cnn conv1
-      {2, 32, 26, 26, 64, 3, 3, params(1, 1, 0, 0, 1, 1, 1), true} // mnist_cnn conv2 (K = 288)
+      {3, 6, 11, 8, 9, 3, 2, params(2, 1, 1, 0, 1, 2, 3), true},  // groups, asymmetric everything
+      {1, 4, 5, 5, 4, 3, 3, params(1, 1, 2, 2, 2, 2, 4), false},  // depthwise, dilation 2
+      {5, 8, 6, 7, 3, 1, 1, params(2, 2, 0, 0, 1, 1, 1), false},  // 1x1, stride 2
+      {2, 5, 9, 13, 7, 5, 3, params(3, 2, 2, 1, 1, 1, 1), true},  // odd stride, output rows dropped
+      {4, 1, 28, 28, 32, 3, 3, params(1, 1, 0, 0, 1, 1, 1), true},  // mnist_cnn conv1
+      {2, 32, 26, 26, 64, 3, 3, params(1, 1, 0, 0, 1, 1, 1), true}  // mnist_cnn conv2 (K = 288)
   };
   return cs;
 }
@@ -86,8 +86,7 @@ Expect finish(const std::vector<double>& sum, const std::vector<double>& abs, co
 
 /// Calls fn(n, o, oh, ow, ci, ki, kj, ih, iw) for every product of the convolution (ci is the
 /// input channel, ih/iw inside the input).
-template <typename F>
-void for_each_term(const Case& k, F fn) {
+template <typename F> void for_each_term(const Case& k, F fn) {
   const int64_t ho = out_h(k), wo = out_w(k), g = k.p.groups, cg = k.c / g, og = k.o / g;
   for (int64_t n = 0; n < k.n; ++n)
     for (int64_t o = 0; o < k.o; ++o)
@@ -180,8 +179,8 @@ TEST_CASE("cuda conv2d forward matches float64 and the CPU (groups, stride, padd
       REQUIRE(y.sizes() == Shape{k.n, k.o, out_h(k), out_w(k)});
       const Expect e = ref_forward(k, to_f64(x), to_f64(w), k.bias ? to_f64(b) : std::vector<double>(), dt);
       check_expect(y, e);
-      const Tensor yc = kernels::conv2d(x.to(Device::cpu()), w.to(Device::cpu()),
-                                        k.bias ? b.to(Device::cpu()) : Tensor(), k.p);
+      const Tensor yc =
+          kernels::conv2d(x.to(Device::cpu()), w.to(Device::cpu()), k.bias ? b.to(Device::cpu()) : Tensor(), k.p);
       check_expect(y, doubled(e, yc));
     }
   }
@@ -209,7 +208,8 @@ TEST_CASE("cuda conv2d backward-input and backward-weight match float64 and the 
       REQUIRE(gw.sizes() == ws);
       const Expect ew = ref_backward_weight(k, gv, xv, dt);
       check_expect(gw, ew);
-      check_expect(gw, doubled(ew, kernels::conv2d_backward_weight(gy.to(Device::cpu()), x.to(Device::cpu()), ws, k.p)));
+      check_expect(gw,
+                   doubled(ew, kernels::conv2d_backward_weight(gy.to(Device::cpu()), x.to(Device::cpu()), ws, k.p)));
     }
   }
 }
@@ -236,8 +236,7 @@ TEST_CASE("cuda conv2d gives identical results when the cached algorithm is reus
   }
 }
 
-TEST_CASE("cuda conv2d on operands one element into their buffers after the aligned shapes were cached",
-          "[cuda]") {
+TEST_CASE("cuda conv2d on operands one element into their buffers after the aligned shapes were cached", "[cuda]") {
   // The first calls time and cache algorithms on allocator-aligned operands, which cuDNN may serve
   // with 16-byte vector loads. The same shapes then come as views one element into a buffer (x
   // for the forward and the filter gradient, grad_out for the input gradient): they must get an

@@ -8,10 +8,10 @@
 #include <utility>
 #include <vector>
 
-#include "core/device.h"
-#include "core/stream.h"
-#include "kernels/copy.h"
-#include "kernels/elementwise.h"
+#include <ember/core/device.h>
+#include <ember/core/stream.h>
+#include <ember/kernels/copy.h>
+#include <ember/kernels/elementwise.h>
 #include "support/reference.h"
 
 using namespace ember;
@@ -59,8 +59,23 @@ TEST_CASE("cuda cast between every pair of dtypes matches the CPU exactly", "[cu
 
 TEST_CASE("cuda casts of special values round like the CPU", "[cuda]") {
   const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
-  const std::vector<double> v{1e5, -1e5, 65504, 65520, 65519.99, 1e-8, -1e-8, 6e-8, 3e-8, nan, inf, -inf, -0.0,
-                              1.0 + 1.0 / 1024 + 1.0 / 2048, 3.14159265358979, 1.00390625, 1.005859375};
+  const std::vector<double> v{1e5,
+                              -1e5,
+                              65504,
+                              65520,
+                              65519.99,
+                              1e-8,
+                              -1e-8,
+                              6e-8,
+                              3e-8,
+                              nan,
+                              inf,
+                              -inf,
+                              -0.0,
+                              1.0 + 1.0 / 1024 + 1.0 / 2048,
+                              3.14159265358979,
+                              1.00390625,
+                              1.005859375};
   for (DType s : {DType::f32, DType::f64}) {
     const Tensor c = make_tensor(v, {static_cast<int64_t>(v.size())}, s);
     for (DType d : {DType::f16, DType::bf16, DType::f32, DType::f64, DType::boolean}) {
@@ -209,7 +224,7 @@ TEST_CASE("cuda strided copies with offsets past 2^31 take the 64-bit indexing p
   std::vector<double> vals(15);
   for (int i = 0; i < 15; ++i) vals[i] = 10 + i;
   kernels::copy(view, make_tensor(vals, {3, 5}, DType::u8));  // strided destination, 64-bit
-  check_close(view, vals, 0, 0);                               // strided source, 64-bit
+  check_close(view, vals, 0, 0);  // strided source, 64-bit
   check_close(kernels::cast(view, DType::f32), vals, 0, 0);
   std::vector<double> twice(vals);
   for (double& v : twice) v *= 2;
@@ -225,7 +240,7 @@ TEST_CASE("cuda copy, fill and transfer accept zero-element tensors", "[cuda]") 
     INFO("shape " << shape_str(shape));
     const Tensor a = empty(shape, DType::f32, kGpu), b = empty(shape, DType::f16, kGpu);
     CHECK_NOTHROW(kernels::copy_table(kGpu, a, empty(shape, DType::f32, kGpu)));  // memcpy path
-    CHECK_NOTHROW(kernels::copy_table(kGpu, a, b));                                // cast path
+    CHECK_NOTHROW(kernels::copy_table(kGpu, a, b));  // cast path
     if (shape.size() == 2) CHECK_NOTHROW(kernels::copy_table(kGpu, a.t(), empty({0, 4}, DType::f32, kGpu)));
     CHECK_NOTHROW(kernels::fill_table(kGpu, a, 0.0));  // memset path
     CHECK_NOTHROW(kernels::fill_table(kGpu, b, 1.5));  // kernel path

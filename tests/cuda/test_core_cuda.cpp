@@ -5,10 +5,10 @@
 #include <string>
 #include <utility>
 
-#include "core/caching_allocator.h"
-#include "core/device.h"
-#include "core/error.h"
-#include "core/stream.h"
+#include <ember/core/caching_allocator.h>
+#include <ember/core/device.h>
+#include <ember/core/error.h>
+#include <ember/core/stream.h>
 
 using ember::Device;
 using ember::Event;

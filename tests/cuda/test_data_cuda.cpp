@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/stream.h"
-#include "data/dataloader.h"
-#include "data/synthetic.h"
-#include "data/transfer.h"
+#include <ember/core/stream.h>
+#include <ember/data/dataloader.h>
+#include <ember/data/synthetic.h>
+#include <ember/data/transfer.h>
 #include "support/reference.h"
 
 using namespace ember;
@@ -39,7 +39,8 @@ Seen run_epochs(data::DataLoader& loader, int epochs, Device expect) {
   return s;
 }
 
-const data::Compose kAugment(data::RandomCrop(12, 2), data::RandomHorizontalFlip(0.5), data::Normalize({0.5f}, {0.25f}));
+const data::Compose kAugment(data::RandomCrop(12, 2), data::RandomHorizontalFlip(0.5),
+                             data::Normalize({0.5f}, {0.25f}));
 
 }  // namespace
 
@@ -50,8 +51,13 @@ TEST_CASE("DataLoader on CUDA: host mode delivers the CPU loader's batches", "[c
   for (int workers : {0, 3}) {
     for (bool pin : {true, false}) {
       INFO("workers " << workers << ", pin_memory " << pin);
-      data::DataLoader gpu(ds, {.batch_size = 32, .shuffle = true, .workers = workers, .device = kGpu, .seed = 2,
-                                .pin_memory = pin, .transform = kAugment});
+      data::DataLoader gpu(ds, {.batch_size = 32,
+                                .shuffle = true,
+                                .workers = workers,
+                                .device = kGpu,
+                                .seed = 2,
+                                .pin_memory = pin,
+                                .transform = kAugment});
       Seen s = run_epochs(gpu, 2, kGpu);
       CHECK(s.indices == ref.indices);
       CHECK(s.target == ref.target);
@@ -65,8 +71,9 @@ TEST_CASE("DataLoader on CUDA: resident mode equals host mode", "[cuda][data]") 
   for (bool augment : {false, true}) {
     INFO("augment " << augment);
     data::DataLoader::Options o{.batch_size = 64, .shuffle = true, .seed = 7};
-    if (augment) o.transform = data::Compose(data::RandomCrop(12, 2), data::RandomHorizontalFlip(0.5),
-                                             data::Normalize({0.5f, 0.4f, 0.3f}, {0.25f, 0.2f, 0.3f}));
+    if (augment)
+      o.transform = data::Compose(data::RandomCrop(12, 2), data::RandomHorizontalFlip(0.5),
+                                  data::Normalize({0.5f, 0.4f, 0.3f}, {0.25f, 0.2f, 0.3f}));
     data::DataLoader cpu(ds, o);
     o.device = kGpu;
     o.resident = true;

@@ -18,10 +18,10 @@
 #include <utility>
 #include <vector>
 
-#include "core/device.h"
-#include "core/stream.h"
-#include "kernels/copy.h"
-#include "kernels/elementwise.h"
+#include <ember/core/device.h>
+#include <ember/core/stream.h>
+#include <ember/kernels/copy.h>
+#include <ember/kernels/elementwise.h>
 #include "support/reference.h"
 
 using namespace ember;
@@ -180,9 +180,9 @@ TEST_CASE("cuda unary_backward matches the CPU", "[cuda]") {
 }
 
 TEST_CASE("cuda binary arithmetic and comparisons match the CPU exactly", "[cuda]") {
-  const BinaryOp ops[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum,
-                          BinaryOp::Minimum, BinaryOp::Eq, BinaryOp::Ne, BinaryOp::Lt, BinaryOp::Le,
-                          BinaryOp::Gt, BinaryOp::Ge};
+  const BinaryOp ops[] = {BinaryOp::Add,     BinaryOp::Sub,     BinaryOp::Mul, BinaryOp::Div,
+                          BinaryOp::Maximum, BinaryOp::Minimum, BinaryOp::Eq,  BinaryOp::Ne,
+                          BinaryOp::Lt,      BinaryOp::Le,      BinaryOp::Gt,  BinaryOp::Ge};
   const DType dtypes[] = {DType::f32, DType::f16, DType::bf16, DType::f64, DType::i32, DType::i64};
   for (DType dt : dtypes) {
     // Integers: divisors 1..49 (no zero); floats: values on a coarse grid would make Eq vacuous,
@@ -254,8 +254,8 @@ TEST_CASE("cuda maximum/minimum propagate NaN like the CPU", "[cuda]") {
 }
 
 TEST_CASE("cuda binary with a scalar matches the CPU in both orders", "[cuda]") {
-  const BinaryOp ops[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum,
-                          BinaryOp::Minimum, BinaryOp::Lt, BinaryOp::Ge, BinaryOp::Eq};
+  const BinaryOp ops[] = {BinaryOp::Add,     BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum,
+                          BinaryOp::Minimum, BinaryOp::Lt,  BinaryOp::Ge,  BinaryOp::Eq};
   for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::f64, DType::i32, DType::i64}) {
     const bool integral = !is_floating(dt);
     // Integer tensors in 1..99 so that s / a never divides by zero.
@@ -286,14 +286,15 @@ TEST_CASE("cuda integer division by zero is an error, as on the CPU", "[cuda]") 
     CHECK_THROWS_WITH(kernels::binary(BinaryOp::Div, b, 6.0, true), Catch::Contains("division by zero"));
     // The flag is per call: a clean division right after still works.
     check_close(kernels::binary(BinaryOp::Div, a, 2.0), {3, 4, 4, 5, 5}, 0, 0);
-    check_close(kernels::binary(BinaryOp::Div, make_tensor({-7, 7}, {2}, dt, kGpu), make_tensor({2, -2}, {2}, dt, kGpu)),
-                {-3, -3}, 0, 0);
+    check_close(
+        kernels::binary(BinaryOp::Div, make_tensor({-7, 7}, {2}, dt, kGpu), make_tensor({2, -2}, {2}, dt, kGpu)),
+        {-3, -3}, 0, 0);
   }
 }
 
 TEST_CASE("cuda where matches the CPU for every dtype and broadcast", "[cuda]") {
-  const DType dtypes[] = {DType::f32, DType::f16, DType::bf16, DType::f64, DType::i32, DType::i64, DType::u8,
-                          DType::boolean};
+  const DType dtypes[] = {DType::f32, DType::f16, DType::bf16, DType::f64,
+                          DType::i32, DType::i64, DType::u8,   DType::boolean};
   const Pair cond = random_pair({15, 1, 29}, DType::boolean, 71, 0, 2, Layout::Strided);
   for (DType dt : dtypes) {
     INFO(dtype_name(dt));

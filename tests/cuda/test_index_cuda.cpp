@@ -12,10 +12,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/device.h"
-#include "core/stream.h"
-#include "kernels/copy.h"
-#include "kernels/index.h"
+#include <ember/core/device.h>
+#include <ember/core/stream.h>
+#include <ember/kernels/copy.h>
+#include <ember/kernels/index.h>
 #include "support/reference.h"
 
 using namespace ember;
@@ -95,8 +95,8 @@ TEST_CASE("cuda index_select matches the CPU and a reference on every dim, dtype
       const Tensor xt = xg.transpose(0, 2);  // (5, 33, 7)
       const std::vector<int64_t> idt = random_indices(9, xt.size(dim), 205 + dim);
       check_close(kernels::index_select(xt, dim, index_tensor(idt, DType::i64, kGpu)),
-                  to_f64(kernels::index_select(xc.transpose(0, 2), dim, index_tensor(idt, DType::i64, Device::cpu()))), 0,
-                  0);
+                  to_f64(kernels::index_select(xc.transpose(0, 2), dim, index_tensor(idt, DType::i64, Device::cpu()))),
+                  0, 0);
     }
   }
 }
@@ -244,15 +244,15 @@ TEST_CASE("cuda index_select and index_add accept zero-element operands", "[cuda
   const Tensor bad = index_tensor({7}, DType::i64, kGpu);
   const Tensor none = empty({0}, DType::i64, kGpu);
   // inner == 0: rows of zero bytes.
-  CHECK_NOTHROW(kernels::index_select_table(kGpu, empty({2, 3, 0}, DType::f32, kGpu), bad,
-                                            empty({2, 1, 0}, DType::f32, kGpu)));
-  CHECK_NOTHROW(kernels::index_add_table(kGpu, empty({2, 3, 0}, DType::f32, kGpu), bad,
-                                         empty({2, 1, 0}, DType::f32, kGpu)));
+  CHECK_NOTHROW(
+      kernels::index_select_table(kGpu, empty({2, 3, 0}, DType::f32, kGpu), bad, empty({2, 1, 0}, DType::f32, kGpu)));
+  CHECK_NOTHROW(
+      kernels::index_add_table(kGpu, empty({2, 3, 0}, DType::f32, kGpu), bad, empty({2, 1, 0}, DType::f32, kGpu)));
   // K == 0 and outer == 0.
-  CHECK_NOTHROW(kernels::index_select_table(kGpu, empty({2, 3, 4}, DType::f32, kGpu), none,
-                                            empty({2, 0, 4}, DType::f32, kGpu)));
-  CHECK_NOTHROW(kernels::index_add_table(kGpu, empty({0, 3, 4}, DType::f32, kGpu), bad,
-                                         empty({0, 1, 4}, DType::f32, kGpu)));
+  CHECK_NOTHROW(
+      kernels::index_select_table(kGpu, empty({2, 3, 4}, DType::f32, kGpu), none, empty({2, 0, 4}, DType::f32, kGpu)));
+  CHECK_NOTHROW(
+      kernels::index_add_table(kGpu, empty({0, 3, 4}, DType::f32, kGpu), bad, empty({0, 1, 4}, DType::f32, kGpu)));
   CHECK(kernels::index_select(empty({5, 0}, DType::f32, kGpu), 0, index_tensor({1, 4}, DType::i64, kGpu)).sizes() ==
         Shape{2, 0});
   CHECK_NOTHROW(synchronize(kGpu));

@@ -11,9 +11,9 @@
 #include <tuple>
 #include <vector>
 
-#include "core/device.h"
-#include "core/stream.h"
-#include "kernels/matmul.h"
+#include <ember/core/device.h>
+#include <ember/core/stream.h>
+#include <ember/kernels/matmul.h>
 #include "support/reference.h"
 
 using namespace ember;
@@ -26,7 +26,7 @@ const Device kGpu = Device::cuda(0);
 DType acc_dtype(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f32; }
 
 struct GemmRef {
-  std::vector<double> out;    // (batch, M, N) row-major
+  std::vector<double> out;  // (batch, M, N) row-major
   std::vector<double> bound;  // per element
 };
 
@@ -188,7 +188,8 @@ TEST_CASE("cuda gemm: alpha, beta, every trans combination, shared b", "[cuda][m
           const double alpha = 0.75, beta = -1.5;
           Tensor og = oc.to(kGpu).clone();
           kernels::gemm(ac.to(kGpu), bc.to(kGpu), og, ta, tb, alpha, beta);
-          const GemmRef ref = ref_gemm(values(ac, ta), values(bc, tb), to_f64(oc), B, M, K, N, bb == 1, alpha, beta, dt);
+          const GemmRef ref =
+              ref_gemm(values(ac, ta), values(bc, tb), to_f64(oc), B, M, K, N, bb == 1, alpha, beta, dt);
           const std::vector<double> got = to_f64(og);
           check_bound(got, ref, 1.0, "cuda vs f64 reference:");
           Tensor occ = oc.clone();

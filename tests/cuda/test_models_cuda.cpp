@@ -19,16 +19,16 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "core/device.h"
-#include "core/rng.h"
-#include "kernels/factory.h"
-#include "layers/loss.h"
-#include "layers/module.h"
-#include "models/resnet.h"
-#include "models/wide_resnet.h"
-#include "support/reference.h"
+#include <ember/autograd/ops.h>
+#include <ember/core/device.h>
+#include <ember/core/rng.h>
+#include <ember/kernels/factory.h>
+#include <ember/layers/loss.h>
+#include <ember/layers/module.h>
+#include <ember/models/resnet.h>
+#include <ember/models/wide_resnet.h>
 #include "cuda/expect.h"
+#include "support/reference.h"
 
 using namespace ember;
 using namespace ember::testing;
@@ -80,8 +80,7 @@ void compare_devices(const std::function<std::shared_ptr<layers::Module>(Generat
   const Depth d = depth_of(*cpu, x_shape);
   const double fwd = 2.0 * static_cast<double>(d.layers) * tol_sum(DType::f32, d.k);
   const double bwd = 2.0 * fwd;
-  INFO(d.layers << " weighted layers, longest reduction " << d.k << ": forward bound " << fwd << ", backward "
-                << bwd);
+  INFO(d.layers << " weighted layers, longest reduction " << d.k << ": forward bound " << fwd << ", backward " << bwd);
 
   const Tensor x = random_tensor(x_shape, DType::f32, 77, -1, 1);
   std::vector<int64_t> labels;

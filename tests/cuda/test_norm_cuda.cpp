@@ -17,12 +17,12 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "core/rng.h"
-#include "kernels/factory.h"
-#include "kernels/norm.h"
-#include "support/reference.h"
+#include <ember/core/device.h>
+#include <ember/core/rng.h>
+#include <ember/kernels/factory.h>
+#include <ember/kernels/norm.h>
 #include "cuda/expect.h"
+#include "support/reference.h"
 
 using namespace ember;
 using namespace ember::testing;
@@ -86,8 +86,8 @@ BnRef ref_batch_norm(const Shape& shape, const std::vector<double>& x, const std
         const double nm = (1.0 - momentum) * rm[static_cast<size_t>(c)] + momentum * mean;
         const double nv = (1.0 - momentum) * rv[static_cast<size_t>(c)] + momentum * unbiased;
         r.running_mean.val.push_back(nm);
-        r.running_mean.bound.push_back(momentum * em + 2.0 * tol(P) * (std::fabs((1.0 - momentum) * rm[c]) +
-                                                                      std::fabs(momentum * mean)));
+        r.running_mean.bound.push_back(
+            momentum * em + 2.0 * tol(P) * (std::fabs((1.0 - momentum) * rm[c]) + std::fabs(momentum * mean)));
         r.running_var.val.push_back(nv);
         r.running_var.bound.push_back(momentum * ev * static_cast<double>(M) / static_cast<double>(M - 1) +
                                       2.0 * tol(P) * (std::fabs((1.0 - momentum) * rv[c]) + momentum * unbiased));
@@ -168,7 +168,7 @@ struct BnCase {
 
 const std::vector<BnCase>& bn_cases() {
   static const std::vector<BnCase> cs = {
-      {{3, 5, 7, 9}, -1.0, 1.0, 0.1, 1e-5, true},   {{16, 7}, -1.0, 1.0, 0.1, 1e-5, true},
+      {{3, 5, 7, 9}, -1.0, 1.0, 0.1, 1e-5, true},    {{16, 7}, -1.0, 1.0, 0.1, 1e-5, true},
       {{4, 3, 10}, 1.0, 3.0, 0.3, 1e-3, true},       {{2, 4, 1, 1}, -2.0, 2.0, 1.0, 1e-5, false},
       {{1, 6, 13, 11}, -1.0, 1.0, 0.1, 1e-5, false}, {{64, 32, 12, 12}, -1.0, 1.0, 0.1, 1e-5, true},
   };
@@ -191,8 +191,9 @@ TEST_CASE("cuda batch_norm training matches float64 and the CPU: output, saved a
       const std::vector<double> rm0 = random_values(C, ++seed, -0.5, 0.5), rv0 = random_values(C, ++seed, 0.5, 2.0);
       Tensor rm = make_tensor(rm0, {C}, P, kGpu), rv = make_tensor(rv0, {C}, P, kGpu);
       const kernels::BatchNormResult r = kernels::batch_norm(x, w, b, rm, rv, true, k.momentum, k.eps);
-      const BnRef e = ref_batch_norm(k.x, to_f64(x), k.affine ? to_f64(w) : std::vector<double>(),
-                                     k.affine ? to_f64(b) : std::vector<double>(), rm0, rv0, true, k.momentum, k.eps, dt);
+      const BnRef e =
+          ref_batch_norm(k.x, to_f64(x), k.affine ? to_f64(w) : std::vector<double>(),
+                         k.affine ? to_f64(b) : std::vector<double>(), rm0, rv0, true, k.momentum, k.eps, dt);
       check_expect(r.out, e.out);
       check_expect(r.save_mean, e.save_mean);
       check_expect(r.save_invstd, e.save_invstd);
@@ -239,17 +240,16 @@ TEST_CASE("cuda batch_norm eval uses the running statistics", "[cuda]") {
       const std::vector<double> rm0 = random_values(C, ++seed, -0.5, 0.5), rv0 = random_values(C, ++seed, 0.5, 2.0);
       const Tensor rm = make_tensor(rm0, {C}, P, kGpu), rv = make_tensor(rv0, {C}, P, kGpu);
       const kernels::BatchNormResult r = kernels::batch_norm(x, w, b, rm, rv, false, k.momentum, k.eps);
-      const BnRef e = ref_batch_norm(k.x, to_f64(x), k.affine ? to_f64(w) : std::vector<double>(),
-                                     k.affine ? to_f64(b) : std::vector<double>(), rm0, rv0, false, k.momentum, k.eps,
-                                     dt);
+      const BnRef e =
+          ref_batch_norm(k.x, to_f64(x), k.affine ? to_f64(w) : std::vector<double>(),
+                         k.affine ? to_f64(b) : std::vector<double>(), rm0, rv0, false, k.momentum, k.eps, dt);
       check_expect(r.out, e.out);
       check_close(rm, to_f64(make_tensor(rm0, {C}, P)), 0.0, 0.0);  // untouched in eval
       check_close(rv, to_f64(make_tensor(rv0, {C}, P)), 0.0, 0.0);
       if (dt == DType::f32 || dt == DType::f64) {
-        const kernels::BatchNormResult rc =
-            kernels::batch_norm(x.to(Device::cpu()), k.affine ? w.to(Device::cpu()) : Tensor(),
-                                k.affine ? b.to(Device::cpu()) : Tensor(), rm.to(Device::cpu()),
-                                rv.to(Device::cpu()), false, k.momentum, k.eps);
+        const kernels::BatchNormResult rc = kernels::batch_norm(
+            x.to(Device::cpu()), k.affine ? w.to(Device::cpu()) : Tensor(), k.affine ? b.to(Device::cpu()) : Tensor(),
+            rm.to(Device::cpu()), rv.to(Device::cpu()), false, k.momentum, k.eps);
         check_expect(r.out, doubled(e.out, rc.out));
       }
     }
@@ -302,9 +302,9 @@ TEST_CASE("cuda batch_norm_backward in training (cuDNN) and eval (kernel) matche
           invstd = make_tensor(is, {C}, P, kGpu);
         }
         const kernels::BatchNormGrads g = kernels::batch_norm_backward(gy, x, w, mean, invstd, training, k.eps);
-        const BnGradRef e = ref_batch_norm_backward(k.x, to_f64(gy), to_f64(x),
-                                                    k.affine ? to_f64(w) : std::vector<double>(), to_f64(mean),
-                                                    to_f64(invstd), training, dt);
+        const BnGradRef e =
+            ref_batch_norm_backward(k.x, to_f64(gy), to_f64(x), k.affine ? to_f64(w) : std::vector<double>(),
+                                    to_f64(mean), to_f64(invstd), training, dt);
         check_expect(g.grad_x, e.gx);
         check_expect(g.grad_weight, e.gw);
         check_expect(g.grad_bias, e.gb);

@@ -15,16 +15,16 @@
 #include <memory>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "core/device.h"
-#include "core/rng.h"
-#include "kernels/factory.h"
-#include "layers/linear.h"
-#include "kernels/optim.h"
-#include "optim/adam.h"
-#include "optim/clip.h"
+#include <ember/autograd/ops.h>
+#include <ember/core/device.h>
+#include <ember/core/rng.h>
+#include <ember/kernels/factory.h>
+#include <ember/kernels/optim.h>
+#include <ember/layers/linear.h>
+#include <ember/optim/adam.h>
+#include <ember/optim/clip.h>
+#include <ember/optim/sgd.h>
 #include "optim/optim_reference.h"
-#include "optim/sgd.h"
 #include "support/reference.h"
 
 using namespace ember;
@@ -70,15 +70,19 @@ TEST_CASE("CUDA SGD: fused step matches the CPU twin and float64, every option, 
     double momentum, dampening, weight_decay;
     bool nesterov;
   };
-  const std::vector<Combo> combos = {{0, 0, 0, false}, {0.9, 0, 0, false}, {0.9, 0.3, 1e-2, false}, {0.9, 0, 1e-3, true}};
+  const std::vector<Combo> combos = {
+      {0, 0, 0, false}, {0.9, 0, 0, false}, {0.9, 0.3, 1e-2, false}, {0.9, 0, 1e-3, true}};
   const std::vector<Shape> shapes = many_shapes(56);  // 57 tensors: two launches
   for (const DType dt : {DType::f32, DType::f64}) {
     for (const Combo& c : combos) {
       INFO(dtype_name(dt) << " momentum " << c.momentum << " dampening " << c.dampening << " wd " << c.weight_decay
                           << " nesterov " << c.nesterov);
       Twin t = make_twin(shapes, dt, 1000);
-      const optim::SGDOptions o{.lr = 0.05, .momentum = c.momentum, .dampening = c.dampening,
-                                .weight_decay = c.weight_decay, .nesterov = c.nesterov};
+      const optim::SGDOptions o{.lr = 0.05,
+                                .momentum = c.momentum,
+                                .dampening = c.dampening,
+                                .weight_decay = c.weight_decay,
+                                .nesterov = c.nesterov};
       optim::SGD oc(t.cpu, o), og(t.gpu, o);
       std::vector<SgdRef> st(shapes.size(), SgdRef{0.05, c.momentum, c.dampening, c.weight_decay, c.nesterov});
       for (int s = 0; s < 3; ++s) {
@@ -245,7 +249,8 @@ TEST_CASE("CUDA global_norm: values whose squares leave the f32 range", "[cuda][
     int64_t count = 0;
     for (size_t i = 0; i < 4; ++i) {
       const DType dt = i % 2 == 0 ? DType::f32 : DType::bf16;
-      Tensor t = random_tensor({static_cast<int64_t>(1000 + 7 * i)}, dt, 70 + i, -scale, scale, Layout::Contiguous, kGpu);
+      Tensor t =
+          random_tensor({static_cast<int64_t>(1000 + 7 * i)}, dt, 70 + i, -scale, scale, Layout::Contiguous, kGpu);
       for (double v : to_f64(t)) sq += v * v;
       count += t.numel();
       ts.push_back(t);

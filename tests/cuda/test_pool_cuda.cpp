@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "kernels/factory.h"
-#include "kernels/pool.h"
-#include "support/reference.h"
+#include <ember/core/device.h>
+#include <ember/kernels/factory.h>
+#include <ember/kernels/pool.h>
 #include "cuda/expect.h"
+#include "support/reference.h"
 
 using namespace ember;
 using namespace ember::testing;
@@ -46,12 +46,11 @@ Pool2dParams pp(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int6
 
 const std::vector<Case>& cases() {
   static const std::vector<Case> cs = {
-      {{2, 3, 7, 9}, pp(3, 3, 2, 2, 1, 1, false)},
-      {{1, 2, 8, 8}, pp(2, 2, 2, 2, 0, 0, false)},     // mnist_cnn's pool
-      {{2, 2, 9, 7}, pp(3, 3, 1, 1, 1, 1, false)},     // overlapping windows
-      {{1, 3, 10, 11}, pp(3, 2, 2, 3, 1, 0, true)},    // asymmetric, ceil_mode
-      {{3, 1, 5, 5}, pp(2, 2, 2, 2, 0, 0, true)},      // ceil_mode: partial last window
-      {{2, 5, 13, 6}, pp(4, 3, 3, 2, 2, 1, false)},    // padding = kernel / 2
+      {{2, 3, 7, 9}, pp(3, 3, 2, 2, 1, 1, false)},  {{1, 2, 8, 8}, pp(2, 2, 2, 2, 0, 0, false)},  // mnist_cnn's pool
+      {{2, 2, 9, 7}, pp(3, 3, 1, 1, 1, 1, false)},  // overlapping windows
+      {{1, 3, 10, 11}, pp(3, 2, 2, 3, 1, 0, true)},  // asymmetric, ceil_mode
+      {{3, 1, 5, 5}, pp(2, 2, 2, 2, 0, 0, true)},  // ceil_mode: partial last window
+      {{2, 5, 13, 6}, pp(4, 3, 3, 2, 2, 1, false)},  // padding = kernel / 2
       {{1, 1, 1, 1}, pp(1, 1, 1, 1, 0, 0, false)},
   };
   return cs;
@@ -59,8 +58,8 @@ const std::vector<Case>& cases() {
 
 std::string case_str(const Case& k) {
   std::ostringstream os;
-  os << "x " << shape_str(k.x) << ", kernel (" << k.p.kernel_h << ", " << k.p.kernel_w << "), stride ("
-     << k.p.stride_h << ", " << k.p.stride_w << "), pad (" << k.p.pad_h << ", " << k.p.pad_w << ")"
+  os << "x " << shape_str(k.x) << ", kernel (" << k.p.kernel_h << ", " << k.p.kernel_w << "), stride (" << k.p.stride_h
+     << ", " << k.p.stride_w << "), pad (" << k.p.pad_h << ", " << k.p.pad_w << ")"
      << (k.p.ceil_mode ? ", ceil_mode" : "") << (k.p.count_include_pad ? "" : ", exclude pad");
   return os.str();
 }
@@ -211,9 +210,9 @@ TEST_CASE("cuda max_pool2d matches float64 and the CPU exactly, indices included
 TEST_CASE("cuda max_pool2d: NaN wins, all -inf windows point at their first element", "[cuda]") {
   const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
   // (1, 1, 4, 6) with 2x2 windows: a NaN after the max, two NaNs, an all -inf window, a tie.
-  const std::vector<double> v = {1.0, 5.0,  -inf, -inf, 2.0, nan,   //
-                                 nan, 3.0,  -inf, -inf, 7.0, nan,   //
-                                 0.5, 0.25, 4.0,  4.0,  -1., -2.,   //
+  const std::vector<double> v = {1.0, 5.0,  -inf, -inf, 2.0, nan,  //
+                                 nan, 3.0,  -inf, -inf, 7.0, nan,  //
+                                 0.5, 0.25, 4.0,  4.0,  -1., -2.,  //
                                  0.5, 0.5,  4.0,  1.0,  -3., -1.};
   for (DType dt : kFloatTypes) {
     INFO(dtype_name(dt));
@@ -277,8 +276,8 @@ TEST_CASE("cuda adaptive_avg_pool2d and its backward match float64 and the CPU",
     Shape x;
     int64_t ho, wo;
   };
-  const std::vector<A> as = {{{2, 3, 7, 5}, 3, 2}, {{1, 2, 5, 5}, 5, 5}, {{2, 1, 4, 3}, 7, 8},
-                             {{1, 4, 13, 9}, 1, 1}, {{3, 2, 10, 11}, 4, 3}};
+  const std::vector<A> as = {
+      {{2, 3, 7, 5}, 3, 2}, {{1, 2, 5, 5}, 5, 5}, {{2, 1, 4, 3}, 7, 8}, {{1, 4, 13, 9}, 1, 1}, {{3, 2, 10, 11}, 4, 3}};
   uint64_t seed = 900;
   for (const A& a : as) {
     for (DType dt : kFloatTypes) {

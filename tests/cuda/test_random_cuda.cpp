@@ -13,10 +13,10 @@
 #include <utility>
 #include <vector>
 
-#include "core/device.h"
-#include "core/stream.h"
-#include "core/rng.h"
-#include "kernels/random.h"
+#include <ember/core/device.h>
+#include <ember/core/rng.h>
+#include <ember/core/stream.h>
+#include <ember/kernels/random.h>
 #include "support/reference.h"
 
 using namespace ember;
@@ -80,14 +80,14 @@ TEST_CASE("cuda sampling into misaligned and non-contiguous views agrees with th
   for (DType dt : kFloatTypes) {
     INFO(dtype_name(dt));
     // Contiguous but one element into the buffer: the kernel's scalar-store path.
-    compare(Dist::Uniform, empty({1002}, dt, kGpu).narrow(0, 1, 1001), empty({1002}, dt, Device::cpu()).narrow(0, 1, 1001),
-            -1.0, 1.0);
-    compare(Dist::Normal, empty({1002}, dt, kGpu).narrow(0, 1, 1001), empty({1002}, dt, Device::cpu()).narrow(0, 1, 1001),
-            0.0, 2.0);
+    compare(Dist::Uniform, empty({1002}, dt, kGpu).narrow(0, 1, 1001),
+            empty({1002}, dt, Device::cpu()).narrow(0, 1, 1001), -1.0, 1.0);
+    compare(Dist::Normal, empty({1002}, dt, kGpu).narrow(0, 1, 1001),
+            empty({1002}, dt, Device::cpu()).narrow(0, 1, 1001), 0.0, 2.0);
     // Transposed: the front samples into a contiguous temporary and copies it over.
     compare(Dist::Uniform, empty({37, 23}, dt, kGpu).t(), empty({37, 23}, dt, Device::cpu()).t(), 0.0, 1.0);
-    compare(Dist::Bernoulli, empty({37, 46}, dt, kGpu).slice(1, 0, 46, 2), empty({37, 46}, dt, Device::cpu()).slice(1, 0, 46, 2),
-            0.5, 0.0);
+    compare(Dist::Bernoulli, empty({37, 46}, dt, kGpu).slice(1, 0, 46, 2),
+            empty({37, 46}, dt, Device::cpu()).slice(1, 0, 46, 2), 0.5, 0.0);
   }
 }
 

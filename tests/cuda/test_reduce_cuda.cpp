@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "kernels/reduce.h"
+#include <ember/core/device.h>
+#include <ember/kernels/reduce.h>
 #include "support/reference.h"
 
 using namespace ember;
@@ -67,22 +67,22 @@ Ref ref_reduce(ReduceOp op, const std::vector<double>& vals, const Shape& shape,
 
 /// Compares one set of results with the reference under the bounds described at the top; `slack`
 /// widens them (2 when comparing two implementations that each meet them).
-void check_against(const std::vector<double>& got, const Ref& ref, ReduceOp op, DType in, DType out,
-                   double slack, const char* what) {
+void check_against(const std::vector<double>& got, const Ref& ref, ReduceOp op, DType in, DType out, double slack,
+                   const char* what) {
   REQUIRE(got.size() == ref.out.size());
   int bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     double bound = 0.0;
     if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
       bound = tol(acc_dtype(in)) * std::sqrt(ref.sq_sum[i]) + tol(out) * std::fabs(ref.out[i]);
-      if (op == ReduceOp::Mean) bound = tol(acc_dtype(in)) * std::sqrt(ref.sq_sum[i]) / ref.count[i] +
-                                        tol(out) * std::fabs(ref.out[i]);
+      if (op == ReduceOp::Mean)
+        bound = tol(acc_dtype(in)) * std::sqrt(ref.sq_sum[i]) / ref.count[i] + tol(out) * std::fabs(ref.out[i]);
       if (!is_floating(in)) bound = 0.0;  // integer sums are exact
     }
     bound *= slack;
     const bool ok = std::fabs(got[i] - ref.out[i]) <= bound;
-    if (!ok && bad++ < 5) UNSCOPED_INFO(what << " [" << i << "] got " << got[i] << " expected " << ref.out[i]
-                                             << " bound " << bound);
+    if (!ok && bad++ < 5)
+      UNSCOPED_INFO(what << " [" << i << "] got " << got[i] << " expected " << ref.out[i] << " bound " << bound);
   }
   CHECK(bad == 0);
 }

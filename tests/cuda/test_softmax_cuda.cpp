@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "kernels/factory.h"
-#include "kernels/softmax.h"
+#include <ember/core/device.h>
+#include <ember/kernels/factory.h>
+#include <ember/kernels/softmax.h>
 #include "support/reference.h"
 
 using namespace ember;
@@ -67,8 +67,8 @@ Expect ref_softmax(const std::vector<double>& x, const Shape& shape, int64_t dim
   return e;
 }
 
-Expect ref_softmax_backward(const std::vector<double>& g, const std::vector<double>& y, const Shape& shape,
-                            int64_t dim, bool log, DType dt) {
+Expect ref_softmax_backward(const std::vector<double>& g, const std::vector<double>& y, const Shape& shape, int64_t dim,
+                            bool log, DType dt) {
   int64_t outer, D, inner;
   split(shape, dim, outer, D, inner);
   Expect e{std::vector<double>(g.size()), std::vector<double>(g.size())};
@@ -127,8 +127,8 @@ void check_both(const Tensor& gpu, const Tensor& cpu, const Expect& e) {
 
 void check_softmax(const Shape& shape, int64_t dim, DType dt, Layout layout, uint64_t seed) {
   for (bool log : {false, true}) {
-    INFO((log ? "log_softmax " : "softmax ") << shape_str(shape) << " dim " << dim << " " << dtype_name(dt)
-                                             << " layout " << static_cast<int>(layout));
+    INFO((log ? "log_softmax " : "softmax ")
+         << shape_str(shape) << " dim " << dim << " " << dtype_name(dt) << " layout " << static_cast<int>(layout));
     Tensor xc = random_tensor(shape, dt, seed, -4.0, 4.0, layout);
     Tensor xg = random_tensor(shape, dt, seed, -4.0, 4.0, layout, kGpu);
     const Expect e = ref_softmax(to_f64(xc), shape, dim, log, dt);
@@ -171,7 +171,7 @@ TEST_CASE("cuda softmax: many rows (grid-stride over rows)", "[cuda][softmax][sl
 
 TEST_CASE("cuda softmax: -inf entries get probability 0; an all -inf row is NaN", "[cuda][softmax]") {
   const double ninf = -INFINITY;
-  const std::vector<double> v = {ninf, 1.0, 2.0, ninf, 0.5, /**/ ninf, ninf, ninf, ninf, ninf,
+  const std::vector<double> v = {ninf,     1.0,  2.0,  ninf, 0.5, /**/ ninf, ninf, ninf, ninf, ninf,
                                  /**/ 3.0, ninf, ninf, ninf, ninf};
   Tensor x = make_tensor(v, {3, 5}, DType::f32, kGpu);
   const std::vector<double> y = to_f64(kernels::softmax(x, 1));
@@ -193,8 +193,7 @@ struct CeRef {
   std::vector<double> loss, lse, loss_bound, lse_bound;
 };
 
-CeRef ref_ce(const std::vector<double>& x, const std::vector<int64_t>& t, int64_t N, int64_t C, double ls,
-             DType dt) {
+CeRef ref_ce(const std::vector<double>& x, const std::vector<int64_t>& t, int64_t N, int64_t C, double ls, DType dt) {
   CeRef r;
   const double ta = tol(acc_dtype(dt)), to = tol(DType::f32), sc = std::sqrt(static_cast<double>(C));
   for (int64_t n = 0; n < N; ++n) {

@@ -10,17 +10,17 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "core/stream.h"
-#include "kernels/factory.h"
+#include <ember/autograd/ops.h>
+#include <ember/core/stream.h>
+#include <ember/kernels/factory.h>
+#include <ember/train/checkpoint.h>
+#include <ember/train/config.h>
+#include <ember/train/metrics.h>
+#include <ember/train/phase_timer.h>
+#include <ember/train/trainer.h>
 #include "support/bitwise.h"
 #include "support/reference.h"
 #include "support/temp_dir.h"
-#include "train/checkpoint.h"
-#include "train/config.h"
-#include "train/metrics.h"
-#include "train/phase_timer.h"
-#include "train/trainer.h"
 
 using namespace ember;
 using namespace ember::train;
@@ -109,8 +109,7 @@ TEST_CASE("cuda phase timers: events time the GPU's work and finish_epoch waits 
   CHECK(timers.finish_epoch().steps == 0);
 }
 
-TEST_CASE("cuda trainer: resident and host-loader runs on cuda:0 train like the same run on the CPU",
-          "[cuda][train]") {
+TEST_CASE("cuda trainer: resident and host-loader runs on cuda:0 train like the same run on the CPU", "[cuda][train]") {
   ember::testing::TempDir dir;
   const TrainOutcome cpu = Trainer(small_run("cpu", dir.file("cpu"), false)).run();
   REQUIRE(cpu.exit_code == 0);

@@ -5,10 +5,10 @@
 #include <cstring>
 #include <filesystem>
 
-#include "support/error_of.h"
-#include "core/error.h"
-#include "data/cifar.h"
+#include <ember/core/error.h>
+#include <ember/data/cifar.h>
 #include "data_files.h"
+#include "support/error_of.h"
 
 using namespace ember;
 using namespace ember::testing;
@@ -19,9 +19,9 @@ namespace {
 constexpr size_t kPixels = 3072;
 
 struct Records {
-  Bytes file;                           // the bytes written
-  std::vector<Bytes> labels;            // label bytes per record
-  std::vector<Bytes> pixels;            // 3072 bytes per record
+  Bytes file;  // the bytes written
+  std::vector<Bytes> labels;  // label bytes per record
+  std::vector<Bytes> pixels;  // 3072 bytes per record
 };
 
 Records make_records(int n, int label_bytes, uint32_t seed) {
@@ -76,7 +76,8 @@ TEST_CASE("Cifar10: five training batches in order, test batch, subfolder, gzip"
   CHECK(train.num_classes() == 10);
   int64_t i = 0;
   for (int b = 0; b < 5; ++b)
-    for (int k = 0; k < counts[b]; ++k, ++i) check_record(train, i, batches[size_t(b)].pixels[size_t(k)], batches[size_t(b)].labels[size_t(k)][0]);
+    for (int k = 0; k < counts[b]; ++k, ++i)
+      check_record(train, i, batches[size_t(b)].pixels[size_t(k)], batches[size_t(b)].labels[size_t(k)][0]);
 
   data::Cifar10 te(dir.file("cifar-10-batches-bin"), data::Split::Test);  // or the folder itself
   REQUIRE(te.size() == 6);
@@ -140,5 +141,6 @@ TEST_CASE("CIFAR errors: truncated record, bad labels, missing files", "[cpu][da
   CHECK_THAT(error_of([&] { data::Cifar100(dir.str(), data::Split::Test); }),
              Contains("test.bin") && Contains("not a multiple of 3074"));
   write_file(dir.file("test.bin"), {});
-  CHECK_THAT(error_of([&] { data::Cifar100(dir.str(), data::Split::Test); }), Contains("test.bin") && Contains("empty"));
+  CHECK_THAT(error_of([&] { data::Cifar100(dir.str(), data::Split::Test); }),
+             Contains("test.bin") && Contains("empty"));
 }

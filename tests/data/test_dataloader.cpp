@@ -8,10 +8,10 @@
 #include <cstring>
 #include <thread>
 
-#include "core/error.h"
-#include "data/dataloader.h"
-#include "data/synthetic.h"
-#include "kernels/factory.h"
+#include <ember/core/error.h>
+#include <ember/data/dataloader.h>
+#include <ember/data/synthetic.h>
+#include <ember/kernels/factory.h>
 #include "support/reference.h"
 
 using namespace ember;
@@ -24,7 +24,8 @@ namespace {
 data::TensorDataset make_dataset(int64_t n, uint64_t seed = 1) {
   Tensor images = empty({n, 2, 5, 4}, DType::u8);
   std::vector<double> v = random_values(images.numel(), seed, 0.0, 256.0);
-  for (int64_t k = 0; k < images.numel(); ++k) images.data<uint8_t>()[k] = uint8_t(std::min(255.0, std::floor(v[size_t(k)])));
+  for (int64_t k = 0; k < images.numel(); ++k)
+    images.data<uint8_t>()[k] = uint8_t(std::min(255.0, std::floor(v[size_t(k)])));
   std::vector<int64_t> labels(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) labels[size_t(i)] = i % 7;
   return data::TensorDataset(images, from_vector(labels, {n}), 7, "Test");
@@ -119,8 +120,12 @@ TEST_CASE("DataLoader: the same batches for 0, 1 and 3 workers (with augmentatio
   Slow ds(make_dataset(77));
   Seen ref;
   for (int workers : {0, 1, 3}) {
-    data::DataLoader loader(ds, {.batch_size = 8, .shuffle = true, .workers = workers, .seed = 9,
-                                 .transform = kAugment, .prefetch = 1 + workers});
+    data::DataLoader loader(ds, {.batch_size = 8,
+                                 .shuffle = true,
+                                 .workers = workers,
+                                 .seed = 9,
+                                 .transform = kAugment,
+                                 .prefetch = 1 + workers});
     Seen s = run_epochs(loader, 2);
     if (workers == 0) {
       ref = s;

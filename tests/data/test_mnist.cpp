@@ -6,10 +6,10 @@
 #include <cstring>
 #include <filesystem>
 
-#include "support/error_of.h"
-#include "core/error.h"
-#include "data/mnist.h"
+#include <ember/core/error.h>
+#include <ember/data/mnist.h>
 #include "data_files.h"
+#include "support/error_of.h"
 
 using namespace ember;
 using namespace ember::testing;
@@ -106,7 +106,8 @@ TEST_CASE("IDX reader errors: magic, dims, truncation, trailing bytes", "[cpu][d
   CHECK_THAT(error_of([&] { data::read_idx_images(img); }), Contains(img) && Contains("not an IDX file"));
   // Images read as labels.
   write_file(lbl, idx_images(1, 1, 1, {9}));
-  CHECK_THAT(error_of([&] { data::read_idx_labels(lbl); }), Contains(lbl) && Contains("2049") && Contains("found 2051"));
+  CHECK_THAT(error_of([&] { data::read_idx_labels(lbl); }),
+             Contains(lbl) && Contains("2049") && Contains("found 2051"));
 
   // A zero dimension, at its offset.
   write_file(img, idx_images(2, 0, 3, {}));
@@ -116,18 +117,18 @@ TEST_CASE("IDX reader errors: magic, dims, truncation, trailing bytes", "[cpu][d
   // Header cut short (10 bytes): the message says which field and where.
   Bytes full = idx_images(2, 2, 2, random_bytes(8, 3));
   write_file(img, Bytes(full.begin(), full.begin() + 10));
-  CHECK_THAT(error_of([&] { data::read_idx_images(img); }),
-             Contains(img) && Contains("truncated") && Contains("row count") && Contains("byte offset 8") &&
-                 Contains("found 2"));
+  CHECK_THAT(error_of([&] { data::read_idx_images(img); }), Contains(img) && Contains("truncated") &&
+                                                                Contains("row count") && Contains("byte offset 8") &&
+                                                                Contains("found 2"));
 
   // Pixel data cut short, plain file: expected vs actual size.
   Bytes px = random_bytes(5 * 4 * 3, 4);
   Bytes trunc = idx_images(5, 4, 3, px);
   trunc.resize(trunc.size() - 7);
   write_file(img, trunc);
-  CHECK_THAT(error_of([&] { data::read_idx_images(img); }),
-             Contains(img) && Contains("truncated") && Contains("5 images of 4x3") && Contains("76 bytes") &&
-                 Contains("found 69 bytes"));
+  CHECK_THAT(error_of([&] { data::read_idx_images(img); }), Contains(img) && Contains("truncated") &&
+                                                                Contains("5 images of 4x3") && Contains("76 bytes") &&
+                                                                Contains("found 69 bytes"));
   // Same cut in a gzip file: found at the decompressed offset where the data ends.
   write_gz(img + ".gz", trunc);
   CHECK_THAT(error_of([&] { data::read_idx_images(img + ".gz"); }),
@@ -137,7 +138,8 @@ TEST_CASE("IDX reader errors: magic, dims, truncation, trailing bytes", "[cpu][d
   Bytes lt = idx_labels(6, {1, 2, 3, 4, 5, 6});
   lt.resize(lt.size() - 2);
   write_file(lbl, lt);
-  CHECK_THAT(error_of([&] { data::read_idx_labels(lbl); }), Contains(lbl) && Contains("truncated") && Contains("6 labels"));
+  CHECK_THAT(error_of([&] { data::read_idx_labels(lbl); }),
+             Contains(lbl) && Contains("truncated") && Contains("6 labels"));
 
   // Extra bytes after the promised data.
   Bytes extra = idx_labels(2, {1, 2});
@@ -168,7 +170,8 @@ TEST_CASE("Mnist errors: mismatched counts, missing files", "[cpu][data]") {
   CHECK_THAT(msg, Contains("train-images-idx3-ubyte") && Contains("holds 4 images") &&
                       Contains("train-labels-idx1-ubyte.gz") && Contains("holds 3 labels"));
   msg = error_of([&] { data::Mnist(dir.str(), data::Split::Test); });
-  CHECK_THAT(msg, Contains("t10k-images-idx3-ubyte") && Contains("t10k-images-idx3-ubyte.gz") && Contains("cannot find"));
+  CHECK_THAT(msg,
+             Contains("t10k-images-idx3-ubyte") && Contains("t10k-images-idx3-ubyte.gz") && Contains("cannot find"));
 }
 
 TEST_CASE("Mnist on the real Fashion-MNIST", "[cpu][data][data-real][slow]") {

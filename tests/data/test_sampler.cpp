@@ -5,9 +5,9 @@
 #include <cmath>
 #include <numeric>
 
-#include "core/error.h"
-#include "data/sampler.h"
-#include "kernels/factory.h"
+#include <ember/core/error.h>
+#include <ember/data/sampler.h>
+#include <ember/kernels/factory.h>
 
 using namespace ember;
 using Catch::Contains;

@@ -6,9 +6,9 @@
 #include <cstring>
 #include <set>
 
-#include "core/error.h"
-#include "data/random_stream.h"
-#include "data/transforms.h"
+#include <ember/core/error.h>
+#include <ember/data/random_stream.h>
+#include <ember/data/transforms.h>
 #include "support/reference.h"
 
 using namespace ember;
@@ -143,7 +143,8 @@ TEST_CASE("Transforms: the batch path equals the per-example path", "[cpu][data]
         Tensor ref = t.apply(one, rngs_single[size_t(i)]);
         REQUIRE(ref.numel() == per);
         std::vector<double> r = to_f64(ref);
-        for (int64_t k = 0; k < per; ++k) REQUIRE(got[size_t(i * per + k)] == Approx(r[size_t(k)]).epsilon(1e-6).margin(1e-7));
+        for (int64_t k = 0; k < per; ++k)
+          REQUIRE(got[size_t(i * per + k)] == Approx(r[size_t(k)]).epsilon(1e-6).margin(1e-7));
       }
       // Both paths consumed the same draws.
       for (int64_t i = 0; i < b; ++i) CHECK(rngs[size_t(i)].next_u32() == rngs_single[size_t(i)].next_u32());

@@ -54,8 +54,9 @@ TEST_CASE("mnist_cnn learns a slice of Fashion-MNIST on the CPU", "[cpu][integra
     test_set = std::make_shared<data::Subset>(data::take(data::Mnist(kFashion, data::Split::Test), kTest));
     target = 0.70;
   } else {
-    WARN("Fashion-MNIST not found in " << kFashion << " (Debian package dataset-fashion-mnist): training on a "
-         "synthetic separable dataset instead");
+    WARN("Fashion-MNIST not found in " << kFashion
+                                       << " (Debian package dataset-fashion-mnist): training on a "
+                                          "synthetic separable dataset instead");
     train_set = std::make_shared<data::Synthetic>(kTrain, Shape{1, 28, 28}, 10, 1);
     // Same class prototypes (same seed), different noise: take examples past the training ones.
     auto all = data::Synthetic(kTrain + kTest, Shape{1, 28, 28}, 10, 1);
@@ -65,8 +66,8 @@ TEST_CASE("mnist_cnn learns a slice of Fashion-MNIST on the CPU", "[cpu][integra
     target = 0.90;
   }
   const data::Compose normalize(data::Normalize({0.2860f}, {0.3530f}));
-  data::DataLoader train_loader(train_set, {.batch_size = kBatch, .shuffle = true, .workers = 1, .seed = 1,
-                                            .transform = normalize});
+  data::DataLoader train_loader(
+      train_set, {.batch_size = kBatch, .shuffle = true, .workers = 1, .seed = 1, .transform = normalize});
   data::DataLoader test_loader(test_set, {.batch_size = 500, .transform = normalize});
 
   manual_seed(1);
@@ -89,9 +90,9 @@ TEST_CASE("mnist_cnn learns a slice of Fashion-MNIST on the CPU", "[cpu][integra
   }
   const double after = accuracy(*model, test_loader);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  WARN("mnist_cnn, " << kEpochs << " epochs on " << train_set->size() << " images: test accuracy " << before
-                     << " -> " << after << " (target >= " << target << "), loss " << first_loss << " -> " << last_loss
-                     << ", " << seconds << " s (budget " << kBudgetSeconds << " s)");
+  WARN("mnist_cnn, " << kEpochs << " epochs on " << train_set->size() << " images: test accuracy " << before << " -> "
+                     << after << " (target >= " << target << "), loss " << first_loss << " -> " << last_loss << ", "
+                     << seconds << " s (budget " << kBudgetSeconds << " s)");
   CHECK(after >= target);
   CHECK(last_loss < first_loss);
   CHECK(seconds < kBudgetSeconds);

@@ -63,8 +63,8 @@ Run make_run(Opt kind, uint64_t init_seed, int workers = 2) {
       std::make_shared<layers::Linear>(100, 4),
   });
   if (kind == Opt::SGD) {
-    r.opt = std::make_unique<optim::SGD>(r.model->parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9,
-                                                                                  .weight_decay = 1e-3, .nesterov = true});
+    r.opt = std::make_unique<optim::SGD>(
+        r.model->parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-3, .nesterov = true});
     r.sched = std::make_unique<optim::LinearWarmup>(
         *r.opt, 3, std::make_unique<optim::CosineAnnealingLR>(*r.opt, optim::CosineAnnealingOptions{.T_max = 10}));
   } else {
@@ -73,7 +73,10 @@ Run make_run(Opt kind, uint64_t init_seed, int workers = 2) {
   }
   auto ds = std::make_shared<data::Synthetic>(kExamples, Shape{1, 12, 12}, 4, kDataSeed);
   r.loader = std::make_unique<data::DataLoader>(
-      ds, data::DataLoaderOptions{.batch_size = kBatch, .shuffle = true, .workers = workers, .seed = kDataSeed,
+      ds, data::DataLoaderOptions{.batch_size = kBatch,
+                                  .shuffle = true,
+                                  .workers = workers,
+                                  .seed = kDataSeed,
                                   .transform = data::Compose(data::RandomCrop(12, 1), data::RandomHorizontalFlip(),
                                                              data::Normalize({0.5f}, {0.25f}))});
   return r;
@@ -102,8 +105,7 @@ void resume(Run& r, const train::Checkpoint& ck) {
 }
 
 // Trains until r.step == until; on_step(r) runs after every step (inside the loader loop).
-template <typename F>
-void train_until(Run& r, int64_t until, F&& on_step) {
+template <typename F> void train_until(Run& r, int64_t until, F&& on_step) {
   while (r.step < until) {
     for (auto& batch : *r.loader) {
       Tensor loss = layers::cross_entropy(r.model->forward(batch.input), batch.target);
@@ -170,8 +172,7 @@ TEST_CASE("resume: continuing from a checkpoint equals the uninterrupted run", "
   }
 }
 
-TEST_CASE("resume: without restoring the RNG or the sampler the runs differ (the test can fail)",
-          "[cpu][resume]") {
+TEST_CASE("resume: without restoring the RNG or the sampler the runs differ (the test can fail)", "[cpu][resume]") {
   TempDir dir;
   const std::string path = (dir.path() / "ck.ckpt").string();
   Run a = make_run(Opt::SGD, kInitSeed);

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/conv.h"
-#include "kernels/factory.h"
+#include <ember/kernels/conv.h>
+#include <ember/kernels/factory.h>
 #include "support/error_of.h"
 #include "support/reference.h"
 
@@ -85,8 +85,8 @@ Reference reference(const Case& c, const std::vector<double>& x, const std::vect
 
 /// |got - expected| <= rtol * (mag + tiny) per element: a float sum of terms whose magnitudes add
 /// up to mag is off by at most ~ u * sqrt(K) * mag in practice.
-void check_scaled(const Tensor& got_t, const std::vector<double>& expected, const std::vector<double>& mag,
-                  double rtol, const std::string& what) {
+void check_scaled(const Tensor& got_t, const std::vector<double>& expected, const std::vector<double>& mag, double rtol,
+                  const std::string& what) {
   const std::vector<double> got = to_f64(got_t);
   REQUIRE(got.size() == expected.size());
   int bad = 0;
@@ -150,7 +150,7 @@ TEST_CASE("conv_out_size follows floor((in + 2p - d(k-1) - 1) / s) + 1", "[cpu]"
   CHECK(kernels::conv_out_size(28, 3, 1, 0, 1) == 26);
   CHECK(kernels::conv_out_size(5, 5, 1, 0, 1) == 1);
   CHECK(kernels::conv_out_size(4, 5, 1, 0, 1) == 0);  // does not fit
-  CHECK(kernels::conv_out_size(3, 3, 1, 0, 2) < 1);   // dilated kernel spans 5
+  CHECK(kernels::conv_out_size(3, 3, 1, 0, 2) < 1);  // dilated kernel spans 5
   CHECK_THROWS(kernels::conv_out_size(5, 3, 0, 0, 1));
 }
 
@@ -232,7 +232,9 @@ TEST_CASE("conv2d shape errors name both shapes", "[cpu]") {
   std::string m = error_of([&] { kernels::conv2d(x, random_tensor({5, 4, 3, 3}, DType::f32, 2), Tensor(), {}); });
   CHECK_THAT(m, Contains("[2, 3, 7, 9]") && Contains("[5, 4, 3, 3]"));
   // Groups that do not divide the output channels.
-  m = error_of([&] { kernels::conv2d(x, random_tensor({5, 1, 3, 3}, DType::f32, 2), Tensor(), params(1, 1, 0, 0, 1, 1, 3)); });
+  m = error_of([&] {
+    kernels::conv2d(x, random_tensor({5, 1, 3, 3}, DType::f32, 2), Tensor(), params(1, 1, 0, 0, 1, 1, 3));
+  });
   CHECK_THAT(m, Contains("[5, 1, 3, 3]") && Contains("groups"));
   // Bias of the wrong length.
   m = error_of([&] {
@@ -243,7 +245,9 @@ TEST_CASE("conv2d shape errors name both shapes", "[cpu]") {
   m = error_of([&] { kernels::conv2d(x, random_tensor({4, 3, 8, 3}, DType::f32, 2), Tensor(), {}); });
   CHECK_THAT(m, Contains("[2, 3, 7, 9]") && Contains("[4, 3, 8, 3]") && Contains("too small"));
   // Not 4-D.
-  m = error_of([&] { kernels::conv2d(random_tensor({3, 7, 9}, DType::f32, 1), random_tensor({4, 3, 3, 3}, DType::f32, 2), Tensor(), {}); });
+  m = error_of([&] {
+    kernels::conv2d(random_tensor({3, 7, 9}, DType::f32, 1), random_tensor({4, 3, 3, 3}, DType::f32, 2), Tensor(), {});
+  });
   CHECK_THAT(m, Contains("[3, 7, 9]"));
   // Mixed dtypes.
   m = error_of([&] { kernels::conv2d(x, random_tensor({4, 3, 3, 3}, DType::f64, 2), Tensor(), {}); });
@@ -252,7 +256,9 @@ TEST_CASE("conv2d shape errors name both shapes", "[cpu]") {
   CHECK_THROWS(kernels::conv2d(random_tensor({2, 3, 7, 9}, DType::i32, 1), random_tensor({4, 3, 3, 3}, DType::i32, 2),
                                Tensor(), {}));
   // Bad parameters.
-  m = error_of([&] { kernels::conv2d(x, random_tensor({4, 3, 3, 3}, DType::f32, 2), Tensor(), params(0, 1, 0, 0, 1, 1, 1)); });
+  m = error_of([&] {
+    kernels::conv2d(x, random_tensor({4, 3, 3, 3}, DType::f32, 2), Tensor(), params(0, 1, 0, 0, 1, 1, 1));
+  });
   CHECK_THAT(m, Contains("stride"));
   // Backward: grad_out of the wrong shape.
   Tensor w = random_tensor({4, 3, 3, 3}, DType::f32, 2);

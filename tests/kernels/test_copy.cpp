@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/copy.h"
-#include "kernels/factory.h"
+#include <ember/kernels/copy.h>
+#include <ember/kernels/factory.h>
 #include "support/reference.h"
 
 using namespace ember;
@@ -110,8 +110,7 @@ TEST_CASE("copy: broadcasting the source", "[cpu]") {
   kernels::copy(d2, scalar);
   check_close(d2, {-4.5, -4.5, -4.5, -4.5}, 0.0);
 
-  CHECK_THROWS_WITH(kernels::copy(empty({2, 3}), empty({4})),
-                    Catch::Contains("[4]") && Catch::Contains("[2, 3]"));
+  CHECK_THROWS_WITH(kernels::copy(empty({2, 3}), empty({4})), Catch::Contains("[4]") && Catch::Contains("[2, 3]"));
   CHECK_THROWS_WITH(kernels::copy(empty({3}), empty({2, 3})), Catch::Contains("[2, 3]"));
 }
 

@@ -7,9 +7,9 @@
 #include <functional>
 #include <limits>
 
-#include "kernels/copy.h"
-#include "kernels/elementwise.h"
-#include "kernels/factory.h"
+#include <ember/kernels/copy.h>
+#include <ember/kernels/elementwise.h>
+#include <ember/kernels/factory.h>
 #include "support/reference.h"
 
 using namespace ember;
@@ -22,21 +22,30 @@ namespace {
 const DType kFloatDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
 const UnaryOp kUnaryOps[] = {UnaryOp::Neg,  UnaryOp::Abs,     UnaryOp::Exp,  UnaryOp::Log, UnaryOp::Sqrt,
                              UnaryOp::Tanh, UnaryOp::Sigmoid, UnaryOp::Relu, UnaryOp::Gelu};
-const BinaryOp kBinaryOps[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div,
-                               BinaryOp::Maximum, BinaryOp::Minimum, BinaryOp::Eq, BinaryOp::Ne,
-                               BinaryOp::Lt, BinaryOp::Le, BinaryOp::Gt, BinaryOp::Ge};
+const BinaryOp kBinaryOps[] = {BinaryOp::Add,     BinaryOp::Sub,     BinaryOp::Mul, BinaryOp::Div,
+                               BinaryOp::Maximum, BinaryOp::Minimum, BinaryOp::Eq,  BinaryOp::Ne,
+                               BinaryOp::Lt,      BinaryOp::Le,      BinaryOp::Gt,  BinaryOp::Ge};
 
 double ref_unary(UnaryOp op, double x) {
   switch (op) {
-    case UnaryOp::Neg: return -x;
-    case UnaryOp::Abs: return std::fabs(x);
-    case UnaryOp::Exp: return std::exp(x);
-    case UnaryOp::Log: return std::log(x);
-    case UnaryOp::Sqrt: return std::sqrt(x);
-    case UnaryOp::Tanh: return std::tanh(x);
-    case UnaryOp::Sigmoid: return 1.0 / (1.0 + std::exp(-x));
-    case UnaryOp::Relu: return x > 0 ? x : 0.0;
-    case UnaryOp::Gelu: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case UnaryOp::Neg:
+      return -x;
+    case UnaryOp::Abs:
+      return std::fabs(x);
+    case UnaryOp::Exp:
+      return std::exp(x);
+    case UnaryOp::Log:
+      return std::log(x);
+    case UnaryOp::Sqrt:
+      return std::sqrt(x);
+    case UnaryOp::Tanh:
+      return std::tanh(x);
+    case UnaryOp::Sigmoid:
+      return 1.0 / (1.0 + std::exp(-x));
+    case UnaryOp::Relu:
+      return x > 0 ? x : 0.0;
+    case UnaryOp::Gelu:
+      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
   }
   return 0;
 }
@@ -49,14 +58,22 @@ bool backward_reads_y(UnaryOp op) {
 double ref_unary_grad(UnaryOp op, double g, double v) {
   const double kPi = 3.14159265358979323846;
   switch (op) {
-    case UnaryOp::Neg: return -g;
-    case UnaryOp::Abs: return v > 0 ? g : v < 0 ? -g : 0.0;
-    case UnaryOp::Exp: return g * v;
-    case UnaryOp::Log: return g / v;
-    case UnaryOp::Sqrt: return g * 0.5 / v;
-    case UnaryOp::Tanh: return g * (1 - v * v);
-    case UnaryOp::Sigmoid: return g * v * (1 - v);
-    case UnaryOp::Relu: return v > 0 ? g : 0.0;
+    case UnaryOp::Neg:
+      return -g;
+    case UnaryOp::Abs:
+      return v > 0 ? g : v < 0 ? -g : 0.0;
+    case UnaryOp::Exp:
+      return g * v;
+    case UnaryOp::Log:
+      return g / v;
+    case UnaryOp::Sqrt:
+      return g * 0.5 / v;
+    case UnaryOp::Tanh:
+      return g * (1 - v * v);
+    case UnaryOp::Sigmoid:
+      return g * v * (1 - v);
+    case UnaryOp::Relu:
+      return v > 0 ? g : 0.0;
     case UnaryOp::Gelu:
       return g * (0.5 * (1 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-0.5 * v * v) / std::sqrt(2 * kPi));
   }
@@ -68,18 +85,36 @@ double ref_unary_grad(UnaryOp op, double g, double v) {
 double ref_binary(BinaryOp op, double a, double b, DType dt) {
   double r = 0;
   switch (op) {
-    case BinaryOp::Add: r = a + b; break;
-    case BinaryOp::Sub: r = a - b; break;
-    case BinaryOp::Mul: r = a * b; break;
-    case BinaryOp::Div: r = is_floating(dt) ? a / b : std::trunc(a / b); break;
-    case BinaryOp::Maximum: r = (std::isnan(a) || std::isnan(b)) ? NAN : std::max(a, b); break;
-    case BinaryOp::Minimum: r = (std::isnan(a) || std::isnan(b)) ? NAN : std::min(a, b); break;
-    case BinaryOp::Eq: return a == b;
-    case BinaryOp::Ne: return a != b;
-    case BinaryOp::Lt: return a < b;
-    case BinaryOp::Le: return a <= b;
-    case BinaryOp::Gt: return a > b;
-    case BinaryOp::Ge: return a >= b;
+    case BinaryOp::Add:
+      r = a + b;
+      break;
+    case BinaryOp::Sub:
+      r = a - b;
+      break;
+    case BinaryOp::Mul:
+      r = a * b;
+      break;
+    case BinaryOp::Div:
+      r = is_floating(dt) ? a / b : std::trunc(a / b);
+      break;
+    case BinaryOp::Maximum:
+      r = (std::isnan(a) || std::isnan(b)) ? NAN : std::max(a, b);
+      break;
+    case BinaryOp::Minimum:
+      r = (std::isnan(a) || std::isnan(b)) ? NAN : std::min(a, b);
+      break;
+    case BinaryOp::Eq:
+      return a == b;
+    case BinaryOp::Ne:
+      return a != b;
+    case BinaryOp::Lt:
+      return a < b;
+    case BinaryOp::Le:
+      return a <= b;
+    case BinaryOp::Gt:
+      return a > b;
+    case BinaryOp::Ge:
+      return a >= b;
   }
   if (dt == DType::boolean) return r != 0;
   if (dt == DType::u8) return static_cast<double>(static_cast<int64_t>(r) & 0xff);
@@ -232,8 +267,8 @@ TEST_CASE("unary_backward: every op against the float64 derivative", "[cpu]") {
                     Catch::Contains("[2]") && Catch::Contains("[3]"));
   // Integer relu backward.
   Tensor xi = make_tensor({-3, 0, 5}, {3}, DType::i64);
-  check_close(kernels::unary_backward(UnaryOp::Relu, make_tensor({7, 7, 7}, {3}, DType::i64), xi, Tensor()),
-              {0, 0, 7}, 0.0);
+  check_close(kernels::unary_backward(UnaryOp::Relu, make_tensor({7, 7, 7}, {3}, DType::i64), xi, Tensor()), {0, 0, 7},
+              0.0);
 }
 
 TEST_CASE("binary: every op and dtype, broadcast and non-contiguous operands", "[cpu]") {
@@ -245,10 +280,10 @@ TEST_CASE("binary: every op and dtype, broadcast and non-contiguous operands", "
       {{5, 1, 7}, {3, 1}, Layout::Transposed, Layout::Contiguous},  // -> [5, 3, 7]
       {{4, 6}, {4, 6}, Layout::Strided, Layout::Transposed},
       {{2, 3, 5}, {}, Layout::Contiguous, Layout::Contiguous},  // 0-d b
-      {{1, 9}, {11, 1}, Layout::Contiguous, Layout::Strided},   // both broadcast
+      {{1, 9}, {11, 1}, Layout::Contiguous, Layout::Strided},  // both broadcast
   };
-  const DType dtypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8,
-                          DType::boolean};
+  const DType dtypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16,
+                          DType::i32, DType::i64, DType::u8,  DType::boolean};
   uint64_t seed = 1000;
   for (BinaryOp op : kBinaryOps) {
     for (DType dt : dtypes) {
@@ -327,8 +362,8 @@ TEST_CASE("binary: NaN propagation and integer edge cases", "[cpu]") {
 
 TEST_CASE("binary: scalar on either side, scalar takes the tensor's dtype", "[cpu]") {
   const DType dtypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64};
-  const BinaryOp ops[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div,
-                          BinaryOp::Maximum, BinaryOp::Minimum, BinaryOp::Lt, BinaryOp::Ge, BinaryOp::Eq};
+  const BinaryOp ops[] = {BinaryOp::Add,     BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum,
+                          BinaryOp::Minimum, BinaryOp::Lt,  BinaryOp::Ge,  BinaryOp::Eq};
   uint64_t seed = 77;
   for (DType dt : dtypes) {
     const bool integral = !is_floating(dt);
@@ -388,8 +423,7 @@ TEST_CASE("elementwise: errors name the op, the shapes and the devices", "[cpu]"
   CHECK_THROWS_WITH(kernels::binary(BinaryOp::Mul, Tensor(), zeros({2})), Catch::Contains("undefined"));
   // Empty broadcast results and 0-d operands.
   CHECK(kernels::binary(BinaryOp::Add, zeros({0, 3}), zeros({3})).sizes() == Shape{0, 3});
-  CHECK(to_f64(kernels::binary(BinaryOp::Mul, make_tensor({3}, {}), make_tensor({-2}, {}))) ==
-        std::vector<double>{-6});
+  CHECK(to_f64(kernels::binary(BinaryOp::Mul, make_tensor({3}, {}), make_tensor({-2}, {}))) == std::vector<double>{-6});
 }
 
 TEST_CASE("integer division: unsigned u8 by 255 is plain division, signed by -1 negates", "[cpu]") {

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "kernels/factory.h"
+#include <ember/kernels/factory.h>
 #include "support/reference.h"
 
 using namespace ember;

@@ -3,8 +3,8 @@
 
 #include <vector>
 
-#include "kernels/copy.h"
-#include "kernels/index.h"
+#include <ember/kernels/copy.h>
+#include <ember/kernels/index.h>
 #include "support/reference.h"
 
 using namespace ember;
@@ -116,8 +116,7 @@ TEST_CASE("index ops: bad indices and shapes are errors naming them", "[cpu][ind
   CHECK_THROWS_WITH(kernels::index_select(x, 0, index_tensor({-1})),
                     Catch::Contains("index -1") && Catch::Contains("[0, 3)"));
   CHECK_THROWS_WITH(kernels::index_select(x, 0, make_tensor({0, 1}, {2}, DType::f32)), Catch::Contains("f32"));
-  CHECK_THROWS_WITH(kernels::index_select(x, 0, make_tensor({0, 1, 1, 0}, {2, 2}, DType::i64)),
-                    Catch::Contains("1-D"));
+  CHECK_THROWS_WITH(kernels::index_select(x, 0, make_tensor({0, 1, 1, 0}, {2, 2}, DType::i64)), Catch::Contains("1-D"));
   CHECK_THROWS(kernels::index_select(x, 2, index_tensor({0})));
 
   Tensor out = empty({3, 6});

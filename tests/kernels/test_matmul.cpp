@@ -6,8 +6,8 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/cpu/gemm_blocked.h"
-#include "kernels/matmul.h"
+#include <ember/kernels/cpu/gemm_blocked.h>
+#include <ember/kernels/matmul.h>
 #include "support/reference.h"
 
 using namespace ember;
@@ -166,7 +166,8 @@ TEST_CASE("matmul: 2-D products, transposed and sliced views", "[cpu][matmul]") 
     check_matmul(a, random_tensor({29, 131}, dt, 4, -1, 1, Layout::Transposed));
     check_matmul(random_tensor({67, 29}, dt, 5, -1, 1, Layout::Transposed),
                  random_tensor({29, 131}, dt, 6, -1, 1, Layout::Transposed));
-    check_matmul(random_tensor({67, 29}, dt, 7, -1, 1, Layout::Strided), random_tensor({29, 131}, dt, 8, -1, 1, Layout::Strided));
+    check_matmul(random_tensor({67, 29}, dt, 7, -1, 1, Layout::Strided),
+                 random_tensor({29, 131}, dt, 8, -1, 1, Layout::Strided));
     check_matmul(a.t().t(), b.slice(1, 3, 100, 2));
     check_matmul(random_tensor({29, 67}, dt, 9).t(), random_tensor({131, 29}, dt, 10).t());
   }
@@ -178,11 +179,11 @@ TEST_CASE("matmul: 1-D operands follow NumPy", "[cpu][matmul]") {
   Tensor dot = kernels::matmul(v, w);
   CHECK(dot.dim() == 0);
   check_matmul(v, w);
-  check_matmul(v, m);                       // (29) @ (29, 17) -> (17)
-  check_matmul(mt, v);                      // (17, 29) @ (29) -> (17)
+  check_matmul(v, m);  // (29) @ (29, 17) -> (17)
+  check_matmul(mt, v);  // (17, 29) @ (29) -> (17)
   check_matmul(random_tensor({29}, DType::f32, 15, -1, 1, Layout::Strided), m);
   check_matmul(v, random_tensor({4, 29, 6}, DType::f32, 16));  // vector @ batch
-  check_matmul(random_tensor({3, 5, 29}, DType::f32, 17), w);   // batch @ vector
+  check_matmul(random_tensor({3, 5, 29}, DType::f32, 17), w);  // batch @ vector
 }
 
 TEST_CASE("matmul: batched, shared and broadcast batch dims", "[cpu][matmul]") {
@@ -194,8 +195,10 @@ TEST_CASE("matmul: batched, shared and broadcast batch dims", "[cpu][matmul]") {
     check_matmul(random_tensor({3, 1, 4, 7}, dt, 28), random_tensor({2, 7, 5}, dt, 29));
     // Batched transposed views, with and without a shared operand.
     check_matmul(random_tensor({5, 7, 13}, dt, 30).transpose(1, 2), random_tensor({5, 11, 7}, dt, 31).transpose(1, 2));
-    check_matmul(random_tensor({5, 13, 7}, dt, 32, -1, 1, Layout::Transposed), random_tensor({7, 11}, dt, 33, -1, 1, Layout::Transposed));
-    check_matmul(random_tensor({13, 7}, dt, 34, -1, 1, Layout::Transposed), random_tensor({5, 7, 11}, dt, 35, -1, 1, Layout::Transposed));
+    check_matmul(random_tensor({5, 13, 7}, dt, 32, -1, 1, Layout::Transposed),
+                 random_tensor({7, 11}, dt, 33, -1, 1, Layout::Transposed));
+    check_matmul(random_tensor({13, 7}, dt, 34, -1, 1, Layout::Transposed),
+                 random_tensor({5, 7, 11}, dt, 35, -1, 1, Layout::Transposed));
     // An expanded (stride 0) batch operand.
     check_matmul(random_tensor({1, 13, 7}, dt, 36).expand({4, 13, 7}), random_tensor({4, 7, 11}, dt, 37));
     // Batch dims that are themselves permuted (not one contiguous block).
@@ -221,8 +224,7 @@ TEST_CASE("matmul: empty dims and errors", "[cpu][matmul]") {
                     Catch::Contains("[4, 5]") && Catch::Contains("[6, 3]") && Catch::Contains("5 columns"));
   CHECK_THROWS_WITH(kernels::matmul(empty({2, 4, 5}), empty({3, 5, 3})), Catch::Contains("broadcast"));
   CHECK_THROWS_WITH(kernels::matmul(empty({4, 5}), empty({5, 3}, DType::f64)), Catch::Contains("f64"));
-  CHECK_THROWS_WITH(kernels::matmul(empty({4, 5}, DType::i32), empty({5, 3}, DType::i32)),
-                    Catch::Contains("floating"));
+  CHECK_THROWS_WITH(kernels::matmul(empty({4, 5}, DType::i32), empty({5, 3}, DType::i32)), Catch::Contains("floating"));
   CHECK_THROWS(kernels::matmul(empty({}), empty({3})));
 }
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/factory.h"
-#include "kernels/optim.h"
+#include <ember/kernels/factory.h>
+#include <ember/kernels/optim.h>
 #include "optim/optim_reference.h"
 #include "support/error_of.h"
 #include "support/reference.h"
@@ -71,11 +71,9 @@ TEST_CASE("sgd_step kernel: strided param, gradient and buffer", "[cpu][optim]")
 }
 
 TEST_CASE("global_norm kernel: mixed dtypes, layouts and sizes against float64", "[cpu][optim]") {
-  std::vector<Tensor> ts = {random_tensor({1000, 70}, DType::f32, 1),
-                            random_tensor({33}, DType::f16, 2, -4, 4),
+  std::vector<Tensor> ts = {random_tensor({1000, 70}, DType::f32, 1), random_tensor({33}, DType::f16, 2, -4, 4),
                             random_tensor({17, 5}, DType::bf16, 3, -1, 1, Layout::Transposed),
-                            random_tensor({12, 6}, DType::f32, 4, -3, 3, Layout::Strided),
-                            zeros({0, 3})};
+                            random_tensor({12, 6}, DType::f32, 4, -3, 3, Layout::Strided), zeros({0, 3})};
   double sq = 0;
   int64_t count = 0;
   for (const Tensor& t : ts)
@@ -116,20 +114,34 @@ TEST_CASE("clip_by_norm_ kernel: the factor min(1, max / (norm + eps)) over mixe
 TEST_CASE("optimizer kernels: argument errors name the slot", "[cpu][optim]") {
   Tensor p = zeros({3, 2}), g = zeros({3, 2}), m = zeros({3, 2}), v = zeros({3, 2});
   const kernels::AdamHyper ah{.lr = 0.1};
-  CHECK_THAT(error_of([&] { kernels::adam_step({{p, g, m, v, 1}, {p, zeros({2, 3}), m, v, 1}}, ah); }),
+  CHECK_THAT(error_of([&] {
+               kernels::adam_step({{p, g, m, v, 1}, {p, zeros({2, 3}), m, v, 1}}, ah);
+             }),
              Catch::Contains("adam_step: slot 1: gradient of shape [2, 3] for a parameter of shape [3, 2]"));
-  CHECK_THAT(error_of([&] { kernels::adam_step({{p, g, m, zeros({3, 2}, DType::f64), 1}}, ah); }),
+  CHECK_THAT(error_of([&] {
+               kernels::adam_step({{p, g, m, zeros({3, 2}, DType::f64), 1}}, ah);
+             }),
              Catch::Contains("slot 0: exp_avg_sq of dtype f64 for a parameter of dtype f32"));
   CHECK_THAT(error_of([&] { kernels::adam_step({{p, g, m, v, 0}}, ah); }), Catch::Contains("step count 0"));
-  CHECK_THAT(error_of([&] { kernels::sgd_step({{zeros({2}, DType::f64), zeros({2}, DType::f16), Tensor(), false}}, {}); }),
+  CHECK_THAT(error_of([&] {
+               kernels::sgd_step({{zeros({2}, DType::f64), zeros({2}, DType::f16), Tensor(), false}}, {});
+             }),
              Catch::Contains("gradient of dtype f16 for a parameter of dtype f64"));
-  CHECK_THAT(error_of([&] { kernels::sgd_step({{p, g, Tensor(), false}}, {.lr = 0.1, .momentum = 0.9}); }),
+  CHECK_THAT(error_of([&] {
+               kernels::sgd_step({{p, g, Tensor(), false}}, {.lr = 0.1, .momentum = 0.9});
+             }),
              Catch::Contains("slot 0: momentum_buffer is undefined"));
-  CHECK_THAT(error_of([&] { kernels::sgd_step({{p, g, m, false}}, {.lr = 0.1}); }),
+  CHECK_THAT(error_of([&] {
+               kernels::sgd_step({{p, g, m, false}}, {.lr = 0.1});
+             }),
              Catch::Contains("a momentum buffer was given with momentum 0"));
-  CHECK_THAT(error_of([&] { kernels::sgd_step({{zeros({2}, DType::i64), zeros({2}, DType::i64), Tensor(), false}}, {}); }),
+  CHECK_THAT(error_of([&] {
+               kernels::sgd_step({{zeros({2}, DType::i64), zeros({2}, DType::i64), Tensor(), false}}, {});
+             }),
              Catch::Contains("parameters must be f32 or f64, got i64"));
-  CHECK_THAT(error_of([&] { kernels::global_norm({p, zeros({2}, DType::i32)}); }),
+  CHECK_THAT(error_of([&] {
+               kernels::global_norm({p, zeros({2}, DType::i32)});
+             }),
              Catch::Contains("tensor 1 has dtype i32"));
   CHECK_THAT(error_of([&] { kernels::clip_by_norm_({p}, zeros({2}), 1.0); }),
              Catch::Contains("total_norm must be a one-element f32/f64 tensor, got [2] f32"));

@@ -4,12 +4,13 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu/philox_x4.h"
+#include <ember/kernels/cpu/philox_x4.h>
 
 #if EMBER_HAVE_PHILOX_X4
 TEST_CASE("philox4x32_x4 equals four scalar philox4x32 calls, across 32- and 64-bit counter wraps", "[cpu][random]") {
   const std::vector<uint64_t> seeds = {0, 1, 1234, 0xFFFFFFFFull, 0x9E3779B97F4A7C15ull, ~0ull};
-  const std::vector<uint64_t> counters = {0, 77, 0xFFFFFFFEull, 0xFFFFFFFFull, 0x123456789ABCDEFull, ~0ull - 2, ~0ull - 1};
+  const std::vector<uint64_t> counters = {0,         77,       0xFFFFFFFEull, 0xFFFFFFFFull, 0x123456789ABCDEFull,
+                                          ~0ull - 2, ~0ull - 1};
   int mismatches = 0, checked = 0;
   for (uint64_t seed : seeds)
     for (uint64_t counter : counters) {

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/factory.h"
-#include "kernels/pool.h"
+#include <ember/kernels/factory.h>
+#include <ember/kernels/pool.h>
 #include "support/error_of.h"
 #include "support/reference.h"
 
@@ -118,13 +118,13 @@ Ref adaptive_ref(const std::vector<double>& x, const std::vector<double>& g, int
 
 const std::vector<kernels::Pool2dParams>& pool_cases() {
   static const std::vector<kernels::Pool2dParams> cases = {
-      pool(2, 2, 2, 2, 0, 0),                 // the MNIST pool
-      pool(3, 2, 2, 1, 1, 0),                 // overlapping rows, padded
-      pool(3, 3, 2, 2, 1, 1, true),           // ceil_mode with padding
-      pool(2, 3, 2, 2, 1, 1, true, false),    // ceil_mode, last window past the input, exclude pad
-      pool(3, 3, 1, 1, 1, 1, false, false),   // stride 1, every window overlaps
-      pool(4, 1, 3, 1, 2, 0, true, true),     // tall kernel, ceil_mode
-      pool(1, 1, 2, 3, 0, 0),                 // 1x1 window, subsampling
+      pool(2, 2, 2, 2, 0, 0),  // the MNIST pool
+      pool(3, 2, 2, 1, 1, 0),  // overlapping rows, padded
+      pool(3, 3, 2, 2, 1, 1, true),  // ceil_mode with padding
+      pool(2, 3, 2, 2, 1, 1, true, false),  // ceil_mode, last window past the input, exclude pad
+      pool(3, 3, 1, 1, 1, 1, false, false),  // stride 1, every window overlaps
+      pool(4, 1, 3, 1, 2, 0, true, true),  // tall kernel, ceil_mode
+      pool(1, 1, 2, 3, 0, 0),  // 1x1 window, subsampling
   };
   return cases;
 }
@@ -241,27 +241,37 @@ TEST_CASE("adaptive_avg_pool2d and its backward match float64 loops", "[cpu]") {
 TEST_CASE("pooling errors name the shapes and parameters", "[cpu]") {
   using Catch::Matchers::Contains;
   Tensor x = random_tensor({2, 3, 7, 9}, DType::f32, 1);
-  CHECK_THAT(error_of([&] { kernels::max_pool2d(x, pool(2, 2, 2, 2, 2, 0)); }), Contains("padding") && Contains("half"));
+  CHECK_THAT(error_of([&] { kernels::max_pool2d(x, pool(2, 2, 2, 2, 2, 0)); }),
+             Contains("padding") && Contains("half"));
   CHECK_THAT(error_of([&] { kernels::max_pool2d(x, pool(9, 2, 1, 1, 0, 0)); }),
              Contains("[2, 3, 7, 9]") && Contains("too small"));
-  CHECK_THAT(error_of([&] { kernels::avg_pool2d(random_tensor({3, 7, 9}, DType::f32, 1), pool(2, 2, 2, 2, 0, 0)); }),
+  CHECK_THAT(error_of([&] {
+               kernels::avg_pool2d(random_tensor({3, 7, 9}, DType::f32, 1), pool(2, 2, 2, 2, 0, 0));
+             }),
              Contains("[3, 7, 9]"));
   CHECK_THAT(error_of([&] { kernels::avg_pool2d(x, pool(2, 2, 0, 2, 0, 0)); }), Contains("stride"));
   CHECK_THROWS(kernels::max_pool2d(random_tensor({2, 3, 7, 9}, DType::i64, 1), pool(2, 2, 2, 2, 0, 0)));
   CHECK_THAT(error_of([&] { kernels::adaptive_avg_pool2d(x, 0, 3); }), Contains("[2, 3, 7, 9]"));
-  CHECK_THAT(error_of([&] { kernels::avg_pool2d_backward(random_tensor({2, 3, 3, 3}, DType::f32, 2), x.sizes(),
-                                                    pool(2, 2, 2, 2, 0, 0)); }),
-             Contains("[2, 3, 3, 3]") && Contains("[2, 3, 3, 4]"));
+  CHECK_THAT(
+      error_of([&] {
+        kernels::avg_pool2d_backward(random_tensor({2, 3, 3, 3}, DType::f32, 2), x.sizes(), pool(2, 2, 2, 2, 0, 0));
+      }),
+      Contains("[2, 3, 3, 3]") && Contains("[2, 3, 3, 4]"));
   auto r = kernels::max_pool2d(x, pool(2, 2, 2, 2, 0, 0));
-  CHECK_THAT(error_of([&] { kernels::max_pool2d_backward(r.out, r.indices, {2, 4, 7, 9}); }),
+  CHECK_THAT(error_of([&] {
+               kernels::max_pool2d_backward(r.out, r.indices, {2, 4, 7, 9});
+             }),
              Contains("[2, 3, 3, 4]") && Contains("[2, 4, 7, 9]"));
   CHECK_THAT(error_of([&] { kernels::max_pool2d_backward(r.out, r.out, x.sizes()); }), Contains("i64"));
   // Corrupted indices are caught, not written out of bounds.
   Tensor bad = make_tensor(std::vector<double>(24, 63.0), {2, 3, 2, 2}, DType::i64);
-  CHECK_THAT(error_of([&] { kernels::max_pool2d_backward(make_tensor(std::vector<double>(24, 1.0), {2, 3, 2, 2}),
-                                                    bad, {2, 3, 7, 9}); }),
+  CHECK_THAT(error_of([&] {
+               kernels::max_pool2d_backward(make_tensor(std::vector<double>(24, 1.0), {2, 3, 2, 2}), bad, {2, 3, 7, 9});
+             }),
              Contains("63"));
-  CHECK_THAT(error_of([&] { kernels::adaptive_avg_pool2d_backward(random_tensor({2, 4, 3, 3}, DType::f32, 2), x.sizes()); }),
+  CHECK_THAT(error_of([&] {
+               kernels::adaptive_avg_pool2d_backward(random_tensor({2, 4, 3, 3}, DType::f32, 2), x.sizes());
+             }),
              Contains("[2, 4, 3, 3]"));
 }
 
@@ -296,9 +306,9 @@ TEST_CASE("max_pool2d's 2x2 fast path and its general loop agree on ties, NaN an
             mismatches += std::isnan(a) ? !std::isnan(b) : a != b;
           }
       CHECK(mismatches == 0);
-      CHECK(nans > 0);            // the NaN rule was exercised
+      CHECK(nans > 0);  // the NaN rule was exercised
       CHECK(fo[0] == -INFINITY);  // the all -inf window ...
-      CHECK(fi[0] == 0);          // ... points at its first element
+      CHECK(fi[0] == 0);  // ... points at its first element
     }
   }
 }

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/thread_pool.h"
-#include "kernels/factory.h"
-#include "kernels/random.h"
+#include <ember/core/thread_pool.h>
+#include <ember/kernels/factory.h>
+#include <ember/kernels/random.h>
 #include "support/reference.h"
 
 using namespace ember;

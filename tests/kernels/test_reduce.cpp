@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/reduce.h"
+#include <ember/kernels/reduce.h>
 #include "support/reference.h"
 
 using namespace ember;
@@ -86,9 +86,11 @@ void check_reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims
   int bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     double bound = 0.0;
-    if (op == ReduceOp::Sum || op == ReduceOp::Mean) bound = tol_sum(dt, R) * ref.abs_sum[i] + tol(dt) * std::fabs(ref.out[i]);
+    if (op == ReduceOp::Sum || op == ReduceOp::Mean)
+      bound = tol_sum(dt, R) * ref.abs_sum[i] + tol(dt) * std::fabs(ref.out[i]);
     const bool ok = std::isnan(ref.out[i]) ? std::isnan(got[i]) : std::fabs(got[i] - ref.out[i]) <= bound;
-    if (!ok && bad++ < 5) UNSCOPED_INFO("[" << i << "] got " << got[i] << " expected " << ref.out[i] << " bound " << bound);
+    if (!ok && bad++ < 5)
+      UNSCOPED_INFO("[" << i << "] got " << got[i] << " expected " << ref.out[i] << " bound " << bound);
   }
   CHECK(bad == 0);
 }
@@ -200,7 +202,8 @@ TEST_CASE("argmax: first maximum, NaN wins, any layout", "[cpu][reduce]") {
         Shape sz = x.sizes();
         std::vector<double> expect;
         // Reference: walk each output position's line along dim, keep the first maximum.
-        const int64_t outer = dim == 0 ? 1 : (dim == 1 ? 6 : 30), R = sz[dim], inner = dim == 2 ? 1 : (dim == 1 ? 7 : 35);
+        const int64_t outer = dim == 0 ? 1 : (dim == 1 ? 6 : 30), R = sz[dim],
+                      inner = dim == 2 ? 1 : (dim == 1 ? 7 : 35);
         for (int64_t o = 0; o < outer; ++o)
           for (int64_t i = 0; i < inner; ++i) {
             int64_t best = 0;

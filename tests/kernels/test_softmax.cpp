@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/softmax.h"
+#include <ember/kernels/softmax.h>
 #include "support/reference.h"
 
 using namespace ember;
@@ -273,9 +273,11 @@ TEST_CASE("cross_entropy: out-of-range targets and bad shapes are errors naming 
   auto r = kernels::cross_entropy_rows(x, targets_tensor({0, 1, 2, 3}));
   CHECK_THROWS_WITH(kernels::cross_entropy_backward(empty({4}), x, targets_tensor({0, 9, 2, 3}), r.lse),
                     Catch::Contains("target 9") && Catch::Contains("row 1"));
-  CHECK_THROWS_WITH(kernels::cross_entropy_rows(x, targets_tensor({0, 1, 2})), Catch::Contains("[3]") && Catch::Contains("[4, 5]"));
+  CHECK_THROWS_WITH(kernels::cross_entropy_rows(x, targets_tensor({0, 1, 2})),
+                    Catch::Contains("[3]") && Catch::Contains("[4, 5]"));
   CHECK_THROWS_WITH(kernels::cross_entropy_rows(random_tensor({5}, DType::f32, 1), targets_tensor({0})),
                     Catch::Contains("2-D"));
-  CHECK_THROWS_WITH(kernels::cross_entropy_rows(x, targets_tensor({0, 1, 2, 3}), 1.5), Catch::Contains("label_smoothing"));
+  CHECK_THROWS_WITH(kernels::cross_entropy_rows(x, targets_tensor({0, 1, 2, 3}), 1.5),
+                    Catch::Contains("label_smoothing"));
   CHECK_THROWS_WITH(kernels::cross_entropy_rows(x, make_tensor({0, 1, 2, 3}, {4}, DType::f32)), Catch::Contains("f32"));
 }

@@ -5,8 +5,8 @@
 #include <numeric>
 #include <random>
 
-#include "kernels/cpu/loops.h"
-#include "kernels/strided.h"
+#include <ember/kernels/cpu/loops.h>
+#include <ember/kernels/strided.h>
 
 using namespace ember;
 using ember::kernels::make_indexer;
@@ -109,14 +109,14 @@ TEST_CASE("strided_runs: covers any begin..end range with correct offsets for tw
     const int64_t begin = static_cast<int64_t>(rng() % (n + 1));
     const int64_t end = begin + static_cast<int64_t>(rng() % (n - begin + 1));
     int64_t i = begin;
-    kernels::cpu::strided_runs(g, begin, end, [&](const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st,
-                                                  int64_t cnt) {
-      REQUIRE(cnt > 0);
-      for (int64_t j = 0; j < cnt; ++j, ++i) {
-        REQUIRE(off[0] + j * st[0] == manual_offset(sizes, sa, i));
-        REQUIRE(off[1] + j * st[1] == manual_offset(sizes, sb, i));
-      }
-    });
+    kernels::cpu::strided_runs(g, begin, end,
+                               [&](const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st, int64_t cnt) {
+                                 REQUIRE(cnt > 0);
+                                 for (int64_t j = 0; j < cnt; ++j, ++i) {
+                                   REQUIRE(off[0] + j * st[0] == manual_offset(sizes, sa, i));
+                                   REQUIRE(off[1] + j * st[1] == manual_offset(sizes, sb, i));
+                                 }
+                               });
     REQUIRE(i == end);
   }
 }

@@ -5,11 +5,11 @@
 #include <cmath>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "autograd/ops_norm.h"
-#include "kernels/factory.h"
-#include "layers/batchnorm.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/autograd/ops.h>
+#include <ember/autograd/ops_norm.h>
+#include <ember/kernels/factory.h>
+#include <ember/layers/batchnorm.h>
 #include "support/gradcheck.h"
 #include "support/reference.h"
 
@@ -102,8 +102,7 @@ TEST_CASE("BatchNorm2d: training forward and running statistics vs float64 refer
   }
 }
 
-TEST_CASE("BatchNorm2d: eval mode normalizes with the running statistics and leaves them alone",
-          "[cpu][layers]") {
+TEST_CASE("BatchNorm2d: eval mode normalizes with the running statistics and leaves them alone", "[cpu][layers]") {
   const int64_t N = 2, C = 3, H = 5, W = 3, S = H * W;
   BatchNorm2d bn(C, 1e-3, 0.2);
   {
@@ -158,7 +157,8 @@ TEST_CASE("BatchNorm2d: layer gradients in f64 match the functional gradcheck", 
 
 TEST_CASE("BatchNorm2d: errors name the shapes", "[cpu][layers]") {
   BatchNorm2d bn(3);
-  CHECK_THROWS_WITH(bn.forward(zeros({2, 4, 3, 3})), Catch::Contains("[2, 4, 3, 3]") && Catch::Contains("(N, 3, H, W)"));
+  CHECK_THROWS_WITH(bn.forward(zeros({2, 4, 3, 3})),
+                    Catch::Contains("[2, 4, 3, 3]") && Catch::Contains("(N, 3, H, W)"));
   CHECK_THROWS_WITH(bn.forward(zeros({1, 3, 1, 1})), Catch::Contains("more than 1 value per channel"));
   CHECK(bn.num_batches_tracked().item<int64_t>() == 0);
   CHECK_THROWS_WITH(bn.forward(zeros({2, 3, 2, 2}, DType::f64)), Catch::Contains("dtype f64"));

@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "autograd/ops_conv.h"
-#include "core/rng.h"
-#include "kernels/factory.h"
-#include "layers/conv.h"
+#include <ember/autograd/ops.h>
+#include <ember/autograd/ops_conv.h>
+#include <ember/core/rng.h>
+#include <ember/kernels/factory.h>
+#include <ember/layers/conv.h>
 #include "support/error_of.h"
 #include "support/gradcheck.h"
 #include "support/reference.h"
@@ -47,11 +47,9 @@ TEST_CASE("conv2d gradcheck (float64) for x, weight and bias", "[cpu][layers]") 
     Tensor x = random_tensor(c.xs, DType::f64, seed++, -1, 1, Layout::Transposed);
     Tensor w = random_tensor(c.ws, DType::f64, seed++, -1, 1, Layout::Strided);
     Tensor b = random_tensor({c.ws[0]}, DType::f64, seed++);
-    EMBER_CHECK_GRADIENTS([&](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], opts); },
-                          {x, w, b});
+    EMBER_CHECK_GRADIENTS([&](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], opts); }, {x, w, b});
     // Without bias.
-    EMBER_CHECK_GRADIENTS([&](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], Tensor(), opts); },
-                          {x, w});
+    EMBER_CHECK_GRADIENTS([&](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], Tensor(), opts); }, {x, w});
   }
 }
 
@@ -59,8 +57,8 @@ TEST_CASE("conv2d feeding relu and max_pool2d: gradcheck of the chain (MNIST blo
   Tensor x = random_tensor({2, 2, 8, 7}, DType::f64, 3);
   Tensor w = random_tensor({3, 2, 3, 3}, DType::f64, 4);
   Tensor b = random_tensor({3}, DType::f64, 5, -0.2, 0.2);
-  EMBER_CHECK_GRADIENTS(
-      [](const std::vector<Tensor>& in) { return max_pool2d(relu(conv2d(in[0], in[1], in[2])), 2); }, {x, w, b});
+  EMBER_CHECK_GRADIENTS([](const std::vector<Tensor>& in) { return max_pool2d(relu(conv2d(in[0], in[1], in[2])), 2); },
+                        {x, w, b});
 }
 
 TEST_CASE("conv2d computes only the gradients that are needed", "[cpu][layers]") {
@@ -169,18 +167,24 @@ TEST_CASE("Conv2d layer: PyTorch default init, bounds and spread, reproducible f
 TEST_CASE("Conv2d layer: printing and errors", "[cpu][layers]") {
   using Catch::Matchers::Contains;
   CHECK(Conv2d(1, 32, 3).extra_repr() == "1, 32, kernel_size=(3, 3), stride=(1, 1)");
-  CHECK(Conv2d(4, 8, {3, 2}, {.stride = 2, .padding = {1, 0}, .dilation = 2, .groups = 4, .bias = false})
-            .extra_repr() == "4, 8, kernel_size=(3, 2), stride=(2, 2), padding=(1, 0), dilation=(2, 2), groups=4, bias=False");
+  CHECK(
+      Conv2d(4, 8, {3, 2}, {.stride = 2, .padding = {1, 0}, .dilation = 2, .groups = 4, .bias = false}).extra_repr() ==
+      "4, 8, kernel_size=(3, 2), stride=(2, 2), padding=(1, 0), dilation=(2, 2), groups=4, bias=False");
   CHECK_THAT(Conv2d(1, 32, 3).str(), Contains("Conv2d(1, 32, kernel_size=(3, 3)"));
   Conv2d conv(3, 4, 3);
-  CHECK_THAT(error_of([&] { conv.forward(zeros({2, 5, 8, 8})); }), Contains("[2, 5, 8, 8]") && Contains("(N, 3, H, W)"));
+  CHECK_THAT(error_of([&] {
+               conv.forward(zeros({2, 5, 8, 8}));
+             }),
+             Contains("[2, 5, 8, 8]") && Contains("(N, 3, H, W)"));
   CHECK_THAT(error_of([&] { conv.forward(zeros({5, 8, 8})); }), Contains("[5, 8, 8]"));
   CHECK_THAT(error_of([&] { conv.forward(zeros({1, 3, 2, 2})); }), Contains("[1, 3, 2, 2]") && Contains("too small"));
   CHECK_THAT(error_of([&] { Conv2d(3, 4, 3, {.groups = 2}); }), Contains("groups = 2"));
   CHECK_THAT(error_of([&] { Conv2d(3, 4, 0); }), Contains("kernel_size"));
   CHECK_THAT(error_of([&] { Conv2d(3, 4, 3, {.stride = 0}); }), Contains("stride"));
   // Functional: mismatched channels name both shapes.
-  CHECK_THAT(error_of([&] { conv2d(zeros({2, 3, 7, 9}), zeros({5, 4, 3, 3})); }),
+  CHECK_THAT(error_of([&] {
+               conv2d(zeros({2, 3, 7, 9}), zeros({5, 4, 3, 3}));
+             }),
              Contains("[2, 3, 7, 9]") && Contains("[5, 4, 3, 3]"));
   CHECK_THAT(error_of([&] { conv2d(Tensor(), zeros({5, 4, 3, 3})); }), Contains("undefined"));
 }

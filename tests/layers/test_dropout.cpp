@@ -5,11 +5,11 @@
 #include <cmath>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "autograd/ops_norm.h"
-#include "core/rng.h"
-#include "kernels/factory.h"
-#include "layers/dropout.h"
+#include <ember/autograd/ops.h>
+#include <ember/autograd/ops_norm.h>
+#include <ember/core/rng.h>
+#include <ember/kernels/factory.h>
+#include <ember/layers/dropout.h>
 #include "support/gradcheck.h"
 #include "support/reference.h"
 

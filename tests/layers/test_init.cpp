@@ -5,10 +5,10 @@
 #include <cmath>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "core/rng.h"
-#include "kernels/factory.h"
-#include "layers/init.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/core/rng.h>
+#include <ember/kernels/factory.h>
+#include <ember/layers/init.h>
 #include "support/reference.h"
 
 using namespace ember;

@@ -6,10 +6,10 @@
 #include <cmath>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "core/rng.h"
-#include "kernels/factory.h"
-#include "layers/linear.h"
+#include <ember/autograd/ops.h>
+#include <ember/core/rng.h>
+#include <ember/kernels/factory.h>
+#include <ember/layers/linear.h>
 #include "support/gradcheck.h"
 #include "support/reference.h"
 

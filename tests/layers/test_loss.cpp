@@ -5,9 +5,9 @@
 #include <cmath>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "kernels/factory.h"
-#include "layers/loss.h"
+#include <ember/autograd/ops.h>
+#include <ember/kernels/factory.h>
+#include <ember/layers/loss.h>
 #include "support/gradcheck.h"
 #include "support/reference.h"
 
@@ -98,7 +98,7 @@ TEST_CASE("mse_loss: value vs reference and gradcheck", "[cpu][layers]") {
   ref /= static_cast<double>(av.size());
   CHECK(layers::mse_loss(a, b).item<double>() == Approx(ref).epsilon(4 * tol_sum(DType::f32, 45)));
   auto fn = [](const std::vector<Tensor>& v) { return layers::mse_loss(v[0], v[1]); };
-  EMBER_CHECK_GRADIENTS(fn, {random_tensor({4, 6}, DType::f64, 8, -1, 1, Layout::Strided),
-                             random_tensor({4, 6}, DType::f64, 9)});
+  EMBER_CHECK_GRADIENTS(
+      fn, {random_tensor({4, 6}, DType::f64, 8, -1, 1, Layout::Strided), random_tensor({4, 6}, DType::f64, 9)});
   CHECK_THROWS_WITH(layers::mse_loss(a, zeros({9, 5})), Catch::Contains("[5, 9]") && Catch::Contains("[9, 5]"));
 }

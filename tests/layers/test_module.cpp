@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "kernels/factory.h"
-#include "layers/module.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/autograd/ops.h>
+#include <ember/kernels/factory.h>
+#include <ember/layers/module.h>
 #include "support/reference.h"
 
 using namespace ember;
@@ -193,8 +193,7 @@ TEST_CASE("Module: state_dict round trip into a differently initialised module",
   CHECK(to_f64(dst.w_) == want);
 }
 
-TEST_CASE("Module: load_state_dict names missing, unexpected and mis-shaped keys and loads nothing",
-          "[cpu][layers]") {
+TEST_CASE("Module: load_state_dict names missing, unexpected and mis-shaped keys and loads nothing", "[cpu][layers]") {
   Tree src, dst;
   {
     NoGradGuard no_grad;
@@ -204,8 +203,7 @@ TEST_CASE("Module: load_state_dict names missing, unexpected and mis-shaped keys
   {
     StateDict sd = src.state_dict();
     sd.erase("inner.deep.b");
-    CHECK_THROWS_WITH(dst.load_state_dict(sd), Catch::Contains("missing key 'inner.deep.b'") &&
-                                                   Catch::Contains("[3]"));
+    CHECK_THROWS_WITH(dst.load_state_dict(sd), Catch::Contains("missing key 'inner.deep.b'") && Catch::Contains("[3]"));
   }
   {
     StateDict sd = src.state_dict();
@@ -215,16 +213,15 @@ TEST_CASE("Module: load_state_dict names missing, unexpected and mis-shaped keys
   {
     StateDict sd = src.state_dict();
     sd["first.a"] = zeros({3, 2});
-    CHECK_THROWS_WITH(dst.load_state_dict(sd), Catch::Contains("'first.a'") && Catch::Contains("[3, 2]") &&
-                                                   Catch::Contains("[2, 3]"));
+    CHECK_THROWS_WITH(dst.load_state_dict(sd),
+                      Catch::Contains("'first.a'") && Catch::Contains("[3, 2]") && Catch::Contains("[2, 3]"));
   }
   // Every error above left dst untouched, including the entries that did match.
   CHECK(to_f64(dst.w_) == before);
   CHECK(to_f64(dst.w_) != to_f64(src.w_));
 }
 
-TEST_CASE("Module: to(Device) and to(DType) keep parameters leaves requiring grad and keep handles",
-          "[cpu][layers]") {
+TEST_CASE("Module: to(Device) and to(DType) keep parameters leaves requiring grad and keep handles", "[cpu][layers]") {
   Tree t;
   Tensor handle = t.first->a_;  // a layer's copy of the handle
   const std::vector<double> vals = to_f64(handle);

@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "autograd/ops_conv.h"
-#include "kernels/factory.h"
-#include "layers/pool.h"
+#include <ember/autograd/ops.h>
+#include <ember/autograd/ops_conv.h>
+#include <ember/kernels/factory.h>
+#include <ember/layers/pool.h>
 #include "support/error_of.h"
 #include "support/gradcheck.h"
 #include "support/reference.h"
@@ -56,8 +56,8 @@ TEST_CASE("adaptive_avg_pool2d gradcheck (float64), down and up", "[cpu][layers]
   Tensor x = random_tensor({2, 3, 7, 9}, DType::f64, 3, -1, 1, Layout::Transposed);
   for (auto [oh, ow] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 4}, {5, 2}, {10, 11}}) {
     INFO("out " << oh << "x" << ow);
-    EMBER_CHECK_GRADIENTS([&, oh = oh, ow = ow](const std::vector<Tensor>& in) { return adaptive_avg_pool2d(in[0], oh, ow); },
-                          {x});
+    EMBER_CHECK_GRADIENTS(
+        [&, oh = oh, ow = ow](const std::vector<Tensor>& in) { return adaptive_avg_pool2d(in[0], oh, ow); }, {x});
   }
 }
 
@@ -117,6 +117,9 @@ TEST_CASE("pooling layers: printing and errors", "[cpu][layers]") {
   CHECK_THAT(error_of([] { AvgPool2d(0); }), Contains("kernel_size"));
   CHECK_THAT(error_of([] { AdaptiveAvgPool2d({0, 2}); }), Contains("output_size"));
   CHECK_THAT(error_of([] { MaxPool2d(2).forward(zeros({3, 8, 8})); }), Contains("[3, 8, 8]"));
-  CHECK_THAT(error_of([] { MaxPool2d(5).forward(zeros({1, 1, 4, 4})); }), Contains("[1, 1, 4, 4]") && Contains("too small"));
+  CHECK_THAT(error_of([] {
+               MaxPool2d(5).forward(zeros({1, 1, 4, 4}));
+             }),
+             Contains("[1, 1, 4, 4]") && Contains("too small"));
   CHECK_THAT(error_of([] { AdaptiveAvgPool2d(2).forward(zeros({1, 1, 0, 4})); }), Contains("[1, 1, 0, 4]"));
 }

@@ -14,17 +14,17 @@
 #include <string>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "core/error.h"
-#include "core/rng.h"
-#include "kernels/factory.h"
-#include "layers/loss.h"
-#include "models/blocks.h"
-#include "models/cifar_cnn.h"
-#include "models/resnet.h"
-#include "models/wide_resnet.h"
-#include "optim/sgd.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/autograd/ops.h>
+#include <ember/core/error.h>
+#include <ember/core/rng.h>
+#include <ember/kernels/factory.h>
+#include <ember/layers/loss.h>
+#include <ember/models/blocks.h>
+#include <ember/models/cifar_cnn.h>
+#include <ember/models/resnet.h>
+#include <ember/models/wide_resnet.h>
+#include <ember/optim/sgd.h>
 #include "support/gradcheck.h"
 #include "support/reference.h"
 
@@ -38,7 +38,7 @@ namespace {
 
 // ---- parameter counts from the architecture, independent of the model code ----
 int64_t conv_params(int64_t k, int64_t cin, int64_t cout) { return k * k * cin * cout; }  // no bias
-int64_t bn_params(int64_t c) { return 2 * c; }                                            // weight, bias
+int64_t bn_params(int64_t c) { return 2 * c; }  // weight, bias
 int64_t linear_params(int64_t in, int64_t out) { return in * out + out; }
 
 int64_t expected_resnet18(int64_t classes) {
@@ -169,18 +169,17 @@ TEST_CASE("cifar models: parameter counts match the architecture formula and the
 TEST_CASE("resnet18: state-dict names follow the torchvision-style layout", "[cpu][models]") {
   auto m = models::resnet18(10);
   const auto shapes = param_shapes(*m);
-  const std::vector<std::pair<std::string, Shape>> expected = {
-      {"conv1.weight", {64, 3, 3, 3}},
-      {"bn1.weight", {64}},
-      {"layer1.0.conv1.weight", {64, 64, 3, 3}},
-      {"layer1.1.bn2.bias", {64}},
-      {"layer2.0.conv1.weight", {128, 64, 3, 3}},
-      {"layer2.0.shortcut.0.weight", {128, 64, 1, 1}},
-      {"layer2.0.shortcut.1.weight", {128}},
-      {"layer3.0.shortcut.0.weight", {256, 128, 1, 1}},
-      {"layer4.1.conv2.weight", {512, 512, 3, 3}},
-      {"fc.weight", {10, 512}},
-      {"fc.bias", {10}}};
+  const std::vector<std::pair<std::string, Shape>> expected = {{"conv1.weight", {64, 3, 3, 3}},
+                                                               {"bn1.weight", {64}},
+                                                               {"layer1.0.conv1.weight", {64, 64, 3, 3}},
+                                                               {"layer1.1.bn2.bias", {64}},
+                                                               {"layer2.0.conv1.weight", {128, 64, 3, 3}},
+                                                               {"layer2.0.shortcut.0.weight", {128, 64, 1, 1}},
+                                                               {"layer2.0.shortcut.1.weight", {128}},
+                                                               {"layer3.0.shortcut.0.weight", {256, 128, 1, 1}},
+                                                               {"layer4.1.conv2.weight", {512, 512, 3, 3}},
+                                                               {"fc.weight", {10, 512}},
+                                                               {"fc.bias", {10}}};
   for (const auto& [k, s] : expected) {
     INFO(k);
     REQUIRE(shapes.count(k) == 1);
@@ -201,16 +200,15 @@ TEST_CASE("resnet18: state-dict names follow the torchvision-style layout", "[cp
 TEST_CASE("wide_resnet and cifar_cnn: state-dict names", "[cpu][models]") {
   auto w = models::wide_resnet(28, 10, 10);
   const auto ws = param_shapes(*w);
-  const std::vector<std::pair<std::string, Shape>> wide = {
-      {"conv1.weight", {16, 3, 3, 3}},
-      {"block1.layer.0.bn1.weight", {16}},
-      {"block1.layer.0.conv1.weight", {160, 16, 3, 3}},
-      {"block1.layer.0.shortcut.weight", {160, 16, 1, 1}},
-      {"block1.layer.3.conv2.weight", {160, 160, 3, 3}},
-      {"block2.layer.0.shortcut.weight", {320, 160, 1, 1}},
-      {"block3.layer.0.conv1.weight", {640, 320, 3, 3}},
-      {"bn.weight", {640}},
-      {"fc.weight", {10, 640}}};
+  const std::vector<std::pair<std::string, Shape>> wide = {{"conv1.weight", {16, 3, 3, 3}},
+                                                           {"block1.layer.0.bn1.weight", {16}},
+                                                           {"block1.layer.0.conv1.weight", {160, 16, 3, 3}},
+                                                           {"block1.layer.0.shortcut.weight", {160, 16, 1, 1}},
+                                                           {"block1.layer.3.conv2.weight", {160, 160, 3, 3}},
+                                                           {"block2.layer.0.shortcut.weight", {320, 160, 1, 1}},
+                                                           {"block3.layer.0.conv1.weight", {640, 320, 3, 3}},
+                                                           {"bn.weight", {640}},
+                                                           {"fc.weight", {10, 640}}};
   for (const auto& [k, s] : wide) {
     INFO(k);
     REQUIRE(ws.count(k) == 1);
@@ -223,9 +221,9 @@ TEST_CASE("wide_resnet and cifar_cnn: state-dict names", "[cpu][models]") {
 
   const auto cs = param_shapes(*models::cifar_cnn(100));
   const std::vector<std::pair<std::string, Shape>> cnn = {
-      {"features.0.weight", {32, 3, 3, 3}},   {"features.1.weight", {32}},
-      {"features.7.weight", {64, 32, 3, 3}},  {"features.17.weight", {128, 128, 3, 3}},
-      {"classifier.2.weight", {256, 2048}},   {"classifier.5.weight", {100, 256}},
+      {"features.0.weight", {32, 3, 3, 3}},  {"features.1.weight", {32}},
+      {"features.7.weight", {64, 32, 3, 3}}, {"features.17.weight", {128, 128, 3, 3}},
+      {"classifier.2.weight", {256, 2048}},  {"classifier.5.weight", {100, 256}},
       {"classifier.5.bias", {100}}};
   for (const auto& [k, s] : cnn) {
     INFO(k);
@@ -272,8 +270,7 @@ TEST_CASE("cifar models: every parameter receives a finite gradient of its shape
   }
 }
 
-TEST_CASE("cifar models: eval mode is deterministic, dropout is what makes training mode random",
-          "[cpu][models]") {
+TEST_CASE("cifar models: eval mode is deterministic, dropout is what makes training mode random", "[cpu][models]") {
   NoGradGuard no_grad;
   const Tensor x = random_tensor({4, 3, 32, 32}, DType::f32, 9, -1, 1);
   Generator gen(5);
@@ -358,8 +355,7 @@ TEST_CASE("cifar models: the same seed gives the same initial state, another see
 
 namespace {
 
-template <typename M>
-std::shared_ptr<M> child(const layers::Module& m, const std::string& name) {
+template <typename M> std::shared_ptr<M> child(const layers::Module& m, const std::string& name) {
   for (const auto& [k, c] : m.named_children())
     if (k == name) return std::dynamic_pointer_cast<M>(c);
   return nullptr;

@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "core/rng.h"
-#include "kernels/factory.h"
-#include "layers/loss.h"
-#include "models/mnist_cnn.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/autograd/ops.h>
+#include <ember/core/rng.h>
+#include <ember/kernels/factory.h>
+#include <ember/layers/loss.h>
+#include <ember/models/mnist_cnn.h>
 #include "support/reference.h"
 
 using namespace ember;
@@ -21,8 +21,8 @@ using ember::testing::to_f64;
 TEST_CASE("mnist_cnn: parameter names, shapes and count", "[cpu][models]") {
   auto model = models::mnist_cnn();
   const std::vector<std::pair<std::string, Shape>> expected = {
-      {"0.weight", {32, 1, 3, 3}},  {"0.bias", {32}},  {"2.weight", {64, 32, 3, 3}}, {"2.bias", {64}},
-      {"7.weight", {128, 9216}},    {"7.bias", {128}}, {"10.weight", {10, 128}},     {"10.bias", {10}}};
+      {"0.weight", {32, 1, 3, 3}}, {"0.bias", {32}},  {"2.weight", {64, 32, 3, 3}}, {"2.bias", {64}},
+      {"7.weight", {128, 9216}},   {"7.bias", {128}}, {"10.weight", {10, 128}},     {"10.bias", {10}}};
   auto named = model->named_parameters();
   REQUIRE(named.size() == expected.size());
   int64_t count = 0;

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/factory.h"
-#include "optim/adam.h"
+#include <ember/kernels/factory.h>
+#include <ember/optim/adam.h>
 #include "optim/optim_reference.h"
 #include "support/error_of.h"
 #include "support/reference.h"
@@ -64,8 +64,10 @@ TEST_CASE("Adam and AdamW: three steps against the float64 reference", "[cpu][op
     bool decoupled;
     double weight_decay, beta1, beta2, eps;
   };
-  const std::vector<Combo> combos = {{false, 0, 0.9, 0.999, 1e-8},  {false, 1e-2, 0.9, 0.999, 1e-8},
-                                     {true, 1e-2, 0.9, 0.999, 1e-8}, {true, 0.1, 0.8, 0.99, 1e-6},
+  const std::vector<Combo> combos = {{false, 0, 0.9, 0.999, 1e-8},
+                                     {false, 1e-2, 0.9, 0.999, 1e-8},
+                                     {true, 1e-2, 0.9, 0.999, 1e-8},
+                                     {true, 0.1, 0.8, 0.99, 1e-6},
                                      {false, 0, 0.0, 0.5, 1e-3}};
   uint64_t seed = 500;
   for (const DType dt : {DType::f32, DType::f64}) {
@@ -83,10 +85,12 @@ TEST_CASE("Adam and AdamW: three steps against the float64 reference", "[cpu][op
       std::unique_ptr<optim::Optimizer> opt;
       if (c.decoupled)
         opt = std::make_unique<optim::AdamW>(
-            params, optim::AdamWOptions{.lr = 0.01, .betas = {c.beta1, c.beta2}, .eps = c.eps, .weight_decay = c.weight_decay});
+            params,
+            optim::AdamWOptions{.lr = 0.01, .betas = {c.beta1, c.beta2}, .eps = c.eps, .weight_decay = c.weight_decay});
       else
         opt = std::make_unique<optim::Adam>(
-            params, optim::AdamOptions{.lr = 0.01, .betas = {c.beta1, c.beta2}, .eps = c.eps, .weight_decay = c.weight_decay});
+            params,
+            optim::AdamOptions{.lr = 0.01, .betas = {c.beta1, c.beta2}, .eps = c.eps, .weight_decay = c.weight_decay});
       for (int s = 0; s < 3; ++s) {
         for (size_t i = 0; i < shapes.size(); ++i) {
           Tensor g = random_tensor(shapes[i], dt, ++seed);

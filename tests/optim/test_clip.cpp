@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/factory.h"
-#include "optim/clip.h"
+#include <ember/kernels/factory.h>
+#include <ember/optim/clip.h>
 #include "support/reference.h"
 
 using namespace ember;
@@ -18,8 +18,8 @@ namespace {
 struct Setup {
   std::vector<Tensor> params;
   std::vector<std::vector<double>> grads;  // float64 copies of the gradients before clipping
-  double norm = 0;                         // float64 reference norm
-  int64_t count = 0;                       // elements summed
+  double norm = 0;  // float64 reference norm
+  int64_t count = 0;  // elements summed
 };
 
 /// Parameters of the given shapes with gradients U[lo, hi) (none for index `skip`).

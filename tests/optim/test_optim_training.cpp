@@ -7,15 +7,15 @@
 #include <memory>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "kernels/factory.h"
-#include "layers/linear.h"
-#include "optim/adam.h"
-#include "optim/clip.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/autograd/ops.h>
+#include <ember/kernels/factory.h>
+#include <ember/layers/linear.h>
+#include <ember/optim/adam.h>
+#include <ember/optim/clip.h>
+#include <ember/optim/schedule.h>
+#include <ember/optim/sgd.h>
 #include "optim/optim_reference.h"
-#include "optim/schedule.h"
-#include "optim/sgd.h"
 #include "support/reference.h"
 
 using namespace ember;

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/factory.h"
-#include "optim/adam.h"
-#include "optim/sgd.h"
+#include <ember/kernels/factory.h>
+#include <ember/optim/adam.h>
+#include <ember/optim/sgd.h>
 #include "support/error_of.h"
 #include "support/reference.h"
 
@@ -41,17 +41,21 @@ using Factory = std::function<std::unique_ptr<optim::Optimizer>(const std::vecto
 
 TEST_CASE("Optimizer state_dict: save, continue, restore into a fresh optimizer: identical steps", "[cpu][optim]") {
   const std::vector<std::pair<const char*, Factory>> factories = {
-      {"SGD", [](const std::vector<Tensor>& p) {
-         return std::make_unique<optim::SGD>(p, optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .dampening = 0.1,
-                                                                  .weight_decay = 1e-3});
+      {"SGD",
+       [](const std::vector<Tensor>& p) {
+         return std::make_unique<optim::SGD>(
+             p, optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .weight_decay = 1e-3});
        }},
-      {"SGD nesterov", [](const std::vector<Tensor>& p) {
+      {"SGD nesterov",
+       [](const std::vector<Tensor>& p) {
          return std::make_unique<optim::SGD>(p, optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true});
        }},
-      {"Adam", [](const std::vector<Tensor>& p) {
+      {"Adam",
+       [](const std::vector<Tensor>& p) {
          return std::make_unique<optim::Adam>(p, optim::AdamOptions{.lr = 0.01, .weight_decay = 1e-2});
        }},
-      {"AdamW", [](const std::vector<Tensor>& p) {
+      {"AdamW",
+       [](const std::vector<Tensor>& p) {
          return std::make_unique<optim::AdamW>(p, optim::AdamWOptions{.lr = 0.01, .betas = {0.8, 0.95}});
        }},
   };

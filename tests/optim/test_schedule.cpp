@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/factory.h"
-#include "optim/schedule.h"
-#include "optim/sgd.h"
+#include <ember/kernels/factory.h>
+#include <ember/optim/schedule.h>
+#include <ember/optim/sgd.h>
 #include "support/error_of.h"
 #include "support/reference.h"
 
@@ -68,9 +68,9 @@ TEST_CASE("CosineAnnealingLR: the closed form, and past T_max", "[cpu][optim]") 
   for (int t = 0; t < 10; ++t) want.push_back(0.05 + (0.8 - 0.05) * (1 + std::cos(kPi * t / 6.0)) / 2);
   const std::vector<double> got = run(s, 10);
   check_seq(got, want);
-  CHECK(got[3] == Approx(0.425));     // half way: the mean of base and eta_min
-  CHECK(got[6] == Approx(0.05));      // T_max: eta_min
-  CHECK(got[9] == Approx(got[3]));    // then back up the same cosine
+  CHECK(got[3] == Approx(0.425));  // half way: the mean of base and eta_min
+  CHECK(got[6] == Approx(0.05));  // T_max: eta_min
+  CHECK(got[9] == Approx(got[3]));  // then back up the same cosine
 }
 
 TEST_CASE("LinearWarmup: linear ramp, then the wrapped schedule shifted by the warm-up", "[cpu][optim]") {
@@ -112,8 +112,8 @@ TEST_CASE("OneCycleLR: phases, annealing and the step limit", "[cpu][optim]") {
   SECTION("two phases, cosine") {
     Fixture f;
     // total 10, pct 0.3: up over t in [0, 2] from 0.4 to 10, down over [2, 9] to 0.4 / 100.
-    optim::OneCycleLR s(f.opt, {.max_lr = 10, .total_steps = 10, .pct_start = 0.3, .div_factor = 25,
-                                .final_div_factor = 100});
+    optim::OneCycleLR s(f.opt,
+                        {.max_lr = 10, .total_steps = 10, .pct_start = 0.3, .div_factor = 25, .final_div_factor = 100});
     auto cos_anneal = [](double a, double b, double pct) { return b + (a - b) / 2 * (1 + std::cos(kPi * pct)); };
     std::vector<double> want;
     for (int t = 0; t <= 10; ++t) {
@@ -132,8 +132,13 @@ TEST_CASE("OneCycleLR: phases, annealing and the step limit", "[cpu][optim]") {
   SECTION("three phases, linear") {
     Fixture f;
     // total 20, pct 0.25: up [0, 4] 1 -> 4, down [4, 8] 4 -> 1, then [8, 19] 1 -> 0.1.
-    optim::OneCycleLR s(f.opt, {.max_lr = 4, .total_steps = 20, .pct_start = 0.25, .div_factor = 4,
-                                .final_div_factor = 10, .three_phase = true, .cos_anneal = false});
+    optim::OneCycleLR s(f.opt, {.max_lr = 4,
+                                .total_steps = 20,
+                                .pct_start = 0.25,
+                                .div_factor = 4,
+                                .final_div_factor = 10,
+                                .three_phase = true,
+                                .cos_anneal = false});
     std::vector<double> want;
     for (int t = 0; t < 20; ++t) {
       if (t <= 4) want.push_back(1 + 3 * t / 4.0);
@@ -144,7 +149,8 @@ TEST_CASE("OneCycleLR: phases, annealing and the step limit", "[cpu][optim]") {
   }
   SECTION("argument errors") {
     Fixture f;
-    CHECK_THAT(error_of([&] { optim::OneCycleLR(f.opt, {.total_steps = 1}); }), Catch::Contains("total_steps must be >= 2"));
+    CHECK_THAT(error_of([&] { optim::OneCycleLR(f.opt, {.total_steps = 1}); }),
+               Catch::Contains("total_steps must be >= 2"));
     CHECK_THAT(error_of([&] { optim::OneCycleLR(f.opt, {.total_steps = 3, .pct_start = 0.2}); }),
                Catch::Contains("phase 1 of 2 is empty"));
     CHECK_THAT(error_of([&] { optim::OneCycleLR(f.opt, {.pct_start = 1.0}); }), Catch::Contains("pct_start"));
@@ -154,13 +160,17 @@ TEST_CASE("OneCycleLR: phases, annealing and the step limit", "[cpu][optim]") {
 TEST_CASE("Schedules: state_dict round trip continues the same sequence", "[cpu][optim]") {
   auto make = [](int which, optim::Optimizer& opt) -> std::unique_ptr<optim::LRScheduler> {
     switch (which) {
-      case 0: return std::make_unique<optim::StepLR>(opt, optim::StepLROptions{.step_size = 2, .gamma = 0.3});
-      case 1: return std::make_unique<optim::MultiStepLR>(opt, std::vector<int64_t>{1, 4}, 0.5);
-      case 2: return std::make_unique<optim::CosineAnnealingLR>(opt, optim::CosineAnnealingOptions{.T_max = 7});
+      case 0:
+        return std::make_unique<optim::StepLR>(opt, optim::StepLROptions{.step_size = 2, .gamma = 0.3});
+      case 1:
+        return std::make_unique<optim::MultiStepLR>(opt, std::vector<int64_t>{1, 4}, 0.5);
+      case 2:
+        return std::make_unique<optim::CosineAnnealingLR>(opt, optim::CosineAnnealingOptions{.T_max = 7});
       case 3:
         return std::make_unique<optim::LinearWarmup>(
             opt, 3, std::make_unique<optim::CosineAnnealingLR>(opt, optim::CosineAnnealingOptions{.T_max = 5}));
-      default: return std::make_unique<optim::OneCycleLR>(opt, optim::OneCycleOptions{.max_lr = 1, .total_steps = 12});
+      default:
+        return std::make_unique<optim::OneCycleLR>(opt, optim::OneCycleOptions{.max_lr = 1, .total_steps = 12});
     }
   };
   for (int which = 0; which < 5; ++which) {
@@ -210,7 +220,8 @@ TEST_CASE("Schedules: load_state_dict errors name the entry and change nothing",
   optim::LinearWarmup w(g.opt, 2);
   Fixture h;
   optim::LinearWarmup w2(h.opt, 2, std::make_unique<optim::StepLR>(h.opt, optim::StepLROptions{}));
-  CHECK_THAT(error_of([&] { w.load_state_dict(w2.state_dict()); }), Catch::Contains("unexpected entry 'after.base_lr'"));
+  CHECK_THAT(error_of([&] { w.load_state_dict(w2.state_dict()); }),
+             Catch::Contains("unexpected entry 'after.base_lr'"));
   // OneCycleLR refuses a step count past total_steps, and keeps its own.
   Fixture k;
   optim::OneCycleLR oc(k.opt, {.total_steps = 10});
@@ -220,7 +231,8 @@ TEST_CASE("Schedules: load_state_dict errors name the entry and change nothing",
   CHECK(oc.step_count() == 0);
   // A warm-up in front of OneCycleLR runs out with it; the failed step leaves the count alone.
   Fixture m;
-  optim::LinearWarmup wo(m.opt, 2, std::make_unique<optim::OneCycleLR>(m.opt, optim::OneCycleOptions{.total_steps = 4}));
+  optim::LinearWarmup wo(m.opt, 2,
+                         std::make_unique<optim::OneCycleLR>(m.opt, optim::OneCycleOptions{.total_steps = 4}));
   for (int t = 0; t < 6; ++t) wo.step();
   const double last = m.opt.lr();
   CHECK_THAT(error_of([&] { wo.step(); }), Catch::Contains("step 5 is outside [0, total_steps = 4]"));

@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "kernels/factory.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/autograd/ops.h>
+#include <ember/kernels/factory.h>
+#include <ember/optim/sgd.h>
 #include "optim/optim_reference.h"
-#include "optim/sgd.h"
 #include "support/error_of.h"
 #include "support/reference.h"
 
@@ -68,8 +68,8 @@ TEST_CASE("SGD: three steps against the float64 reference, every option combinat
     double momentum, dampening, weight_decay;
     bool nesterov;
   };
-  const std::vector<Combo> combos = {{0, 0, 0, false},   {0.9, 0, 0, false},  {0.9, 0.3, 0, false},
-                                     {0.9, 0, 0, true},  {0, 0, 1e-2, false}, {0.8, 0.1, 5e-2, false},
+  const std::vector<Combo> combos = {{0, 0, 0, false},     {0.9, 0, 0, false},  {0.9, 0.3, 0, false},
+                                     {0.9, 0, 0, true},    {0, 0, 1e-2, false}, {0.8, 0.1, 5e-2, false},
                                      {0.95, 0, 1e-3, true}};
   uint64_t seed = 100;
   for (const DType dt : {DType::f32, DType::f64}) {
@@ -84,8 +84,11 @@ TEST_CASE("SGD: three steps against the float64 reference, every option combinat
         ref.push_back(to_f64(params.back()));
         st[i] = SgdRef{0.05, c.momentum, c.dampening, c.weight_decay, c.nesterov};
       }
-      optim::SGD opt(params, {.lr = 0.05, .momentum = c.momentum, .dampening = c.dampening,
-                              .weight_decay = c.weight_decay, .nesterov = c.nesterov});
+      optim::SGD opt(params, {.lr = 0.05,
+                              .momentum = c.momentum,
+                              .dampening = c.dampening,
+                              .weight_decay = c.weight_decay,
+                              .nesterov = c.nesterov});
       for (int s = 0; s < 3; ++s) {
         for (size_t i = 0; i < shapes.size(); ++i) {
           Tensor g = random_tensor(shapes[i], dt, ++seed);
@@ -106,8 +109,7 @@ TEST_CASE("SGD: three steps against the float64 reference, every option combinat
   }
 }
 
-TEST_CASE("SGD: a parameter without a gradient is skipped; its buffer starts at its first gradient",
-          "[cpu][optim]") {
+TEST_CASE("SGD: a parameter without a gradient is skipped; its buffer starts at its first gradient", "[cpu][optim]") {
   Tensor a = random_tensor({4, 3}, DType::f32, 1).requires_grad_();
   Tensor b = random_tensor({6}, DType::f32, 2).requires_grad_();
   std::vector<double> ra = to_f64(a), rb = to_f64(b);
@@ -202,7 +204,10 @@ TEST_CASE("SGD: argument errors name the problem", "[cpu][optim]") {
              Catch::Contains("Nesterov momentum requires momentum > 0 and dampening == 0"));
   CHECK_THAT(error_of([&] { optim::SGD({p}, {.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .nesterov = true}); }),
              Catch::Contains("dampening 0.1"));
-  CHECK_THAT(error_of([&] { optim::SGD({p, p}, {.lr = 0.1}); }), Catch::Contains("parameters 0 and 1 are the same tensor"));
+  CHECK_THAT(error_of([&] {
+               optim::SGD({p, p}, {.lr = 0.1});
+             }),
+             Catch::Contains("parameters 0 and 1 are the same tensor"));
   Tensor h = empty({3}, DType::f16);
   CHECK_THAT(error_of([&] { optim::SGD({h}, {.lr = 0.1}); }), Catch::Contains("has dtype f16; expected f32 or f64"));
   Tensor nonleaf = p * 2.0;

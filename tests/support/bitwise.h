@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/device.h"
-#include "core/state_dict.h"
-#include "core/tensor.h"
+#include <ember/core/device.h>
+#include <ember/core/state_dict.h>
+#include <ember/core/tensor.h>
 
 namespace ember::testing {
 

@@ -7,14 +7,13 @@
 #include <string>
 #include <utility>
 
-#include "core/error.h"
+#include <ember/core/error.h>
 
 namespace ember::testing {
 
 /// Calls `fn` and returns what() of the ember::Error it throws. When it throws none, the check
 /// fails (the test goes on) and "" is returned; other exceptions propagate to Catch.
-template <typename Fn>
-std::string error_of(Fn&& fn) {
+template <typename Fn> std::string error_of(Fn&& fn) {
   try {
     std::forward<Fn>(fn)();
   } catch (const Error& e) {

@@ -23,50 +23,64 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <memory>
 #include <functional>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "core/half.h"
-#include "core/tensor.h"
+#include <ember/autograd/grad_mode.h>
+#include <ember/core/half.h>
+#include <ember/core/tensor.h>
 
 namespace ember::testing {
 
 struct GradcheckOptions {
-  double eps = 0.0;   // step; 0: 1e-6 for f64 outputs, 1e-3 for lower precision outputs
-  double atol = -1;   // < 0: derived from the output dtype (see the header comment)
-  double rtol = -1;   // < 0: 1e-6 for f64 outputs, 1e-3 otherwise
+  double eps = 0.0;  // step; 0: 1e-6 for f64 outputs, 1e-3 for lower precision outputs
+  double atol = -1;  // < 0: derived from the output dtype (see the header comment)
+  double rtol = -1;  // < 0: 1e-6 for f64 outputs, 1e-3 otherwise
   uint64_t seed = 0x5eed;
 };
 
 struct GradcheckResult {
   bool ok = false;
   double worst_ratio = 0.0;  // max over elements of |analytic - numeric| / allowed (ok iff <= 1)
-  std::string message;       // the worst element (input, flat index, multi-index, both values)
+  std::string message;  // the worst element (input, flat index, multi-index, both values)
 };
 
 namespace gradcheck_detail {
 
 inline double load(DType dt, const void* p) {
   switch (dt) {
-    case DType::f64: return *static_cast<const double*>(p);
-    case DType::f32: return *static_cast<const float*>(p);
-    case DType::f16: return static_cast<float>(*static_cast<const Half*>(p));
-    case DType::bf16: return static_cast<float>(*static_cast<const BFloat16*>(p));
-    default: return 0.0;
+    case DType::f64:
+      return *static_cast<const double*>(p);
+    case DType::f32:
+      return *static_cast<const float*>(p);
+    case DType::f16:
+      return static_cast<float>(*static_cast<const Half*>(p));
+    case DType::bf16:
+      return static_cast<float>(*static_cast<const BFloat16*>(p));
+    default:
+      return 0.0;
   }
 }
 inline void store(DType dt, void* p, double v) {
   switch (dt) {
-    case DType::f64: *static_cast<double*>(p) = v; break;
-    case DType::f32: *static_cast<float*>(p) = static_cast<float>(v); break;
-    case DType::f16: *static_cast<Half*>(p) = Half(static_cast<float>(v)); break;
-    case DType::bf16: *static_cast<BFloat16*>(p) = BFloat16(static_cast<float>(v)); break;
-    default: break;
+    case DType::f64:
+      *static_cast<double*>(p) = v;
+      break;
+    case DType::f32:
+      *static_cast<float*>(p) = static_cast<float>(v);
+      break;
+    case DType::f16:
+      *static_cast<Half*>(p) = Half(static_cast<float>(v));
+      break;
+    case DType::bf16:
+      *static_cast<BFloat16*>(p) = BFloat16(static_cast<float>(v));
+      break;
+    default:
+      break;
   }
 }
 /// Element offset (relative to data_ptr) of row-major linear index i of t.
@@ -97,11 +111,16 @@ inline std::vector<double> values(const Tensor& t_in) {
 }
 inline double unit_roundoff(DType dt) {
   switch (dt) {
-    case DType::f64: return 1.1102230246251565e-16;
-    case DType::f32: return 5.960464477539063e-08;
-    case DType::f16: return 4.8828125e-04;
-    case DType::bf16: return 3.90625e-03;
-    default: return 0.0;
+    case DType::f64:
+      return 1.1102230246251565e-16;
+    case DType::f32:
+      return 5.960464477539063e-08;
+    case DType::f16:
+      return 4.8828125e-04;
+    case DType::bf16:
+      return 3.90625e-03;
+    default:
+      return 0.0;
   }
 }
 
@@ -222,9 +241,9 @@ inline GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Te
 }  // namespace ember::testing
 
 /// For Catch2 tests: runs gradcheck(fn, inputs[, options]) and CHECKs it, printing the worst element.
-#define EMBER_CHECK_GRADIENTS(fn, ...)                                \
-  do {                                                                \
+#define EMBER_CHECK_GRADIENTS(fn, ...)                                    \
+  do {                                                                    \
     auto ember_gc_result_ = ::ember::testing::gradcheck(fn, __VA_ARGS__); \
-    INFO(ember_gc_result_.message);                                   \
-    CHECK(ember_gc_result_.ok);                                       \
+    INFO(ember_gc_result_.message);                                       \
+    CHECK(ember_gc_result_.ok);                                           \
   } while (0)

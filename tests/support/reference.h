@@ -25,18 +25,23 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
+#include <ember/core/tensor.h>
 
 namespace ember::testing {
 
 /// Relative tolerance for results that went through about one rounding in `dt`.
 inline double tol(DType dt) {
   switch (dt) {
-    case DType::f64: return 1e-12;
-    case DType::f32: return 1e-5;
-    case DType::f16: return 1e-3;
-    case DType::bf16: return 1e-2;
-    default: return 0.0;
+    case DType::f64:
+      return 1e-12;
+    case DType::f32:
+      return 1e-5;
+    case DType::f16:
+      return 1e-3;
+    case DType::bf16:
+      return 1e-2;
+    default:
+      return 0.0;
   }
 }
 /// Tolerance for a reduction or dot product of length k (error grows like sqrt(k)).
@@ -45,14 +50,22 @@ inline double tol_sum(DType dt, int64_t k) { return tol(dt) * std::sqrt(static_c
 /// Reads element at `p` (of dtype dt) as double.
 inline double load_f64(DType dt, const void* p) {
   switch (dt) {
-    case DType::f32: return *static_cast<const float*>(p);
-    case DType::f64: return *static_cast<const double*>(p);
-    case DType::f16: return static_cast<float>(*static_cast<const Half*>(p));
-    case DType::bf16: return static_cast<float>(*static_cast<const BFloat16*>(p));
-    case DType::i32: return *static_cast<const int32_t*>(p);
-    case DType::i64: return static_cast<double>(*static_cast<const int64_t*>(p));
-    case DType::u8: return *static_cast<const uint8_t*>(p);
-    case DType::boolean: return *static_cast<const uint8_t*>(p) != 0 ? 1.0 : 0.0;
+    case DType::f32:
+      return *static_cast<const float*>(p);
+    case DType::f64:
+      return *static_cast<const double*>(p);
+    case DType::f16:
+      return static_cast<float>(*static_cast<const Half*>(p));
+    case DType::bf16:
+      return static_cast<float>(*static_cast<const BFloat16*>(p));
+    case DType::i32:
+      return *static_cast<const int32_t*>(p);
+    case DType::i64:
+      return static_cast<double>(*static_cast<const int64_t*>(p));
+    case DType::u8:
+      return *static_cast<const uint8_t*>(p);
+    case DType::boolean:
+      return *static_cast<const uint8_t*>(p) != 0 ? 1.0 : 0.0;
   }
   return 0.0;
 }
@@ -60,15 +73,31 @@ inline double load_f64(DType dt, const void* p) {
 /// narrow ones wrap, bool is v != 0).
 inline void store_f64(DType dt, void* p, double v) {
   switch (dt) {
-    case DType::f32: *static_cast<float*>(p) = static_cast<float>(v); break;
-    case DType::f64: *static_cast<double*>(p) = v; break;
-    case DType::f16: *static_cast<Half*>(p) = Half(static_cast<float>(v)); break;
-    case DType::bf16: *static_cast<BFloat16*>(p) = BFloat16(static_cast<float>(v)); break;
+    case DType::f32:
+      *static_cast<float*>(p) = static_cast<float>(v);
+      break;
+    case DType::f64:
+      *static_cast<double*>(p) = v;
+      break;
+    case DType::f16:
+      *static_cast<Half*>(p) = Half(static_cast<float>(v));
+      break;
+    case DType::bf16:
+      *static_cast<BFloat16*>(p) = BFloat16(static_cast<float>(v));
+      break;
     // Through i64 so out-of-range values wrap (as ember's casts do) instead of being undefined.
-    case DType::i32: *static_cast<int32_t*>(p) = static_cast<int32_t>(static_cast<int64_t>(v)); break;
-    case DType::i64: *static_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
-    case DType::u8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(static_cast<int64_t>(v)); break;
-    case DType::boolean: *static_cast<uint8_t*>(p) = v != 0.0 ? 1 : 0; break;
+    case DType::i32:
+      *static_cast<int32_t*>(p) = static_cast<int32_t>(static_cast<int64_t>(v));
+      break;
+    case DType::i64:
+      *static_cast<int64_t*>(p) = static_cast<int64_t>(v);
+      break;
+    case DType::u8:
+      *static_cast<uint8_t*>(p) = static_cast<uint8_t>(static_cast<int64_t>(v));
+      break;
+    case DType::boolean:
+      *static_cast<uint8_t*>(p) = v != 0.0 ? 1 : 0;
+      break;
   }
 }
 /// v as it reads back after a store into dtype dt.
@@ -119,7 +148,7 @@ inline std::vector<double> random_values(int64_t n, uint64_t seed, double lo = -
 enum class Layout {
   Contiguous,  // plain row-major
   Transposed,  // last two dims swapped in memory (needs dim >= 2; else contiguous)
-  Strided,     // every other element of a buffer twice as long in the last dim
+  Strided,  // every other element of a buffer twice as long in the last dim
 };
 
 /// A tensor of logical shape `sizes` with values U[lo, hi) cast to dtype (integers truncate), laid

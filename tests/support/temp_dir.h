@@ -24,13 +24,13 @@
 #include <system_error>
 #include <vector>
 
-#include "core/error.h"
+#include <ember/core/error.h>
 
 namespace ember::testing {
 
 /// Where a TempDir is created.
 enum class TempStorage {
-  kDisk,    ///< under std::filesystem::temp_directory_path() ($TMPDIR or /tmp)
+  kDisk,  ///< under std::filesystem::temp_directory_path() ($TMPDIR or /tmp)
   kMemory,  ///< under /dev/shm when it exists and is writable (falls back to kDisk): tests that
             ///< write thousands of small files run in milliseconds there instead of seconds
 };

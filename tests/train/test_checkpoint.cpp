@@ -15,20 +15,20 @@
 #include <string>
 #include <vector>
 
+#include <ember/autograd/ops.h>
+#include <ember/core/rng.h>
+#include <ember/kernels/factory.h>
+#include <ember/train/checkpoint.h>
 #include "support/error_of.h"
-#include "core/rng.h"
-#include "autograd/ops.h"
-#include "kernels/factory.h"
 #include "support/reference.h"
 #include "support/temp_dir.h"
-#include "train/checkpoint.h"
 
 using namespace ember;
 using ember::testing::error_of;
 using ember::testing::Layout;
+using ember::testing::random_tensor;
 using ember::testing::TempDir;
 using ember::testing::TempStorage;
-using ember::testing::random_tensor;
 using ember::testing::to_f64;
 namespace fs = std::filesystem;
 
@@ -164,8 +164,8 @@ TEST_CASE("checkpoint: tensors of every dtype and layout round-trip exactly", "[
 
 TEST_CASE("checkpoint: special float values and a parameter keep their exact bits", "[cpu][checkpoint]") {
   TempDir dir;
-  Tensor special = ember::testing::make_tensor({0.0, -0.0, 1e-45, -3.4e38, 1.0 / 0.0, -1.0 / 0.0, 0.0 / 0.0},
-                                               {7}, DType::f32);
+  Tensor special =
+      ember::testing::make_tensor({0.0, -0.0, 1e-45, -3.4e38, 1.0 / 0.0, -1.0 / 0.0, 0.0 / 0.0}, {7}, DType::f32);
   Tensor param = random_tensor({4, 4}, DType::f32, 9).requires_grad_();
   train::save_tensors({{"special", special}, {"param", param}}, dir.file("s.ckpt"));
   StateDict back = train::load_tensors(dir.file("s.ckpt"));
@@ -301,7 +301,8 @@ TEST_CASE("checkpoint: corrupting any single byte is detected and located", "[cp
       CHECK_THAT(err, Catch::Contains("entry table"));
     } else if (i < payload_start + payload) {
       // Inside an entry: the error names the entry and its file byte range; in padding: the payload.
-      const bool names_entry = err.find("entry '") != std::string::npos && err.find("file bytes [") != std::string::npos;
+      const bool names_entry =
+          err.find("entry '") != std::string::npos && err.find("file bytes [") != std::string::npos;
       const bool names_payload = err.find("payload (bytes [") != std::string::npos;
       CHECK((names_entry || names_payload));
     } else {

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
+#include <ember/core/error.h>
+#include <ember/train/config.h>
+#include <ember/train/config_schema.h>
 #include "support/error_of.h"
-#include "core/error.h"
 #include "support/temp_dir.h"
-#include "train/config.h"
-#include "train/config_schema.h"
 
 using namespace ember;
 using ember::testing::error_of;
@@ -102,10 +102,14 @@ TEST_CASE("config: bad configs name the source, the key path, what was expected 
       {R"({"optm": {"lr": 0.1}})", {}, {"runs.json: optm: unknown key; did you mean optim?"}},
       {R"({"lr": 0.1})", {}, {"runs.json: lr: unknown key; did you mean optim.lr?"}},
       {R"({"data": {"batch": 32}})", {}, {"runs.json: data.batch: unknown key; did you mean data.batch_size?"}},
-      {R"({"optim": {"foo": 1}})", {},
-       {"runs.json: optim.foo: unknown key; valid keys of optim: name, lr, momentum, nesterov, weight_decay, betas, eps"}},
-      {R"({"zzz": 1})", {},
-       {"runs.json: zzz: unknown key; valid top-level keys: description, name, seed, device, epochs, model, data, optim"}},
+      {R"({"optim": {"foo": 1}})",
+       {},
+       {"runs.json: optim.foo: unknown key; valid keys of optim: name, lr, momentum, nesterov, weight_decay, betas, "
+        "eps"}},
+      {R"({"zzz": 1})",
+       {},
+       {"runs.json: zzz: unknown key; valid top-level keys: description, name, seed, device, epochs, model, data, "
+        "optim"}},
       {R"({"optim.lr": 0.1})", {}, {"runs.json: \"optim.lr\": unknown key", "{\"optim\": {...}}"}},
       {"{}", {"optim.lrr=0.1"}, {"override 'optim.lrr=0.1': optim.lrr: unknown key; did you mean optim.lr?"}},
       {"{}", {"optm.lr=0.1"}, {"override 'optm.lr=0.1': optm.lr: unknown key; did you mean optim.lr?"}},
@@ -126,22 +130,38 @@ TEST_CASE("config: bad configs name the source, the key path, what was expected 
       {R"({"model": {"dropout": 1.0}})", {}, {"model.dropout: expected a number in [0, 1), found 1.0"}},
       {R"({"schedule": {"gamma": 0}})", {}, {"schedule.gamma: expected a number in (0, 1], found 0"}},
       {R"({"seed": -1})", {}, {"runs.json: seed: expected a non-negative integer (at most 2^64-1), found -1"}},
-      {R"({"seed": 18446744073709551616})", {}, {"seed: expected a non-negative integer", "found 1.8446744073709552e+19"}},
-      {"{}", {"optim.nesterov=yes"}, {"override 'optim.nesterov=yes': optim.nesterov: expected true or false, found \"yes\""}},
-      {R"({"optim": {"name": "rmsprop"}})", {}, {"runs.json: optim.name: expected one of sgd, adam, adamw, found \"rmsprop\""}},
-      {"{}", {"schedule.name=linear"},
+      {R"({"seed": 18446744073709551616})",
+       {},
+       {"seed: expected a non-negative integer", "found 1.8446744073709552e+19"}},
+      {"{}",
+       {"optim.nesterov=yes"},
+       {"override 'optim.nesterov=yes': optim.nesterov: expected true or false, found \"yes\""}},
+      {R"({"optim": {"name": "rmsprop"}})",
+       {},
+       {"runs.json: optim.name: expected one of sgd, adam, adamw, found \"rmsprop\""}},
+      {"{}",
+       {"schedule.name=linear"},
        {"schedule.name: expected one of none, step, multistep, cosine, onecycle, found \"linear\""}},
-      {R"({"optim": {"betas": [0.9]}})", {}, {"optim.betas: expected a list of two numbers, each in [0, 1), found [0.9]"}},
-      {R"({"optim": {"betas": [0.9, 1.0]}})", {}, {"optim.betas: expected a list of two numbers, each in [0, 1), found [0.9,1.0]"}},
-      {R"({"early_stop": {"target_accuracy": 1.5}})", {},
+      {R"({"optim": {"betas": [0.9]}})",
+       {},
+       {"optim.betas: expected a list of two numbers, each in [0, 1), found [0.9]"}},
+      {R"({"optim": {"betas": [0.9, 1.0]}})",
+       {},
+       {"optim.betas: expected a list of two numbers, each in [0, 1), found [0.9,1.0]"}},
+      {R"({"early_stop": {"target_accuracy": 1.5}})",
+       {},
        {"early_stop.target_accuracy: expected null or a number in (0, 1], found 1.5"}},
-      {R"({"schedule": {"milestones": 30}})", {}, {"schedule.milestones: expected a strictly ascending list", "found 30"}},
+      {R"({"schedule": {"milestones": 30}})",
+       {},
+       {"schedule.milestones: expected a strictly ascending list", "found 30"}},
       // Rules beyond the type.
-      {R"({"schedule": {"milestones": [60, 30]}})", {},
+      {R"({"schedule": {"milestones": [60, 30]}})",
+       {},
        {"runs.json: schedule.milestones: expected a strictly ascending list of integers, each >= 1, found [60,30]"}},
       {"{}", {"schedule.milestones=[0,30]"}, {"schedule.milestones: expected a strictly ascending", "found [0,30]"}},
       {R"({"model": {"depth": 27}})", {}, {"model.depth: expected an integer >= 10 of the form 6k+4", "found 27"}},
-      {R"({"name": "my run"})", {},
+      {R"({"name": "my run"})",
+       {},
        {"runs.json: name: expected a non-empty name of letters, digits, '-', '_' and '.', found \"my run\""}},
       {"{}", {"name="}, {"override 'name=': name: expected a non-empty name", "found \"\""}},
       {R"({"device": "gpu"})", {}, {"runs.json: device: expected auto, cpu, cuda or cuda:N, found \"gpu\""}},
@@ -154,17 +174,22 @@ TEST_CASE("config: bad configs name the source, the key path, what was expected 
       {R"({"provenance": "abc"})", {}, {"runs.json: provenance: expected an object, found \"abc\""}},
       {"[1, 2]", {}, {"runs.json: expected a JSON object at the top level, found [1,2]"}},
       // Cross-field rules, naming where each value came from.
-      {R"({"optim": {"nesterov": true}})", {},
+      {R"({"optim": {"nesterov": true}})",
+       {},
        {"runs.json: optim.nesterov: true needs optim.momentum > 0, found optim.momentum = 0.0"}},
-      {R"({"optim": {"momentum": 0.9, "nesterov": true}})", {"optim.momentum=0"},
+      {R"({"optim": {"momentum": 0.9, "nesterov": true}})",
+       {"optim.momentum=0"},
        {"runs.json: optim.nesterov: true needs optim.momentum > 0, found optim.momentum = 0.0 "
         "(optim.momentum set by override 'optim.momentum=0')"}},
-      {R"({"schedule": {"name": "onecycle", "warmup_epochs": 2}})", {},
+      {R"({"schedule": {"name": "onecycle", "warmup_epochs": 2}})",
+       {},
        {"runs.json: schedule.warmup_epochs: expected 0 with schedule.name = onecycle", "found 2"}},
-      {R"({"data": {"dataset": "cifar10"}})", {},
+      {R"({"data": {"dataset": "cifar10"}})",
+       {},
        {"runs.json: model.name: mnist_cnn takes 1x28x28 images (data.dataset mnist), found data.dataset = cifar10"}},
-      {"{}", {"model.name=resnet18"}, {"override 'model.name=resnet18': model.name: resnet18 takes 3x32x32 images",
-                                       "found data.dataset = mnist"}},
+      {"{}",
+       {"model.name=resnet18"},
+       {"override 'model.name=resnet18': model.name: resnet18 takes 3x32x32 images", "found data.dataset = mnist"}},
   };
   REQUIRE(cases.size() >= 20);
   for (const auto& c : cases) {
@@ -202,7 +227,7 @@ TEST_CASE("config: to_json writes every key in schema order, nested by object", 
   const nlohmann::ordered_json doc = nlohmann::ordered_json::parse(to_json(ExperimentConfig{}));
   std::vector<std::string> flattened;
   std::function<void(const nlohmann::ordered_json&, const std::string&)> walk = [&](const auto& node,
-                                                                                   const std::string& prefix) {
+                                                                                    const std::string& prefix) {
     for (const auto& [k, v] : node.items()) {
       const std::string path = prefix.empty() ? k : prefix + "." + k;
       if (v.is_object()) walk(v, path);
@@ -218,8 +243,8 @@ TEST_CASE("config: config_key_paths lists every key once", "[cpu]") {
   const std::set<std::string> unique(paths.begin(), paths.end());
   CHECK(unique.size() == paths.size());
   CHECK(paths.size() == config_schema().size());
-  for (const char* p : {"schedule.warmup_epochs", "optim.lr", "data.batch_size", "early_stop.target_accuracy",
-                        "seed", "output.log_interval"}) {
+  for (const char* p : {"schedule.warmup_epochs", "optim.lr", "data.batch_size", "early_stop.target_accuracy", "seed",
+                        "output.log_interval"}) {
     INFO(p);
     CHECK(unique.count(p) == 1);
   }
@@ -241,23 +266,22 @@ TEST_CASE("config: schema defaults equal the ExperimentConfig defaults", "[cpu]"
 TEST_CASE("config: overrides of every kind are typed by the schema and applied in order after the file", "[cpu]") {
   const std::string file = R"({"epochs": 5, "optim": {"lr": 0.5, "momentum": 0.9}, "data": {"dataset": "synthetic"},
                               "model": {"name": "resnet18"}})";
-  const ExperimentConfig c = parse_config(
-      file, {"optim.lr=0.1",                     // float over the file's value
-             "epochs=3.0",                       // integer written as 3.0
-             "epochs=7",                         // a later override wins
-             "seed=18446744073709551615",        // uint64
-             "optim.nesterov=true",              // bool
-             "data.augment=false",
-             "device=cuda:1",                    // bare string
-             "name=\"quoted-name\"",             // JSON string literal
-             "description=two words",            // bare string with a space
-             "optim.name=adam",                  // enum
-             "schedule.name=multistep",
-             "schedule.milestones=[30, 60]",     // int list
-             "optim.betas=[0.5,0.75]",           // float pair
-             "early_stop.target_accuracy=0.9",   // optional float
-             "output.log_interval=1",            // an integer literal for a float key
-             "data.path="});                     // empty string
+  const ExperimentConfig c = parse_config(file, {"optim.lr=0.1",  // float over the file's value
+                                                 "epochs=3.0",  // integer written as 3.0
+                                                 "epochs=7",  // a later override wins
+                                                 "seed=18446744073709551615",  // uint64
+                                                 "optim.nesterov=true",  // bool
+                                                 "data.augment=false",
+                                                 "device=cuda:1",  // bare string
+                                                 "name=\"quoted-name\"",  // JSON string literal
+                                                 "description=two words",  // bare string with a space
+                                                 "optim.name=adam",  // enum
+                                                 "schedule.name=multistep",
+                                                 "schedule.milestones=[30, 60]",  // int list
+                                                 "optim.betas=[0.5,0.75]",  // float pair
+                                                 "early_stop.target_accuracy=0.9",  // optional float
+                                                 "output.log_interval=1",  // an integer literal for a float key
+                                                 "data.path="});  // empty string
   CHECK(c.optim.lr == 0.1);
   CHECK(c.optim.momentum == 0.9);  // from the file, untouched
   CHECK(c.epochs == 7);
@@ -276,7 +300,8 @@ TEST_CASE("config: overrides of every kind are typed by the schema and applied i
   CHECK(c.output.log_interval == 1.0);
   CHECK(c.data.path.empty());
   // null clears an optional; a list can be emptied.
-  const ExperimentConfig cleared = parse_config(to_json(c), {"early_stop.target_accuracy=null", "schedule.milestones=[]"});
+  const ExperimentConfig cleared =
+      parse_config(to_json(c), {"early_stop.target_accuracy=null", "schedule.milestones=[]"});
   CHECK_FALSE(cleared.early_stop.target_accuracy.has_value());
   CHECK(cleared.schedule.milestones.empty());
 }

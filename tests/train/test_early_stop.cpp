@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "train/early_stop.h"
+#include <ember/core/error.h>
+#include <ember/train/early_stop.h>
 
 using ember::train::EarlyStopConfig;
 using ember::train::EarlyStopping;
@@ -61,35 +61,53 @@ TEST_CASE("EarlyStopping stops at the expected epoch by the expected rule", "[cp
       // ---- patience rule ----
       {"patience 2, improving every epoch", make_config({}, 2, 0), {0.1, 0.2, 0.3, 0.4, 0.5}, 0, ""},
       {"patience 2, plateau after epoch 2", make_config({}, 2, 0), {0.1, 0.5, 0.5, 0.5, 0.9}, 4, "patience"},
-      {"patience 2, drop then recovery resets the count", make_config({}, 2, 0), {0.5, 0.4, 0.6, 0.3, 0.2}, 5,
+      {"patience 2, drop then recovery resets the count",
+       make_config({}, 2, 0),
+       {0.5, 0.4, 0.6, 0.3, 0.2},
+       5,
        "patience"},
-      {"patience 1 stops on the first non-improving epoch", make_config({}, 1, 0), {0.5, 0.625, 0.625}, 3,
+      {"patience 1 stops on the first non-improving epoch", make_config({}, 1, 0), {0.5, 0.625, 0.625}, 3, "patience"},
+      {"patience 3, equal accuracy is no improvement with min_delta 0",
+       make_config({}, 3, 0),
+       {0.5, 0.5, 0.5, 0.5},
+       4,
        "patience"},
-      {"patience 3, equal accuracy is no improvement with min_delta 0", make_config({}, 3, 0),
-       {0.5, 0.5, 0.5, 0.5}, 4, "patience"},
       // min_delta 0.125: exactly +0.125 does not count, +0.1875 does.
-      {"gain of exactly min_delta is not an improvement", make_config({}, 2, 0.125), {0.5, 0.625, 0.625}, 3,
+      {"gain of exactly min_delta is not an improvement",
+       make_config({}, 2, 0.125),
+       {0.5, 0.625, 0.625},
+       3,
        "patience"},
-      {"gain just above min_delta is an improvement", make_config({}, 2, 0.125), {0.5, 0.6875, 0.875, 0.875}, 0,
-       ""},
+      {"gain just above min_delta is an improvement", make_config({}, 2, 0.125), {0.5, 0.6875, 0.875, 0.875}, 0, ""},
       // Small gains accumulate against the last real improvement (0.5), not the last epoch:
       // 0.5625 and 0.625 are within min_delta of 0.5, 0.6875 beats it by 0.1875.
-      {"small gains are measured from the last improvement", make_config({}, 3, 0.125),
-       {0.5, 0.5625, 0.625, 0.6875, 0.6875, 0.6875}, 0, ""},
-      {"small gains alone never reset the count", make_config({}, 3, 0.125), {0.5, 0.5625, 0.59375, 0.609375}, 4,
+      {"small gains are measured from the last improvement",
+       make_config({}, 3, 0.125),
+       {0.5, 0.5625, 0.625, 0.6875, 0.6875, 0.6875},
+       0,
+       ""},
+      {"small gains alone never reset the count",
+       make_config({}, 3, 0.125),
+       {0.5, 0.5625, 0.59375, 0.609375},
+       4,
        "patience"},
       {"patience 0 without target never stops", make_config({}, 0, 0), {0.5, 0.5, 0.5, 0.5, 0.5, 0.5}, 0, ""},
       // ---- target rule ----
       {"target, patience 0 counts as 1", make_config(0.75, 0, 0), {0.5, 0.625, 0.75, 0.5}, 3, "target"},
       {"target, patience 1", make_config(0.75, 1, 0), {0.5, 0.875}, 2, "target"},
-      {"target, patience 2 needs two consecutive epochs", make_config(0.75, 2, 0), {0.75, 0.5, 0.75, 0.8}, 4,
-       "target"},
-      {"target reached then lost resets the streak", make_config(0.75, 3, 0), {0.8, 0.8, 0.7, 0.8, 0.8, 0.9}, 6,
+      {"target, patience 2 needs two consecutive epochs", make_config(0.75, 2, 0), {0.75, 0.5, 0.75, 0.8}, 4, "target"},
+      {"target reached then lost resets the streak",
+       make_config(0.75, 3, 0),
+       {0.8, 0.8, 0.7, 0.8, 0.8, 0.9},
+       6,
        "target"},
       {"target never held long enough", make_config(0.75, 3, 0), {0.8, 0.8, 0.7, 0.8, 0.8, 0.7}, 0, ""},
       // With a target the patience rule is off: a long plateau below target does not stop.
-      {"target set: plateau below target does not trigger patience", make_config(0.9, 2, 0),
-       {0.5, 0.5, 0.5, 0.5, 0.5}, 0, ""},
+      {"target set: plateau below target does not trigger patience",
+       make_config(0.9, 2, 0),
+       {0.5, 0.5, 0.5, 0.5, 0.5},
+       0,
+       ""},
       {"target 1.0 is reachable exactly", make_config(1.0, 1, 0), {0.99, 1.0}, 2, "target"},
   };
   for (const Case& c : cases) {

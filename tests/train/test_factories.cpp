@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "core/rng.h"
+#include <ember/core/error.h>
+#include <ember/core/rng.h>
+#include <ember/data/synthetic.h>
+#include <ember/kernels/factory.h>
+#include <ember/train/factories.h>
 #include "data/data_files.h"
-#include "data/synthetic.h"
-#include "kernels/factory.h"
-#include "train/factories.h"
 
 using namespace ember;
 using namespace ember::train;
@@ -311,7 +311,7 @@ TEST_CASE("factories: schedules count optimizer steps and change at epoch bounda
     s.gamma = 0.5;
     auto sch = make_schedule(s, *opt, spe, epochs);
     CHECK(sch->lr_at(3 * spe - 1) == Approx(0.4));  // the last step of epoch 3
-    CHECK(sch->lr_at(3 * spe) == Approx(0.2));      // the first of epoch 4
+    CHECK(sch->lr_at(3 * spe) == Approx(0.2));  // the first of epoch 4
     CHECK(sch->lr_at(6 * spe) == Approx(0.1));
   }
   SECTION("multistep") {

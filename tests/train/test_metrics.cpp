@@ -15,10 +15,10 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.h"
+#include <ember/core/error.h>
+#include <ember/train/metrics.h>
 #include "support/error_of.h"
 #include "support/temp_dir.h"
-#include "train/metrics.h"
 
 using namespace ember;
 using namespace ember::train;
@@ -46,28 +46,27 @@ double random_double(std::mt19937_64& rng) {
 EpochMetrics random_metrics(std::mt19937_64& rng) {
   EpochMetrics m;
   m.epoch = static_cast<int64_t>(rng());
-  for (double* f : {&m.train_loss, &m.test_loss, &m.test_acc, &m.epoch_seconds, &m.images_per_second, &m.lr,
-                    &m.eval_seconds, &m.data_wait_seconds, &m.h2d_seconds, &m.forward_seconds, &m.backward_seconds,
-                    &m.optimizer_seconds})
+  for (double* f :
+       {&m.train_loss, &m.test_loss, &m.test_acc, &m.epoch_seconds, &m.images_per_second, &m.lr, &m.eval_seconds,
+        &m.data_wait_seconds, &m.h2d_seconds, &m.forward_seconds, &m.backward_seconds, &m.optimizer_seconds})
     *f = random_double(rng);
   return m;
 }
 
 // Keys of metrics.jsonl in struct order, each with a valid value text.
-const std::vector<std::pair<std::string, std::string>> kLineFields = {
-    {"epoch", "7"},
-    {"train_loss", "0.5"},
-    {"test_loss", "0.25"},
-    {"test_acc", "0.875"},
-    {"epoch_seconds", "2.5"},
-    {"images_per_second", "400"},
-    {"lr", "0.125"},
-    {"eval_seconds", "0.5"},
-    {"data_wait_seconds", "0.0625"},
-    {"h2d_seconds", "0.03125"},
-    {"forward_seconds", "0.75"},
-    {"backward_seconds", "1.25"},
-    {"optimizer_seconds", "0.25"}};
+const std::vector<std::pair<std::string, std::string>> kLineFields = {{"epoch", "7"},
+                                                                      {"train_loss", "0.5"},
+                                                                      {"test_loss", "0.25"},
+                                                                      {"test_acc", "0.875"},
+                                                                      {"epoch_seconds", "2.5"},
+                                                                      {"images_per_second", "400"},
+                                                                      {"lr", "0.125"},
+                                                                      {"eval_seconds", "0.5"},
+                                                                      {"data_wait_seconds", "0.0625"},
+                                                                      {"h2d_seconds", "0.03125"},
+                                                                      {"forward_seconds", "0.75"},
+                                                                      {"backward_seconds", "1.25"},
+                                                                      {"optimizer_seconds", "0.25"}};
 const std::vector<std::string> kRequiredLineKeys = {"epoch",         "train_loss",        "test_loss", "test_acc",
                                                     "epoch_seconds", "images_per_second", "lr",        "eval_seconds"};
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <thread>
 
-#include "core/device.h"
-#include "core/error.h"
-#include "train/phase_timer.h"
+#include <ember/core/device.h>
+#include <ember/core/error.h>
+#include <ember/train/phase_timer.h>
 
 using ember::Device;
 using ember::train::Phase;
@@ -172,7 +172,8 @@ TEST_CASE("PhaseTimers: an error ending a Scope outside unwinding is rethrown by
     auto scope = timers.scope(Phase::Forward);
     timers.end(Phase::Forward);  // the Scope's own end() then finds no open phase
   }
-  CHECK_THROWS_WITH(timers.begin(Phase::Backward), Catch::Contains("end(forward)") && Catch::Contains("no phase is open"));
+  CHECK_THROWS_WITH(timers.begin(Phase::Backward),
+                    Catch::Contains("end(forward)") && Catch::Contains("no phase is open"));
   // Reported once; the timers work on afterwards.
   CHECK_NOTHROW(timers.begin(Phase::Backward));
   timers.end(Phase::Backward);

@@ -16,10 +16,10 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.h"
+#include <ember/core/error.h>
+#include <ember/train/progress.h>
+#include <ember/train/run_log.h>
 #include "support/temp_dir.h"
-#include "train/progress.h"
-#include "train/run_log.h"
 
 using ember::train::format_duration;
 using ember::train::format_progress;
@@ -100,8 +100,10 @@ TEST_CASE("format_progress builds the exact progress text", "[cpu]") {
   // The step is padded to the width of the step count; unknown ETA; NaN loss omitted.
   CHECK(format_progress(1, 2, 5, 469, 99.6, -1, std::nan(""), 10) ==
         "epoch 1/2 [..........]    5/469 steps  100 img/s  ETA ?");
-  CHECK(format_progress(2, 2, 469, 469, 50, 0, 1.0, 4) == "epoch 2/2 [####]  469/469 steps  50 img/s  ETA 0:00  loss 1.0000");
-  CHECK(format_progress(1, 1, 0, 8, 0, 3700, 2.5, 8) == "epoch 1/1 [........]  0/8 steps  0 img/s  ETA 1:01:40  loss 2.5000");
+  CHECK(format_progress(2, 2, 469, 469, 50, 0, 1.0, 4) ==
+        "epoch 2/2 [####]  469/469 steps  50 img/s  ETA 0:00  loss 1.0000");
+  CHECK(format_progress(1, 1, 0, 8, 0, 3700, 2.5, 8) ==
+        "epoch 1/1 [........]  0/8 steps  0 img/s  ETA 1:01:40  loss 2.5000");
   CHECK(format_progress(1, 1, 1, 1, 10, 0, std::nan(""), 0) == "epoch 1/1 []  1/1 steps  10 img/s  ETA 0:00");
   CHECK_THROWS_AS(format_progress(1, 1, 1, 1, 10, 0, 0, -1), ember::Error);
 }

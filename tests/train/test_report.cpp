@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include <ember/core/error.h>
+#include <ember/train/report.h>
+#include <ember/train/svg.h>
 #include "support/error_of.h"
 #include "support/temp_dir.h"
-#include "train/report.h"
-#include "train/svg.h"
 
 using namespace ember;
 using namespace ember::train;
@@ -136,9 +136,8 @@ std::vector<std::pair<double, double>> ticks(const std::string& svg, const std::
   const size_t start = svg.find("<g class=\"" + group + "\"");
   REQUIRE(start != std::string::npos);
   const std::string body = svg.substr(start, svg.find("</g>", start) - start);
-  static const std::regex re(
-      R"re(<line x1="([-\d.]+)" y1="([-\d.]+)" x2="[-\d.]+" y2="[-\d.]+" stroke="[^"]*"/>)re"
-      R"re(<text x="[-\d.]+" y="[-\d.]+">([^<]*)</text>)re");
+  static const std::regex re(R"re(<line x1="([-\d.]+)" y1="([-\d.]+)" x2="[-\d.]+" y2="[-\d.]+" stroke="[^"]*"/>)re"
+                             R"re(<text x="[-\d.]+" y="[-\d.]+">([^<]*)</text>)re");
   std::vector<std::pair<double, double>> out;
   for (auto it = std::sregex_iterator(body.begin(), body.end(), re); it != std::sregex_iterator(); ++it)
     out.emplace_back(std::stod((*it)[x_axis ? 1 : 2]), std::stod((*it)[3]));
@@ -314,9 +313,9 @@ TEST_CASE("markdown_table escapes a '|' in a run label", "[cpu]") {
 }
 
 TEST_CASE("nice_axis picks 1-2-5 steps whose ticks cover the data", "[cpu]") {
-  const std::vector<std::pair<double, double>> ranges = {
-      {0, 1},     {0.3, 0.9},  {0.8431, 0.9282}, {1, 10},     {-3.7, 12.2}, {1e-7, 3e-7},
-      {950, 3400}, {5, 5},     {0, 0},           {-2, -2},    {1e6, 1.00001e6}, {0.1, 0.7}};
+  const std::vector<std::pair<double, double>> ranges = {{0, 1},       {0.3, 0.9},   {0.8431, 0.9282}, {1, 10},
+                                                         {-3.7, 12.2}, {1e-7, 3e-7}, {950, 3400},      {5, 5},
+                                                         {0, 0},       {-2, -2},     {1e6, 1.00001e6}, {0.1, 0.7}};
   for (const auto& [lo, hi] : ranges) {
     for (int max_ticks : {3, 5, 7, 11}) {
       const svg::Axis a = svg::nice_axis(lo, hi, max_ticks);
@@ -376,7 +375,7 @@ TEST_CASE("svg_line_chart draws each non-empty series inside the plot box on tic
   CHECK_THAT(s, Catch::Contains("xmlns=\"http://www.w3.org/2000/svg\"") && Catch::Contains("viewBox=\"0 0 "));
   CHECK_THAT(s, Catch::Contains("Loss &amp; &lt;more&gt;") && Catch::Contains("run &lt;a&gt; &amp; &quot;b&quot;"));
   CHECK_THAT(s, Catch::Contains(">epoch</text>") && Catch::Contains(">loss</text>"));
-  CHECK(s.find(">empty</text>") == std::string::npos);     // skipped series get no legend entry
+  CHECK(s.find(">empty</text>") == std::string::npos);  // skipped series get no legend entry
   CHECK(s.find(">nan only</text>") == std::string::npos);
   CHECK(count_of(s, "<polyline") == 2);
 
@@ -395,12 +394,12 @@ TEST_CASE("svg_line_chart draws each non-empty series inside the plot box on tic
 
   // Pixel -> data through the first and last ticks; every drawn point must come back.
   auto data_x = [&](double px) {
-    return xt.front().second + (px - xt.front().first) / (xt.back().first - xt.front().first) *
-                                   (xt.back().second - xt.front().second);
+    return xt.front().second +
+           (px - xt.front().first) / (xt.back().first - xt.front().first) * (xt.back().second - xt.front().second);
   };
   auto data_y = [&](double py) {
-    return yt.front().second + (py - yt.front().first) / (yt.back().first - yt.front().first) *
-                                   (yt.back().second - yt.front().second);
+    return yt.front().second +
+           (py - yt.front().first) / (yt.back().first - yt.front().first) * (yt.back().second - yt.front().second);
   };
   const double tol_x = 2 * kPixelTol * (xt.back().second - xt.front().second) / box.w;
   const double tol_y = 2 * kPixelTol * (yt.back().second - yt.front().second) / box.h;

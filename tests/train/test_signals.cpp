@@ -10,8 +10,8 @@
 #include <csignal>
 #include <string>
 
-#include "core/error.h"
-#include "train/signals.h"
+#include <ember/core/error.h>
+#include <ember/train/signals.h>
 
 using ember::train::clear_stop_request;
 using ember::train::signal_name;

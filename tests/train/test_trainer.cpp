@@ -23,20 +23,20 @@
 #include <thread>
 #include <vector>
 
-#include "core/build_info.h"
-#include "core/error.h"
-#include "core/thread_pool.h"
+#include <ember/core/build_info.h>
+#include <ember/core/error.h>
+#include <ember/core/thread_pool.h>
+#include <ember/train/checkpoint.h>
+#include <ember/train/config.h>
+#include <ember/train/early_stop.h>
+#include <ember/train/metrics.h>
+#include <ember/train/run_dir.h>
+#include <ember/train/trainer.h>
+#include <ember/train/trainer_state.h>
 #include "data/data_files.h"
 #include "support/bitwise.h"
 #include "support/spawn_self.h"
 #include "support/temp_dir.h"
-#include "train/checkpoint.h"
-#include "train/config.h"
-#include "train/early_stop.h"
-#include "train/metrics.h"
-#include "train/run_dir.h"
-#include "train/trainer.h"
-#include "train/trainer_state.h"
 
 using namespace ember;
 using namespace ember::train;
@@ -115,8 +115,7 @@ std::vector<EpochMetrics> read_metrics(const std::string& run_dir) {
 
 }  // namespace
 
-TEST_CASE("trainer: a run directory holds config, metrics, summary, log and rotated checkpoints",
-          "[cpu][train]") {
+TEST_CASE("trainer: a run directory holds config, metrics, summary, log and rotated checkpoints", "[cpu][train]") {
   testing::TempDir tmp;
   const std::string run_dir = tmp.file("run");
   ExperimentConfig c = tiny_config(run_dir, 3, 4);
@@ -187,8 +186,7 @@ TEST_CASE("trainer: a run directory holds config, metrics, summary, log and rota
   CHECK(s.time_to_target_seconds.has_value() == (replay.first > 0));
 
   // checkpoints: last and best, and only the newest keep_last = 2 epoch checkpoints.
-  CHECK(epoch_checkpoints(run_dir + "/checkpoints") ==
-        std::vector<int64_t>({expected_epochs - 1, expected_epochs}));
+  CHECK(epoch_checkpoints(run_dir + "/checkpoints") == std::vector<int64_t>({expected_epochs - 1, expected_epochs}));
   const Checkpoint last = load_checkpoint(run_dir + "/checkpoints/last.ckpt");
   CHECK(last.epoch == expected_epochs);
   CHECK(last.global_step == 4 * expected_epochs);
@@ -247,8 +245,7 @@ TEST_CASE("trainer: early stopping once the target is reached for patience epoch
   CHECK(*s.time_to_target_seconds == Approx(ms[0].epoch_seconds));
 }
 
-TEST_CASE("trainer: early stopping without a target after patience epochs without improvement",
-          "[cpu][train]") {
+TEST_CASE("trainer: early stopping without a target after patience epochs without improvement", "[cpu][train]") {
   testing::TempDir tmp;
   ExperimentConfig c = tiny_config(tmp.file("run"), 4, 2);
   c.early_stop.patience = 1;
@@ -273,8 +270,7 @@ TEST_CASE("trainer: early stopping without a target after patience epochs withou
   CHECK(read_metrics(out.run_dir).size() == 2);
 }
 
-TEST_CASE("trainer: resuming from an earlier epoch drops later metrics and retrains them bit for bit",
-          "[cpu][train]") {
+TEST_CASE("trainer: resuming from an earlier epoch drops later metrics and retrains them bit for bit", "[cpu][train]") {
   testing::TempDir tmp;
   ExperimentConfig c = tiny_config(tmp.file("run"), 3, 2);
   c.checkpoint.keep_last = 0;  // keep every epoch checkpoint

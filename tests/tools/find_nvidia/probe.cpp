@@ -39,15 +39,14 @@ int main() {
   failures += check_loaded_from(EXPECT_NCCL_SONAME, EXPECT_NCCL_DIR);
   const std::size_t cudnn = cudnnGetVersion();
   if (cudnn != static_cast<std::size_t>(EXPECT_CUDNN)) {
-    std::printf("probe: cudnnGetVersion() = %zu, but CUDNN_VERSION from the header gives %d\n", cudnn,
-                EXPECT_CUDNN);
+    std::printf("probe: cudnnGetVersion() = %zu, but CUDNN_VERSION from the header gives %d\n", cudnn, EXPECT_CUDNN);
     ++failures;
   }
   int nccl = -1;
   const int rc = ncclGetVersion(&nccl);
   if (rc != 0 || nccl != EXPECT_NCCL) {
-    std::printf("probe: ncclGetVersion() = %d (result %d), but NCCL_VERSION from the header gives %d\n",
-                nccl, rc, EXPECT_NCCL);
+    std::printf("probe: ncclGetVersion() = %d (result %d), but NCCL_VERSION from the header gives %d\n", nccl, rc,
+                EXPECT_NCCL);
     ++failures;
   }
   if (failures == 0) {

@@ -20,6 +20,17 @@ uint64_t Generator::offset() const {
   return offset_;
 }
 
+RngState Generator::state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return RngState{seed_, offset_};
+}
+
+void Generator::set_state(const RngState& st) {
+  std::lock_guard<std::mutex> lock(mu_);
+  seed_ = st.seed;
+  offset_ = st.offset;
+}
+
 void Generator::set_offset(uint64_t offset) {
   std::lock_guard<std::mutex> lock(mu_);
   offset_ = offset;

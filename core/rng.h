@@ -58,6 +58,14 @@ inline uint64_t splitmix64(uint64_t x) {
 }
 
 /// A seed and a running offset. Thread-safe: reserve() hands out disjoint counter ranges.
+/// Seed and running offset of one Generator: all of a counter-based generator's state (what a
+/// checkpoint saves to continue the same stream of numbers).
+struct RngState {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+  friend bool operator==(const RngState&, const RngState&) = default;
+};
+
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0x853c49e6748fea9bULL) : seed_(seed) {}
@@ -65,6 +73,10 @@ class Generator {
   uint64_t seed() const;
   uint64_t offset() const;
   void set_offset(uint64_t offset);
+  /// Seed and offset read together (under the generator's lock).
+  RngState state() const;
+  /// Continues from a saved state (seed and offset together).
+  void set_state(const RngState& st);
   /// Returns the current offset and advances it by ceil(n / 4) blocks.
   uint64_t reserve(uint64_t n);
 

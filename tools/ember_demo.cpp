@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const Error& e) {
-    std::fprintf(stderr, "ember-demo: %s\n", e.what());
+    std::fprintf(stderr, "ember-demo: error: %s\n", e.what());
     return 1;
   }
 }

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include <ember/train/report.h>
+#include "report/report.h"
 
 namespace {
 
@@ -72,8 +72,8 @@ int main(int argc, char** argv) {
   if (out_dir.empty()) return usage_error("--out needs a non-empty directory");
 
   try {
-    const std::vector<ember::train::RunRecord> runs = ember::train::read_runs(run_dirs);
-    const std::string table = ember::train::write_report(runs, out_dir);
+    const std::vector<ember::report::RunRecord> runs = ember::report::read_runs(run_dirs);
+    const std::string table = ember::report::write_report(runs, out_dir);
     std::fputs(table.c_str(), stdout);
     const std::string d = out_dir.back() == '/' ? out_dir : out_dir + "/";
     std::printf("wrote %sreport.md, %sloss.svg, %saccuracy.svg, %sthroughput.svg\n", d.c_str(), d.c_str(), d.c_str(),

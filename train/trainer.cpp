@@ -25,7 +25,7 @@
 #include <ember/core/stream.h>
 #include <ember/kernels/factory.h>
 #include <ember/layers/loss.h>
-#include <ember/train/checkpoint.h>
+#include <ember/serialize/checkpoint.h>
 #include <ember/train/early_stop.h>
 #include <ember/train/factories.h>
 #include <ember/train/phase_timer.h>
@@ -36,6 +36,8 @@
 #include <ember/train/trainer_state.h>
 
 namespace ember::train {
+
+using namespace ember::serialize;  // Checkpoint, save_checkpoint, load_checkpoint, capture_rng, restore_rng
 
 namespace fs = std::filesystem;
 
@@ -224,7 +226,7 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
   }
   model_->train();
   // The running loss stays on the device: reading it would synchronise every step.
-  Tensor loss_sum = full({}, part.loss_sum, DType::f64, dev_);
+  Tensor loss_sum = full({}, part.loss_sum, {.dtype = DType::f64, .device = dev_});
   int64_t step = part.steps, images = part.images;
   const int64_t steps = train_loader_->len();
   data::Sampler& sampler = train_loader_->sampler();
@@ -314,7 +316,8 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
 EvalResult Session::evaluate() {
   model_->eval();
   NoGradGuard no_grad;
-  Tensor loss_sum = zeros({}, DType::f64, dev_), correct = zeros({}, DType::i64, dev_);
+  Tensor loss_sum = zeros({}, {.dtype = DType::f64, .device = dev_}),
+         correct = zeros({}, {.dtype = DType::i64, .device = dev_});
   int64_t n = 0;
   for (auto& batch : *test_loader_) {
     Tensor logits = model_->forward(batch.input);  // (B, classes)

@@ -195,7 +195,7 @@ Data load_data(const Options& o) {
     d.test = limited(d.test, o.limit_test);
     return d;
   } catch (const Error& e) {
-    throw ex::DataError("cannot read the dataset in '" + o.data + "': " + e.what() + "\n" + how);
+    throw ex::DataError("cannot read the dataset in '" + o.data + "': " + e.message() + "\n" + how);
   }
 }
 
@@ -265,7 +265,7 @@ int run(const Options& o) {
 
   int64_t done_epochs = 0, global_step = 0;
   if (!o.resume.empty()) {
-    train::Checkpoint ck = train::load_checkpoint(o.resume, dev);
+    serialize::Checkpoint ck = serialize::load_checkpoint(o.resume, dev);
     for (const auto& [key, want] :
          {std::pair<std::string, std::string>{"model", model_label(o)}, {"dataset", o.dataset}}) {
       const std::string found = ex::metadata_or(ck, key, "?");
@@ -299,7 +299,7 @@ int run(const Options& o) {
     model->train();
     const auto t0 = ex::Clock::now();
     progress.start(epoch, d.train->size());
-    Tensor loss_sum = zeros({}, DType::f64, dev);
+    Tensor loss_sum = zeros({}, {.dtype = DType::f64, .device = dev});
     int64_t seen = 0;
     for (auto& batch : train_loader) {
       Tensor loss = layers::cross_entropy(model->forward(batch.input), batch.target);  // 0-d

@@ -123,7 +123,7 @@ inline ember::Device pick_device(const std::string& spec) {
   try {
     d.validate();
   } catch (const ember::Error& e) {
-    throw UsageError("--device " + spec + " cannot be used here: " + e.what());
+    throw UsageError("--device " + spec + " cannot be used here: " + e.message());
   }
   return d;
 }
@@ -173,7 +173,8 @@ inline EvalResult evaluate(ember::layers::Module& model, ember::data::DataLoader
   using namespace ember;
   model.eval();
   NoGradGuard no_grad;
-  Tensor loss_sum = zeros({}, DType::f64, dev), correct = zeros({}, DType::i64, dev);
+  Tensor loss_sum = zeros({}, {.dtype = DType::f64, .device = dev}),
+         correct = zeros({}, {.dtype = DType::i64, .device = dev});
   int64_t n = 0;
   for (auto& batch : loader) {
     Tensor logits = model.forward(batch.input);  // (B, classes)
@@ -270,7 +271,7 @@ struct TrainingState {
 };
 
 /// CK's metadata value for KEY, or FALLBACK when it has none.
-inline std::string metadata_or(const ember::train::Checkpoint& ck, const std::string& key,
+inline std::string metadata_or(const ember::serialize::Checkpoint& ck, const std::string& key,
                                const std::string& fallback) {
   auto it = ck.metadata.find(key);
   return it == ck.metadata.end() ? fallback : it->second;
@@ -278,14 +279,14 @@ inline std::string metadata_or(const ember::train::Checkpoint& ck, const std::st
 
 /// A checkpoint of S after EPOCH epochs and GLOBAL_STEP optimizer steps, with the default RNG
 /// (initialization, shuffling, augmentation, dropout all draw from it) and METADATA.
-inline ember::train::Checkpoint capture_checkpoint(const TrainingState& s, int64_t epoch, int64_t global_step,
-                                                   std::map<std::string, std::string> metadata) {
-  ember::train::Checkpoint ck;
+inline ember::serialize::Checkpoint capture_checkpoint(const TrainingState& s, int64_t epoch, int64_t global_step,
+                                                       std::map<std::string, std::string> metadata) {
+  ember::serialize::Checkpoint ck;
   ck.model = s.model.state_dict();
   ck.optimizer = s.optimizer.state_dict();
   ck.scheduler = s.scheduler.state_dict();
   ck.sampler = s.train_loader.state_dict();
-  ember::train::capture_rng(ck);
+  ember::serialize::capture_rng(ck);
   ck.epoch = epoch;
   ck.global_step = global_step;
   ck.sampler_position = s.train_loader.sampler().position();
@@ -295,20 +296,20 @@ inline ember::train::Checkpoint capture_checkpoint(const TrainingState& s, int64
 
 /// Loads CK into S and the default RNG: the next epoch then runs as it would have without the
 /// interruption. The caller checks CK's metadata first (model, dataset) to give a clear message.
-inline void restore_checkpoint(const TrainingState& s, const ember::train::Checkpoint& ck) {
+inline void restore_checkpoint(const TrainingState& s, const ember::serialize::Checkpoint& ck) {
   s.model.load_state_dict(ck.model);
   s.optimizer.load_state_dict(ck.optimizer);
   s.scheduler.load_state_dict(ck.scheduler);
   s.train_loader.load_state_dict(ck.sampler);
-  ember::train::restore_rng(ck);
+  ember::serialize::restore_rng(ck);
 }
 
 /// Writes CK as DIR/epoch_<ck.epoch>.ckpt and DIR/last.ckpt, creating DIR when needed.
-inline void save_epoch_checkpoints(const ember::train::Checkpoint& ck, const std::string& dir) {
+inline void save_epoch_checkpoints(const ember::serialize::Checkpoint& ck, const std::string& dir) {
   std::filesystem::create_directories(dir);
   const std::filesystem::path d(dir);
-  ember::train::save_checkpoint(ck, (d / ("epoch_" + std::to_string(ck.epoch) + ".ckpt")).string());
-  ember::train::save_checkpoint(ck, (d / "last.ckpt").string());
+  ember::serialize::save_checkpoint(ck, (d / ("epoch_" + std::to_string(ck.epoch) + ".ckpt")).string());
+  ember::serialize::save_checkpoint(ck, (d / "last.ckpt").string());
 }
 
 /// The end of an epoch: prints R's line, appends its JSON line to METRICS_OUT and writes
@@ -325,7 +326,7 @@ inline void report_epoch(const EpochResult& r, int64_t epochs, int epoch_width, 
 }
 
 /// The "resumed from PATH: E epochs done, S steps, lr X" line, X being the next step's rate.
-inline void print_resumed(const std::string& path, const ember::train::Checkpoint& ck, double lr) {
+inline void print_resumed(const std::string& path, const ember::serialize::Checkpoint& ck, double lr) {
   std::printf("resumed from %s: %lld epochs done, %lld steps, lr %.6g\n", path.c_str(),
               static_cast<long long>(ck.epoch), static_cast<long long>(ck.global_step), lr);
 }

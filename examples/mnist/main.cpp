@@ -95,7 +95,7 @@ int run(const Options& o) {
       train_set = std::make_shared<data::Subset>(data::take(*full, o.limit_train));
     else train_set = full;
   } catch (const Error& e) {
-    std::fprintf(stderr, "mnist: cannot read the dataset in '%s': %s\n", o.data.c_str(), e.what());
+    std::fprintf(stderr, "mnist: cannot read the dataset in '%s': %s\n", o.data.c_str(), e.message().c_str());
     std::fprintf(stderr,
                  "mnist: Fashion-MNIST comes with the Debian package dataset-fashion-mnist "
                  "(apt-get install dataset-fashion-mnist); or pass --data DIR\n");
@@ -129,7 +129,7 @@ int run(const Options& o) {
 
   int64_t done_epochs = 0, global_step = 0;
   if (!o.resume.empty()) {
-    train::Checkpoint ck = train::load_checkpoint(o.resume, dev);
+    serialize::Checkpoint ck = serialize::load_checkpoint(o.resume, dev);
     const std::string model_name = ex::metadata_or(ck, "model", "?");
     if (model_name != "mnist_cnn")
       throw Error("--resume " + o.resume + ": checkpoint of model '" + model_name + "', expected 'mnist_cnn'");
@@ -160,7 +160,7 @@ int run(const Options& o) {
     model->train();
     const auto t0 = ex::Clock::now();
     progress.start(epoch, train_set->size());
-    Tensor loss_sum = zeros({}, DType::f64, dev);
+    Tensor loss_sum = zeros({}, {.dtype = DType::f64, .device = dev});
     int64_t seen = 0;
     for (auto& batch : train_loader) {
       Tensor loss = layers::cross_entropy(model->forward(batch.input), batch.target);  // 0-d

@@ -40,14 +40,13 @@
 #include <ember/optim/optimizer.h>
 #include <ember/optim/schedule.h>
 #include <ember/optim/sgd.h>
-#include <ember/train/checkpoint.h>
+#include <ember/serialize/checkpoint.h>
 #include <ember/train/config.h>
 #include <ember/train/early_stop.h>
 #include <ember/train/factories.h>
 #include <ember/train/metrics.h>
 #include <ember/train/phase_timer.h>
 #include <ember/train/progress.h>
-#include <ember/train/report.h>
 #include <ember/train/run_log.h>
 #include <ember/train/signals.h>
 #include <ember/train/trainer.h>

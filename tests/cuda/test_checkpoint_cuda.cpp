@@ -40,9 +40,9 @@ TEST_CASE("checkpoint (CUDA): GPU tensors of every dtype round-trip and load ont
   }
   TempDir dir;
   const std::string path = dir.file("gpu.ckpt");
-  train::save_tensors(entries, path);
+  serialize::save_tensors(entries, path);
   for (Device target : {Device::cpu(), kGpu}) {
-    const StateDict back = train::load_tensors(path, target);
+    const StateDict back = serialize::load_tensors(path, target);
     REQUIRE(back.size() == entries.size());
     for (const auto& [name, t] : entries) {
       INFO(name << " loaded on " << target.str());
@@ -72,7 +72,7 @@ TEST_CASE("checkpoint (CUDA): a GPU run resumed from a checkpoint matches the un
     return model;
   };
   const Tensor x = random_tensor({6, 1, 8, 8}, DType::f32, 7, -1, 1, Layout::Contiguous, kGpu);
-  const Tensor y = from_vector(std::vector<int64_t>{0, 1, 2, 0, 1, 2}, {6}, kGpu);
+  const Tensor y = from_vector(std::vector<int64_t>{0, 1, 2, 0, 1, 2}, {6}, {.device = kGpu});
   auto step = [&](layers::Module& m, optim::Optimizer& opt) {
     Tensor loss = layers::cross_entropy(m.forward(x), y);
     opt.zero_grad();
@@ -85,20 +85,20 @@ TEST_CASE("checkpoint (CUDA): a GPU run resumed from a checkpoint matches the un
   auto a = make(3);
   optim::Adam opt_a(a->parameters(), {.lr = 1e-2});
   for (int i = 0; i < 4; ++i) step(*a, opt_a);
-  train::Checkpoint ck;
+  serialize::Checkpoint ck;
   ck.model = a->state_dict();
   ck.optimizer = opt_a.state_dict();
-  train::capture_rng(ck);
-  train::save_checkpoint(ck, path);
+  serialize::capture_rng(ck);
+  serialize::save_checkpoint(ck, path);
   for (int i = 0; i < 5; ++i) step(*a, opt_a);
 
   auto b = make(99);
   optim::Adam opt_b(b->parameters(), {.lr = 1e-2});
-  const train::Checkpoint loaded = train::load_checkpoint(path, kGpu);
+  const serialize::Checkpoint loaded = serialize::load_checkpoint(path, kGpu);
   for (const auto& [name, t] : loaded.model) CHECK(t.device() == kGpu);
   b->load_state_dict(loaded.model);
   opt_b.load_state_dict(loaded.optimizer);
-  train::restore_rng(loaded);
+  serialize::restore_rng(loaded);
   for (int i = 0; i < 5; ++i) step(*b, opt_b);
 
   // cuDNN may pick non-deterministic (atomic) backward algorithms, so first see whether two

@@ -13,7 +13,7 @@
 #include <ember/autograd/ops.h>
 #include <ember/core/stream.h>
 #include <ember/kernels/factory.h>
-#include <ember/train/checkpoint.h>
+#include <ember/serialize/checkpoint.h>
 #include <ember/train/config.h>
 #include <ember/train/metrics.h>
 #include <ember/train/phase_timer.h>
@@ -24,6 +24,7 @@
 
 using namespace ember;
 using namespace ember::train;
+using namespace ember::serialize;
 
 namespace {
 
@@ -76,7 +77,8 @@ TEST_CASE("cuda phase timers: events time the GPU's work and finish_epoch waits 
   // scaled by 1/sqrt(4096) so the chained products stay of order one.
   constexpr int64_t n = 4096;
   PhaseTimers timers(kGpu);
-  const Tensor a = randn({n, n}, DType::f32, kGpu), b = randn({n, n}, DType::f32, kGpu) * (1.0 / 64.0);
+  const Tensor a = randn({n, n}, {.dtype = DType::f32, .device = kGpu}),
+               b = randn({n, n}, {.dtype = DType::f32, .device = kGpu}) * (1.0 / 64.0);
   auto chain = [&] {
     Tensor c = a;
     for (int i = 0; i < 4; ++i) c = matmul(c, b);

@@ -82,25 +82,25 @@ Run make_run(Opt kind, uint64_t init_seed, int workers = 2) {
   return r;
 }
 
-train::Checkpoint capture(Run& r) {
-  train::Checkpoint ck;
+serialize::Checkpoint capture(Run& r) {
+  serialize::Checkpoint ck;
   ck.model = r.model->state_dict();
   ck.optimizer = r.opt->state_dict();
   ck.scheduler = r.sched->state_dict();
   ck.sampler = r.loader->state_dict();
-  train::capture_rng(ck);
+  serialize::capture_rng(ck);
   ck.global_step = r.step;
   ck.epoch = r.loader->epoch();
   ck.sampler_position = r.loader->sampler().position();
   return ck;
 }
 
-void resume(Run& r, const train::Checkpoint& ck) {
+void resume(Run& r, const serialize::Checkpoint& ck) {
   r.model->load_state_dict(ck.model);
   r.opt->load_state_dict(ck.optimizer);
   r.sched->load_state_dict(ck.scheduler);
   r.loader->load_state_dict(ck.sampler);
-  train::restore_rng(ck);
+  serialize::restore_rng(ck);
   r.step = ck.global_step;
 }
 
@@ -156,13 +156,13 @@ TEST_CASE("resume: continuing from a checkpoint equals the uninterrupted run", "
       const std::string path = (dir.path() / "ck.ckpt").string();
       Run a = make_run(kind, kInitSeed);
       train_until(a, kTotal, [&](Run& r) {
-        if (r.step == k) train::save_checkpoint(capture(r), path);
+        if (r.step == k) serialize::save_checkpoint(capture(r), path);
       });
       const uint64_t rng_offset_a = default_generator().offset();
 
       manual_seed(12345);  // scramble the generator: the checkpoint must restore it
       Run b = make_run(kind, kInitSeed + 100);
-      const train::Checkpoint ck = train::load_checkpoint(path);
+      const serialize::Checkpoint ck = serialize::load_checkpoint(path);
       CHECK(ck.global_step == k);
       resume(b, ck);
       train_until(b, kTotal);
@@ -177,9 +177,9 @@ TEST_CASE("resume: without restoring the RNG or the sampler the runs differ (the
   const std::string path = (dir.path() / "ck.ckpt").string();
   Run a = make_run(Opt::SGD, kInitSeed);
   train_until(a, 12, [&](Run& r) {
-    if (r.step == 7) train::save_checkpoint(capture(r), path);
+    if (r.step == 7) serialize::save_checkpoint(capture(r), path);
   });
-  const train::Checkpoint ck = train::load_checkpoint(path);
+  const serialize::Checkpoint ck = serialize::load_checkpoint(path);
 
   SECTION("RNG not restored") {
     Run b = make_run(Opt::SGD, kInitSeed + 100);
@@ -196,7 +196,7 @@ TEST_CASE("resume: without restoring the RNG or the sampler the runs differ (the
     b.model->load_state_dict(ck.model);
     b.opt->load_state_dict(ck.optimizer);
     b.sched->load_state_dict(ck.scheduler);
-    train::restore_rng(ck);
+    serialize::restore_rng(ck);
     b.step = ck.global_step;
     train_until(b, 12);
     CHECK(bytes_of(a.model->state_dict().at("6.weight")) != bytes_of(b.model->state_dict().at("6.weight")));
@@ -210,7 +210,7 @@ TEST_CASE("resume: child process that checkpoints every step", "[.resume_child]"
   REQUIRE(dir != nullptr);
   Run r = make_run(Opt::SGD, kInitSeed);
   const std::string path = (fs::path(dir) / "last.ckpt").string();
-  train_until(r, 3000, [&](Run& run) { train::save_checkpoint(capture(run), path); });
+  train_until(r, 3000, [&](Run& run) { serialize::save_checkpoint(capture(run), path); });
 }
 
 TEST_CASE("resume: a process killed with SIGKILL while checkpointing resumes exactly", "[cpu][resume][slow]") {
@@ -233,7 +233,7 @@ TEST_CASE("resume: a process killed with SIGKILL while checkpointing resumes exa
     std::error_code ec;
     if (fs::exists(last, ec)) {
       try {
-        seen_step = train::load_checkpoint(last).global_step;
+        seen_step = serialize::load_checkpoint(last).global_step;
       } catch (const Error&) {
         FAIL("last.ckpt was readable but invalid while the child was writing checkpoints");
       }
@@ -251,7 +251,7 @@ TEST_CASE("resume: a process killed with SIGKILL while checkpointing resumes exa
   REQUIRE(seen_step >= 5);
 
   // Whatever the kill interrupted, last.ckpt is a complete checkpoint of some step >= seen_step.
-  const train::Checkpoint ck = train::load_checkpoint(last);
+  const serialize::Checkpoint ck = serialize::load_checkpoint(last);
   REQUIRE(ck.global_step >= seen_step);
   const int64_t total = ck.global_step + 9;
 

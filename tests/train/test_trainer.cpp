@@ -26,7 +26,7 @@
 #include <ember/core/build_info.h>
 #include <ember/core/error.h>
 #include <ember/core/thread_pool.h>
-#include <ember/train/checkpoint.h>
+#include <ember/serialize/checkpoint.h>
 #include <ember/train/config.h>
 #include <ember/train/early_stop.h>
 #include <ember/train/metrics.h>
@@ -40,6 +40,7 @@
 
 using namespace ember;
 using namespace ember::train;
+using namespace ember::serialize;
 using ember::testing::read_text;
 using ember::testing::require_identical;
 namespace fs = std::filesystem;

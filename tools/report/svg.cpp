@@ -2,7 +2,7 @@
 // a plot box with 1-2-5 ticks on both axes (train/svg.h), axis labels, a title, and either one
 // polyline per series with a legend or one bar per run. Every element of a kind sits in a <g> with
 // a class ("x-ticks", "series", "bars", ...) so tests and stylesheets can find it.
-#include <ember/train/svg.h>
+#include "report/svg.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,9 +11,9 @@
 #include <sstream>
 
 #include <ember/core/error.h>
-#include <ember/train/report.h>
+#include "report/report.h"
 
-namespace ember::train {
+namespace ember::report {
 namespace svg {
 
 Axis nice_axis(double data_min, double data_max, int max_ticks, bool integer_steps) {
@@ -310,4 +310,4 @@ std::string svg_bar_chart(const std::string& title, const std::string& y_label, 
   return os.str();
 }
 
-}  // namespace ember::train
+}  // namespace ember::report

@@ -36,19 +36,12 @@
 #include <ember/core/rng.h>
 #include <ember/core/state_dict.h>
 
-namespace ember::train {
+namespace ember::serialize {
 
 /// The format version this build writes and reads.
 constexpr uint32_t kCheckpointVersion = 1;
 /// Size of the fixed header at the start of every checkpoint file.
 constexpr uint64_t kCheckpointHeaderBytes = 48;
-
-/// Seed and running offset of one Generator (all a counter-based generator's state).
-struct RngState {
-  uint64_t seed = 0;
-  uint64_t offset = 0;
-  friend bool operator==(const RngState&, const RngState&) = default;
-};
 
 /// Everything one checkpoint holds. Sections are saved under prefixed entry names ("model/...",
 /// "optimizer/...", "scheduler/...", "sampler/...", "rng/<name>", "meta/<key>", plus the scalars
@@ -84,4 +77,4 @@ Checkpoint load_checkpoint(const std::string& path, Device device = Device::cpu(
 void save_tensors(const StateDict& entries, const std::string& path);
 StateDict load_tensors(const std::string& path, Device device = Device::cpu());
 
-}  // namespace ember::train
+}  // namespace ember::serialize

@@ -18,7 +18,7 @@
 #include <ember/autograd/ops.h>
 #include <ember/core/rng.h>
 #include <ember/kernels/factory.h>
-#include <ember/train/checkpoint.h>
+#include <ember/serialize/checkpoint.h>
 #include "support/error_of.h"
 #include "support/reference.h"
 #include "support/temp_dir.h"
@@ -78,8 +78,8 @@ std::vector<uint8_t> raw(const Tensor& t) {
 }
 
 // A small checkpoint with every section filled.
-train::Checkpoint small_checkpoint() {
-  train::Checkpoint ck;
+serialize::Checkpoint small_checkpoint() {
+  serialize::Checkpoint ck;
   ck.model["fc.weight"] = random_tensor({3, 5}, DType::f32, 1);
   ck.model["fc.bias"] = random_tensor({3}, DType::f32, 2);
   ck.model["bn.num_batches_tracked"] = random_tensor({}, DType::i64, 3, 0, 100);
@@ -157,8 +157,8 @@ TEST_CASE("checkpoint: tensors of every dtype and layout round-trip exactly", "[
     entries[n + "/odd"] = any_random({1, 3, 1, 129}, dt, seed++);
   }
   const std::string path = dir.file("all.ckpt");
-  train::save_tensors(entries, path);
-  check_same_dict(train::load_tensors(path), entries);
+  serialize::save_tensors(entries, path);
+  check_same_dict(serialize::load_tensors(path), entries);
   CHECK_FALSE(fs::exists(path + ".tmp"));
 }
 
@@ -167,8 +167,8 @@ TEST_CASE("checkpoint: special float values and a parameter keep their exact bit
   Tensor special =
       ember::testing::make_tensor({0.0, -0.0, 1e-45, -3.4e38, 1.0 / 0.0, -1.0 / 0.0, 0.0 / 0.0}, {7}, DType::f32);
   Tensor param = random_tensor({4, 4}, DType::f32, 9).requires_grad_();
-  train::save_tensors({{"special", special}, {"param", param}}, dir.file("s.ckpt"));
-  StateDict back = train::load_tensors(dir.file("s.ckpt"));
+  serialize::save_tensors({{"special", special}, {"param", param}}, dir.file("s.ckpt"));
+  StateDict back = serialize::load_tensors(dir.file("s.ckpt"));
   CHECK(raw(back.at("special")) == raw(special));
   CHECK(raw(back.at("param")) == raw(param.detach()));
   CHECK_FALSE(back.at("param").requires_grad());
@@ -180,12 +180,12 @@ TEST_CASE("checkpoint: the file follows the documented layout", "[cpu][checkpoin
   Tensor a = ember::testing::make_tensor({1, -2, 3}, {3}, DType::i32);
   Tensor b = ember::testing::make_tensor({0.5, 1.5, 2.5, 3.5}, {2, 2}, DType::f64);
   const std::string path = dir.file("layout.ckpt");
-  train::save_tensors({{"a", a}, {"bb", b}}, path);
+  serialize::save_tensors({{"a", a}, {"bb", b}}, path);
   const std::vector<uint8_t> f = read_bytes(path);
 
-  REQUIRE(f.size() >= train::kCheckpointHeaderBytes);
+  REQUIRE(f.size() >= serialize::kCheckpointHeaderBytes);
   CHECK(std::string(f.begin(), f.begin() + 8) == "EMBERCKP");
-  CHECK(le32(f, 8) == train::kCheckpointVersion);
+  CHECK(le32(f, 8) == serialize::kCheckpointVersion);
   CHECK(le64(f, 16) == 2);
   const uint64_t table = le64(f, 24), payload = le64(f, 32);
   REQUIRE(f.size() == 48 + table + payload + 4);
@@ -229,10 +229,10 @@ TEST_CASE("checkpoint: the file follows the documented layout", "[cpu][checkpoin
 
 TEST_CASE("checkpoint: every section, the RNG states, counters and metadata round-trip", "[cpu][checkpoint]") {
   TempDir dir;
-  const train::Checkpoint ck = small_checkpoint();
+  const serialize::Checkpoint ck = small_checkpoint();
   const std::string path = dir.file("full.ckpt");
-  train::save_checkpoint(ck, path);
-  const train::Checkpoint back = train::load_checkpoint(path, Device::cpu());
+  serialize::save_checkpoint(ck, path);
+  const serialize::Checkpoint back = serialize::load_checkpoint(path, Device::cpu());
   check_same_dict(back.model, ck.model);
   check_same_dict(back.optimizer, ck.optimizer);
   check_same_dict(back.scheduler, ck.scheduler);
@@ -248,26 +248,26 @@ TEST_CASE("checkpoint: every section, the RNG states, counters and metadata roun
 TEST_CASE("checkpoint: capture_rng and restore_rng replay the same random numbers", "[cpu][checkpoint]") {
   Generator other(77);
   manual_seed(1234);
-  (void)rand({10}, DType::f32);  // move both off their starting offsets
-  (void)rand({6}, DType::f32, Device::cpu(), other);
-  train::Checkpoint ck;
-  train::capture_rng(ck, {{"other", &other}});
-  const std::vector<float> want_default = rand({33}, DType::f32).to_vector<float>();
-  const std::vector<float> want_other = rand({5}, DType::f32, Device::cpu(), other).to_vector<float>();
+  (void)rand({10}, {.dtype = DType::f32});  // move both off their starting offsets
+  (void)rand({6}, {.dtype = DType::f32}, other);
+  serialize::Checkpoint ck;
+  serialize::capture_rng(ck, {{"other", &other}});
+  const std::vector<float> want_default = rand({33}, {.dtype = DType::f32}).to_vector<float>();
+  const std::vector<float> want_other = rand({5}, {.dtype = DType::f32}, other).to_vector<float>();
 
   TempDir dir;
-  train::save_checkpoint(ck, dir.file("rng.ckpt"));
+  serialize::save_checkpoint(ck, dir.file("rng.ckpt"));
   manual_seed(999);  // scramble both
   other.manual_seed(5);
-  const train::Checkpoint back = train::load_checkpoint(dir.file("rng.ckpt"));
-  train::restore_rng(back, {{"other", &other}});
-  CHECK(rand({33}, DType::f32).to_vector<float>() == want_default);
-  CHECK(rand({5}, DType::f32, Device::cpu(), other).to_vector<float>() == want_other);
+  const serialize::Checkpoint back = serialize::load_checkpoint(dir.file("rng.ckpt"));
+  serialize::restore_rng(back, {{"other", &other}});
+  CHECK(rand({33}, {.dtype = DType::f32}).to_vector<float>() == want_default);
+  CHECK(rand({5}, {.dtype = DType::f32}, other).to_vector<float>() == want_other);
 
   // A generator the checkpoint lacks is an error naming it, and nothing is changed.
   Generator missing(3);
   const uint64_t offset_before = default_generator().offset();
-  const std::string err = error_of([&] { train::restore_rng(back, {{"augment", &missing}}); });
+  const std::string err = error_of([&] { serialize::restore_rng(back, {{"augment", &missing}}); });
   CHECK_THAT(err, Catch::Contains("'augment'"));
   CHECK(default_generator().offset() == offset_before);
 }
@@ -275,7 +275,7 @@ TEST_CASE("checkpoint: capture_rng and restore_rng replay the same random number
 TEST_CASE("checkpoint: corrupting any single byte is detected and located", "[cpu][checkpoint]") {
   TempDir dir(TempStorage::kMemory);  // a file per corrupted byte: milliseconds in memory, seconds on disk
   const std::string good = dir.file("good.ckpt"), bad = dir.file("bad.ckpt");
-  train::save_checkpoint(small_checkpoint(), good);
+  serialize::save_checkpoint(small_checkpoint(), good);
   const std::vector<uint8_t> f = read_bytes(good);
   const uint64_t table = le64(f, 24), payload = le64(f, 32);
   const size_t payload_start = 48 + table;
@@ -284,7 +284,7 @@ TEST_CASE("checkpoint: corrupting any single byte is detected and located", "[cp
     std::vector<uint8_t> c = f;
     c[i] ^= static_cast<uint8_t>(1u << (i % 8));
     write_bytes(bad, c);
-    const std::string err = error_of([&] { (void)train::load_checkpoint(bad); });
+    const std::string err = error_of([&] { (void)serialize::load_checkpoint(bad); });
     if (err.empty()) {
       if (undetected++ < 5) FAIL_CHECK("flipping a bit of byte " << i << " was not detected");
       continue;
@@ -316,14 +316,14 @@ TEST_CASE("checkpoint: a payload corruption names the entry and its byte range",
   TempDir dir;
   const std::string path = dir.file("c.ckpt");
   Tensor w = random_tensor({100}, DType::f32, 11);
-  train::save_tensors({{"aaa", random_tensor({3}, DType::f32, 10)}, {"weights", w}}, path);
+  serialize::save_tensors({{"aaa", random_tensor({3}, DType::f32, 10)}, {"weights", w}}, path);
   std::vector<uint8_t> f = read_bytes(path);
   const uint64_t table = le64(f, 24);
   // "weights" is the second entry: 64-byte aligned after 12 bytes of "aaa", so payload [64, 464).
   const size_t start = 48 + table + 64;
   f[start + 123] ^= 0x40;
   write_bytes(path, f);
-  const std::string err = error_of([&] { (void)train::load_tensors(path); });
+  const std::string err = error_of([&] { (void)serialize::load_tensors(path); });
   CHECK_THAT(err, Catch::Contains("entry 'weights'"));
   CHECK_THAT(err, Catch::Contains("file bytes [" + std::to_string(start) + ", " + std::to_string(start + 400) + ")"));
   CHECK_THAT(err, Catch::Contains("CRC-32"));
@@ -332,11 +332,11 @@ TEST_CASE("checkpoint: a payload corruption names the entry and its byte range",
 TEST_CASE("checkpoint: truncation at every length is an error", "[cpu][checkpoint]") {
   TempDir dir(TempStorage::kMemory);  // a file per length: milliseconds in memory, seconds on disk
   const std::string good = dir.file("good.ckpt"), cut = dir.file("cut.ckpt");
-  train::save_checkpoint(small_checkpoint(), good);
+  serialize::save_checkpoint(small_checkpoint(), good);
   const std::vector<uint8_t> f = read_bytes(good);
   for (size_t n = 0; n < f.size(); ++n) {
     write_bytes(cut, std::vector<uint8_t>(f.begin(), f.begin() + static_cast<std::ptrdiff_t>(n)));
-    const std::string err = error_of([&] { (void)train::load_checkpoint(cut); });
+    const std::string err = error_of([&] { (void)serialize::load_checkpoint(cut); });
     INFO("truncated to " << n << " of " << f.size() << " bytes: " << err);
     REQUIRE_FALSE(err.empty());
     if (n < 8) {
@@ -350,19 +350,19 @@ TEST_CASE("checkpoint: truncation at every length is an error", "[cpu][checkpoin
   std::vector<uint8_t> longer = f;
   longer.push_back(0);
   write_bytes(cut, longer);
-  CHECK_THAT(error_of([&] { (void)train::load_checkpoint(cut); }), Catch::Contains("1 unexpected bytes"));
+  CHECK_THAT(error_of([&] { (void)serialize::load_checkpoint(cut); }), Catch::Contains("1 unexpected bytes"));
 }
 
 TEST_CASE("checkpoint: wrong magic, wrong version and missing files are named", "[cpu][checkpoint]") {
   TempDir dir;
   const std::string path = dir.file("m.ckpt");
-  train::save_checkpoint(small_checkpoint(), path);
+  serialize::save_checkpoint(small_checkpoint(), path);
   const std::vector<uint8_t> f = read_bytes(path);
 
   std::vector<uint8_t> magic = f;
   std::memcpy(magic.data(), "PK\x03\x04zip!", 8);
   write_bytes(path, magic);
-  std::string err = error_of([&] { (void)train::load_checkpoint(path); });
+  std::string err = error_of([&] { (void)serialize::load_checkpoint(path); });
   CHECK_THAT(err, Catch::Contains("not an ember checkpoint"));
   CHECK_THAT(err, Catch::Contains("\"EMBERCKP\""));
   CHECK_THAT(err, Catch::Contains("PK\\x03\\x04zip!"));
@@ -371,11 +371,11 @@ TEST_CASE("checkpoint: wrong magic, wrong version and missing files are named", 
   put_le32(version, 8, 7);
   put_le32(version, 44, crc32_ref(version.data(), 44));  // a well-formed file of a future version
   write_bytes(path, version);
-  err = error_of([&] { (void)train::load_checkpoint(path); });
+  err = error_of([&] { (void)serialize::load_checkpoint(path); });
   CHECK_THAT(err, Catch::Contains("format version 7"));
   CHECK_THAT(err, Catch::Contains("reads version 1"));
 
-  err = error_of([&] { (void)train::load_checkpoint(dir.file("nope.ckpt")); });
+  err = error_of([&] { (void)serialize::load_checkpoint(dir.file("nope.ckpt")); });
   CHECK_THAT(err, Catch::Contains("nope.ckpt"));
   CHECK_THAT(err, Catch::Contains("No such file"));
 }
@@ -383,32 +383,32 @@ TEST_CASE("checkpoint: wrong magic, wrong version and missing files are named", 
 TEST_CASE("checkpoint: load_checkpoint names unexpected and missing entries", "[cpu][checkpoint]") {
   TempDir dir;
   const std::string path = dir.file("e.ckpt");
-  train::save_tensors({{"epoch", random_tensor({}, DType::i64, 1, 0, 9)},
-                       {"global_step", random_tensor({}, DType::i64, 2, 0, 9)},
-                       {"sampler_position", random_tensor({}, DType::i64, 3, 0, 9)},
-                       {"weights", random_tensor({2}, DType::f32, 4)}},
-                      path);
-  CHECK_THAT(error_of([&] { (void)train::load_checkpoint(path); }), Catch::Contains("unexpected entry 'weights'"));
-  train::save_tensors({{"model/w", random_tensor({2}, DType::f32, 4)}}, path);
-  CHECK_THAT(error_of([&] { (void)train::load_checkpoint(path); }), Catch::Contains("missing entry 'epoch'"));
-  train::save_tensors({{"epoch", random_tensor({2}, DType::i64, 1, 0, 9)}}, path);
-  CHECK_THAT(error_of([&] { (void)train::load_checkpoint(path); }), Catch::Contains("'epoch' should be a 0-d i64"));
+  serialize::save_tensors({{"epoch", random_tensor({}, DType::i64, 1, 0, 9)},
+                           {"global_step", random_tensor({}, DType::i64, 2, 0, 9)},
+                           {"sampler_position", random_tensor({}, DType::i64, 3, 0, 9)},
+                           {"weights", random_tensor({2}, DType::f32, 4)}},
+                          path);
+  CHECK_THAT(error_of([&] { (void)serialize::load_checkpoint(path); }), Catch::Contains("unexpected entry 'weights'"));
+  serialize::save_tensors({{"model/w", random_tensor({2}, DType::f32, 4)}}, path);
+  CHECK_THAT(error_of([&] { (void)serialize::load_checkpoint(path); }), Catch::Contains("missing entry 'epoch'"));
+  serialize::save_tensors({{"epoch", random_tensor({2}, DType::i64, 1, 0, 9)}}, path);
+  CHECK_THAT(error_of([&] { (void)serialize::load_checkpoint(path); }), Catch::Contains("'epoch' should be a 0-d i64"));
 }
 
 TEST_CASE("checkpoint: a failed save leaves the previous file intact", "[cpu][checkpoint]") {
   TempDir dir;
   const std::string path = dir.file("keep.ckpt");
-  const train::Checkpoint first = small_checkpoint();
-  train::save_checkpoint(first, path);
+  const serialize::Checkpoint first = small_checkpoint();
+  serialize::save_checkpoint(first, path);
   const std::vector<uint8_t> before = read_bytes(path);
 
-  train::Checkpoint big;
+  serialize::Checkpoint big;
   big.model["huge"] = random_tensor({1 << 18}, DType::f32, 5);  // 1 MiB
 
   SECTION("an invalid entry fails before any file is touched") {
-    train::Checkpoint bad = first;
+    serialize::Checkpoint bad = first;
     bad.model["undefined"] = Tensor();
-    CHECK_THAT(error_of([&] { train::save_checkpoint(bad, path); }), Catch::Contains("'model/undefined'"));
+    CHECK_THAT(error_of([&] { serialize::save_checkpoint(bad, path); }), Catch::Contains("'model/undefined'"));
   }
   SECTION("the write fails half way (file size limit)") {
     // RLIMIT_FSIZE makes write() fail with EFBIG part way through the payload, as a full disk
@@ -419,7 +419,7 @@ TEST_CASE("checkpoint: a failed save leaves the previous file intact", "[cpu][ch
     struct rlimit lim = old;
     lim.rlim_cur = 64 * 1024;
     REQUIRE(::setrlimit(RLIMIT_FSIZE, &lim) == 0);
-    const std::string err = error_of([&] { train::save_checkpoint(big, path); });
+    const std::string err = error_of([&] { serialize::save_checkpoint(big, path); });
     ::setrlimit(RLIMIT_FSIZE, &old);
     std::signal(SIGXFSZ, old_handler);
     CHECK_THAT(err, Catch::Contains(path + ".tmp"));
@@ -427,19 +427,20 @@ TEST_CASE("checkpoint: a failed save leaves the previous file intact", "[cpu][ch
   }
   SECTION("the temporary file cannot be created") {
     fs::create_directories(path + ".tmp");  // a directory in the way of <path>.tmp
-    CHECK_THAT(error_of([&] { train::save_checkpoint(big, path); }), Catch::Contains("cannot create temporary file"));
+    CHECK_THAT(error_of([&] { serialize::save_checkpoint(big, path); }),
+               Catch::Contains("cannot create temporary file"));
     fs::remove(path + ".tmp");
   }
   SECTION("the target directory does not exist") {
     const std::string missing = dir.file("no/such/dir/x.ckpt");
-    CHECK_THAT(error_of([&] { train::save_checkpoint(big, missing); }), Catch::Contains("no/such/dir/x.ckpt.tmp"));
+    CHECK_THAT(error_of([&] { serialize::save_checkpoint(big, missing); }), Catch::Contains("no/such/dir/x.ckpt.tmp"));
   }
   CHECK(read_bytes(path) == before);
   CHECK_FALSE(fs::exists(path + ".tmp"));
-  const train::Checkpoint back = train::load_checkpoint(path);
+  const serialize::Checkpoint back = serialize::load_checkpoint(path);
   check_same_dict(back.model, first.model);
   CHECK(back.epoch == first.epoch);
   // And a later good save replaces it.
-  train::save_checkpoint(big, path);
-  check_same_dict(train::load_checkpoint(path).model, big.model);
+  serialize::save_checkpoint(big, path);
+  check_same_dict(serialize::load_checkpoint(path).model, big.model);
 }

@@ -15,13 +15,14 @@
 #include <vector>
 
 #include <ember/core/error.h>
-#include <ember/train/report.h>
-#include <ember/train/svg.h>
+#include "report/report.h"
+#include "report/svg.h"
 #include "support/error_of.h"
 #include "support/temp_dir.h"
 
 using namespace ember;
 using namespace ember::train;
+using namespace ember::report;
 using ember::testing::error_of;
 using ember::testing::read_text;
 using ember::testing::TempDir;
@@ -29,7 +30,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kRuns = fs::path(__FILE__).parent_path() / "fixtures" / "runs";
+const fs::path kRuns = fs::path(__FILE__).parent_path() / ".." / "train" / "fixtures" / "runs";
 std::string run_dir(const std::string& name) { return (kRuns / name).string(); }
 
 std::string fmt(const char* format, double v) {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace ember::train::svg {
+namespace ember::report::svg {
 
 /// An axis range and its tick values. Ticks are multiples of `step` (1, 2 or 5 times a power of
 /// ten); lo and hi are the first and last tick, so the ticks cover the data and the axis ends on
@@ -30,4 +30,4 @@ std::string xml_escape(const std::string& s);
 inline constexpr std::array<const char*, 10> kPalette = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
                                                          "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
 
-}  // namespace ember::train::svg
+}  // namespace ember::report::svg

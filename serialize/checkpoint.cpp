@@ -1,5 +1,5 @@
 // Checkpoint files: format and atomic write described in train/checkpoint.h.
-#include <ember/train/checkpoint.h>
+#include <ember/serialize/checkpoint.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -19,7 +19,7 @@
 #include <ember/core/error.h>
 #include <ember/core/tensor.h>
 
-namespace ember::train {
+namespace ember::serialize {
 
 // Tensor bytes go to the file exactly as they sit in host memory; the format says little-endian.
 static_assert(std::endian::native == std::endian::little,
@@ -263,7 +263,7 @@ class TableReader {
 constexpr const char* kSections[] = {"model/", "optimizer/", "scheduler/", "sampler/"};
 
 Tensor i64_tensor(const std::vector<int64_t>& values, const Shape& sizes) {
-  Tensor t = empty(sizes, DType::i64, Device::cpu());
+  Tensor t = empty(sizes, {.dtype = DType::i64});
   std::copy(values.begin(), values.end(), t.data<int64_t>());
   return t;
 }
@@ -432,7 +432,7 @@ StateDict load_tensors(const std::string& path, Device device) {
                 range(payload_start + offset, payload_start + offset + length), ") fail their CRC-32 check: stored ",
                 hex32(stored_crc), ", computed ", hex32(crc), "; the file is corrupt");
     EMBER_CHECK(out.find(name) == out.end(), where, ": the name appears twice");
-    Tensor t = empty(sizes, dtype, Device::cpu());
+    Tensor t = empty(sizes, {.dtype = dtype});
     if (length > 0) std::memcpy(t.data_ptr(), payload + offset, length);
     out.emplace(name, std::move(t));
   }
@@ -465,7 +465,7 @@ void save_checkpoint(const Checkpoint& ckpt, const std::string& path) {
   }
   for (const auto& [key, value] : ckpt.metadata) {
     EMBER_CHECK(!key.empty(), "save checkpoint '", path, "': a metadata entry has an empty key");
-    Tensor t = empty({static_cast<int64_t>(value.size())}, DType::u8, Device::cpu());
+    Tensor t = empty({static_cast<int64_t>(value.size())}, {.dtype = DType::u8});
     if (!value.empty()) std::memcpy(t.data_ptr(), value.data(), value.size());
     all.emplace("meta/" + key, t);
   }
@@ -513,14 +513,14 @@ Checkpoint load_checkpoint(const std::string& path, Device device) {
 }
 
 void capture_rng(Checkpoint& ckpt, const std::vector<std::pair<std::string, const Generator*>>& others) {
-  ckpt.rng["default"] = RngState{default_generator().seed(), default_generator().offset()};
+  ckpt.rng["default"] = default_generator().state();
   for (const auto& [name, gen] : others) {
     EMBER_CHECK(gen != nullptr, "capture_rng: generator '", name, "' is null");
     EMBER_CHECK(!name.empty() && name != "default",
                 "capture_rng: a generator needs a name other than "
                 "\"default\" (which is default_generator()), got '",
                 name, "'");
-    ckpt.rng[name] = RngState{gen->seed(), gen->offset()};
+    ckpt.rng[name] = gen->state();
   }
 }
 
@@ -537,12 +537,8 @@ void restore_rng(const Checkpoint& ckpt, const std::vector<std::pair<std::string
     EMBER_CHECK(gen != nullptr, "restore_rng: generator '", name, "' is null");
     states.push_back(find(name));
   }
-  default_generator().manual_seed(def.seed);
-  default_generator().set_offset(def.offset);
-  for (size_t i = 0; i < others.size(); ++i) {
-    others[i].second->manual_seed(states[i].seed);
-    others[i].second->set_offset(states[i].offset);
-  }
+  default_generator().set_state(def);
+  for (size_t i = 0; i < others.size(); ++i) others[i].second->set_state(states[i]);
 }
 
-}  // namespace ember::train
+}  // namespace ember::serialize

@@ -1,11 +1,15 @@
 #pragma once
-// ember-report: reads run directories and writes a Markdown table and SVG plots.
+// ember-report's library (not part of libember): reads run directories and writes a Markdown table
+// and SVG plots.
 #include <string>
 #include <vector>
 
 #include <ember/train/metrics.h>
 
-namespace ember::train {
+namespace ember::report {
+
+using train::EpochMetrics;
+using train::RunSummary;
 
 /// A run directory as ember-report sees it.
 struct RunRecord {
@@ -47,4 +51,4 @@ std::string svg_bar_chart(const std::string& title, const std::string& y_label, 
 /// creates out_dir. Returns the table.
 std::string write_report(const std::vector<RunRecord>& runs, const std::string& out_dir);
 
-}  // namespace ember::train
+}  // namespace ember::report

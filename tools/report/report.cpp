@@ -1,6 +1,6 @@
 // ember-report's library side (train/report.h): reading run directories, the Markdown table with
 // speedup and parallel efficiency, and the report files. The charts are in train/svg.cpp.
-#include <ember/train/report.h>
+#include "report/report.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -16,7 +16,11 @@
 
 namespace fs = std::filesystem;
 
-namespace ember::train {
+namespace ember::report {
+
+using train::parse_run_summary;
+using train::read_metrics_file;
+using train::write_file_atomic;
 namespace {
 
 constexpr const char* kSummaryFile = "summary.json";
@@ -251,4 +255,4 @@ std::string write_report(const std::vector<RunRecord>& runs, const std::string& 
   return table;
 }
 
-}  // namespace ember::train
+}  // namespace ember::report

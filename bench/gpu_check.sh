@@ -1,90 +1,311 @@
 #!/usr/bin/env bash
-# On a machine with a GPU: configure (CUDA on), build, run every test (the [cuda] ones included,
-# which must now pass rather than skip), run the GPU benchmark, and print a short summary last.
-# When .gpu-deps/ exists (staged by ../shared/gpu/stage.sh for machines without package access),
-# Catch2, nlohmann_json and zlib are taken from there.
-#
-#   bench/gpu_check.sh [build-dir]        (default build-gpu; JOBS=<n> to override nproc)
+# The GPU check, in phases that each fit one device call of under 10 minutes. See --help.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+
+usage() {
+  cat <<'EOF'
+usage: bench/gpu_check.sh [options] PHASE [ARGS...] [PHASE [ARGS...]]...
+
+Runs ember's GPU check on a machine with a GPU, one phase or a few per call, so that every call
+ends well inside a 10-minute limit with a summary table, and a fault in one test group cannot
+hide the others.
+
+phases
+  build              configure (CUDA on, this GPU's architecture only) and build only what the
+                     GPU run needs: ember_cuda_tests, bench_cuda_ops, bench_mnist_train,
+                     ember-train. Incremental: a no-op when nothing changed.
+  test [GROUP...]    the [cuda] tests, one process per group, so an illegal address or a hang in
+                     one group leaves the others running. A group is a test file:
+                     core stream copy elementwise reduce random index softmax matmul conv pool
+                     norm optim data models checkpoint train (ember_cuda_tests -# --list-tags
+                     shows them; a new file is a new group). No GROUP: every group. A GROUP
+                     starting with '[' is a Catch2 tag expression run as one group. Catch2
+                     arguments after `--` go to every group (e.g. -- "cuda softmax*" -s).
+  bench              bench_cuda_ops, bench_mnist_train and a 2-epoch ember-train on cuda:0.
+  list               the groups and their test counts.
+  test and bench build first what they need (a fresh machine starts bare; an up-to-date build
+  costs a second). Phases run in the order given; each stops starting new work once the call's
+  time budget is spent, and says what it left.
+
+options
+  --blocking         CUDA_LAUNCH_BLOCKING=1 for everything run (a fault is then reported at the
+                     launch that caused it); same as GPU_CHECK_BLOCKING=1.
+  --build-dir DIR    build folder (default build-gpu).
+  --budget SECONDS   time for the whole call (default 540); a group or program starts only while
+                     at least 30 s are left and is stopped when the budget runs out.
+  --group-timeout S  limit per test group (default 300).
+  --no-build         use the build folder as it is (no cmake at all).
+  -h, --help         this text.
+  JOBS=<n> sets the build's parallelism (default: nproc).
+
+the sequence for a session with a GPU (each line one device call; ../shared/gpu/stage.sh once
+before, here, and carry [".gpu-deps"] with every call):
+  1. bash bench/gpu_check.sh build test core stream copy softmax index
+  2. bash bench/gpu_check.sh test elementwise reduce random matmul conv pool norm
+  3. bash bench/gpu_check.sh test optim data models checkpoint train
+  4. bash bench/gpu_check.sh bench
+  A call that lands on a fresh machine rebuilds first; the budget then leaves fewer groups run,
+  and the table names those left for the next call. To chase a fault:
+  bash bench/gpu_check.sh --blocking test softmax -- "cuda cross_entropy*" -s
+
+output: everything is printed and appended to $OUT/gpu_check.log as it happens (kept when a call
+is cut off); the summary table ends every call and is also written to $OUT/gpu_check_summary.txt;
+ember-train's metrics.jsonl goes to $OUT too.
+EOF
+}
+
+build=build-gpu
+budget=540
+group_timeout=300
+no_build=no
+[ -n "${GPU_CHECK_BLOCKING:-}" ] && [ "${GPU_CHECK_BLOCKING}" != 0 ] && export CUDA_LAUNCH_BLOCKING=1
+phases=()  # "phase arg arg ..." entries, arguments separated by \x1f
+catch_args=()
+current=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -h|--help) usage; exit 0 ;;
+    --blocking) export CUDA_LAUNCH_BLOCKING=1 ;;
+    --build-dir) build=$2; shift ;;
+    --budget) budget=$2; shift ;;
+    --group-timeout) group_timeout=$2; shift ;;
+    --no-build) no_build=yes ;;
+    --) shift; catch_args=("$@"); break ;;
+    build|test|bench|list)
+      [ -n "$current" ] && phases+=("$current")
+      current=$1 ;;
+    *)
+      if [ -z "$current" ]; then echo "gpu_check: unknown option or phase '$1' (see --help)" >&2; exit 2; fi
+      current+=$'\x1f'"$1" ;;
+  esac
+  shift
+done
+[ -n "$current" ] && phases+=("$current")
+if [ ${#phases[@]} -eq 0 ]; then usage; exit 2; fi
+
 # Under the device tool's `run`, $OUT comes back even when the command is killed at its time
-# limit: keep a copy of everything there as it happens, and say how long each phase took.
-if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then exec > >(tee -a "$OUT/gpu_check.log") 2>&1; fi
+# limit: keep a copy of everything there as it happens.
+out_dir=""
+tee_pid=""
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+  out_dir=$OUT
+  exec > >(tee -a "$OUT/gpu_check.log") 2>&1
+  tee_pid=$!
+fi
 t0=$SECONDS
-phase() { echo "gpu_check: $1 done at +$((SECONDS - t0)) s"; }
-build=${1:-build-gpu}
-jobs=${JOBS:-$(nproc)}
+elapsed() { echo $((SECONDS - t0)); }
+left() { echo $((budget - (SECONDS - t0))); }
+limit() {  # seconds a command may take: min(left, $1 if given), at least 1 (timeout 0 would mean none)
+  local l=$((budget - (SECONDS - t0)))
+  [ $# -gt 0 ] && [ "$1" -lt "$l" ] && l=$1
+  [ "$l" -lt 1 ] && l=1
+  echo "$l"
+}
 export PATH=/usr/local/cuda/bin:$PATH
+jobs=${JOBS:-$(nproc)}
+logdir=$build/gpu-check-logs
+mkdir -p "$logdir"
+sep=$'\x1e'  # between the fields of a summary row (details contain '|')
+rows=()  # summary rows: name, result, detail, seconds
+add_row() { rows+=("$1$sep$2$sep$3$sep$4"); echo "gpu_check: $1: $2 ${3:+($3)} in $4 s, +$(elapsed) s"; }
 
-args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON)
-if [ -d .gpu-deps ]; then
-  args+=(-DCMAKE_PREFIX_PATH="$PWD/.gpu-deps" -DZLIB_ROOT="$PWD/.gpu-deps")
-fi
-# Build for the GPU in this machine only (faster than the default architecture list).
-if cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1) && [ -n "$cc" ]; then
-  args+=(-DCMAKE_CUDA_ARCHITECTURES="${cc/./}")
-fi
 gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)
-echo "gpu_check: GPU: ${gpu:-none found (nvidia-smi failed)}"
+echo "gpu_check: $(date -u +%Y-%m-%dT%H:%MZ) GPU: ${gpu:-none found (nvidia-smi failed)};" \
+     "CUDA_LAUNCH_BLOCKING=${CUDA_LAUNCH_BLOCKING:-0}; budget ${budget} s"
 
-status_configure=ok status_build=ok status_tests=ok status_bench=ok
-cmake -S . -B "$build" "${args[@]}" || status_configure=FAILED
-echo "gpu_check: cuDNN: $(grep -E '^CUDNN_LIBRARY:' "$build/CMakeCache.txt" | cut -d= -f2-)" \
-     "(headers $(grep -E '^CUDNN_INCLUDE_DIR:' "$build/CMakeCache.txt" | cut -d= -f2-))"
-echo "gpu_check: NCCL:  $(grep -E '^NCCL_LIBRARY:' "$build/CMakeCache.txt" | cut -d= -f2-)" \
-     "(headers $(grep -E '^NCCL_INCLUDE_DIR:' "$build/CMakeCache.txt" | cut -d= -f2-))"
-phase configure
-[ $status_configure = ok ] && { cmake --build "$build" -j "$jobs" || status_build=FAILED; }
-phase build
+# ---- build ----
 
-ctest_log=$(mktemp)
-if [ $status_build = ok ]; then
-  ctest --test-dir "$build" --output-on-failure -j "$jobs" 2>&1 | tee "$ctest_log"
-  [ "${PIPESTATUS[0]}" -eq 0 ] || status_tests=FAILED
-  # On a GPU machine a skipped [cuda] test means the GPU was not used: that is a failure here.
-  if grep -qE 'cuda/.*Skipped' "$ctest_log"; then
-    echo "gpu_check: the CUDA tests were skipped: no usable GPU"
-    status_tests="FAILED: CUDA tests skipped, no usable GPU;"
+configured=no
+configure() {
+  [ $configured = yes ] && return 0
+  local args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON -DEMBER_TEST_ONLY=)
+  if [ -d .gpu-deps ]; then args+=(-DCMAKE_PREFIX_PATH="$PWD/.gpu-deps" -DZLIB_ROOT="$PWD/.gpu-deps"); fi
+  # This GPU's architecture only (much faster than the default list).
+  local cc
+  if cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1) && [ -n "$cc" ]; then
+    args+=(-DCMAKE_CUDA_ARCHITECTURES="${cc/./}")
   fi
-  phase tests
-fi
+  if command -v ccache >/dev/null; then
+    args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  fi
+  cmake -S . -B "$build" "${args[@]}" >"$logdir/configure.log" 2>&1 || { tail -n 30 "$logdir/configure.log"; return 1; }
+  echo "gpu_check: cuDNN $(grep -E '^CUDNN_LIBRARY:' "$build/CMakeCache.txt" | cut -d= -f2-)," \
+       "NCCL $(grep -E '^NCCL_LIBRARY:' "$build/CMakeCache.txt" | cut -d= -f2-)"
+  configured=yes
+}
 
-bench_log=$(mktemp)
-if [ $status_build = ok ]; then
-  "$build/bin/bench_cuda_ops" 2>&1 | tee "$bench_log"
+# build_targets NAME TARGET...: one summary row; returns non-zero when the build failed.
+build_targets() {
+  local name=$1 t=$SECONDS
+  shift
+  [ $no_build = yes ] && return 0
+  if ! configure; then add_row "$name" FAILED "cmake configure, see $logdir/configure.log" $((SECONDS - t)); return 1; fi
+  if timeout -k 10 "$(limit)" cmake --build "$build" -j "$jobs" --target "$@" >"$logdir/$name.log" 2>&1; then
+    local warnings
+    warnings=$(grep -c 'warning' "$logdir/$name.log")
+    add_row "$name" ok "$* ; $warnings warning lines" $((SECONDS - t))
+  else
+    grep -E 'error|Error' "$logdir/$name.log" | head -n 20
+    tail -n 5 "$logdir/$name.log"
+    add_row "$name" FAILED "see $logdir/$name.log" $((SECONDS - t))
+    return 1
+  fi
+}
+
+# ---- test ----
+
+tests_bin=$build/bin/ember_cuda_tests
+default_order=(core stream copy elementwise reduce random index softmax matmul conv pool norm optim data models
+               checkpoint train)
+
+# The groups the binary knows: test files, as the tags Catch2's -# gives them ([#test_softmax_cuda]).
+known_groups() {
+  "$tests_bin" -# --list-tags 2>/dev/null | grep -oE '\[#[A-Za-z0-9_]+\]' | sed -E 's/^\[#test_//; s/_cuda\]$//; s/\]$//' |
+    sort -u
+}
+
+tag_of() {  # group name -> Catch2 tag expression
+  case "$1" in
+    \[*) echo "$1" ;;
+    *) echo "[#test_$1_cuda]" ;;
+  esac
+}
+
+# run_group NAME: one process; classifies its exit and counts.
+run_group() {
+  local name=$1 expr log t=$SECONDS rc result detail
+  expr=$(tag_of "$name")
+  log=$logdir/test-${name//[^A-Za-z0-9_]/_}.log
+  local limit
+  limit=$(limit "$group_timeout")
+  echo "==== gpu_check: test group $name ($expr), limit ${limit} s ===="
+  # --durations yes: Catch2 prints "<seconds> s: <name>" after each test case, so a crash or a
+  # hang can be placed after the last one that finished.
+  timeout -k 10 "$limit" "$tests_bin" -# --durations yes "$expr" "${catch_args[@]}" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
-  if [ "$rc" -eq 77 ]; then status_bench="FAILED (bench_cuda_ops found no GPU)"
-  elif [ "$rc" -ne 0 ]; then status_bench="FAILED (bench_cuda_ops exit $rc)"; fi
-  phase bench_cuda_ops
-fi
+  detail=$(grep -E '^(All tests passed|test cases:)' "$log" | tail -n 1)
+  if grep -q '^No test cases matched' "$log"; then detail="no test matched $expr"; fi
+  local last
+  last=$(grep -E '^[0-9.]+ s: ' "$log" | tail -n 1 | sed -E 's/^[0-9.]+ s: //' | cut -c1-70)
+  last="after \"${last:-(none finished)}\""
+  case $rc in
+    0) result=passed ;;
+    77) result="SKIPPED" detail=$(grep -m1 '^SKIPPED' "$log") ;;
+    124|137) result=TIMEOUT detail="killed at ${limit} s, $last" ;;
+    *)
+      if [ "$rc" -gt 128 ]; then
+        result="CRASHED (signal $((rc - 128)))" detail="$last; see $log"
+      else
+        result=FAILED detail="${detail:-exit $rc}; $(grep -c 'FAILED:' "$log") failed checks, see $log"
+      fi ;;
+  esac
+  add_row "test $name" "$result" "$detail" $((SECONDS - t))
+}
 
-# Issue 3's GPU target (an mnist_cnn epoch with the resident loader, cuDNN conv time per step) and
-# issue 4's GPU path (ember-train on cuda:0: CUDA-event phase timers, NVTX ranges, resident data).
-mnist_log=$(mktemp)
-train_status=skipped
-if [ $status_build = ok ]; then
-  "$build/bin/bench_mnist_train" 2>&1 | tee "$mnist_log" || status_bench="FAILED (bench_mnist_train)"
-  phase bench_mnist_train
-  data_dir=/usr/share/datasets/fashion-mnist
+phase_test() {
+  build_targets build-tests ember_cuda_tests || return
+  local groups=("$@") all
+  if [ ${#groups[@]} -eq 0 ]; then
+    mapfile -t all < <(known_groups)
+    for g in "${default_order[@]}"; do
+      printf '%s\n' "${all[@]}" | grep -qx "$g" && groups+=("$g")
+    done
+    for g in "${all[@]}"; do  # files added since this list was written
+      printf '%s\n' "${default_order[@]}" | grep -qx "$g" || groups+=("$g")
+    done
+    [ ${#groups[@]} -eq 0 ] && groups=("[cuda]")  # cannot list (e.g. no GPU): one group
+  fi
+  local i
+  for ((i = 0; i < ${#groups[@]}; i++)); do
+    if [ "$(left)" -lt 30 ]; then
+      add_row "test ${groups[*]:i}" "NOT RUN" "time budget spent; run them in the next call" 0
+      return
+    fi
+    run_group "${groups[i]}"
+  done
+}
+
+phase_list() {
+  build_targets build-tests ember_cuda_tests || return
+  "$tests_bin" -# --list-tags
+}
+
+# ---- bench ----
+
+run_program() {  # NAME CMD...
+  local name=$1 t=$SECONDS rc
+  shift
+  if [ "$(left)" -lt 30 ]; then add_row "$name" "NOT RUN" "time budget spent" 0; return; fi
+  echo "==== gpu_check: $name ===="
+  timeout -k 10 "$(limit)" "$@" 2>&1 | tee "$logdir/$name.log"
+  rc=${PIPESTATUS[0]}
+  case $rc in
+    0) add_row "$name" ok "" $((SECONDS - t)) ;;
+    77) add_row "$name" SKIPPED "no usable GPU" $((SECONDS - t)) ;;
+    124|137) add_row "$name" TIMEOUT "stopped at the time budget" $((SECONDS - t)) ;;
+    *) add_row "$name" FAILED "exit $rc, see $logdir/$name.log" $((SECONDS - t)) ;;
+  esac
+}
+
+phase_bench() {
+  build_targets build-bench bench_cuda_ops bench_mnist_train ember-train || return
+  run_program bench_cuda_ops "$build/bin/bench_cuda_ops"
+  run_program bench_mnist_train "$build/bin/bench_mnist_train"
+  local data_dir=/usr/share/datasets/fashion-mnist
   [ -d .gpu-deps/data/fashion-mnist ] && data_dir=$PWD/.gpu-deps/data/fashion-mnist
   rm -rf "$build/gpu-run"
-  if "$build/bin/ember-train" configs/mnist_cnn.json device=cuda data.path="$data_dir" epochs=3 \
-       early_stop.target_accuracy=null output.run_dir="$build/gpu-run" 2>&1 | tail -n 8; then
-    train_status=ok
-  else
-    train_status=FAILED
+  run_program ember-train "$build/bin/ember-train" configs/mnist_cnn.json device=cuda data.path="$data_dir" epochs=2 \
+    early_stop.target_accuracy=null output.run_dir="$build/gpu-run"
+  if [ -f "$build/gpu-run/metrics.jsonl" ]; then
+    cat "$build/gpu-run/metrics.jsonl"
+    [ -n "$out_dir" ] && cp "$build/gpu-run/metrics.jsonl" "$out_dir/gpu_check_metrics.jsonl"
   fi
-  phase ember-train
-fi
+}
 
-echo
-echo "==== gpu_check summary ($(date -u +%Y-%m-%dT%H:%MZ), GPU: ${gpu:-none}) ===="
-printf '%-10s %s\n' configure "$status_configure" build "$status_build" \
-  tests "$status_tests ($(grep -E 'tests passed|tests failed' "$ctest_log" | tail -n 1))" \
-  bench "$status_bench"
-grep -E '^(op|-|cuda|add|sum|softmax|caching|alloc|check|bench_cuda_ops)' "$bench_log" || true
-grep -iE 'gpu|cudnn|epoch' "$mnist_log" | tail -n 8 || true
-echo "ember-train on cuda: $train_status"
-[ -f "$build/gpu-run/metrics.jsonl" ] && cat "$build/gpu-run/metrics.jsonl"
-rm -f "$ctest_log" "$bench_log" "$mnist_log"
-[ "$status_configure$status_build$status_tests$status_bench$train_status" = okokokokok ]
+# ---- run the phases, then the table ----
+
+for p in "${phases[@]}"; do
+  IFS=$'\x1f' read -r -a words <<<"$p"
+  name=${words[0]}
+  args=("${words[@]:1}")
+  case $name in
+    build) build_targets build ember_cuda_tests bench_cuda_ops bench_mnist_train ember-train ;;
+    test) phase_test "${args[@]}" ;;
+    bench) phase_bench ;;
+    list) phase_list ;;
+  esac
+done
+
+summary() {
+  echo
+  echo "==== gpu_check summary: $(date -u +%Y-%m-%dT%H:%MZ), GPU: ${gpu:-none}, CUDA_LAUNCH_BLOCKING=${CUDA_LAUNCH_BLOCKING:-0}," \
+       "$(elapsed) s ===="
+  printf '%-26s %-20s %6s  %s\n' step result seconds detail
+  local r
+  for r in "${rows[@]}"; do
+    IFS=$sep read -r n res det sec <<<"$r"
+    printf '%-26s %-20s %6s  %s\n' "$n" "$res" "$sec" "$det"
+  done
+  if [ -f "$logdir/bench_cuda_ops.log" ]; then
+    echo "-- bench_cuda_ops"
+    grep -E '^(op|-|cuda|add|sum|softmax|caching|alloc|check)' "$logdir/bench_cuda_ops.log" || true
+  fi
+  if [ -f "$logdir/bench_mnist_train.log" ]; then
+    echo "-- bench_mnist_train (GPU part)"
+    grep -iE 'gpu|cudnn|epoch|step' "$logdir/bench_mnist_train.log" | tail -n 12 || true
+  fi
+}
+summary_text=$(summary)
+echo "$summary_text"
+[ -n "$out_dir" ] && echo "$summary_text" >"$out_dir/gpu_check_summary.txt"
+bad=0
+for r in "${rows[@]}"; do
+  case "$r" in *"${sep}ok${sep}"* | *"${sep}passed${sep}"*) ;; *) bad=1 ;; esac
+done
+# Let tee write the last lines (the table) before the call's output is collected.
+if [ -n "$tee_pid" ]; then
+  exec 1>&- 2>&-
+  wait "$tee_pid" 2>/dev/null
+fi
+exit $bad

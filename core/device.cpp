@@ -1,7 +1,10 @@
 #include <ember/core/device.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 
+#include <ember/core/cuda/runtime.h>
 #include <ember/core/error.h>
 
 namespace ember {
@@ -27,13 +30,26 @@ Device::Device(const std::string& spec) {
   EMBER_FAIL("invalid device '", spec, "' (expected cpu, cuda or cuda:N)");
 }
 
-Device Device::best() { return cuda_device_count() > 0 ? cuda(0) : cpu(); }
+Device Device::best() {
+  if (cuda_device_count() > 0) return cuda(0);
+  // A driver that is there but unusable is worth a word: the user expected the GPU. No driver at
+  // all (a CPU machine) is the normal case and stays silent.
+  static std::once_flag told;
+  std::call_once(told, [] {
+    if (!cuda_compiled() || detail::cuda_driver_version() == 0) return;
+    std::fprintf(stderr, "ember: CUDA is installed but unusable, running on the CPU: %s\n",
+                 cuda_unavailable_reason().c_str());
+  });
+  return cpu();
+}
+
+bool cuda_available() { return cuda_device_count() > 0; }
 
 const Device& Device::validate() const {
   if (is_cuda()) {
     EMBER_CHECK(cuda_compiled(), "device ", str(), " requested, but this ember build has no CUDA support");
     int n = cuda_device_count();
-    EMBER_CHECK(n > 0, "device ", str(), " requested, but no usable CUDA GPU was found");
+    EMBER_CHECK(n > 0, "device ", str(), " requested, but no usable CUDA GPU was found: ", cuda_unavailable_reason());
     EMBER_CHECK(index_ < n, "device ", str(), " requested, but only ", n, " CUDA device(s) exist (cuda:0..cuda:", n - 1,
                 ")");
   }

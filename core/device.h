@@ -19,7 +19,8 @@ class Device {
 
   static constexpr Device cpu() { return Device(DeviceType::CPU, 0); }
   static constexpr Device cuda(int index = 0) { return Device(DeviceType::CUDA, index); }
-  /// cuda:0 when this build has CUDA and a usable GPU is present, else cpu.
+  /// cuda:0 when this build has CUDA and a usable GPU is present, else cpu. When a CUDA driver is
+  /// installed but unusable (e.g. too old for ember's CUDA runtime), says why on stderr, once.
   static Device best();
 
   DeviceType type() const { return type_; }
@@ -41,5 +42,12 @@ class Device {
 bool cuda_compiled();
 /// Number of usable CUDA devices (0 without CUDA or without a GPU). Never throws.
 int cuda_device_count();
+/// True when this build has CUDA and at least one usable GPU (cuda_device_count() > 0).
+bool cuda_available();
+/// Why CUDA cannot be used here, or "" when it can: "this ember build has no CUDA support ...", or
+/// the error cudaGetDeviceCount returned (its name and text) with the CUDA driver and runtime
+/// versions, e.g. "cudaGetDeviceCount failed: cudaErrorInsufficientDriver (CUDA driver version is
+/// insufficient for CUDA runtime version); CUDA driver 12.2, CUDA runtime 13.0". Never throws.
+std::string cuda_unavailable_reason();
 
 }  // namespace ember

@@ -2,15 +2,19 @@
 // silent CPU fallback) from anything that needs a GPU. CUDA builds define these in core/cuda/.
 #ifndef EMBER_WITH_CUDA
 
+#include <string>
+
 #include <ember/core/caching_allocator.h>
 #include <ember/core/cuda/runtime.h>
 #include <ember/core/device.h>
+#include <ember/core/device_check.h>
 #include <ember/core/error.h>
 
 namespace ember {
 
 bool cuda_compiled() { return false; }
 int cuda_device_count() { return 0; }
+std::string cuda_unavailable_reason() { return "this ember build has no CUDA support (rebuild with -DEMBER_CUDA=ON)"; }
 
 CachingAllocator& cuda_caching_allocator(int index) {
   EMBER_FAIL("cannot allocate on cuda:", index,
@@ -19,6 +23,8 @@ CachingAllocator& cuda_caching_allocator(int index) {
 
 void cuda_empty_cache() {}
 
+std::unique_ptr<DeviceCheckRegistry::Backend> detail::make_cuda_device_check_backend() { return nullptr; }
+
 namespace detail {
 namespace {
 [[noreturn]] void no_cuda(const char* what) {
@@ -26,18 +32,21 @@ namespace {
 }
 }  // namespace
 
+int cuda_driver_version() noexcept { return 0; }
 int cuda_get_device() { no_cuda("cuda_get_device"); }
-void cuda_set_device(int device) { no_cuda("DeviceGuard(cuda)"); }
-void* cuda_pool_stream(int device) { no_cuda("new_stream(cuda)"); }
-void cuda_stream_synchronize(int device, void* stream) { no_cuda("Stream::synchronize(cuda)"); }
-void cuda_device_synchronize(int device) { no_cuda("synchronize(cuda)"); }
-void* cuda_event_create(int device) { no_cuda("Event::record on a CUDA stream"); }
-void cuda_event_destroy(int device, void* event) noexcept {}
-void cuda_event_record(int device, void* event, void* stream) { no_cuda("Event::record on a CUDA stream"); }
-void cuda_event_wait(void* event, int stream_device, void* stream) { no_cuda("Event::wait on a CUDA stream"); }
-void cuda_event_synchronize(void* event) { no_cuda("Event::synchronize(cuda)"); }
-bool cuda_event_query(void* event) { no_cuda("Event::query(cuda)"); }
-float cuda_event_elapsed_ms(void* start, void* end) { no_cuda("Event::elapsed_ms(cuda)"); }
+void cuda_set_device(int) { no_cuda("DeviceGuard(cuda)"); }
+void* cuda_pool_stream(int) { no_cuda("new_stream(cuda)"); }
+void cuda_stream_synchronize(int, void*) { no_cuda("Stream::synchronize(cuda)"); }
+void cuda_device_synchronize(int) { no_cuda("synchronize(cuda)"); }
+void* cuda_event_create(int) { no_cuda("Event::record on a CUDA stream"); }
+void cuda_event_destroy(int, void*) noexcept {}
+void cuda_event_record(int, void*, void*) { no_cuda("Event::record on a CUDA stream"); }
+void cuda_event_wait(void*, int, void*) { no_cuda("Event::wait on a CUDA stream"); }
+void cuda_event_synchronize(void*) { no_cuda("Event::synchronize(cuda)"); }
+bool cuda_event_query(void*) { no_cuda("Event::query(cuda)"); }
+float cuda_event_elapsed_ms(void*, void*) { no_cuda("Event::elapsed_ms(cuda)"); }
+void* cuda_pooled_event_record(int, void*) { no_cuda("recording a CUDA event"); }
+void cuda_pooled_event_release(int, void*) noexcept {}
 
 }  // namespace detail
 }  // namespace ember

@@ -4,6 +4,7 @@
 // defines to throw a clear "no CUDA support" error.
 #include <ember/core/stream.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include <ember/core/cuda/runtime.h>
+#include <ember/core/device_check.h>
 #include <ember/core/error.h>
 
 namespace ember {
@@ -24,12 +26,24 @@ double host_now_ms() {
   return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
 }
 
+std::atomic<uint64_t> g_host_syncs{0};
+
+/// After every host wait for CUDA work: count it, and report device checks that failed meanwhile.
+void after_host_wait() {
+  detail::note_host_synchronization();
+  check_device_errors();
+}
+
 }  // namespace
+
+uint64_t host_synchronizations() { return g_host_syncs.load(std::memory_order_relaxed); }
+void detail::note_host_synchronization() { g_host_syncs.fetch_add(1, std::memory_order_relaxed); }
 
 void Stream::synchronize() const {
   if (device_.is_cpu()) return;
   device_.validate();
   detail::cuda_stream_synchronize(device_.index(), handle_);
+  after_host_wait();
 }
 
 Stream current_stream(Device device) {
@@ -60,6 +74,7 @@ void synchronize(Device device) {
   if (device.is_cpu()) return;
   device.validate();
   detail::cuda_device_synchronize(device.index());
+  after_host_wait();
 }
 
 // ---- guards ----
@@ -139,6 +154,7 @@ void Event::wait(Stream s) const {
   if (!handle_) return;  // a CPU or never-recorded event: nothing outstanding to wait for
   if (s.device().is_cpu()) {
     detail::cuda_event_synchronize(handle_);  // the CPU "stream" waits by blocking the host
+    after_host_wait();
     return;
   }
   s.device().validate();
@@ -146,7 +162,9 @@ void Event::wait(Stream s) const {
 }
 
 void Event::synchronize() const {
-  if (handle_) detail::cuda_event_synchronize(handle_);
+  if (!handle_) return;
+  detail::cuda_event_synchronize(handle_);
+  after_host_wait();
 }
 
 bool Event::query() const { return handle_ ? detail::cuda_event_query(handle_) : true; }

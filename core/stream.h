@@ -15,7 +15,8 @@ class Stream {
   Device device() const { return device_; }
   /// The cudaStream_t (null: the default stream, or the CPU).
   void* handle() const { return handle_; }
-  /// Blocks the host until all work queued on this stream is done.
+  /// Blocks the host until all work queued on this stream is done, then reports a device check
+  /// that failed meanwhile (core/device_check.h) as an Error.
   void synchronize() const;
   friend bool operator==(const Stream& a, const Stream& b) = default;
 
@@ -33,6 +34,19 @@ void set_current_stream(Stream s);
 Stream new_stream(Device device);
 /// Blocks until all work on `device` is done (no-op for the CPU).
 void synchronize(Device device);
+
+/// How many times ember made the host wait for CUDA work since the process started: every
+/// Stream::synchronize, synchronize(Device), Event::synchronize and Event::wait on the CPU of a
+/// CUDA event, which is also how copies to and from the host (item(), to(cpu)) wait, and the waits
+/// of device checks (core/device_check.h). CPU no-ops are not counted, nor the implicit waits of
+/// cudaMalloc/cudaFree (the caching allocator avoids those in steady state). A training step
+/// should leave it unchanged until its loss is read; [cuda] tests check that.
+uint64_t host_synchronizations();
+
+namespace detail {
+/// Adds one to host_synchronizations() (for waits made outside this file).
+void note_host_synchronization();
+}  // namespace detail
 
 /// Makes `s` current for its device until the guard leaves scope.
 class StreamGuard {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <thread>
 
+#include <ember/core/device_check.h>
 #include <ember/core/error.h>
 #include <ember/core/rng.h>
 #include <ember/core/stream.h>
@@ -225,6 +226,10 @@ class DataLoader::Run {
   }
 
   Batch resident_batch(int64_t k) {
+    // A bad index found on the device while this batch is gathered is reported later (at the next
+    // synchronization); the label says which batch it was.
+    const DeviceCheckContext check_label("DataLoader batch " + std::to_string(k) + " of epoch " +
+                                         std::to_string(epoch_));
     Batch out;
     out.indices = batch_indices(k);
     const int64_t begin = k * opts_.batch_size, n = static_cast<int64_t>(out.indices.size());

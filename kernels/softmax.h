@@ -1,5 +1,18 @@
 #pragma once
 // Softmax and log-softmax over one dim, and the fused cross-entropy loss.
+//
+// Non-finite logits. Every device gives the same answer; kernels/cpu/softmax.cpp is the reference
+// and kernels/cuda/softmax.cu follows it. Per row (the D entries one softmax normalises), with m
+// the largest entry that is not NaN and s = sum of exp(x - m):
+//  - a row that holds a NaN or a +inf, or whose entries are all -inf, has no defined normaliser
+//    (inf - inf and -inf - -inf are NaN, so s is NaN): every softmax and log_softmax output of
+//    that row is NaN, and so are cross_entropy's loss and lse for it and every entry of its
+//    cross_entropy gradient. One bad logit poisons its own row only, never a neighbour;
+//  - otherwise a -inf entry takes no part in s: its probability is 0 and its log-probability -inf;
+//    cross_entropy's loss is +inf when the target's logit is -inf (and, with label smoothing > 0,
+//    when any logit of the row is -inf); its gradient there is g * (0 - [c == t] (1 - ls) - ls / C);
+//  - softmax_backward applies its formula entry by entry to the y it is given: a NaN in y makes
+//    that row NaN, a probability 0 (log-probability -inf) gives 0 (for log_softmax: g).
 #include <cstdint>
 
 #include <ember/core/tensor.h>

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdio>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include <ember/core/cuda/runtime.h>
 #include <ember/core/cuda_check.h>
@@ -16,22 +18,61 @@ namespace ember {
 
 bool cuda_compiled() { return true; }
 
-int cuda_device_count() {
-  // Asked once: cudaGetDeviceCount fails (no driver, no GPU, driver too old) on CPU-only hosts,
-  // which means "0 devices", not an error. Clear the error so later CUDA calls do not see it.
-  static const int count = [] {
-    int n = 0;
-    cudaError_t err = cudaGetDeviceCount(&n);
-    if (err != cudaSuccess) {
+namespace {
+
+/// What cudaGetDeviceCount said, asked once: it fails (no driver, no GPU, driver too old) on
+/// CPU-only hosts, which means "0 devices", not an error. The error is kept for
+/// cuda_unavailable_reason() and cleared so that later CUDA calls do not see it.
+struct Probe {
+  int count = 0;
+  cudaError_t error = cudaSuccess;
+  int driver = 0;  // cudaDriverGetVersion (0: no driver)
+  int runtime = 0;  // cudaRuntimeGetVersion
+};
+
+const Probe& probe() {
+  static const Probe p = [] {
+    Probe r;
+    r.error = cudaGetDeviceCount(&r.count);
+    if (r.error != cudaSuccess) {
       (void)cudaGetLastError();
-      return 0;
+      r.count = 0;
     }
-    return n;
+    if (cudaDriverGetVersion(&r.driver) != cudaSuccess) (void)cudaGetLastError(), r.driver = 0;
+    if (cudaRuntimeGetVersion(&r.runtime) != cudaSuccess) (void)cudaGetLastError(), r.runtime = 0;
+    return r;
   }();
-  return count;
+  return p;
+}
+
+/// "12.2" for 12020; "none" for 0 (no driver).
+std::string cuda_version_str(int v) {
+  if (v <= 0) return "none";
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+}  // namespace
+
+int cuda_device_count() { return probe().count; }
+
+std::string cuda_unavailable_reason() {
+  const Probe& p = probe();
+  if (p.count > 0) return "";
+  std::string why = p.error != cudaSuccess ? std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(p.error) +
+                                                 " (" + cudaGetErrorString(p.error) + ")"
+                                           : std::string("cudaGetDeviceCount found no CUDA device");
+  why += "; CUDA driver " + cuda_version_str(p.driver) + " (" + std::to_string(p.driver) + "), CUDA runtime " +
+         cuda_version_str(p.runtime) + " (" + std::to_string(p.runtime) + ")";
+  if (p.driver == 0) why += ": no NVIDIA driver is installed";
+  else if (p.driver < p.runtime)
+    why += ": the driver is older than the runtime ember was built with; update the driver";
+  return why;
 }
 
 namespace detail {
+
+int cuda_driver_version() noexcept { return probe().driver; }
+
 namespace {
 
 constexpr int kMaxDevices = 64;
@@ -46,6 +87,14 @@ struct StreamPool {
   std::atomic<unsigned> next{0};
 };
 std::array<StreamPool, kMaxDevices> g_stream_pools;
+
+// Free timing-free events per device, reused by cuda_pooled_event_record (never destroyed, like
+// the streams).
+struct EventPool {
+  std::mutex mu;
+  std::vector<cudaEvent_t> free;
+};
+std::array<EventPool, kMaxDevices> g_event_pools;
 
 }  // namespace
 
@@ -118,6 +167,35 @@ bool cuda_event_query(void* event) {
   }
   CUDA_CHECK(err);
   return true;
+}
+
+void* cuda_pooled_event_record(int device, void* stream) {
+  EMBER_CHECK(device >= 0 && device < kMaxDevices, "cuda:", device, " is beyond the ", kMaxDevices,
+              " devices ember supports");
+  EventPool& pool = g_event_pools[static_cast<size_t>(device)];
+  cudaEvent_t ev = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(pool.mu);
+    if (!pool.free.empty()) {
+      ev = pool.free.back();
+      pool.free.pop_back();
+    }
+  }
+  DeviceGuard guard(Device::cuda(device));
+  if (!ev) CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  const cudaError_t err = cudaEventRecord(ev, static_cast<cudaStream_t>(stream));
+  if (err != cudaSuccess) cuda_pooled_event_release(device, ev);
+  CUDA_CHECK(err);
+  return ev;
+}
+
+void cuda_pooled_event_release(int device, void* event) noexcept {
+  EventPool& pool = g_event_pools[static_cast<size_t>(device)];
+  try {
+    std::lock_guard<std::mutex> lock(pool.mu);
+    pool.free.push_back(static_cast<cudaEvent_t>(event));
+  } catch (...) {  // out of memory for the free list: the event is simply not reused
+  }
 }
 
 float cuda_event_elapsed_ms(void* start, void* end) {

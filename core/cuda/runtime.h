@@ -5,6 +5,10 @@
 // Handles are cudaStream_t / cudaEvent_t passed as void*; `device` is a CUDA device index.
 namespace ember::detail {
 
+/// cudaDriverGetVersion: the CUDA version the installed driver supports (e.g. 12020 for 12.2), 0
+/// when no driver is installed or the build has no CUDA. Never throws.
+int cuda_driver_version() noexcept;
+
 /// cudaGetDevice / cudaSetDevice (set is skipped when already current).
 int cuda_get_device();
 void cuda_set_device(int device);
@@ -24,5 +28,11 @@ void cuda_event_wait(void* event, int stream_device, void* stream);
 void cuda_event_synchronize(void* event);
 bool cuda_event_query(void* event);
 float cuda_event_elapsed_ms(void* start, void* end);
+
+/// A timing-free event from `device`'s pool, recorded on `stream` (a stream of that device): for
+/// "is this work done yet" (device checks, deferred frees), cheaper to record than Event's.
+void* cuda_pooled_event_record(int device, void* stream);
+/// Gives an event of cuda_pooled_event_record back to `device`'s pool.
+void cuda_pooled_event_release(int device, void* event) noexcept;
 
 }  // namespace ember::detail

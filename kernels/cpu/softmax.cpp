@@ -2,7 +2,10 @@
 // per-row cross-entropy.
 //
 // Stability: the row maximum is subtracted before exp, so logits of any magnitude give finite
-// results; sums accumulate in double. 16-bit inputs compute in float and round once on store.
+// results; sums accumulate in double. NaN and infinite logits: these loops are the definition
+// written down in kernels/softmax.h. std::max(m, x) skips a NaN x, so m is the largest non-NaN
+// entry, and the NaN (or inf - inf for a +inf, -inf - -inf for an all -inf row) reaches the sum
+// through exp, which makes every output of the row NaN. 16-bit inputs compute in float and round once on store.
 // Work splits over outer * inner (each task owns whole softmax columns, so no reduction crosses
 // tasks and results do not depend on the thread count).
 #include <algorithm>

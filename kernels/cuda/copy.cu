@@ -119,33 +119,33 @@ void transfer_impl(void* dst, Device dst_device, const void* src, Device src_dev
     DeviceGuard guard(dst_device);
     const cudaStream_t s = current_cuda_stream(dst_device);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, s));
-    CUDA_CHECK(cudaStreamSynchronize(s));
+    Stream(dst_device, s).synchronize();  // counted, and reports failed device checks
     return;
   }
   if (dst_device.is_cpu()) {  // device -> host, after the kernels that produced src
     DeviceGuard guard(src_device);
     const cudaStream_t s = current_cuda_stream(src_device);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, s));
-    CUDA_CHECK(cudaStreamSynchronize(s));
+    Stream(src_device, s).synchronize();
     return;
   }
   if (src_device == dst_device) {
     DeviceGuard guard(src_device);
     const cudaStream_t s = current_cuda_stream(src_device);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, s));
-    CUDA_CHECK(cudaStreamSynchronize(s));
+    Stream(src_device, s).synchronize();
     return;
   }
   // GPU -> other GPU. Drain dst's stream first (see the top comment), then copy on src's stream.
   {
     DeviceGuard guard(dst_device);
-    CUDA_CHECK(cudaStreamSynchronize(current_cuda_stream(dst_device)));
+    current_stream(dst_device).synchronize();
   }
   enable_peer_access_once(src_device.index(), dst_device.index());
   DeviceGuard guard(src_device);
   const cudaStream_t s = current_cuda_stream(src_device);
   CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device.index(), src, src_device.index(), nbytes, s));
-  CUDA_CHECK(cudaStreamSynchronize(s));
+  Stream(src_device, s).synchronize();
 }
 
 }  // namespace

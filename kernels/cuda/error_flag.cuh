@@ -3,7 +3,8 @@
 // (index out of range, integer division by zero). The GPU cannot throw, and a device-side assert
 // would kill the CUDA context; instead a kernel raises a flag in a 2-slot device buffer
 // {raised, first reported value}, and the launcher reads it back after the kernel and throws an
-// ember::Error. Reading it back synchronizes the stream, so only ops that need a check use it.
+// ember::Error. Reading it back synchronizes the stream, so only ops that need a check at the call
+// use it (integer division by zero); core/device_check.h reports without waiting instead.
 #include <cstdint>
 #include <utility>
 
@@ -34,7 +35,7 @@ class DeviceErrorFlag {
     int64_t host[2] = {0, 0};
     DeviceGuard guard(buf_.device());
     CUDA_CHECK(cudaMemcpyAsync(host, buf_.data_ptr(), sizeof(host), cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    Stream(buf_.device(), stream_).synchronize();  // counted in host_synchronizations()
     return {host[0] != 0, host[1]};
   }
 

@@ -17,38 +17,33 @@
 //    atomics) go through a compare-and-swap on the enclosing 32-bit word. Rounding happens after every addition in the
 //    tensor's dtype, as on the CPU, so with duplicates the f16/bf16 results depend on the order of the additions.
 //  * Index bounds: the GPU cannot throw, and checking on the host first would copy the index
-//    back. The kernels validate each index; an out-of-range one is skipped (index_select writes
-//    zeros there) and recorded in a DeviceErrorFlag (kernels/cuda/error_flag.cuh). The launcher
-//    reads the flag back and throws an ember::Error naming the bad index and the valid range.
-//    That copy synchronizes the stream once per call: the price of a precise, catchable error
-//    instead of a device-side assert that would kill the CUDA context. index_select reads the
-//    flag after its kernel (its output is fresh, so partial writes are invisible on error);
-//    index_add modifies `out` in place, so it validates the K indices in a tiny kernel and reads
-//    the flag *before* adding: on an error `out` is left untouched, as on the CPU (whose front
-//    checks bounds before anything is written), and the add itself then runs without a sync.
+//    back and stall the stream (the resident DataLoader gathers every batch with index_select).
+//    The kernels validate each index; an out-of-range one is skipped (index_select writes zeros
+//    there) and raises a device check (core/device_check.h) with the bad value and its position.
+//    Nothing waits: the ember::Error naming them and the valid range is thrown at the next
+//    synchronization (when a result is read), not a device-side assert that would kill the CUDA
+//    context. index_add modifies `out` in place, so a tiny kernel validates the K indices first
+//    and the add kernel, queued behind it on the same stream, returns at once when the check was
+//    raised (it reads the claim word in device memory): on an error `out` is left untouched, as
+//    on the CPU, whose front checks bounds before anything is written.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include <ember/kernels/cuda/cuda_kernels.h>
 #include <ember/kernels/index.h>
-#include <ember/kernels/cuda/error_flag.cuh>
+#include <ember/core/cuda/device_check.cuh>
 #include <ember/kernels/cuda/loops.cuh>
 
 namespace ember::kernels::cuda {
 namespace {
 
-// Index arithmetic comes in two widths: (int64_t, Div64) in general, (uint32_t, FastDiv32) when
-// every linear index and offset is below 2^31 (the usual case), where the two divisions per
-// element become multiply-high + shift instead of 64-bit software division.
-struct Div64 {
-  int64_t divisor = 1;
-  Div64() = default;
-  explicit Div64(int64_t d) : divisor(d) {}
-  __device__ int64_t div(int64_t n) const { return n / divisor; }
-};
+// Index arithmetic comes in two widths (loops.cuh): (int64_t, Div64) in general, (uint32_t,
+// FastDiv32) when every linear index and offset is below 2^31 (the usual case), where the two
+// divisions per element become multiply-high + shift instead of 64-bit software division.
 
 template <typename I> __device__ inline I grid_start() {
   return static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
@@ -62,7 +57,7 @@ template <typename I> __device__ inline I grid_stride() {
 template <typename I, typename Dv, typename U, typename Ix>
 __global__ void __launch_bounds__(kBlock)
     index_select_kernel(const U* __restrict__ x, const Ix* __restrict__ index, U* __restrict__ out, I n, Dv inner_c,
-                        Dv K, I D, unsigned long long* err) {
+                        Dv K, I D, DeviceErrorSlot err) {
   for (I i = grid_start<I>(); i < n; i += grid_stride<I>()) {
     const I r = inner_c.div(i);  // row of out: b * K + k
     const I j = i - r * inner_c.divisor;
@@ -70,7 +65,7 @@ __global__ void __launch_bounds__(kBlock)
     const I k = r - b * K.divisor;
     const int64_t id = static_cast<int64_t>(index[k]);
     if (id < 0 || id >= static_cast<int64_t>(D)) {
-      raise_error_flag(err, id);
+      raise_device_error(err, id, static_cast<int64_t>(k));
       out[i] = U{};
       continue;
     }
@@ -137,21 +132,19 @@ template <typename T> __device__ inline void atomic_add(T* addr, T val) {
 }
 
 // src element i of (outer, K, inner) -> (b, k, j), added into out element (b, index[k], j) of
-// (outer, D, inner).
+// (outer, D, inner). Adds nothing when check_index_kernel, queued before it, raised `err`.
 template <typename I, typename Dv, typename T, typename Ix>
 __global__ void __launch_bounds__(kBlock)
     index_add_kernel(T* out, const Ix* __restrict__ index, const T* __restrict__ src, I n, Dv inner, Dv K, I D,
-                     unsigned long long* err) {
+                     DeviceErrorSlot err) {
+  if (device_error_raised(err)) return;
   for (I i = grid_start<I>(); i < n; i += grid_stride<I>()) {
     const I r = inner.div(i);  // row of src: b * K + k
     const I j = i - r * inner.divisor;
     const I b = K.div(r);
     const I k = r - b * K.divisor;
     const int64_t id = static_cast<int64_t>(index[k]);
-    if (id < 0 || id >= static_cast<int64_t>(D)) {
-      raise_error_flag(err, id);
-      continue;
-    }
+    if (id < 0 || id >= static_cast<int64_t>(D)) continue;  // unreachable after the check; never write out of range
     atomic_add(out + (b * D + static_cast<I>(id)) * inner.divisor + j, src[i]);
   }
 }
@@ -159,28 +152,22 @@ __global__ void __launch_bounds__(kBlock)
 // Raises `err` for an index outside [0, D) (index_add's check before it touches `out`).
 template <typename Ix>
 __global__ void __launch_bounds__(kBlock)
-    check_index_kernel(const Ix* __restrict__ index, int64_t K, int64_t D, unsigned long long* err) {
+    check_index_kernel(const Ix* __restrict__ index, int64_t K, int64_t D, DeviceErrorSlot err) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < K; k += stride) {
     const int64_t id = static_cast<int64_t>(index[k]);
-    if (id < 0 || id >= D) raise_error_flag(err, id);
+    if (id < 0 || id >= D) raise_device_error(err, id, k);
   }
-}
-
-// Launches kernel<I, Dv> with 32-bit indexing when both the iterated tensor (n elements) and the
-// indexed one (`other` elements) are below 2^31, else with 64-bit indexing.
-template <typename Launch> void with_index_width(int64_t n, int64_t other, Launch&& launch) {
-  constexpr int64_t kLimit = int64_t(1) << 31;
-  if (n < kLimit && other < kLimit) launch.template operator()<uint32_t, FastDiv32>();
-  else launch.template operator()<int64_t, Div64>();
 }
 
 // ---- host side ----
 
-// Throws naming the bad index (if a kernel raised the flag) and the valid range [0, D).
-void check_index_flag(const DeviceErrorFlag& err, const char* what, int64_t D) {
-  const auto [bad, value] = err.read();
-  EMBER_CHECK(!bad, what, ": index ", value, " is out of range for a dim of size ", D, " (valid range [0, ", D, "))");
+// The error of a raised index check: info {D, 1 for index_add}, (bad value, its position k).
+std::string describe_bad_index(const DeviceCheckInfo& info, int64_t value, int64_t k) {
+  const std::string D = std::to_string(info.arg0);
+  return std::string(info.op) + ": index " + std::to_string(value) + " (entry " + std::to_string(k) +
+         " of the index) is out of range for a dim of size " + D + " (valid range [0, " + D + "))" +
+         (info.arg1 != 0 ? "; nothing was added" : "");
 }
 
 // Calls fn<I>() with I the index element type.
@@ -225,7 +212,7 @@ void index_select_impl(const Tensor& x, const Tensor& index, const Tensor& out) 
   const size_t c = chunk_bytes(row_bytes, x.data_ptr(), out.data_ptr());
   const int64_t inner_c = static_cast<int64_t>(row_bytes / c);
   const int64_t n = outer * K * inner_c;
-  DeviceErrorFlag err(out.device(), stream);
+  DeviceCheck err({what, D, 0, &describe_bad_index}, current_stream(out.device()));
   const int64_t x_chunks = x.size(0) * D * inner_c;
   dispatch_index(index, what, [&]<typename Ix>() {
     const Ix* ip = static_cast<const Ix*>(index.data_ptr());
@@ -233,7 +220,7 @@ void index_select_impl(const Tensor& x, const Tensor& index, const Tensor& out) 
       with_index_width(n, x_chunks, [&]<typename I, typename Dv>() {
         index_select_kernel<I, Dv><<<grid_for(n), kBlock, 0, stream>>>(
             static_cast<const U*>(x.data_ptr()), ip, static_cast<U*>(out.data_ptr()), static_cast<I>(n),
-            Dv(static_cast<I>(inner_c)), Dv(static_cast<I>(K)), static_cast<I>(D), err.ptr());
+            Dv(static_cast<I>(inner_c)), Dv(static_cast<I>(K)), static_cast<I>(D), err.slot());
         EMBER_LAUNCH_CHECK();
       });
     };
@@ -255,7 +242,7 @@ void index_select_impl(const Tensor& x, const Tensor& index, const Tensor& out) 
         break;
     }
   });
-  check_index_flag(err, what, D);
+  err.launched();
 }
 
 void index_add_impl(const Tensor& out, const Tensor& index, const Tensor& src) {
@@ -267,27 +254,25 @@ void index_add_impl(const Tensor& out, const Tensor& index, const Tensor& src) {
   DeviceGuard guard(out.device());
   const cudaStream_t stream = stream_of(out);
   const DType dt = out.dtype();
-  DeviceErrorFlag err(out.device(), stream);
+  DeviceCheck err({what, D, 1, &describe_bad_index}, current_stream(out.device()));
   // Validate first (see the top comment): an out-of-range index must not leave `out` half updated.
   dispatch_index(index, what, [&]<typename Ix>() {
     check_index_kernel<Ix>
-        <<<grid_for(K), kBlock, 0, stream>>>(static_cast<const Ix*>(index.data_ptr()), K, D, err.ptr());
+        <<<grid_for(K), kBlock, 0, stream>>>(static_cast<const Ix*>(index.data_ptr()), K, D, err.slot());
     EMBER_LAUNCH_CHECK();
   });
-  check_index_flag(err, what, D);
   dispatch_index(index, what, [&]<typename Ix>() {
     EMBER_DISPATCH_ALL(dt, what, [&]<typename T>() {
       with_index_width(n, out.numel(), [&]<typename I, typename Dv>() {
         index_add_kernel<I, Dv><<<grid_for(n), kBlock, 0, stream>>>(
             static_cast<T*>(out.data_ptr()), static_cast<const Ix*>(index.data_ptr()),
             static_cast<const T*>(src.data_ptr()), static_cast<I>(n), Dv(static_cast<I>(inner)), Dv(static_cast<I>(K)),
-            static_cast<I>(D), err.ptr());
+            static_cast<I>(D), err.slot());
         EMBER_LAUNCH_CHECK();
       });
     });
   });
-  // The add kernel still skips bad indices (err.ptr() above), but none can be left after the
-  // check: no second read, so the add stays asynchronous.
+  err.launched();
 }
 
 }  // namespace

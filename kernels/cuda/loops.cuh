@@ -51,6 +51,23 @@ struct FastDiv32 {
   __device__ uint32_t div(uint32_t n) const { return (__umulhi(n, multiplier) + n) >> shift; }
 };
 
+/// Division by a fixed divisor in 64 bits, with FastDiv32's interface (the fallback when indices
+/// may reach 2^31).
+struct Div64 {
+  int64_t divisor = 1;
+  Div64() = default;
+  explicit Div64(int64_t d) : divisor(d) {}
+  __device__ int64_t div(int64_t n) const { return n / divisor; }
+};
+
+/// Calls launch.operator()<I, Dv>() with (uint32_t, FastDiv32) when both the iterated tensor (n
+/// elements) and the indexed one (`other` elements) are below 2^31, else with (int64_t, Div64).
+template <typename Launch> void with_index_width(int64_t n, int64_t other, Launch&& launch) {
+  constexpr int64_t kLimit = int64_t(1) << 31;
+  if (n < kLimit && other < kLimit) launch.template operator()<uint32_t, FastDiv32>();
+  else launch.template operator()<int64_t, Div64>();
+}
+
 /// StridedIndexer in 32-bit arithmetic, for tensors whose element count and largest offset are
 /// below 2^31 (see fits_32bit_indexing).
 struct Indexer32 {

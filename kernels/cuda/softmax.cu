@@ -15,20 +15,25 @@
 //    the accumulation type instead of trusting the saved f32 lse, as the CPU twin does.
 // Known limits: loads are scalar (coalesced across the warp, but not 16-byte vectorized), and the
 // strided kernel runs one thread per column, so a huge D with few columns is slow (correct).
+// NaN and infinite logits give what kernels/softmax.h defines (the CPU twin's arithmetic): merge()
+// keeps a NaN seen by any thread, and finish() makes the sum NaN for rows whose max is +-inf.
 // f16/bf16 compute in f32, f64 in f64. exp/log are the accurate library functions, not the
 // __expf intrinsics: these kernels are bound by memory traffic, and results are compared
 // against the CPU to a few ulp.
-// An out-of-range target does not index memory: its row's loss is NaN and a device flag
-// records it (as N - row, maximised atomically, so the first bad row wins); the launcher copies
-// the flag back and throws an Error naming the row and the value. That is one stream sync per
-// forward call, the price of reporting the error at the call that caused it.
+// An out-of-range target does not index memory: its row's loss is NaN and the kernel raises a
+// device check (core/device_check.h) with the row and the value. Nothing waits for it: the Error
+// naming them is thrown at the next synchronization (when the loss is read), so the forward pass
+// costs no host round trip (EMBER_SYNC_DEVICE_CHECKS=1 throws at the call instead).
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
 
+#include <string>
+
 #include <ember/core/stream.h>
 #include <ember/kernels/cuda/cuda_kernels.h>
 #include <ember/kernels/softmax.h>
+#include <ember/core/cuda/device_check.cuh>
 #include <ember/kernels/cuda/common.cuh>
 #include <ember/kernels/cuda/reduce_utils.cuh>
 
@@ -62,11 +67,22 @@ template <typename A> __device__ __forceinline__ void online_add(MaxSum<A>& ms, 
   }
 }
 
+/// Merges two partial (m, s). A side whose m is -inf has seen only -inf or NaN entries (or none);
+/// exp(m_side - m) would be NaN for it when m is -inf too, so its sum is scaled by 0 instead. Its
+/// sum is then 0, or NaN when it saw a NaN, and multiplying (never replacing) keeps that NaN.
 template <typename A> __device__ __forceinline__ MaxSum<A> merge(MaxSum<A> a, MaxSum<A> b) {
   const A m = a.m > b.m ? a.m : b.m;
-  const A sa = a.m == neg_inf<A>() ? A(0) : a.s * dev_exp(a.m - m);
-  const A sb = b.m == neg_inf<A>() ? A(0) : b.s * dev_exp(b.m - m);
+  const A sa = a.s * (a.m == neg_inf<A>() ? A(0) : dev_exp(a.m - m));
+  const A sb = b.s * (b.m == neg_inf<A>() ? A(0) : dev_exp(b.m - m));
   return {m, sa + sb};
+}
+
+/// The row's (m, s) as kernels/softmax.h defines them: when m is +inf (a +inf entry) or -inf (only
+/// -inf entries) the CPU's sum meets inf - inf or -inf - -inf and is NaN, so s is NaN here too.
+/// (The online pass alone would give s = 1 for a +inf row and 0 for an all -inf row.)
+template <typename A> __device__ __forceinline__ MaxSum<A> finish(MaxSum<A> ms) {
+  if (isinf(ms.m)) ms.s = std::numeric_limits<A>::quiet_NaN();
+  return ms;
 }
 
 /// Which threads cooperate on a row: a warp (kWarp) or the whole 1-D block.
@@ -102,7 +118,7 @@ __global__ void softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, 
     T* yr = y + row * D;
     MaxSum<A> ms{neg_inf<A>(), A(0)};
     for (int64_t d = rank; d < D; d += gsize) online_add(ms, load_as<A>(xr[d]));
-    ms = G::reduce(ms, combine, MaxSum<A>{neg_inf<A>(), A(0)}, smem);
+    ms = finish(G::reduce(ms, combine, MaxSum<A>{neg_inf<A>(), A(0)}, smem));
     if (log) {
       const A log_s = dev_log(ms.s);
       for (int64_t d = rank; d < D; d += gsize) yr[d] = store_as<T>((load_as<A>(xr[d]) - ms.m) - log_s);
@@ -124,6 +140,7 @@ __global__ void softmax_strided_kernel(const T* __restrict__ x, T* __restrict__ 
     const int64_t base = o * D * inner + i;
     MaxSum<A> ms{neg_inf<A>(), A(0)};
     for (int64_t d = 0; d < D; ++d) online_add(ms, load_as<A>(x[base + d * inner]));
+    ms = finish(ms);
     if (log) {
       const A log_s = dev_log(ms.s);
       for (int64_t d = 0; d < D; ++d) {
@@ -199,11 +216,11 @@ template <typename A> struct CeStats {
 };
 
 /// logits (N, C) contiguous; target (N) i64 with stride target_stride; loss, lse (N) f32
-/// contiguous. bad: flag, max of (N - row) over rows whose target is outside [0, C).
+/// contiguous. err: raised with (row, target) by a row whose target is outside [0, C).
 template <typename T, bool kWarp>
 __global__ void cross_entropy_kernel(const T* __restrict__ x, const int64_t* __restrict__ target, int64_t target_stride,
                                      float* __restrict__ loss, float* __restrict__ lse, int64_t N, int64_t C, double ls,
-                                     unsigned long long* bad) {
+                                     DeviceErrorSlot err) {
   using A = acc_t<T>;
   using G = RowGroup<kWarp>;
   __shared__ __align__(16) unsigned char smem_raw[32 * sizeof(CeStats<A>)];
@@ -223,13 +240,14 @@ __global__ void cross_entropy_kernel(const T* __restrict__ x, const int64_t* __r
       online_add(ms, v);
       sum += v;
     }
-    const CeStats<A> st = G::reduce(CeStats<A>{ms.m, ms.s, sum}, combine, CeStats<A>{neg_inf<A>(), A(0), A(0)}, smem);
+    CeStats<A> st = G::reduce(CeStats<A>{ms.m, ms.s, sum}, combine, CeStats<A>{neg_inf<A>(), A(0), A(0)}, smem);
+    st.s = finish(MaxSum<A>{st.m, st.s}).s;
     if (rank == 0) {
       const A row_lse = st.m + dev_log(st.s);
       const int64_t t = target[row * target_stride];
       A l;
       if (t < 0 || t >= C) {
-        atomicMax(bad, static_cast<unsigned long long>(N - row));
+        raise_device_error(err, row, t);
         l = std::numeric_limits<A>::quiet_NaN();
       } else {
         // As the CPU twin: log(s) + (1 - ls) (m - x_t) + ls (m - mean x), so that huge logits
@@ -269,7 +287,7 @@ __global__ void cross_entropy_backward_rows_kernel(const float* __restrict__ gra
     const T* xr = x + row * C;
     MaxSum<A> ms{neg_inf<A>(), A(0)};
     for (int64_t c = rank; c < C; c += gsize) online_add(ms, load_as<A>(xr[c]));
-    ms = G::reduce(ms, combine, MaxSum<A>{neg_inf<A>(), A(0)}, smem);
+    ms = finish(G::reduce(ms, combine, MaxSum<A>{neg_inf<A>(), A(0)}, smem));
     const A log_s = dev_log(ms.s);
     const A g = static_cast<A>(grad_rows[row * grad_stride]);
     const int64_t t = target[row * target_stride];
@@ -357,6 +375,13 @@ void check_rows(const char* what, const Tensor& t, int64_t N, DType dtype, const
               "] and dtype ", dtype_name(dtype), ", got ", t.shape_str(), " ", dtype_name(t.dtype()));
 }
 
+/// The error of a raised cross-entropy check: info {C, N}, (row, target value).
+std::string describe_bad_target(const DeviceCheckInfo& info, int64_t row, int64_t value) {
+  return "cross_entropy: target[" + std::to_string(row) + "] = " + std::to_string(value) + " is out of range [0, " +
+         std::to_string(info.arg0) + ") for logits of shape [" + std::to_string(info.arg1) + ", " +
+         std::to_string(info.arg0) + "]";
+}
+
 void cross_entropy_cuda(const Tensor& logits, const Tensor& target, double ls, const Tensor& loss, const Tensor& lse) {
   check_same_cuda("cross_entropy", logits, {&target, &loss, &lse});
   EMBER_CHECK(logits.dim() == 2 && is_dense(logits), "cross_entropy: expected contiguous logits (N, C), got ",
@@ -370,9 +395,8 @@ void cross_entropy_cuda(const Tensor& logits, const Tensor& target, double ls, c
   EMBER_CHECK(C > 0, "cross_entropy: logits of shape ", logits.shape_str(), " have no classes");
   DeviceGuard guard(logits.device());
   cudaStream_t stream = stream_of(logits);
-  Tensor flag = ember::empty({1}, DType::i64, logits.device());
-  auto* bad = static_cast<unsigned long long*>(flag.data_ptr());
-  CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof(unsigned long long), stream));
+  DeviceCheck check({"cross_entropy (cuda)", C, N, &describe_bad_target}, current_stream(logits.device()));
+  const DeviceErrorSlot& bad = check.slot();
   EMBER_DISPATCH_FLOAT(logits.dtype(), "cross_entropy (cuda)", [&]<typename T>() {
     const T* xp = static_cast<const T*>(logits.data_ptr());
     const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
@@ -387,18 +411,7 @@ void cross_entropy_cuda(const Tensor& logits, const Tensor& target, double ls, c
     }
     EMBER_LAUNCH_CHECK();
   });
-  unsigned long long host_bad = 0;
-  CUDA_CHECK(cudaMemcpyAsync(&host_bad, bad, sizeof(host_bad), cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (host_bad != 0) {
-    const int64_t row = N - static_cast<int64_t>(host_bad);
-    int64_t value = 0;
-    const int64_t* tp = static_cast<const int64_t*>(target.data_ptr()) + row * target.stride(0);
-    CUDA_CHECK(cudaMemcpyAsync(&value, tp, sizeof(value), cudaMemcpyDeviceToHost, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    EMBER_FAIL("cross_entropy: target[", row, "] = ", value, " is out of range [0, ", C, ") for logits of shape ",
-               logits.shape_str());
-  }
+  check.launched();
 }
 
 void cross_entropy_backward_cuda(const Tensor& grad_rows, const Tensor& logits, const Tensor& target, const Tensor& lse,

@@ -71,3 +71,31 @@ TEST_CASE("without a usable GPU, best() is the CPU and CUDA devices do not valid
   }
   CHECK_THROWS_AS(ember::allocator_for(Device::cuda(0)), ember::Error);
 }
+
+TEST_CASE("cuda_unavailable_reason names the CUDA error and the driver and runtime versions", "[cpu]") {
+  const std::string why = ember::cuda_unavailable_reason();
+  if (ember::cuda_available()) {  // a GPU machine: nothing to explain
+    CHECK(why.empty());
+    return;
+  }
+  CHECK_FALSE(ember::cuda_available());
+  INFO("reason: " << why);
+  if (!ember::cuda_compiled()) {
+    CHECK(why.find("no CUDA support") != std::string::npos);
+  } else {
+    // Here CUDA is compiled in and no GPU is usable, so the reason is real: cudaGetDeviceCount's
+    // error by name (cudaErrorNoDevice, cudaErrorInsufficientDriver, ...) and both versions.
+    CHECK(why.find("cudaGetDeviceCount") != std::string::npos);
+    CHECK(why.find("cudaError") != std::string::npos);
+    CHECK(why.find("CUDA driver ") != std::string::npos);
+    CHECK(why.find("CUDA runtime ") != std::string::npos);
+    CHECK(why.find("CUDA runtime none") == std::string::npos);  // the runtime is linked in, so known
+  }
+  // Asking for a GPU repeats the reason, so the user sees why rather than just "no GPU".
+  try {
+    Device::cuda(0).validate();
+    FAIL("no exception");
+  } catch (const ember::Error& e) {
+    CHECK(std::string(e.what()).find(ember::cuda_compiled() ? why : "no CUDA support") != std::string::npos);
+  }
+}

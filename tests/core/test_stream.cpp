@@ -73,3 +73,17 @@ TEST_CASE("CUDA streams and guards fail clearly without a GPU", "[cpu]") {
           e.record(Stream(Device::cuda(0), nullptr));
         }).find(why) != std::string::npos);
 }
+
+TEST_CASE("host_synchronizations counts waits for CUDA work only", "[cpu]") {
+  const uint64_t n = ember::host_synchronizations();
+  // The CPU's stream and events are synchronous: nothing to wait for, nothing counted.
+  Stream().synchronize();
+  ember::synchronize(Device::cpu());
+  Event e;
+  e.record(Stream());
+  e.synchronize();
+  e.wait(Stream());
+  CHECK(ember::host_synchronizations() == n);
+  ember::detail::note_host_synchronization();  // what a wait outside core/stream.cpp reports
+  CHECK(ember::host_synchronizations() == n + 1);
+}

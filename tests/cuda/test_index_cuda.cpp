@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <ember/core/device.h>
@@ -122,18 +123,23 @@ TEST_CASE("cuda index_select row widths take every chunk size, aligned or not", 
   }
 }
 
-TEST_CASE("cuda index_select and index_add report out-of-range indices", "[cuda]") {
+TEST_CASE("cuda index_select and index_add report out-of-range indices", "[cuda][index]") {
+  // The checks are read without waiting (core/device_check.h): the calls return, and the error
+  // naming the index comes at the next synchronization.
   const Tensor x = random_tensor({5, 3}, DType::f32, 221, -1, 1, Layout::Contiguous, kGpu);
   for (int64_t bad : {5, -1, 1000000}) {
     INFO("bad index " << bad);
     const Tensor idx = index_tensor({0, 2, bad, 1}, DType::i64, kGpu);
-    CHECK_THROWS_WITH(kernels::index_select(x, 0, idx), Catch::Contains("out of range") && Catch::Contains("[0, 5)"));
+    const Tensor y = kernels::index_select(x, 0, idx);
+    CHECK_THROWS_WITH(synchronize(kGpu), Catch::Contains("index " + std::to_string(bad) + " (entry 2") &&
+                                             Catch::Contains("out of range") && Catch::Contains("[0, 5)"));
     Tensor out = random_tensor({5, 3}, DType::f32, 222, -1, 1, Layout::Contiguous, kGpu);
     const std::vector<double> before = to_f64(out);
     const Tensor src = random_tensor({4, 3}, DType::f32, 223, -1, 1, Layout::Contiguous, kGpu);
-    CHECK_THROWS_WITH(kernels::index_add(out, 0, idx, src), Catch::Contains("out of range"));
+    kernels::index_add(out, 0, idx, src);
+    CHECK_THROWS_WITH(synchronize(kGpu), Catch::Contains("out of range") && Catch::Contains("nothing was added"));
     // As on the CPU (bounds checked before anything is written), the valid rows 0, 2 and 1 were
-    // not added either: the error leaves `out` untouched.
+    // not added either: the add kernel saw the raised check and left `out` untouched.
     check_close(out, before, 0, 0);
   }
   // The flag is per call: a valid call right after succeeds.
@@ -206,7 +212,7 @@ TEST_CASE("cuda index_select and index_add past one full grid", "[cuda][slow]") 
   // Scatter the selected rows back with index_add onto zeros: row r receives every x[idx[k]]
   // with idx[k] == r, i.e. count(r) * x[r]. With about one duplicate per row the f32 sums are of
   // a few terms of magnitude <= 1: bound tol(f32) * adds * scale as above, scale <= adds.
-  Tensor og = empty({rows, width}, DType::f32, kGpu);
+  Tensor og = empty({rows, width}, {.dtype = DType::f32, .device = kGpu});
   og.zero_();
   kernels::index_add(og, 0, ig, sel);
   std::vector<double> count(static_cast<size_t>(rows), 0.0);
@@ -225,7 +231,7 @@ TEST_CASE("cuda index_select and index_add past 2^31 elements take the 64-bit pa
   // A 1-D u8 tensor of 2^31 + 8 elements (2 GiB): one-byte chunks, so the gathered tensor has more
   // than 2^31 chunks and the kernels must index in 64 bits.
   const int64_t big = (int64_t(1) << 31) + 8, far = (int64_t(1) << 31) + 5;
-  Tensor x = empty({big}, DType::u8, kGpu);
+  Tensor x = empty({big}, {.dtype = DType::u8, .device = kGpu});
   kernels::fill(x, 3.0);
   kernels::fill(x.narrow(0, far, 1), 9.0);
   kernels::fill(x.narrow(0, 7, 1), 5.0);
@@ -235,25 +241,27 @@ TEST_CASE("cuda index_select and index_add past 2^31 elements take the 64-bit pa
   check_close(x.narrow(0, far - 1, 3), {3, 19, 3}, 0, 0);  // 9 + 2 + 8
   check_close(x.narrow(0, 0, 8), {4, 3, 3, 3, 3, 3, 3, 9}, 0, 0);
   const Tensor bad = index_tensor({big}, DType::i64, kGpu);
-  CHECK_THROWS_WITH(kernels::index_select(x, 0, bad), Catch::Contains("out of range"));
+  const Tensor y = kernels::index_select(x, 0, bad);
+  CHECK_THROWS_WITH(synchronize(kGpu), Catch::Contains("out of range"));
 }
 
 TEST_CASE("cuda index_select and index_add accept zero-element operands", "[cuda]") {
   // Through the tables, past the front's early returns: no index is read (even a bad one) when
   // there is nothing to gather or add, and no launch happens.
   const Tensor bad = index_tensor({7}, DType::i64, kGpu);
-  const Tensor none = empty({0}, DType::i64, kGpu);
+  const Tensor none = empty({0}, {.dtype = DType::i64, .device = kGpu});
   // inner == 0: rows of zero bytes.
-  CHECK_NOTHROW(
-      kernels::index_select_table(kGpu, empty({2, 3, 0}, DType::f32, kGpu), bad, empty({2, 1, 0}, DType::f32, kGpu)));
-  CHECK_NOTHROW(
-      kernels::index_add_table(kGpu, empty({2, 3, 0}, DType::f32, kGpu), bad, empty({2, 1, 0}, DType::f32, kGpu)));
+  CHECK_NOTHROW(kernels::index_select_table(kGpu, empty({2, 3, 0}, {.dtype = DType::f32, .device = kGpu}), bad,
+                                            empty({2, 1, 0}, {.dtype = DType::f32, .device = kGpu})));
+  CHECK_NOTHROW(kernels::index_add_table(kGpu, empty({2, 3, 0}, {.dtype = DType::f32, .device = kGpu}), bad,
+                                         empty({2, 1, 0}, {.dtype = DType::f32, .device = kGpu})));
   // K == 0 and outer == 0.
-  CHECK_NOTHROW(
-      kernels::index_select_table(kGpu, empty({2, 3, 4}, DType::f32, kGpu), none, empty({2, 0, 4}, DType::f32, kGpu)));
-  CHECK_NOTHROW(
-      kernels::index_add_table(kGpu, empty({0, 3, 4}, DType::f32, kGpu), bad, empty({0, 1, 4}, DType::f32, kGpu)));
-  CHECK(kernels::index_select(empty({5, 0}, DType::f32, kGpu), 0, index_tensor({1, 4}, DType::i64, kGpu)).sizes() ==
-        Shape{2, 0});
+  CHECK_NOTHROW(kernels::index_select_table(kGpu, empty({2, 3, 4}, {.dtype = DType::f32, .device = kGpu}), none,
+                                            empty({2, 0, 4}, {.dtype = DType::f32, .device = kGpu})));
+  CHECK_NOTHROW(kernels::index_add_table(kGpu, empty({0, 3, 4}, {.dtype = DType::f32, .device = kGpu}), bad,
+                                         empty({0, 1, 4}, {.dtype = DType::f32, .device = kGpu})));
+  CHECK(kernels::index_select(empty({5, 0}, {.dtype = DType::f32, .device = kGpu}), 0,
+                              index_tensor({1, 4}, DType::i64, kGpu))
+            .sizes() == Shape{2, 0});
   CHECK_NOTHROW(synchronize(kGpu));
 }

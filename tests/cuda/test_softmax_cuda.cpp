@@ -14,9 +14,11 @@
 #include <vector>
 
 #include <ember/core/device.h>
+#include <ember/core/stream.h>
 #include <ember/kernels/factory.h>
 #include <ember/kernels/softmax.h>
 #include "support/reference.h"
+#include "support/softmax_nonfinite.h"
 
 using namespace ember;
 using namespace ember::testing;
@@ -289,14 +291,16 @@ TEST_CASE("cuda cross_entropy: more rows than one grid of warps", "[cuda][softma
 }
 
 TEST_CASE("cuda cross_entropy: an out-of-range target is an error naming it", "[cuda][softmax]") {
+  // The check is read without waiting (core/device_check.h): the error comes with the loss.
   Tensor x = random_tensor({8, 10}, DType::f32, 700, -1.0, 1.0, Layout::Contiguous, kGpu);
   std::vector<int64_t> t = {0, 1, 2, 3, 4, 1234567, 6, 7};
-  CHECK_THROWS_WITH(kernels::cross_entropy_rows(x, from_vector(t, {8}).to(kGpu)),
-                    Catch::Contains("1234567") && Catch::Contains("out of range"));
+  kernels::CrossEntropyRows bad = kernels::cross_entropy_rows(x, from_vector(t, {8}).to(kGpu));
+  CHECK_THROWS_WITH(bad.loss.to(Device::cpu()),
+                    Catch::Contains("target[5] = 1234567") && Catch::Contains("out of range [0, 10)"));
   t[5] = 5;
   t[2] = -1;
-  CHECK_THROWS_WITH(kernels::cross_entropy_rows(x, from_vector(t, {8}).to(kGpu)),
-                    Catch::Contains("-1") && Catch::Contains("out of range"));
+  bad = kernels::cross_entropy_rows(x, from_vector(t, {8}).to(kGpu));
+  CHECK_THROWS_WITH(synchronize(kGpu), Catch::Contains("target[2] = -1") && Catch::Contains("out of range"));
   // The device is still usable and the flag does not leak into the next call.
   t[2] = 2;
   kernels::CrossEntropyRows r = kernels::cross_entropy_rows(x, from_vector(t, {8}).to(kGpu));
@@ -354,4 +358,56 @@ TEST_CASE("cuda cross_entropy: huge f32 logits keep f32 accuracy (no f32 lse rou
     check_both(kernels::cross_entropy_backward(gc.to(kGpu), xg, tg, rg.lse, 0.0),
                kernels::cross_entropy_backward(gc, xc, tc, rc.lse, 0.0), eb);
   }
+}
+
+TEST_CASE("cuda softmax, log_softmax and cross_entropy follow kernels/softmax.h for NaN and +-inf logits",
+          "[cuda][softmax]") {
+  // The rows of support/softmax_nonfinite.h: a lane (D <= 32: one entry per lane; 100: several)
+  // or a block thread (1300) that sees only NaN, or only -inf, or a +inf, must give what the CPU
+  // gives: NaN throughout for NaN, +inf and all -inf rows, probability 0 for a -inf entry.
+  for (DType dt : {DType::f32, DType::f16, DType::f64})
+    for (int64_t D : {3, 10, 32, 100, 1300}) {
+      NonFiniteLogits l = nonfinite_logits(D, 900 + D);
+      INFO(dtype_name(dt) << " D " << D);
+      const Tensor xc = make_tensor(l.x, {l.rows, D}, dt);
+      l.x = to_f64(xc);
+      const Tensor xg = xc.to(kGpu);
+      const Tensor xtc = make_tensor(transposed(l, l.x), {D, l.rows}, dt), xtg = xtc.to(kGpu);
+      const double rt = 4 * tol_sum(acc_dtype(dt), D) + 2 * tol(dt);
+      const double at = 4 * tol(acc_dtype(dt)) * (std::log(static_cast<double>(D)) + 9) + floor_of(dt);
+      // Against the rule's float64 values and against the CPU twin (NaN where it has NaN, and only there).
+      auto check_twin = [&](const Tensor& gpu, const Tensor& cpu, const std::vector<double>& ref, double a) {
+        REQUIRE(gpu.device() == kGpu);
+        check_close(gpu, ref, rt, a);
+        check_close(gpu, to_f64(cpu), 2 * rt, 2 * a);
+      };
+      for (bool log : {false, true}) {
+        INFO("log " << log);
+        const std::vector<double> ref = nonfinite_softmax_ref(l, log);
+        check_twin(kernels::softmax(xg, 1, log), kernels::softmax(xc, 1, log), ref, log ? at : floor_of(dt));
+        check_twin(kernels::softmax(xtg, 0, log), kernels::softmax(xtc, 0, log), transposed(l, ref),
+                   log ? at : floor_of(dt));
+        const Tensor yc = make_tensor(ref, {l.rows, D}, dt);
+        const Tensor gc = random_tensor({l.rows, D}, dt, 901 + D, -1.0, 1.0);
+        const std::vector<double> dref = nonfinite_softmax_backward_ref(to_f64(gc), to_f64(yc), l.rows, D, log);
+        check_twin(kernels::softmax_backward(gc.to(kGpu), yc.to(kGpu), 1, log),
+                   kernels::softmax_backward(gc, yc, 1, log), dref,
+                   6 * tol_sum(acc_dtype(dt), D) + 2 * tol(dt) + floor_of(dt));
+      }
+      for (double ls : {0.0, 0.1}) {
+        INFO("cross_entropy ls " << ls);
+        std::vector<double> loss, lse;
+        nonfinite_cross_entropy_ref(l, ls, loss, lse);
+        const Tensor tc = from_vector(l.target, {l.rows}), tg = tc.to(kGpu);
+        const kernels::CrossEntropyRows rg = kernels::cross_entropy_rows(xg, tg, ls);
+        const kernels::CrossEntropyRows rc = kernels::cross_entropy_rows(xc, tc, ls);
+        const double a32 = 16 * tol_sum(acc_dtype(dt), D) + 16 * tol(DType::f32);
+        check_twin(rg.loss, rc.loss, loss, a32);
+        check_twin(rg.lse, rc.lse, lse, a32);
+        const Tensor gc = make_tensor(random_values(l.rows, 902, -1.0, 1.0), {l.rows}, DType::f32);
+        const std::vector<double> dref = nonfinite_cross_entropy_backward_ref(l, to_f64(gc), ls);
+        check_twin(kernels::cross_entropy_backward(gc.to(kGpu), xg, tg, rg.lse, ls),
+                   kernels::cross_entropy_backward(gc, xc, tc, rc.lse, ls), dref, rt + floor_of(dt));
+      }
+    }
 }

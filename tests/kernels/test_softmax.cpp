@@ -9,6 +9,7 @@
 
 #include <ember/kernels/softmax.h>
 #include "support/reference.h"
+#include "support/softmax_nonfinite.h"
 
 using namespace ember;
 using namespace ember::testing;
@@ -67,12 +68,6 @@ std::vector<int64_t> random_targets(int64_t N, int64_t C, uint64_t seed) {
 
 Tensor targets_tensor(const std::vector<int64_t>& t, DType dt = DType::i64) {
   return make_tensor(std::vector<double>(t.begin(), t.end()), {static_cast<int64_t>(t.size())}, dt);
-}
-
-double max_abs(const std::vector<double>& v) {
-  double m = 0;
-  for (double e : v) m = std::max(m, std::fabs(e));
-  return m;
 }
 
 }  // namespace
@@ -280,4 +275,43 @@ TEST_CASE("cross_entropy: out-of-range targets and bad shapes are errors naming 
   CHECK_THROWS_WITH(kernels::cross_entropy_rows(x, targets_tensor({0, 1, 2, 3}), 1.5),
                     Catch::Contains("label_smoothing"));
   CHECK_THROWS_WITH(kernels::cross_entropy_rows(x, make_tensor({0, 1, 2, 3}, {4}, DType::f32)), Catch::Contains("f32"));
+}
+
+TEST_CASE("non-finite logits follow kernels/softmax.h: NaN, +inf and all -inf rows are NaN, -inf has probability 0",
+          "[cpu][softmax]") {
+  // D: one entry per warp lane (3, 10, 32), several per lane (100), a block per row on CUDA (1300).
+  for (DType dt : {DType::f32, DType::f64})
+    for (int64_t D : {3, 10, 32, 100, 1300}) {
+      NonFiniteLogits l = nonfinite_logits(D, 900 + D);
+      INFO(dtype_name(dt) << " D " << D);
+      // Logits in [-4, 4] and a log-sum of at most log(D) + 8: log-probabilities carry roundings
+      // relative to about that size; sums of D terms one tol_sum.
+      const double rt = 4 * tol_sum(dt, D), at = 4 * tol(dt) * (std::log(static_cast<double>(D)) + 9);
+      const Tensor x = make_tensor(l.x, {l.rows, D}, dt);
+      l.x = to_f64(x);  // the references see the logits as rounded to dt
+      const Tensor xt = make_tensor(transposed(l, l.x), {D, l.rows}, dt);  // softmax over dim 0
+      for (bool log : {false, true}) {
+        INFO("log " << log);
+        const std::vector<double> ref = nonfinite_softmax_ref(l, log);
+        check_close(kernels::softmax(x, 1, log), ref, rt, log ? at : 0.0);
+        check_close(kernels::softmax(xt, 0, log), transposed(l, ref), rt, log ? at : 0.0);
+        const Tensor y = make_tensor(ref, {l.rows, D}, dt);
+        const Tensor g = random_tensor({l.rows, D}, dt, 901 + D, -1.0, 1.0);
+        const std::vector<double> dref = nonfinite_softmax_backward_ref(to_f64(g), to_f64(y), l.rows, D, log);
+        // |sum g| is about sqrt(D / 3) and p * |log p| <= 1/e: about 2.4 tol_sum of error at most.
+        check_close(kernels::softmax_backward(g, y, 1, log), dref, rt, 6 * tol_sum(dt, D));
+      }
+      for (double ls : {0.0, 0.1}) {
+        INFO("cross_entropy ls " << ls);
+        std::vector<double> loss, lse;
+        nonfinite_cross_entropy_ref(l, ls, loss, lse);
+        const auto r = kernels::cross_entropy_rows(x, targets_tensor(l.target), ls);
+        const double rt32 = 4 * tol_sum(DType::f32, D);  // loss and lse are f32
+        check_close(r.loss, loss, rt32, rt32 * 4);
+        check_close(r.lse, lse, rt32, rt32 * 4);
+        const Tensor g = make_tensor(random_values(l.rows, 902, -1.0, 1.0), {l.rows}, DType::f32);
+        const std::vector<double> dref = nonfinite_cross_entropy_backward_ref(l, to_f64(g), ls);
+        check_close(kernels::cross_entropy_backward(g, x, targets_tensor(l.target), r.lse, ls), dref, rt, rt);
+      }
+    }
 }

@@ -89,6 +89,46 @@ TEST_CASE("nll_loss: value and gradient vs reference; agrees with cross_entropy 
   CHECK_THROWS_WITH(layers::nll_loss(lp, from_vector(t, {N})), Catch::Contains("target 7 at row 3"));
 }
 
+TEST_CASE("cross_entropy with non-finite logits: NaN and +inf rows make the mean NaN, a -inf target +inf",
+          "[cpu][layers]") {
+  // kernels/softmax.h: a NaN or +inf poisons its own row only. The mean loss is NaN (or +inf), but
+  // the gradient of every other row is still (softmax - onehot) / N, and a -inf logit has p = 0.
+  const double nan = std::nan(""), inf = INFINITY;
+  const int64_t N = 3, C = 4;
+  const std::vector<double> finite_row = {0.5, -1.0, 2.0, 1.0};
+  double mx = 2.0, s = 0.0;
+  for (double v : finite_row) s += std::exp(v - mx);
+  const std::vector<int64_t> t = {1, 2, 0};
+  for (double bad : {nan, inf, -inf}) {
+    INFO("bad logit " << bad);
+    // Row 0 holds the bad logit at its target (class 1); rows 1 and 2 are finite.
+    std::vector<double> zv = {1.0, bad, 3.0, 0.0};
+    zv.insert(zv.end(), finite_row.begin(), finite_row.end());
+    zv.insert(zv.end(), finite_row.begin(), finite_row.end());
+    Tensor z = ember::testing::make_tensor(zv, {N, C}, DType::f32);
+    z.requires_grad_();
+    Tensor loss = layers::cross_entropy(z, from_vector(t, {N}));
+    const double l = loss.item<double>();
+    if (bad == -inf) CHECK(l == inf);  // -log p_t with p_t = 0
+    else CHECK(std::isnan(l));
+    loss.backward();
+    const std::vector<double> g = to_f64(z.grad());
+    for (int64_t c = 0; c < C; ++c) {
+      if (bad == -inf) {  // row 0: softmax of {1, 3, 0} with p = 0 at the -inf entry, minus the one-hot
+        const double s0 = std::exp(1.0 - 3.0) + 1.0 + std::exp(0.0 - 3.0);
+        const double p = c == 1 ? 0.0 : std::exp(zv[c] - 3.0) / s0;
+        CHECK(g[c] == Approx((p - (c == 1 ? 1.0 : 0.0)) / N).margin(4 * tol(DType::f32)));
+      } else {
+        CHECK(std::isnan(g[c]));
+      }
+      for (int64_t n = 1; n < N; ++n) {
+        const double p = std::exp(finite_row[c] - mx) / s;
+        CHECK(g[n * C + c] == Approx((p - (c == t[n] ? 1.0 : 0.0)) / N).margin(4 * tol(DType::f32)));
+      }
+    }
+  }
+}
+
 TEST_CASE("mse_loss: value vs reference and gradcheck", "[cpu][layers]") {
   Tensor a = random_tensor({5, 9}, DType::f32, 6, -1, 1, Layout::Transposed);
   Tensor b = random_tensor({5, 9}, DType::f32, 7);

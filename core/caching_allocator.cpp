@@ -5,10 +5,19 @@
 // two sets (small and large pool) ordered by (stream, size, address): a lookup is a lower_bound
 // on (stream, size), i.e. the smallest free block of this stream that fits (best fit). One mutex
 // guards everything; the backend is called under it (as cudaMalloc synchronizes anyway).
+//
+// record_stream: a block remembers the other streams recorded on it. Freeing it then records one
+// event per such stream and parks it in deferred_ (still counted as allocated, never merged); the
+// next allocate() or empty_cache() polls those events and returns the block to its pool once all
+// have completed. Before failing for lack of memory, the allocator waits for every deferred block.
 #include <ember/core/caching_allocator.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 
 #include <ember/core/error.h>
@@ -23,6 +32,9 @@ struct CachingAllocator::Block {
   bool allocated = false;
   Block* prev = nullptr;  // neighbours inside the same segment, in address order
   Block* next = nullptr;
+  std::vector<void*> stream_uses;  // other streams recorded (record_stream) since it was handed out
+  void* last_use = nullptr;  // the stream of the last noted use (stream checks), when use_noted
+  bool use_noted = false;
 };
 
 namespace {
@@ -45,7 +57,23 @@ bool should_split(size_t remaining, bool small) {
 
 // Requests beyond this cannot be rounded without overflow and could never be served anyway.
 constexpr size_t kMaxRequest = size_t(1) << 56;
+
+bool initial_stream_checks() {
+#ifndef NDEBUG
+  return true;
+#else
+  const char* v = std::getenv("EMBER_DEBUG_STREAMS");
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+#endif
+}
+
+std::atomic<bool> g_stream_checks{initial_stream_checks()};
+
+bool contains(const std::vector<void*>& v, void* x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 }  // namespace
+
+bool stream_checks_enabled() { return g_stream_checks.load(std::memory_order_relaxed); }
+void set_stream_checks(bool on) { g_stream_checks.store(on, std::memory_order_relaxed); }
 
 bool CachingAllocator::BlockLess::operator()(const Block* a, const Block* b) const {
   if (a->stream != b->stream) return addr(a->stream) < addr(b->stream);
@@ -60,6 +88,7 @@ CachingAllocator::CachingAllocator(std::unique_ptr<Backend> backend) : backend_(
 CachingAllocator::~CachingAllocator() {
   std::lock_guard<std::mutex> lock(mu_);
   try {
+    process_deferred(true);
     release_free_segments();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ember: ~CachingAllocator could not return cached segments: %s\n", e.what());
@@ -89,21 +118,29 @@ DataPtr CachingAllocator::allocate(size_t nbytes, void* stream) {
   const bool small = size <= kSmallLimit;
 
   std::lock_guard<std::mutex> lock(mu_);
+  if (!deferred_.empty()) process_deferred(false);
   Block* block = find_free(size, stream, small);
-  if (block) {
-    ++stats_.cache_hits;
-  } else {
-    const size_t seg = segment_size(size);
-    void* p = backend_->alloc(seg);
-    if (p == nullptr) {  // the cache may hold enough free segments: give them back and try once more
+  const size_t seg = segment_size(size);
+  void* p = nullptr;
+  if (!block) {
+    p = backend_->alloc(seg);
+    if (p == nullptr && !deferred_.empty()) {  // blocks waiting for other streams: wait, look again
+      process_deferred(true);
+      block = find_free(size, stream, small);
+    }
+    if (!block && p == nullptr) {  // the cache may hold enough free segments: give them back, retry
       release_free_segments();
       p = backend_->alloc(seg);
     }
+  }
+  if (block) {
+    ++stats_.cache_hits;
+  } else {
     EMBER_CHECK(p != nullptr, "out of memory on ", backend_->name(), ": could not allocate ", nbytes,
                 " bytes (a new segment of ", seg, " bytes), even after returning all cached blocks; ember has ",
                 stats_.allocated, " bytes in use and ", stats_.reserved, " bytes reserved on this device");
     try {
-      block = new Block{seg, p, stream, small, false, nullptr, nullptr};
+      block = new Block{seg, p, stream, small, false, nullptr, nullptr, {}, nullptr, false};
     } catch (...) {
       backend_->free(p);
       throw;
@@ -114,14 +151,24 @@ DataPtr CachingAllocator::allocate(size_t nbytes, void* stream) {
   }
 
   if (should_split(block->size - size, small)) {
-    Block* rest =
-        new Block{block->size - size, static_cast<char*>(block->ptr) + size, stream, small, false, block, block->next};
+    Block* rest = new Block{block->size - size,
+                            static_cast<char*>(block->ptr) + size,
+                            stream,
+                            small,
+                            false,
+                            block,
+                            block->next,
+                            {},
+                            nullptr,
+                            false};
     if (block->next) block->next->prev = rest;
     block->next = rest;
     block->size = size;
     (small ? small_free_ : large_free_).insert(rest);
   }
   block->allocated = true;
+  block->stream_uses.clear();
+  block->use_noted = false;
   active_.emplace(block->ptr, block);
   stats_.allocated += block->size;
   stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
@@ -131,7 +178,7 @@ DataPtr CachingAllocator::allocate(size_t nbytes, void* stream) {
 
 CachingAllocator::Block* CachingAllocator::find_free(size_t size, void* stream, bool small) {
   auto& pool = small ? small_free_ : large_free_;
-  Block key{size, nullptr, stream, small, false, nullptr, nullptr};
+  Block key{size, nullptr, stream, small, false, nullptr, nullptr, {}, nullptr, false};
   auto it = pool.lower_bound(&key);
   if (it == pool.end() || (*it)->stream != stream) return nullptr;
   Block* b = *it;
@@ -151,7 +198,42 @@ void CachingAllocator::free_block(void* ptr) {
   }
   Block* b = it->second;
   active_.erase(it);
+  if (b->use_noted && b->last_use != b->stream && !contains(b->stream_uses, b->last_use) && stream_checks_enabled()) {
+    ++stats_.unrecorded_cross_stream_frees;
+    std::fprintf(stderr,
+                 "ember: a block of %zu bytes on %s allocated for stream %p was last used on stream %p and freed "
+                 "without record_stream(storage, that stream): it may be reused while that stream still uses it\n",
+                 b->size, backend_->name().c_str(), b->stream, b->last_use);
+  }
+  if (!b->stream_uses.empty()) {
+    // Not reusable until the work queued so far on every recorded stream is done.
+    DeferredFree d{b, {}};
+    try {
+      d.events.reserve(b->stream_uses.size());
+      for (void* s : b->stream_uses) d.events.push_back(backend_->record_event(s));
+      deferred_.push_back(std::move(d));
+      ++stats_.pending_frees;
+      ++stats_.deferred_frees;
+      return;
+    } catch (const std::exception& e) {
+      // Nothing can say when the other streams are done: wait for what was recorded, and report.
+      for (void* ev : d.events) {
+        try {
+          backend_->event_wait(ev);
+          backend_->event_release(ev);
+        } catch (...) {
+        }
+      }
+      std::fprintf(stderr, "ember: could not record the streams of a freed block on %s (%s); it is reused now\n",
+                   backend_->name().c_str(), e.what());
+    }
+  }
+  return_block(b);
+}
+
+void CachingAllocator::return_block(Block* b) {
   b->allocated = false;
+  b->stream_uses.clear();
   stats_.allocated -= b->size;
   auto& pool = b->small ? small_free_ : large_free_;
   // Merge with free neighbours; a free neighbour is in the pool, keyed by its size, so take it
@@ -191,8 +273,48 @@ void CachingAllocator::release_free_segments() {
   }
 }
 
+void CachingAllocator::process_deferred(bool wait) {
+  for (size_t i = 0; i < deferred_.size();) {
+    DeferredFree& d = deferred_[i];
+    bool done = true;
+    for (void* ev : d.events) {
+      if (wait) backend_->event_wait(ev);
+      else if (!backend_->event_done(ev)) done = false;
+      if (!done) break;
+    }
+    if (!done) {
+      ++i;
+      continue;
+    }
+    for (void* ev : d.events) backend_->event_release(ev);
+    Block* b = d.block;
+    std::swap(d, deferred_.back());
+    deferred_.pop_back();
+    --stats_.pending_frees;
+    return_block(b);
+  }
+}
+
+bool CachingAllocator::record_stream(void* ptr, void* stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = active_.find(ptr);
+  if (it == active_.end()) return false;
+  Block* b = it->second;
+  if (stream != b->stream && !contains(b->stream_uses, stream)) b->stream_uses.push_back(stream);
+  return true;
+}
+
+void CachingAllocator::note_use(void* ptr, void* stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = active_.find(ptr);
+  if (it == active_.end()) return;
+  it->second->last_use = stream;
+  it->second->use_noted = true;
+}
+
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mu_);
+  process_deferred(false);
   release_free_segments();
 }
 
@@ -205,6 +327,20 @@ void CachingAllocator::reset_peak() {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.peak_allocated = stats_.allocated;
   stats_.peak_reserved = stats_.reserved;
+}
+
+void record_stream(const Storage& storage, const Stream& stream) {
+  if (!storage.defined() || storage.data() == nullptr || storage.device().is_cpu()) return;  // the CPU is synchronous
+  EMBER_CHECK(stream.device() == storage.device(), "record_stream: the storage is on ", storage.device().str(),
+              " but the stream on ", stream.device().str(), "; record a stream of the storage's own device");
+  cuda_caching_allocator(storage.device().index()).record_stream(storage.data(), stream.handle());
+}
+
+void note_stream_use(const Storage& storage, const Stream& stream) {
+  if (!stream_checks_enabled() || !storage.defined() || storage.data() == nullptr || storage.device().is_cpu() ||
+      stream.device() != storage.device())
+    return;
+  cuda_caching_allocator(storage.device().index()).note_use(storage.data(), stream.handle());
 }
 
 }  // namespace ember

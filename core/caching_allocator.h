@@ -6,8 +6,19 @@
 // and the remainder returned to the pool; on free, adjacent free blocks of one segment merge.
 // A block is only reused by the stream it was allocated on, so no cross-stream sync is needed.
 //
-// The bookkeeping is independent of CUDA: the raw memory comes from a Backend, which is cudaMalloc
-// in production and a host-memory fake in the CPU tests.
+// The cross-stream rule (as PyTorch's): memory is handed out for one stream, the current stream
+// of the allocating thread, and a freed block goes back to that stream's pool. Work on that
+// stream is ordered before any later user of the block, so freeing early is safe. Work queued on
+// ANOTHER stream is not: the block could be reused and overwritten while that work still reads or
+// writes it. Whoever uses a tensor on another stream (a side-stream copy, an NCCL collective on a
+// communication stream) must call record_stream(storage, that_stream) before the tensor is freed;
+// the block then returns to its pool only once events recorded on every such stream at free time
+// have completed (checked without waiting at the next allocation). Debug builds (!NDEBUG), or
+// EMBER_DEBUG_STREAMS=1, report a freed block whose last use noted by a kernel launch was on
+// another stream and that was not recorded (stderr, and AllocatorStats::unrecorded_cross_stream_frees).
+//
+// The bookkeeping is independent of CUDA: the raw memory and the events come from a Backend,
+// which is the CUDA runtime in production and a host-memory fake in the CPU tests.
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -16,8 +27,11 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <ember/core/allocator.h>
+#include <ember/core/storage.h>
+#include <ember/core/stream.h>
 
 namespace ember {
 
@@ -30,6 +44,9 @@ struct AllocatorStats {
   uint64_t num_backend_allocs = 0;  // segments requested from the backend
   uint64_t num_backend_frees = 0;
   uint64_t cache_hits = 0;  // allocate() calls served without a backend allocation
+  uint64_t pending_frees = 0;  // freed blocks waiting for their recorded streams (still in `allocated`)
+  uint64_t deferred_frees = 0;  // frees that had to wait for recorded streams, in all
+  uint64_t unrecorded_cross_stream_frees = 0;  // debug check: last used on another stream, not recorded
 };
 
 class CachingAllocator : public Allocator {
@@ -45,6 +62,15 @@ class CachingAllocator : public Allocator {
     virtual void* current_stream() = 0;
     /// Where the memory lives, for error messages ("cuda:1").
     virtual std::string name() const { return "device"; }
+    /// An event that completes once the work queued so far on `stream` is done (null: the
+    /// backend's work is synchronous and already done, as for host memory).
+    virtual void* record_event(void* /*stream*/) { return nullptr; }
+    /// Whether `event` has completed; never waits. Null events have.
+    virtual bool event_done(void* /*event*/) { return true; }
+    /// Blocks the host until `event` completes.
+    virtual void event_wait(void* /*event*/) {}
+    /// `event` is no longer needed.
+    virtual void event_release(void* /*event*/) {}
   };
 
   static constexpr size_t kGranule = 512;
@@ -60,8 +86,17 @@ class CachingAllocator : public Allocator {
   DataPtr allocate(size_t nbytes) override;
   /// Allocation for an explicit stream.
   DataPtr allocate(size_t nbytes, void* stream);
-  /// Returns all free segments to the backend.
+  /// Returns all free segments to the backend (after taking back the deferred frees whose
+  /// streams are done).
   void empty_cache();
+  /// Marks the block at `ptr` (a pointer this allocator returned) as used by work queued on
+  /// `stream`: when it is freed, it waits for that work before it can be reused (see the top
+  /// comment). Recording the block's own stream does nothing. Returns false when `ptr` is not a
+  /// live block of this allocator (memory from elsewhere: nothing to do).
+  bool record_stream(void* ptr, void* stream);
+  /// Debug check: notes that work on `stream` uses the block at `ptr` (kernel launches call it
+  /// through note_stream_use when stream checks are on). Unknown pointers are ignored.
+  void note_use(void* ptr, void* stream);
   AllocatorStats stats() const;
   void reset_peak();
   /// Rounded size a request of `nbytes` occupies.
@@ -72,8 +107,15 @@ class CachingAllocator : public Allocator {
   struct BlockLess {
     bool operator()(const Block* a, const Block* b) const;
   };
+  /// A freed block whose recorded streams' events have not all completed.
+  struct DeferredFree {
+    Block* block;
+    std::vector<void*> events;
+  };
   static void deleter(void* ctx, void* ptr);
   void free_block(void* ptr);
+  void return_block(Block* b);  // merges b with free neighbours into its pool
+  void process_deferred(bool wait);  // returns the blocks whose events completed (all, if wait)
   Block* find_free(size_t size, void* stream, bool small);
   void release_free_segments();
 
@@ -81,6 +123,7 @@ class CachingAllocator : public Allocator {
   std::unique_ptr<Backend> backend_;
   std::set<Block*, BlockLess> small_free_, large_free_;
   std::unordered_map<void*, Block*> active_;
+  std::vector<DeferredFree> deferred_;
   AllocatorStats stats_;
 };
 
@@ -88,5 +131,22 @@ class CachingAllocator : public Allocator {
 CachingAllocator& cuda_caching_allocator(int index);
 /// Frees cached blocks on every CUDA device (no-op without CUDA).
 void cuda_empty_cache();
+
+/// Declares that work queued on `stream` uses `storage`'s memory (PyTorch's
+/// Tensor.record_stream): once the storage is freed, its block is not reused until that work is
+/// done. Required for every stream other than the one the storage was allocated on (the
+/// allocating thread's current stream) that touches it before it is freed, e.g. an NCCL
+/// collective on a communication stream: `record_stream(t.storage(), comm_stream)`. No-op for
+/// CPU storages and for memory not from the caching allocator; the stream must be on the
+/// storage's device.
+void record_stream(const Storage& storage, const Stream& stream);
+
+/// Whether launches note which stream uses which block, so that a free after a cross-stream use
+/// without record_stream is reported (on in debug builds or with EMBER_DEBUG_STREAMS=1).
+bool stream_checks_enabled();
+void set_stream_checks(bool on);
+/// Notes a use of `storage` by work on `stream` for that check (no-op when it is off, or for CPU
+/// storages). Kernel launchers call it for the tensors they write.
+void note_stream_use(const Storage& storage, const Stream& stream);
 
 }  // namespace ember

@@ -7,6 +7,7 @@
 #include <string>
 
 #include <ember/core/caching_allocator.h>
+#include <ember/core/cuda/runtime.h>
 #include <ember/core/cuda_check.h>
 #include <ember/core/stream.h>
 
@@ -39,6 +40,15 @@ class CudaBackend final : public CachingAllocator::Backend {
   void* current_stream() override { return ember::current_stream(Device::cuda(device_)).handle(); }
 
   std::string name() const override { return "cuda:" + std::to_string(device_); }
+
+  // Events for record_stream's deferred frees.
+  void* record_event(void* stream) override { return detail::cuda_pooled_event_record(device_, stream); }
+  bool event_done(void* event) override { return detail::cuda_event_query(event); }
+  void event_wait(void* event) override {
+    detail::cuda_event_synchronize(event);
+    detail::note_host_synchronization();
+  }
+  void event_release(void* event) override { detail::cuda_pooled_event_release(device_, event); }
 
  private:
   int device_;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include <ember/core/caching_allocator.h>
 #include <ember/core/cuda_check.h>
 #include <ember/core/stream.h>
 #include <ember/core/tensor.h>
@@ -22,9 +23,12 @@ inline int grid_for(int64_t n, int block = kBlock, int64_t cap = 65536) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(g, cap)));
 }
 
-/// The current stream of the tensor's device, as a cudaStream_t.
+/// The current stream of the tensor's device, as a cudaStream_t. Launchers pass the tensor they
+/// write: with stream checks on (core/caching_allocator.h) its use on that stream is noted.
 inline cudaStream_t stream_of(const Tensor& t) {
-  return static_cast<cudaStream_t>(current_stream(t.device()).handle());
+  const Stream s = current_stream(t.device());
+  if (stream_checks_enabled()) note_stream_use(t.storage(), s);
+  return static_cast<cudaStream_t>(s.handle());
 }
 
 /// Accumulation type: float for f32/f16/bf16, double for f64, same for integers.

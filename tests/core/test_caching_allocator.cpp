@@ -28,6 +28,10 @@ struct FakeState {
   int allocs = 0, frees = 0, failed_allocs = 0;
   std::map<char*, size_t> live;  // segment start -> size
   void* stream = nullptr;
+  // Events (record_stream): handle i + 1 is event i, recorded on event_stream[i].
+  std::vector<bool> event_done;
+  std::vector<void*> event_stream;
+  int event_waits = 0, event_releases = 0;
 };
 
 class FakeBackend final : public CachingAllocator::Backend {
@@ -54,8 +58,20 @@ class FakeBackend final : public CachingAllocator::Backend {
   }
   void* current_stream() override { return s_->stream; }
   std::string name() const override { return "fake:0"; }
+  void* record_event(void* stream) override {
+    s_->event_done.push_back(false);
+    s_->event_stream.push_back(stream);
+    return reinterpret_cast<void*>(s_->event_done.size());
+  }
+  bool event_done(void* e) override { return s_->event_done[index(e)]; }
+  void event_wait(void* e) override {
+    ++s_->event_waits;
+    s_->event_done[index(e)] = true;
+  }
+  void event_release(void*) override { ++s_->event_releases; }
 
  private:
+  static size_t index(void* e) { return reinterpret_cast<uintptr_t>(e) - 1; }
   FakeState* s_;
 };
 
@@ -337,4 +353,122 @@ TEST_CASE("concurrent allocate/free from several threads", "[cpu]") {
   CHECK(a.stats().allocated == 0);
   a.empty_cache();
   CHECK(st.live.empty());
+}
+
+TEST_CASE("record_stream: a block used on another stream is reused only once that stream's work is done", "[cpu]") {
+  FakeState st;
+  CachingAllocator a(std::make_unique<FakeBackend>(&st));
+  void* first;
+  {
+    DataPtr p = a.allocate(4096, kStreamA);
+    first = p.get();
+    CHECK(a.record_stream(first, kStreamA));  // its own stream: nothing to wait for
+    CHECK(a.record_stream(first, kStreamB));
+    CHECK(a.record_stream(first, kStreamB));  // recorded once
+  }
+  // Freed: one event on stream B, and the block waits (still counted as allocated).
+  REQUIRE(st.event_stream.size() == 1);
+  CHECK(st.event_stream[0] == kStreamB);
+  CHECK(a.stats().pending_frees == 1);
+  CHECK(a.stats().allocated == 4096);
+  DataPtr q = a.allocate(4096, kStreamA);  // B's work is not done: another block
+  CHECK(q.get() != first);
+  st.event_done[0] = true;
+  DataPtr r = a.allocate(4096, kStreamA);  // the next allocation finds the event complete
+  CHECK(r.get() == first);
+  CHECK(a.stats().pending_frees == 0);
+  CHECK(a.stats().deferred_frees == 1);
+  CHECK(st.event_releases == 1);
+  CHECK(st.event_waits == 0);  // polled, never waited for
+  CHECK(a.stats().allocated == 2 * 4096);
+  // The recording does not outlive the block: freed again, r goes straight back to the pool.
+  r.reset();
+  CHECK(st.event_stream.size() == 1);
+  CHECK(a.allocate(4096, kStreamA).get() == first);
+  CHECK_FALSE(a.record_stream(reinterpret_cast<void*>(0x10), kStreamB));  // not ours: nothing to do
+}
+
+TEST_CASE("record_stream: every recorded stream must be done, and empty_cache leaves waiting blocks alone", "[cpu]") {
+  FakeState st;
+  CachingAllocator a(std::make_unique<FakeBackend>(&st));
+  void* const kStreamC = reinterpret_cast<void*>(0x3000);
+  {
+    DataPtr p = a.allocate(3 * MiB, kStreamA);  // a segment of its own (20 MiB pool)
+    a.record_stream(p.get(), kStreamB);
+    a.record_stream(p.get(), kStreamC);
+  }
+  REQUIRE(st.event_stream.size() == 2);
+  st.event_done[0] = true;  // B done, C not
+  a.empty_cache();
+  CHECK(a.stats().pending_frees == 1);
+  CHECK(st.frees == 0);  // the segment is still in use until C is done
+  st.event_done[1] = true;
+  a.empty_cache();
+  CHECK(a.stats().pending_frees == 0);
+  CHECK(st.frees == 1);
+  CHECK(a.stats().reserved == 0);
+  CHECK(st.event_releases == 2);
+}
+
+TEST_CASE("record_stream: out of memory waits for the deferred blocks before failing", "[cpu]") {
+  FakeState st;
+  st.capacity = 30 * MiB;
+  CachingAllocator a(std::make_unique<FakeBackend>(&st));
+  void* big;
+  {
+    DataPtr p = a.allocate(12 * MiB, kStreamA);
+    big = p.get();
+    a.record_stream(big, kStreamB);
+  }
+  DataPtr q = a.allocate(12 * MiB, kStreamB);  // another stream's pool: 24 MiB reserved
+  CHECK(st.event_waits == 0);
+  // 12 MiB more do not fit next to 24 MiB reserved: the allocator waits for stream B, then
+  // reuses the 12 MiB block rather than fail.
+  DataPtr r = a.allocate(12 * MiB, kStreamA);
+  CHECK(st.event_waits == 1);
+  CHECK(r.get() == big);
+  CHECK(a.stats().pending_frees == 0);
+}
+
+TEST_CASE("stream checks: a free after an unrecorded use on another stream is reported", "[cpu]") {
+  FakeState st;
+  CachingAllocator a(std::make_unique<FakeBackend>(&st));
+  const bool was = ember::stream_checks_enabled();
+  ember::set_stream_checks(true);
+  {
+    DataPtr p = a.allocate(1000, kStreamA);
+    a.note_use(p.get(), kStreamA);  // its own stream: fine
+  }
+  CHECK(a.stats().unrecorded_cross_stream_frees == 0);
+  {
+    DataPtr p = a.allocate(1000, kStreamA);
+    a.note_use(p.get(), kStreamB);
+    a.record_stream(p.get(), kStreamB);  // recorded: fine (and deferred)
+  }
+  CHECK(a.stats().unrecorded_cross_stream_frees == 0);
+  {
+    DataPtr p = a.allocate(1000, kStreamA);
+    a.note_use(p.get(), kStreamB);
+    a.note_use(p.get(), kStreamA);  // the last use counts
+  }
+  CHECK(a.stats().unrecorded_cross_stream_frees == 0);
+  {
+    DataPtr p = a.allocate(1000, kStreamA);
+    a.note_use(p.get(), kStreamB);
+  }
+  CHECK(a.stats().unrecorded_cross_stream_frees == 1);
+  ember::set_stream_checks(false);
+  {
+    DataPtr p = a.allocate(1000, kStreamA);
+    a.note_use(p.get(), kStreamB);
+  }
+  CHECK(a.stats().unrecorded_cross_stream_frees == 1);  // off: not looked at
+  ember::set_stream_checks(was);
+}
+
+TEST_CASE("record_stream on CPU storages is a no-op", "[cpu]") {
+  ember::Storage s(100, ember::Device::cpu());
+  CHECK_NOTHROW(ember::record_stream(s, ember::Stream()));
+  CHECK_NOTHROW(ember::note_stream_use(s, ember::Stream()));
+  CHECK_NOTHROW(ember::record_stream(ember::Storage(), ember::Stream()));
 }

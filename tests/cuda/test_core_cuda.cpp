@@ -9,13 +9,18 @@
 #include <ember/core/device.h>
 #include <ember/core/error.h>
 #include <ember/core/stream.h>
+#include <ember/core/tensor.h>
+#include <ember/kernels/copy.h>
+#include <ember/kernels/factory.h>
 
 using ember::Device;
 using ember::Event;
 using ember::Stream;
 
-TEST_CASE("CUDA devices are discovered and validated", "[cuda]") {
+TEST_CASE("CUDA devices are discovered and validated", "[cuda][core]") {
   REQUIRE(ember::cuda_compiled());
+  CHECK(ember::cuda_available());
+  CHECK(ember::cuda_unavailable_reason().empty());
   const int n = ember::cuda_device_count();
   REQUIRE(n > 0);
   CHECK(Device::best() == Device::cuda(0));
@@ -29,7 +34,7 @@ TEST_CASE("CUDA devices are discovered and validated", "[cuda]") {
   CHECK_NOTHROW(ember::DeviceGuard(Device::cuda(n - 1)));
 }
 
-TEST_CASE("the CUDA caching allocator reuses blocks per stream", "[cuda]") {
+TEST_CASE("the CUDA caching allocator reuses blocks per stream", "[cuda][core]") {
   ember::CachingAllocator& a = ember::cuda_caching_allocator(0);
   CHECK(&a == &ember::cuda_caching_allocator(0));  // one allocator per device
   CHECK(&ember::allocator_for(Device::cuda(0)) == static_cast<ember::Allocator*>(&a));
@@ -62,7 +67,7 @@ TEST_CASE("the CUDA caching allocator reuses blocks per stream", "[cuda]") {
   CHECK(a.stats().reserved <= mid.reserved);
 }
 
-TEST_CASE("CUDA out of memory names the device and the size, and leaves the allocator usable", "[cuda]") {
+TEST_CASE("CUDA out of memory names the device and the size, and leaves the allocator usable", "[cuda][core]") {
   ember::CachingAllocator& a = ember::cuda_caching_allocator(0);
   const size_t huge = size_t(1) << 50;  // 1 PiB
   try {
@@ -78,7 +83,7 @@ TEST_CASE("CUDA out of memory names the device and the size, and leaves the allo
   CHECK_NOTHROW(ember::synchronize(Device::cuda(0)));  // no sticky error left behind
 }
 
-TEST_CASE("CUDA streams: current stream per thread, guards, new streams", "[cuda]") {
+TEST_CASE("CUDA streams: current stream per thread, guards, new streams", "[cuda][core]") {
   const Device d = Device::cuda(0);
   Stream def = ember::current_stream(d);
   CHECK(def.device() == d);
@@ -101,7 +106,7 @@ TEST_CASE("CUDA streams: current stream per thread, guards, new streams", "[cuda
   CHECK_NOTHROW(def.synchronize());
 }
 
-TEST_CASE("CUDA events record, order streams and time", "[cuda]") {
+TEST_CASE("CUDA events record, order streams and time", "[cuda][core]") {
   const Device d = Device::cuda(0);
   Stream s1 = ember::new_stream(d), s2 = ember::new_stream(d);
   Event start, end;
@@ -127,4 +132,71 @@ TEST_CASE("CUDA events record, order streams and time", "[cuda]") {
     CHECK(msg.find("cuda:0") != std::string::npos);
     CHECK(msg.find("cpu") != std::string::npos);
   }
+}
+
+namespace {
+
+/// Keeps `s` busy for a while (tens of milliseconds on any GPU): repeated fills of 256 MiB.
+void keep_busy(const Stream& s, ember::Tensor& scratch) {
+  ember::StreamGuard g(s);
+  for (int i = 0; i < 40; ++i) ember::kernels::fill(scratch, static_cast<double>(i));
+}
+
+}  // namespace
+
+TEST_CASE("record_stream keeps a freed block from reuse until the other stream's work is done", "[cuda][core]") {
+  const Device d = Device::cuda(0);
+  ember::CachingAllocator& a = ember::cuda_caching_allocator(0);
+  const Stream side = ember::new_stream(d);
+  ember::Tensor scratch = ember::empty({int64_t(64) << 20}, {.dtype = ember::DType::f32, .device = d});
+  ember::synchronize(d);
+  void* first;
+  {
+    ember::Tensor t = ember::empty({1 << 16}, {.dtype = ember::DType::f32, .device = d});  // current stream's pool
+    first = t.data_ptr();
+    keep_busy(side, scratch);
+    {
+      ember::StreamGuard g(side);
+      ember::kernels::fill(t, 1.0);  // t is written on the side stream, behind the long fills
+    }
+    ember::record_stream(t.storage(), side);
+  }
+  CHECK(a.stats().pending_frees == 1);
+  {
+    // The side stream is still busy (the host got here in microseconds): not handed out again.
+    ember::Tensor u = ember::empty({1 << 16}, {.dtype = ember::DType::f32, .device = d});
+    CHECK(u.data_ptr() != first);
+  }
+  side.synchronize();
+  ember::Tensor v = ember::empty({1 << 16}, {.dtype = ember::DType::f32, .device = d});
+  CHECK(v.data_ptr() == first);  // done now: back in its pool at the next allocation
+  CHECK(a.stats().pending_frees == 0);
+  CHECK_THROWS_WITH(ember::record_stream(v.storage(), Stream(Device::cuda(1), nullptr)),
+                    Catch::Contains("cuda:1") || Catch::Contains("only 1"));
+}
+
+TEST_CASE("stream checks report a block freed after an unrecorded use on another stream", "[cuda][core]") {
+  const Device d = Device::cuda(0);
+  ember::CachingAllocator& a = ember::cuda_caching_allocator(0);
+  const bool was = ember::stream_checks_enabled();
+  ember::set_stream_checks(true);
+  const Stream side = ember::new_stream(d);
+  const uint64_t before = a.stats().unrecorded_cross_stream_frees;
+  {
+    ember::Tensor t = ember::empty({1000}, {.dtype = ember::DType::f32, .device = d});
+    ember::StreamGuard g(side);
+    ember::kernels::fill(t, 2.0);  // the launch notes the use of t on `side`
+  }
+  CHECK(a.stats().unrecorded_cross_stream_frees == before + 1);
+  {
+    ember::Tensor t = ember::empty({1000}, {.dtype = ember::DType::f32, .device = d});
+    {
+      ember::StreamGuard g(side);
+      ember::kernels::fill(t, 2.0);
+    }
+    ember::record_stream(t.storage(), side);
+  }
+  CHECK(a.stats().unrecorded_cross_stream_frees == before + 1);
+  side.synchronize();
+  ember::set_stream_checks(was);
 }

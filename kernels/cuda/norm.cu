@@ -10,10 +10,16 @@
 // backward is cudnnBatchNormalizationBackward fed with the saved mean and inverse std.
 // Where cuDNN does not reach, small kernels here take over:
 //  * eval backward: cuDNN's backward always differentiates through the batch statistics; with
-//    fixed statistics dx = w * invstd * dy and the parameter gradients are per-channel sums (one
-//    block per channel, sums in f64, no atomics);
+//    fixed statistics dx = w * invstd * dy and the parameter gradients are per-channel sums. A
+//    2-D grid (channel, chunk of the channel's N * S elements) writes dx and f64 partial sums in
+//    one pass, enough blocks to fill the GPU even for few channels; a second tiny kernel adds
+//    each channel's partials in chunk order (deterministic, no atomics). The channel is the
+//    block's, so the only per-element index math is one division by S (FastDiv32 when every
+//    index fits in 32 bits);
 //  * eval forward for bf16, and for N > 65535 (cuDNN's inference kernels put N on a grid
-//    dimension capped at 65535; PyTorch routes those around cuDNN too): y = x * scale + shift;
+//    dimension capped at 65535; PyTorch routes those around cuDNN too): y = x * scale + shift,
+//    with scale = w / sqrt(var + eps) and shift = b - mean * scale computed once per channel by
+//    a tiny kernel, and the channel of element i, (i / S) % C, by FastDiv32 multiplies;
 //  * bf16 training goes through f32 copies of x (and dy): cuDNN's legacy batch norm does not
 //    promise bf16, and one rounding at the end loses nothing.
 // cuDNN indexes in 32 bits, and its training kernels fail past N = 880801 (the bound PyTorch
@@ -89,7 +95,7 @@ struct BnDescs {
 
 /// `t` itself, or a (C) tensor of `value` when t is undefined.
 Tensor or_filled(const Tensor& t, int64_t C, DType dt, Device dev, double value) {
-  return t.defined() ? t : full({C}, value, dt, dev);
+  return t.defined() ? t : full({C}, value, {.dtype = dt, .device = dev});
 }
 
 /// The dtype cuDNN computes x in: bf16 is staged through f32 (see the top comment).
@@ -98,36 +104,57 @@ DType cudnn_dtype_for(DType dt) { return dt == DType::bf16 ? DType::f32 : dt; }
 Tensor staged(const Tensor& t) { return t.dtype() == DType::bf16 ? cast(t, DType::f32) : t; }
 /// `out` itself, or an f32 buffer of its shape to copy back from when staged.
 Tensor staged_out(const Tensor& out) {
-  return out.dtype() == DType::bf16 ? empty(out.sizes(), DType::f32, out.device()) : out;
+  return out.dtype() == DType::bf16 ? empty(out.sizes(), {.dtype = DType::f32, .device = out.device()}) : out;
 }
 
-/// Eval forward y = x * scale[c] + shift[c] over x, y (N, C, S); scale = w * invstd and
-/// shift = b - mean * scale per channel in P (f64 for f64, else f32), the element math in P.
-template <typename T, typename P>
+/// Per-channel eval affine, once per call: scale[c] = w[c] / sqrt(var[c] + eps) and shift[c] =
+/// b[c] - mean[c] * scale[c] in P (f64 for f64, else f32); w, b may be null (1, 0).
+template <typename P>
 __global__ void __launch_bounds__(kBlock)
-    bn_forward_eval_kernel(const T* __restrict__ x, T* __restrict__ y, const P* __restrict__ w, const P* __restrict__ b,
-                           const P* __restrict__ mean, const P* __restrict__ var, P eps, int64_t total, int64_t C,
-                           int64_t S) {
+    bn_eval_affine_kernel(const P* __restrict__ w, const P* __restrict__ b, const P* __restrict__ mean,
+                          const P* __restrict__ var, P eps, int64_t C, P* __restrict__ scale, P* __restrict__ shift) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const int64_t c = (i / S) % C;
-    const P scale = (w != nullptr ? w[c] : P(1)) / sqrt(var[c] + eps);
-    const P shift = (b != nullptr ? b[c] : P(0)) - mean[c] * scale;
-    y[i] = store_as<T>(load_as<P>(x[i]) * scale + shift);
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += stride) {
+    const P k = (w != nullptr ? w[c] : P(1)) / sqrt(var[c] + eps);
+    scale[c] = k;
+    shift[c] = (b != nullptr ? b[c] : P(0)) - mean[c] * k;
+  }
+}
+
+/// Eval forward y = x * scale[c] + shift[c] over x, y (N, C, S), element math in P; element i is
+/// in channel (i / S) % C, two divisions by Dv (multiply-high and shift for FastDiv32).
+template <typename T, typename P, typename I, typename Dv>
+__global__ void __launch_bounds__(kBlock)
+    bn_forward_eval_kernel(const T* __restrict__ x, T* __restrict__ y, const P* __restrict__ scale,
+                           const P* __restrict__ shift, I total, Dv S, Dv C) {
+  const I stride = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); i < total;
+       i += stride) {
+    const I q = S.div(i);  // n * C + c
+    const I c = q - C.div(q) * static_cast<I>(C.divisor);
+    y[i] = store_as<T>(load_as<P>(x[i]) * scale[c] + shift[c]);
   }
 }
 
 void batch_norm_eval_kernel(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& rm, const Tensor& rv,
                             double eps, const Tensor& out, cudaStream_t stream, const char* op) {
-  const int64_t total = x.numel();
+  const int64_t total = x.numel(), C = x.size(1), S = x.size(2);
+  const DType pd = param_dtype(x.dtype());
+  const Tensor affine = empty({2, C}, {.dtype = pd, .device = x.device()});  // {scale, shift}
   EMBER_DISPATCH_FLOAT(x.dtype(), op, [&]<typename T>() {
     using P = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    bn_forward_eval_kernel<T, P><<<grid_for(total), kBlock, 0, stream>>>(
-        static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()),
+    P* scale = static_cast<P*>(affine.data_ptr());
+    bn_eval_affine_kernel<P><<<grid_for(C), kBlock, 0, stream>>>(
         w.defined() ? static_cast<const P*>(w.data_ptr()) : nullptr,
         b.defined() ? static_cast<const P*>(b.data_ptr()) : nullptr, static_cast<const P*>(rm.data_ptr()),
-        static_cast<const P*>(rv.data_ptr()), static_cast<P>(eps), total, x.size(1), x.size(2));
+        static_cast<const P*>(rv.data_ptr()), static_cast<P>(eps), C, scale, scale + C);
     EMBER_LAUNCH_CHECK();
+    with_index_width(total, total, [&]<typename I, typename Dv>() {
+      bn_forward_eval_kernel<T, P, I, Dv><<<grid_for(total), kBlock, 0, stream>>>(
+          static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()), scale, scale + C, static_cast<I>(total),
+          Dv(static_cast<I>(S)), Dv(static_cast<I>(C)));
+      EMBER_LAUNCH_CHECK();
+    });
   });
 }
 
@@ -186,37 +213,61 @@ void batch_norm_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, 
   // Temporaries (w, b, staged copies) are freed in stream order, after cuDNN's kernels read them.
 }
 
-/// Eval-mode backward. Block c' handles channels c = c', c' + gridDim.x, ...: over the N * S
-/// elements (n, c, s) of x/g/gx (N, C, S) it writes gx = w[c] * invstd[c] * g and reduces
-/// sum(g) -> gb[c] and invstd[c] * sum(g * (x - mean[c])) -> gw[c] (sums in f64).
-template <typename T, typename P>
+/// Eval-mode backward, pass 1. Block (c, j) = (blockIdx.x, blockIdx.y) takes the elements
+/// m = n * S + s in [j * chunk, (j + 1) * chunk) of channel c of x/g/gx (N, C, S): it writes
+/// gx = k * g with k = w[c] * invstd[c] (once per block), and part[j][c] = {sum g, sum g * (x -
+/// mean[c])} in f64. The only per-element division is m / S.
+template <typename T, typename P, typename I, typename Dv>
 __global__ void __launch_bounds__(kBlock)
     bn_backward_eval_kernel(const T* __restrict__ g, const T* __restrict__ x, const P* __restrict__ w,
                             const P* __restrict__ mean, const P* __restrict__ invstd, T* __restrict__ gx,
-                            P* __restrict__ gw, P* __restrict__ gb, int64_t N, int64_t C, int64_t S) {
+                            double2* __restrict__ part, I M, I chunk, Dv S, I C) {
   using A = acc_t<T>;
   __shared__ double2 smem[32];
-  for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
-    const double m = static_cast<double>(mean[c]), is = static_cast<double>(invstd[c]);
-    const A k = static_cast<A>((w != nullptr ? static_cast<double>(w[c]) : 1.0) * is);
-    double sg = 0.0, sgd = 0.0;
-    const int64_t M = N * S;
-    for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
-      const int64_t n = j / S, s = j - n * S;
-      const int64_t e = (n * C + c) * S + s;
-      const A gv = load_as<A>(g[e]);
-      sg += static_cast<double>(gv);
-      sgd += static_cast<double>(gv) * (static_cast<double>(load_as<A>(x[e])) - m);
-      gx[e] = store_as<T>(k * gv);
-    }
-    const double2 tot = block_reduce(
-        make_double2(sg, sgd), [](double2 a, double2 b) { return make_double2(a.x + b.x, a.y + b.y); },
-        make_double2(0.0, 0.0), smem);
-    if (threadIdx.x == 0) {
-      gb[c] = static_cast<P>(tot.x);
-      gw[c] = static_cast<P>(tot.y * is);
-    }
+  const I c = static_cast<I>(blockIdx.x);
+  const double m = static_cast<double>(mean[c]);
+  const A k = static_cast<A>((w != nullptr ? static_cast<double>(w[c]) : 1.0) * static_cast<double>(invstd[c]));
+  const I begin = static_cast<I>(blockIdx.y) * chunk;
+  const I end = M - begin < chunk ? M : begin + chunk;
+  double sg = 0.0, sgd = 0.0;
+  for (I j = begin + static_cast<I>(threadIdx.x); j < end; j += static_cast<I>(blockDim.x)) {
+    const I n = S.div(j);
+    const I e = (n * C + c) * static_cast<I>(S.divisor) + (j - n * static_cast<I>(S.divisor));
+    const A gv = load_as<A>(g[e]);
+    sg += static_cast<double>(gv);
+    sgd += static_cast<double>(gv) * (static_cast<double>(load_as<A>(x[e])) - m);
+    gx[e] = store_as<T>(k * gv);
   }
+  const double2 tot = block_reduce(
+      make_double2(sg, sgd), [](double2 a, double2 b) { return make_double2(a.x + b.x, a.y + b.y); },
+      make_double2(0.0, 0.0), smem);
+  if (threadIdx.x == 0) part[static_cast<int64_t>(blockIdx.y) * C + c] = tot;
+}
+
+/// Eval-mode backward, pass 2: gb[c] = sum_j part[j][c].x and gw[c] = invstd[c] * sum_j
+/// part[j][c].y over the `chunks` partials, in chunk order (the same bits on every run).
+template <typename P>
+__global__ void __launch_bounds__(kBlock)
+    bn_backward_eval_finish_kernel(const double2* __restrict__ part, int64_t chunks, const P* __restrict__ invstd,
+                                   P* __restrict__ gw, P* __restrict__ gb, int64_t C) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += stride) {
+    double sg = 0.0, sgd = 0.0;
+    for (int64_t j = 0; j < chunks; ++j) {
+      const double2 p = part[j * C + c];
+      sg += p.x;
+      sgd += p.y;
+    }
+    gb[c] = static_cast<P>(sg);
+    gw[c] = static_cast<P>(sgd * static_cast<double>(invstd[c]));
+  }
+}
+
+/// Chunks per channel for the eval backward: enough blocks in all for about four per
+/// multiprocessor, none shorter than a block's worth of elements, at most 65535 (gridDim.y).
+int64_t eval_backward_chunks(int64_t C, int64_t M, int device) {
+  const int64_t want = ceil_div(int64_t(4) * sm_count(device), C);
+  return std::clamp<int64_t>(std::min(want, ceil_div(M, int64_t(kBlock))), 1, 65535);
 }
 
 void batch_norm_backward_cuda(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& save_mean,
@@ -261,15 +312,26 @@ void batch_norm_backward_cuda(const Tensor& grad_out, const Tensor& x, const Ten
     if (!dxs.is_same(r.grad_x)) copy(r.grad_x, dxs);
     return;
   }
-  const int grid = static_cast<int>(std::min<int64_t>(C, 65535));
+  const int64_t M = N * S;
+  const int64_t chunks0 = eval_backward_chunks(C, M, x.device().index());
+  const int64_t chunk = ceil_div(M, chunks0), chunks = ceil_div(M, chunk);
+  const Tensor part = empty({chunks, C, 2}, {.dtype = DType::f64, .device = x.device()});  // double2 per block
   EMBER_DISPATCH_FLOAT(x.dtype(), op, [&]<typename T>() {
     using P = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    bn_backward_eval_kernel<T, P><<<grid, kBlock, 0, stream>>>(
-        static_cast<const T*>(grad_out.data_ptr()), static_cast<const T*>(x.data_ptr()),
-        weight.defined() ? static_cast<const P*>(weight.data_ptr()) : nullptr,
-        static_cast<const P*>(save_mean.data_ptr()), static_cast<const P*>(save_invstd.data_ptr()),
-        static_cast<T*>(r.grad_x.data_ptr()), static_cast<P*>(r.grad_weight.data_ptr()),
-        static_cast<P*>(r.grad_bias.data_ptr()), N, C, S);
+    auto* pp = static_cast<double2*>(part.data_ptr());
+    with_index_width(x.numel(), x.numel(), [&]<typename I, typename Dv>() {
+      const dim3 grid(static_cast<unsigned>(C), static_cast<unsigned>(chunks));
+      bn_backward_eval_kernel<T, P, I, Dv><<<grid, kBlock, 0, stream>>>(
+          static_cast<const T*>(grad_out.data_ptr()), static_cast<const T*>(x.data_ptr()),
+          weight.defined() ? static_cast<const P*>(weight.data_ptr()) : nullptr,
+          static_cast<const P*>(save_mean.data_ptr()), static_cast<const P*>(save_invstd.data_ptr()),
+          static_cast<T*>(r.grad_x.data_ptr()), pp, static_cast<I>(M), static_cast<I>(chunk), Dv(static_cast<I>(S)),
+          static_cast<I>(C));
+      EMBER_LAUNCH_CHECK();
+    });
+    bn_backward_eval_finish_kernel<P><<<grid_for(C), kBlock, 0, stream>>>(
+        pp, chunks, static_cast<const P*>(save_invstd.data_ptr()), static_cast<P*>(r.grad_weight.data_ptr()),
+        static_cast<P*>(r.grad_bias.data_ptr()), C);
     EMBER_LAUNCH_CHECK();
   });
 }

@@ -274,7 +274,7 @@ TEST_CASE("cuda batch_norm eval past cuDNN's batch limit (N > 65535) and in bf16
 }
 
 TEST_CASE("cuda batch_norm training past cuDNN's batch limit is refused with a message", "[cuda]") {
-  const Tensor x = zeros({880802, 1}, DType::f32, kGpu);
+  const Tensor x = zeros({880802, 1}, {.dtype = DType::f32, .device = kGpu});
   REQUIRE_THROWS_WITH(kernels::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5),
                       Catch::Contains("880801") && Catch::Contains("N = 880802"));
 }
@@ -321,6 +321,46 @@ TEST_CASE("cuda batch_norm_backward in training (cuDNN) and eval (kernel) matche
   }
 }
 
+TEST_CASE("cuda batch_norm eval kernels: many chunks per channel, many channels, bit-identical reruns",
+          "[cuda][norm]") {
+  // The eval backward splits each channel's N * S elements over up to 65535 chunks (blocks
+  // (c, j)) and adds the partials in chunk order; the eval forward's own kernel (bf16) finds the
+  // channel with two fast divisions. Few channels with long runs, and more channels than the
+  // 65535 blocks the old one-block-per-channel grid was capped at (S = 1, as in BatchNorm1d).
+  struct Case {
+    Shape x;
+  };
+  for (const Case& k : {Case{{3000, 2, 50}}, Case{{3, 70000}}, Case{{7, 5, 3, 3}}}) {
+    const int64_t C = k.x[1];
+    for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
+      INFO("x " << shape_str(k.x) << ", " << dtype_name(dt));
+      const DType P = param_of(dt);
+      const Tensor x = random_tensor(k.x, dt, 71, -1.0, 1.0, Layout::Contiguous, kGpu);
+      const Tensor gy = random_tensor(k.x, dt, 72, -1.0, 1.0, Layout::Contiguous, kGpu);
+      const Tensor w = random_tensor({C}, P, 73, 0.5, 1.5, Layout::Contiguous, kGpu);
+      const std::vector<double> rm = random_values(C, 74, -0.5, 0.5), rv = random_values(C, 75, 0.5, 2.0);
+      std::vector<double> is(rv.size());
+      for (size_t i = 0; i < rv.size(); ++i) is[i] = 1.0 / std::sqrt(rv[i] + 1e-5);
+      const Tensor mean = make_tensor(rm, {C}, P, kGpu), invstd = make_tensor(is, {C}, P, kGpu);
+      const kernels::BatchNormGrads g = kernels::batch_norm_backward(gy, x, w, mean, invstd, false, 1e-5);
+      const BnGradRef e =
+          ref_batch_norm_backward(k.x, to_f64(gy), to_f64(x), to_f64(w), to_f64(mean), to_f64(invstd), false, dt);
+      check_expect(g.grad_x, e.gx);
+      check_expect(g.grad_weight, e.gw);
+      check_expect(g.grad_bias, e.gb);
+      const kernels::BatchNormGrads again = kernels::batch_norm_backward(gy, x, w, mean, invstd, false, 1e-5);
+      check_same_bits(again.grad_weight, g.grad_weight);
+      check_same_bits(again.grad_bias, g.grad_bias);
+      if (dt == DType::bf16) {  // the eval forward's own kernel
+        const Tensor b = random_tensor({C}, P, 76, -1.0, 1.0, Layout::Contiguous, kGpu);
+        const kernels::BatchNormResult r = kernels::batch_norm(x, w, b, make_tensor(rm, {C}, P, kGpu),
+                                                               make_tensor(rv, {C}, P, kGpu), false, 0.1, 1e-5);
+        check_expect(r.out, ref_batch_norm(k.x, to_f64(x), to_f64(w), to_f64(b), rm, rv, false, 0.1, 1e-5, dt).out);
+      }
+    }
+  }
+}
+
 TEST_CASE("cuda dropout and dropout_backward match the CPU bit for bit", "[cuda]") {
   uint64_t seed = 1000;
   for (DType dt : kFloatTypes) {
@@ -350,7 +390,7 @@ TEST_CASE("cuda dropout keeps element i iff its Philox uniform is >= p, scaled b
   for (double p : {0.25, 0.5, 0.8}) {
     INFO("p " << p);
     const uint64_t seed = 0xabcdef, offset = 12345;
-    const Tensor y = kernels::dropout(ones({n}, DType::f32, kGpu), p, seed, offset);
+    const Tensor y = kernels::dropout(ones({n}, {.dtype = DType::f32, .device = kGpu}), p, seed, offset);
     const std::vector<double> v = to_f64(y);
     const double scale = static_cast<double>(static_cast<float>(1.0 / (1.0 - p)));
     int64_t bad = 0, kept = 0;
@@ -373,6 +413,6 @@ TEST_CASE("cuda dropout keeps element i iff its Philox uniform is >= p, scaled b
 TEST_CASE("cuda dropout on 2^24+ elements matches the CPU", "[cuda][slow]") {
   const int64_t n = (int64_t(1) << 24) + 7;
   Generator gen(3);
-  const Tensor x = rand({n}, DType::f32, kGpu, gen);
+  const Tensor x = rand({n}, {.dtype = DType::f32, .device = kGpu}, gen);
   check_same_bits(kernels::dropout(x, 0.3, 99, 1u << 30), kernels::dropout(x.to(Device::cpu()), 0.3, 99, 1u << 30));
 }

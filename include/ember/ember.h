@@ -41,6 +41,9 @@
 #include <ember/optim/optimizer.h>
 #include <ember/optim/schedule.h>
 #include <ember/optim/sgd.h>
+#include <ember/parallel/init.h>
+#include <ember/parallel/process_group.h>
+#include <ember/parallel/store.h>
 #include <ember/serialize/checkpoint.h>
 #include <ember/train/config.h>
 #include <ember/train/early_stop.h>

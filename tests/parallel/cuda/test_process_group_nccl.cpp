@@ -94,7 +94,7 @@ TEST_CASE("nccl ring: send/recv through ncclSend/ncclRecv and the CUDA reduction
     for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::min}) {
       for (int64_t n : {int64_t(1), int64_t(4097), int64_t(1000003)}) {
         Tensor dst = filled_cpu(n, dt, 8, 0).to(kGpu), src = filled_cpu(n, dt, 8, 1).to(kGpu);
-        detail::nccl_ring_self_exchange(src, dst, op);
+        parallel::detail::nccl_ring_self_exchange(src, dst, op);
         INFO(dtype_name(dt) << " " << reduce_op_name(op) << " n " << n);
         CHECK(testing::coll_compare_reduced(dst.to(Device::cpu()).data_ptr(), dt, n, op, 8, 2) == "");
       }

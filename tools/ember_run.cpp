@@ -8,9 +8,9 @@
 // describe the launcher's own place in an outer job, and are left alone). Each output line of a
 // child is copied with a "[rank k] " prefix to ember-run's stdout or stderr, whichever the child
 // wrote it to (or each rank writes DIR/rank_k.log). SIGINT and SIGTERM are passed to every child
-// (a second one kills them). When a child exits non-zero or dies by a signal, the others get
-// SIGTERM, then SIGKILL after --grace seconds, and ember-run exits with the first failure's status
-// (128 + the signal for a signal).
+// (a second one kills them). When a child exits non-zero or dies by a signal, the others get half
+// a second to end by themselves, then SIGTERM, then SIGKILL after --grace seconds, and ember-run
+// exits with the first failure's status (128 + the signal for a signal).
 //
 // Single-threaded: one poll() loop over the children's pipes and a signalfd (SIGCHLD, SIGINT,
 // SIGTERM), so no signal handler ever runs concurrently with the bookkeeping.
@@ -56,6 +56,10 @@ constexpr int kMaxProcsPerNode = 1024;
 constexpr int kDefaultMultiNodePort = 29500;  // torchrun's: every node must agree without talking
 constexpr size_t kMaxLine = 64 * 1024;  // a longer line is copied in pieces
 constexpr auto kDrainAfterExit = std::chrono::seconds(2);  // a grandchild may hold a pipe open
+// After a failure, the other ranks get this long to end by themselves before SIGTERM: those that
+// talk to the failed rank see it at once, and their own error message is the useful one (a
+// SIGTERM arriving while they print it would cut it off).
+constexpr auto kSettle = std::chrono::milliseconds(500);
 constexpr const char* kRankVars[] = {"MASTER_ADDR", "MASTER_PORT", "RANK",
                                      "WORLD_SIZE",  "LOCAL_RANK",  "LOCAL_WORLD_SIZE"};
 
@@ -81,10 +85,11 @@ void print_usage(std::FILE* out) {
       "                          SIGKILL (default 5)\n"
       "  --help                  print this and exit\n"
       "\n"
-      "When a rank exits non-zero or is killed, the other ranks are stopped and ember-run exits with that\n"
-      "rank's status (128 + signal number for a signal). SIGINT/SIGTERM are passed to every rank; a second\n"
-      "one kills them. Children read stdin from /dev/null. ember-run's own errors: 2 bad command line,\n"
-      "1 launch failure, 127 PROGRAM not found, 126 not executable.\n",
+      "When a rank exits non-zero or is killed, the other ranks get 0.5 s to end by themselves, then\n"
+      "SIGTERM, then SIGKILL --grace seconds later, and ember-run exits with the failed rank's status\n"
+      "(128 + signal number for a signal). SIGINT/SIGTERM are passed to every rank; a second one kills\n"
+      "them. Children read stdin from /dev/null. ember-run's own errors: 2 bad command line, 1 launch\n"
+      "failure, 127 PROGRAM not found, 126 not executable.\n",
       out);
 }
 
@@ -485,6 +490,10 @@ class Launcher {
   void loop() {
     while (true) {
       const auto now = Clock::now();
+      if (term_at_ && now >= *term_at_) {
+        stop_all(SIGTERM);
+        term_at_.reset();
+      }
       if (kill_at_ && now >= *kill_at_) {
         for (const Child& c : children_)
           if (c.running)
@@ -503,7 +512,7 @@ class Launcher {
       if (!any_running && (fds.size() == 1 || now >= *drain_until_)) break;
 
       std::optional<Clock::time_point> wake;  // the next deadline, if any
-      for (const auto& t : {kill_at_, drain_until_})
+      for (const auto& t : {term_at_, kill_at_, drain_until_})
         if (t && (!wake || *t < *wake)) wake = t;
       const int timeout_ms = wake ? static_cast<int>(std::max<long long>(
                                         0, std::chrono::ceil<std::chrono::milliseconds>(*wake - now).count()))
@@ -567,11 +576,12 @@ class Launcher {
       if (interrupt_ != 0) continue;  // ending because of the forwarded signal: expected
       const int others = running();
       say("rank " + std::to_string(it->rank) + " (pid " + std::to_string(pid) + ") " + describe(status) +
-          (others > 0 ? "; stopping the other " + ranks_text(others) : ""));
+          (others == 1  ? "; stopping the other rank"
+           : others > 1 ? "; stopping the other " + ranks_text(others)
+                        : ""));
       if (others > 0) {
-        stop_all(SIGTERM);
-        kill_at_ =
-            Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a_.grace_s));
+        term_at_ = Clock::now() + kSettle;
+        kill_at_ = *term_at_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a_.grace_s));
       }
     }
   }
@@ -622,7 +632,7 @@ class Launcher {
   std::vector<Child> children_;
   int first_failure_ = -1;
   int interrupt_ = 0;  // the first SIGINT/SIGTERM ember-run received
-  std::optional<Clock::time_point> kill_at_, drain_until_;
+  std::optional<Clock::time_point> term_at_, kill_at_, drain_until_;  // SIGTERM, SIGKILL, give up reading
 };
 
 }  // namespace

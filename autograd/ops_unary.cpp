@@ -1,6 +1,7 @@
 // Differentiable unary math. The derivative kernels live in kernels::unary_backward; which of the
-// input x and the output y a closure keeps follows that header: Abs, Log, Relu, Gelu read x;
-// Exp, Sqrt, Tanh, Sigmoid read y (kept detached, see autograd/function.h); Neg reads neither.
+// input x and the output y a closure keeps follows the op list's kernels::unary_grad_reads: Abs,
+// Log, Relu, Gelu read x; Exp, Sqrt, Tanh, Sigmoid read y (kept detached, see
+// autograd/function.h); Neg reads neither.
 #include <ember/autograd/ops.h>
 #include <ember/autograd/ops_util.h>
 #include <ember/kernels/elementwise.h>
@@ -15,15 +16,11 @@ using kernels::UnaryOp;
 
 namespace {
 
-bool reads_output(UnaryOp op) {
-  return op == UnaryOp::Exp || op == UnaryOp::Sqrt || op == UnaryOp::Tanh || op == UnaryOp::Sigmoid;
-}
-
 Tensor unary_op(UnaryOp op, const char* backward_name, const Tensor& x) {
   autograd::detail::check_defined(kernels::op_name(op), x, "x");
   Tensor out = kernels::unary(op, x);
   if (!needs_grad(x)) return out;
-  if (reads_output(op)) {
+  if (kernels::unary_grad_reads(op) == kernels::UnaryGradReads::Output) {
     record(
         out, backward_name,
         [op, y = save_output(out)](const Tensor& g) { return TensorList{kernels::unary_backward(op, g, Tensor(), y)}; },

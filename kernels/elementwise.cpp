@@ -6,7 +6,6 @@
 #include <string>
 
 #include <ember/kernels/copy.h>
-#include <ember/kernels/elementwise_math.h>
 #include <ember/kernels/expand.h>
 
 namespace ember::kernels {
@@ -16,60 +15,6 @@ DispatchTable<UnaryBackwardFn> unary_backward_table("unary_backward");
 DispatchTable<BinaryFn> binary_table("binary");
 DispatchTable<BinaryScalarFn> binary_scalar_table("binary_scalar");
 DispatchTable<WhereFn> where_table("where");
-
-const char* op_name(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::Neg:
-      return "neg";
-    case UnaryOp::Abs:
-      return "abs";
-    case UnaryOp::Exp:
-      return "exp";
-    case UnaryOp::Log:
-      return "log";
-    case UnaryOp::Sqrt:
-      return "sqrt";
-    case UnaryOp::Tanh:
-      return "tanh";
-    case UnaryOp::Sigmoid:
-      return "sigmoid";
-    case UnaryOp::Relu:
-      return "relu";
-    case UnaryOp::Gelu:
-      return "gelu";
-  }
-  return "?";
-}
-
-const char* op_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Add:
-      return "add";
-    case BinaryOp::Sub:
-      return "sub";
-    case BinaryOp::Mul:
-      return "mul";
-    case BinaryOp::Div:
-      return "div";
-    case BinaryOp::Maximum:
-      return "maximum";
-    case BinaryOp::Minimum:
-      return "minimum";
-    case BinaryOp::Eq:
-      return "eq";
-    case BinaryOp::Ne:
-      return "ne";
-    case BinaryOp::Lt:
-      return "lt";
-    case BinaryOp::Le:
-      return "le";
-    case BinaryOp::Gt:
-      return "gt";
-    case BinaryOp::Ge:
-      return "ge";
-  }
-  return "?";
-}
 
 namespace {
 
@@ -83,13 +28,13 @@ void check_same_device(const char* op, const char* na, const Tensor& a, const ch
 }
 
 void check_unary_dtype(UnaryOp op, DType dt, const char* what = "") {
-  const bool ok = is_floating(dt) || ((dt == DType::i32 || dt == DType::i64) && math::unary_allows_integers(op));
+  const bool ok = is_floating(dt) || ((dt == DType::i32 || dt == DType::i64) && unary_allows_integers(op));
   EMBER_CHECK(ok, op_name(op), what, ": unsupported dtype ", dtype_name(dt), " (expected ",
-              math::unary_allows_integers(op) ? "f32, f64, f16, bf16, i32 or i64" : "f32, f64, f16 or bf16", ")");
+              unary_allows_integers(op) ? "f32, f64, f16, bf16, i32 or i64" : "f32, f64, f16 or bf16", ")");
 }
 
 void check_binary_dtype(BinaryOp op, DType dt) {
-  EMBER_CHECK(dt != DType::boolean || math::binary_allows_bool(op), op_name(op),
+  EMBER_CHECK(dt != DType::boolean || binary_allows_bool(op), op_name(op),
               ": not defined for bool operands (use a numeric dtype)");
 }
 
@@ -103,11 +48,6 @@ Shape broadcast_for(const char* op, const Shape& a, const Shape& b) {
 
 // t converted to dtype (t itself when it already has it).
 Tensor as_dtype(const Tensor& t, DType dtype) { return t.dtype() == dtype ? t : cast(t, dtype); }
-
-// Whether unary_backward reads x (true) or y (false); Neg reads neither.
-bool backward_reads_x(UnaryOp op) {
-  return op == UnaryOp::Abs || op == UnaryOp::Log || op == UnaryOp::Relu || op == UnaryOp::Gelu;
-}
 
 }  // namespace
 
@@ -124,8 +64,8 @@ Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Ten
   EMBER_CHECK(grad.defined(), name, ": grad is undefined");
   check_unary_dtype(op, grad.dtype(), " backward");
   Tensor xs, ys;  // the operand the formula reads, on grad's shape and dtype
-  if (op != UnaryOp::Neg) {
-    const bool reads_x = backward_reads_x(op);
+  if (unary_grad_reads(op) != UnaryGradReads::None) {
+    const bool reads_x = unary_grad_reads(op) == UnaryGradReads::Input;
     const Tensor& v = reads_x ? x : y;
     const char* vname = reads_x ? "x (the forward input)" : "y (the forward output)";
     EMBER_CHECK(v.defined(), name, ": needs ", vname, ", got an undefined tensor");

@@ -27,11 +27,6 @@ EMBER_HOST_DEVICE inline double fabs_(double x) { return fabs(x); }
 
 template <typename T> inline constexpr bool is_float_math_v = std::is_floating_point_v<T>;
 
-/// True when `op` is defined for the integer op-math type (i32/i64): Neg, Abs, Relu.
-constexpr bool unary_allows_integers(UnaryOp op) {
-  return op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu;
-}
-
 /// y = op(x).
 template <UnaryOp OP, typename A> EMBER_HOST_DEVICE inline A unary_apply(A x) {
   if constexpr (OP == UnaryOp::Neg) {
@@ -82,9 +77,6 @@ template <UnaryOp OP, typename A> EMBER_HOST_DEVICE inline A unary_backward_appl
     return g * (cdf + v * pdf);
   }
 }
-
-/// True when `op` is defined for bool operands (Sub and Div are not, as in PyTorch).
-constexpr bool binary_allows_bool(BinaryOp op) { return op != BinaryOp::Sub && op != BinaryOp::Div; }
 
 /// a op b: an A for arithmetic ops, a bool for comparisons. Integer arithmetic wraps; integer
 /// division truncates toward zero (the caller must rule out division by zero). Maximum/Minimum

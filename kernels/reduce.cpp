@@ -11,29 +11,12 @@ namespace ember::kernels {
 DispatchTable<ReduceFn> reduce_table("reduce");
 DispatchTable<ArgmaxFn> argmax_table("argmax");
 
-const char* op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum:
-      return "sum";
-    case ReduceOp::Mean:
-      return "mean";
-    case ReduceOp::Max:
-      return "max";
-    case ReduceOp::Min:
-      return "min";
-  }
-  return "?";
-}
-
 namespace {
 
-/// A contiguous view of x's elements with the given sizes (no copy; x must be contiguous).
-/// A contiguous copy of x (x itself when already contiguous). Uses the kernel-level copy, so no
-/// autograd record is made.
+/// The result dtype of `op` on an input of dtype `in` (integer rule from the op list).
 DType result_dtype(ReduceOp op, DType in) {
   if (is_floating(in)) return in;
-  if (op == ReduceOp::Sum) return DType::i64;
-  return in;  // integer / boolean Max, Min
+  return op_info(op).integers == ReduceIntegers::I64 ? DType::i64 : in;
 }
 
 }  // namespace
@@ -42,8 +25,8 @@ Tensor reduce(ReduceOp op, const Tensor& x, std::vector<int64_t> dims, bool keep
   const char* name = op_name(op);
   EMBER_CHECK(x.defined(), name, ": undefined input tensor");
   const int64_t nd = x.dim();
-  EMBER_CHECK(op != ReduceOp::Mean || is_floating(x.dtype()),
-              "mean: expected a floating dtype (f32, f64, f16, bf16), got ", dtype_name(x.dtype()),
+  EMBER_CHECK(op_info(op).integers != ReduceIntegers::Refused || is_floating(x.dtype()), name,
+              ": expected a floating dtype (f32, f64, f16, bf16), got ", dtype_name(x.dtype()),
               " for a tensor of shape ", x.shape_str());
 
   // Normalize dims: wrap negatives, reject duplicates, sort. Empty means all dims.
@@ -71,9 +54,9 @@ Tensor reduce(ReduceOp op, const Tensor& x, std::vector<int64_t> dims, bool keep
       out_shape.push_back(x.size(d));
     }
   }
-  if ((op == ReduceOp::Max || op == ReduceOp::Min) && R == 0) {
-    EMBER_FAIL(name, ": cannot reduce over an empty range (shape ", x.shape_str(),
-               ", reduced extent 0); max/min of nothing is undefined");
+  if (!op_info(op).on_empty && R == 0) {
+    EMBER_FAIL(name, ": cannot reduce over an empty range (shape ", x.shape_str(), ", reduced extent 0); ", name,
+               " of nothing is undefined");
   }
   bool block = true;  // reduced dims form one run [first, last]
   for (int d = first; d >= 0 && d <= last; ++d) block = block && reduced[d];

@@ -51,51 +51,23 @@ void map_n(const Tensor& out, const F& f, const std::array<const Tensor*, sizeof
   map_impl<O, In...>(out, f, ins, std::index_sequence_for<In...>{});
 }
 
-// Calls visit(std::integral_constant<UnaryOp, op>) so the op becomes a compile-time constant.
-template <typename Visit> void visit_unary(UnaryOp op, Visit&& visit) {
-  switch (op) {
-#define EMBER_UNARY_CASE_(X) \
-  case UnaryOp::X:           \
-    return visit(std::integral_constant<UnaryOp, UnaryOp::X>{});
-    EMBER_UNARY_CASE_(Neg)
-    EMBER_UNARY_CASE_(Abs) EMBER_UNARY_CASE_(Exp) EMBER_UNARY_CASE_(Log) EMBER_UNARY_CASE_(Sqrt) EMBER_UNARY_CASE_(Tanh)
-        EMBER_UNARY_CASE_(Sigmoid) EMBER_UNARY_CASE_(Relu) EMBER_UNARY_CASE_(Gelu)
-#undef EMBER_UNARY_CASE_
-  }
-  EMBER_FAIL("unary (cpu): unknown op ", static_cast<int>(op));
-}
-
-template <typename Visit> void visit_binary(BinaryOp op, Visit&& visit) {
-  switch (op) {
-#define EMBER_BINARY_CASE_(X) \
-  case BinaryOp::X:           \
-    return visit(std::integral_constant<BinaryOp, BinaryOp::X>{});
-    EMBER_BINARY_CASE_(Add)
-    EMBER_BINARY_CASE_(Sub) EMBER_BINARY_CASE_(Mul) EMBER_BINARY_CASE_(Div) EMBER_BINARY_CASE_(Maximum)
-        EMBER_BINARY_CASE_(Minimum) EMBER_BINARY_CASE_(Eq) EMBER_BINARY_CASE_(Ne) EMBER_BINARY_CASE_(Lt)
-            EMBER_BINARY_CASE_(Le) EMBER_BINARY_CASE_(Gt) EMBER_BINARY_CASE_(Ge)
-#undef EMBER_BINARY_CASE_
-  }
-  EMBER_FAIL("binary (cpu): unknown op ", static_cast<int>(op));
-}
-
 // Whether OP is computable for storage type T (the front checks this with a readable message; here
 // it only keeps impossible instantiations out of the build).
 template <UnaryOp OP, typename T> constexpr bool unary_supported() {
   using A = opmath_t<T>;
   if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, uint8_t>) return false;
   else if constexpr (std::is_floating_point_v<A>) return true;
-  else return math::unary_allows_integers(OP);
+  else return unary_allows_integers(OP);
 }
 
 template <BinaryOp OP, typename T> constexpr bool binary_supported() {
-  return !std::is_same_v<T, bool> || math::binary_allows_bool(OP);
+  return !std::is_same_v<T, bool> || binary_allows_bool(OP);
 }
 
 void unary_impl(UnaryOp op, const Tensor& x, const Tensor& out) {
   EMBER_DISPATCH_ALL(x.dtype(), op_name(op), [&]<typename T>() {
     using A = opmath_t<T>;
-    visit_unary(op, [&](auto opc) {
+    visit_op(op, [&](auto opc) {
       constexpr UnaryOp OP = decltype(opc)::value;
       if constexpr (unary_supported<OP, T>()) {
         map_n<T, T>(out, [](T v) { return static_cast<T>(math::unary_apply<OP>(static_cast<A>(v))); }, {&x});
@@ -109,11 +81,11 @@ void unary_impl(UnaryOp op, const Tensor& x, const Tensor& out) {
 void unary_backward_impl(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y, const Tensor& out) {
   EMBER_DISPATCH_ALL(grad.dtype(), op_name(op), [&]<typename T>() {
     using A = opmath_t<T>;
-    visit_unary(op, [&](auto opc) {
+    visit_op(op, [&](auto opc) {
       constexpr UnaryOp OP = decltype(opc)::value;
       if constexpr (!unary_supported<OP, T>()) {
         EMBER_FAIL(op_name(op), " backward (cpu): unsupported dtype ", dtype_name(grad.dtype()));
-      } else if constexpr (OP == UnaryOp::Neg) {
+      } else if constexpr (unary_grad_reads(OP) == UnaryGradReads::None) {
         map_n<T, T>(out, [](T g) { return static_cast<T>(math::unary_backward_apply<OP>(static_cast<A>(g), A(0))); },
                     {&grad});
       } else {
@@ -144,7 +116,7 @@ template <typename T> void check_no_zero_divisor(const Tensor& b) {
 void binary_impl(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   EMBER_DISPATCH_ALL(a.dtype(), op_name(op), [&]<typename T>() {
     using A = opmath_t<T>;
-    visit_binary(op, [&](auto opc) {
+    visit_op(op, [&](auto opc) {
       constexpr BinaryOp OP = decltype(opc)::value;
       if constexpr (!binary_supported<OP, T>()) {
         EMBER_FAIL(op_name(op), " (cpu): not defined for dtype ", dtype_name(a.dtype()));
@@ -166,7 +138,7 @@ void binary_scalar_impl(BinaryOp op, const Tensor& a, double s, bool scalar_firs
     using A = opmath_t<T>;
     // The scalar takes a's dtype: integers truncate it, floats keep it at op-math precision.
     const A sv = std::is_floating_point_v<A> ? static_cast<A>(s) : static_cast<A>(convert<T>(s));
-    visit_binary(op, [&](auto opc) {
+    visit_op(op, [&](auto opc) {
       constexpr BinaryOp OP = decltype(opc)::value;
       if constexpr (!binary_supported<OP, T>()) {
         EMBER_FAIL(op_name(op), " (cpu): not defined for dtype ", dtype_name(a.dtype()));

@@ -24,84 +24,61 @@ namespace ember::kernels::cuda {
 namespace {
 
 // ---- per-element math: the shared formulas of kernels/elementwise_math.h behind a run-time switch ----
-
-#define EMBER_UNARY_CASE_(X) \
-  case UnaryOp::X:           \
-    return math::unary_apply<UnaryOp::X>(x);
-#define EMBER_UNARY_GRAD_CASE_(X) \
-  case UnaryOp::X:                \
-    return math::unary_backward_apply<UnaryOp::X>(g, v);
+// One case per row of the op lists (kernels/elementwise.h). A case the operand type does not
+// support (an integer Exp, a comparison in binary_math) is never reached: the host refuses those
+// ops first, and `if constexpr` keeps them out of the build.
 
 template <typename A> __device__ inline A unary_math(UnaryOp op, A x) {
-  if constexpr (std::is_floating_point_v<A>) {
-    switch (op) {
-      EMBER_UNARY_CASE_(Neg)
-      EMBER_UNARY_CASE_(Abs) EMBER_UNARY_CASE_(Exp) EMBER_UNARY_CASE_(Log) EMBER_UNARY_CASE_(Sqrt)
-          EMBER_UNARY_CASE_(Tanh) EMBER_UNARY_CASE_(Sigmoid) EMBER_UNARY_CASE_(Relu) EMBER_UNARY_CASE_(Gelu)
-    }
-  } else {  // integers: Neg, Abs, Relu only (checked on the host)
-    switch (op) { EMBER_UNARY_CASE_(Neg) EMBER_UNARY_CASE_(Abs) EMBER_UNARY_CASE_(Relu) default : break; }
+  switch (op) {
+#define EMBER_UNARY_CASE_(Name, ...)                                                   \
+  case UnaryOp::Name:                                                                  \
+    if constexpr (std::is_floating_point_v<A> || unary_allows_integers(UnaryOp::Name)) \
+      return math::unary_apply<UnaryOp::Name>(x);                                      \
+    break;
+    EMBER_UNARY_OPS(EMBER_UNARY_CASE_)
+#undef EMBER_UNARY_CASE_
   }
   return x;
 }
 
 // dL/dx given g = dL/dy and v = x or y (whichever the op reads; see kernels/elementwise.h).
 template <typename A> __device__ inline A unary_grad_math(UnaryOp op, A g, A v) {
-  if constexpr (std::is_floating_point_v<A>) {
-    switch (op) {
-      EMBER_UNARY_GRAD_CASE_(Neg)
-      EMBER_UNARY_GRAD_CASE_(Abs) EMBER_UNARY_GRAD_CASE_(Exp) EMBER_UNARY_GRAD_CASE_(Log) EMBER_UNARY_GRAD_CASE_(Sqrt)
-          EMBER_UNARY_GRAD_CASE_(Tanh) EMBER_UNARY_GRAD_CASE_(Sigmoid) EMBER_UNARY_GRAD_CASE_(Relu)
-              EMBER_UNARY_GRAD_CASE_(Gelu)
-    }
-  } else {
-    switch (op) {
-      EMBER_UNARY_GRAD_CASE_(Neg) EMBER_UNARY_GRAD_CASE_(Abs) EMBER_UNARY_GRAD_CASE_(Relu) default : break;
-    }
+  switch (op) {
+#define EMBER_UNARY_GRAD_CASE_(Name, ...)                                              \
+  case UnaryOp::Name:                                                                  \
+    if constexpr (std::is_floating_point_v<A> || unary_allows_integers(UnaryOp::Name)) \
+      return math::unary_backward_apply<UnaryOp::Name>(g, v);                          \
+    break;
+    EMBER_UNARY_OPS(EMBER_UNARY_GRAD_CASE_)
+#undef EMBER_UNARY_GRAD_CASE_
   }
   return g;
 }
-#undef EMBER_UNARY_CASE_
-#undef EMBER_UNARY_GRAD_CASE_
 
-// Add..Minimum. Integer division by zero never reaches here: the integer Div functors below
-// intercept a zero divisor first. bool Sub/Div are refused on the host.
+// The arithmetic ops (Add..Minimum). Integer division by zero never reaches here: the integer Div
+// functors below intercept a zero divisor first. bool Sub/Div are refused on the host.
 template <typename A> __device__ inline A binary_math(BinaryOp op, A x, A y) {
   switch (op) {
-    case BinaryOp::Add:
-      return math::binary_apply<BinaryOp::Add>(x, y);
-    case BinaryOp::Sub:
-      return math::binary_apply<BinaryOp::Sub>(x, y);
-    case BinaryOp::Mul:
-      return math::binary_apply<BinaryOp::Mul>(x, y);
-    case BinaryOp::Div:
-      return math::binary_apply<BinaryOp::Div>(x, y);
-    case BinaryOp::Maximum:
-      return math::binary_apply<BinaryOp::Maximum>(x, y);
-    case BinaryOp::Minimum:
-      return math::binary_apply<BinaryOp::Minimum>(x, y);
-    default:
-      return x;  // comparisons go through compare_math
+#define EMBER_BINARY_CASE_(Name, ...)                                                              \
+  case BinaryOp::Name:                                                                             \
+    if constexpr (!is_comparison(BinaryOp::Name)) return math::binary_apply<BinaryOp::Name>(x, y); \
+    break;
+    EMBER_BINARY_OPS(EMBER_BINARY_CASE_)
+#undef EMBER_BINARY_CASE_
   }
+  return x;  // comparisons go through compare_math
 }
 
 template <typename A> __device__ inline bool compare_math(BinaryOp op, A x, A y) {
   switch (op) {
-    case BinaryOp::Eq:
-      return math::binary_apply<BinaryOp::Eq>(x, y);
-    case BinaryOp::Ne:
-      return math::binary_apply<BinaryOp::Ne>(x, y);
-    case BinaryOp::Lt:
-      return math::binary_apply<BinaryOp::Lt>(x, y);
-    case BinaryOp::Le:
-      return math::binary_apply<BinaryOp::Le>(x, y);
-    case BinaryOp::Gt:
-      return math::binary_apply<BinaryOp::Gt>(x, y);
-    case BinaryOp::Ge:
-      return math::binary_apply<BinaryOp::Ge>(x, y);
-    default:
-      return false;
+#define EMBER_COMPARE_CASE_(Name, ...)                                                            \
+  case BinaryOp::Name:                                                                            \
+    if constexpr (is_comparison(BinaryOp::Name)) return math::binary_apply<BinaryOp::Name>(x, y); \
+    break;
+    EMBER_BINARY_OPS(EMBER_COMPARE_CASE_)
+#undef EMBER_COMPARE_CASE_
   }
+  return false;
 }
 
 // ---- functors (T: storage type; C = opmath_t<T>: compute type) ----
@@ -197,7 +174,7 @@ void check_same_device(const char* what, const Tensor& out, const Tensor& t, con
 
 // bool Sub/Div have no meaning (as in PyTorch); the front refuses them too.
 void check_bool_op(BinaryOp op, DType dt) {
-  EMBER_CHECK(dt != DType::boolean || math::binary_allows_bool(op), op_name(op),
+  EMBER_CHECK(dt != DType::boolean || binary_allows_bool(op), op_name(op),
               " (cuda): not defined for bool operands (use a numeric dtype)");
 }
 
@@ -215,7 +192,7 @@ template <typename Fn> void dispatch_unary(UnaryOp op, DType dtype, const char* 
     EMBER_DISPATCH_FLOAT(dtype, what, fn);
     return;
   }
-  EMBER_CHECK(math::unary_allows_integers(op) && (dtype == DType::i32 || dtype == DType::i64), what, " (cuda): op ",
+  EMBER_CHECK(unary_allows_integers(op) && (dtype == DType::i32 || dtype == DType::i64), what, " (cuda): op ",
               op_name(op), " does not support dtype ", dtype_name(dtype),
               " (floating dtypes for every op; i32/i64 for neg, abs, relu)");
   if (dtype == DType::i32) fn.template operator()<int32_t>();
@@ -234,8 +211,8 @@ void unary_impl(UnaryOp op, const Tensor& x, const Tensor& out) {
 
 void unary_backward_impl(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y, const Tensor& out) {
   check_same_device("unary_backward", out, grad, "grad");
-  const bool reads_y = op == UnaryOp::Exp || op == UnaryOp::Sqrt || op == UnaryOp::Tanh || op == UnaryOp::Sigmoid;
-  const bool reads_none = op == UnaryOp::Neg;
+  const bool reads_y = unary_grad_reads(op) == UnaryGradReads::Output;
+  const bool reads_none = unary_grad_reads(op) == UnaryGradReads::None;
   const Tensor& v = reads_y ? y : x;
   if (!reads_none) {
     EMBER_CHECK(v.defined(), "unary_backward (cuda): op ", op_name(op), " needs ", reads_y ? "y" : "x",

@@ -1,21 +1,21 @@
 // CPU reductions over the middle dim of a contiguous (outer, R, inner) tensor.
 //
 // Floating inputs accumulate in double (more than the header's f32 promise) so that a sum of
-// millions of f32 values stays within a few ulps; integer sums accumulate in int64. Work is split
+// millions of f32 values stays within a few ulps; integer sums accumulate in int64. Identities,
+// combines and the mean are the shared rules of kernels/reduce_math.h. Work is split
 // two ways:
 //   - over output elements (outer * inner) when there are enough of them to feed the threads;
 //   - over fixed-size blocks of R when there are few outputs (a full reduction is outer = inner = 1):
 //     each block yields one partial per output and the partials are combined in block order, so the
 //     result does not depend on the number of threads.
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <type_traits>
 #include <vector>
 
 #include <ember/core/thread_pool.h>
 #include <ember/kernels/cpu/cpu_kernels.h>
 #include <ember/kernels/reduce.h>
+#include <ember/kernels/reduce_math.h>
 
 namespace ember::kernels::cpu {
 namespace {
@@ -30,35 +30,10 @@ template <typename T> constexpr bool kIsFloat = is_floating(dtype_of<T>());
 /// Accumulator type: double for floating inputs, int64 for integers and booleans.
 template <typename T> using acc_t = std::conditional_t<kIsFloat<T>, double, int64_t>;
 
-/// Combines a running value `a` with a new one `v`. Max and Min propagate NaN (once NaN, stays NaN).
-template <typename A> inline A combine(ReduceOp op, A a, A v) {
-  switch (op) {
-    case ReduceOp::Sum:
-    case ReduceOp::Mean:
-      return a + v;
-    case ReduceOp::Max:
-      if constexpr (std::is_floating_point_v<A>) return (v > a || std::isnan(v)) && !std::isnan(a) ? v : a;
-      else return v > a ? v : a;
-    case ReduceOp::Min:
-      if constexpr (std::is_floating_point_v<A>) return (v < a || std::isnan(v)) && !std::isnan(a) ? v : a;
-      else return v < a ? v : a;
-  }
-  return a;
-}
-
-template <typename A> inline A identity(ReduceOp op) {
-  if (op == ReduceOp::Sum || op == ReduceOp::Mean) return A(0);
-  if constexpr (std::is_floating_point_v<A>) {
-    return op == ReduceOp::Max ? -std::numeric_limits<A>::infinity() : std::numeric_limits<A>::infinity();
-  } else {
-    return op == ReduceOp::Max ? std::numeric_limits<A>::lowest() : std::numeric_limits<A>::max();
-  }
-}
-
 /// Reduces x[r0:r1, i0:i1] of one (R, inner) slab into acc[0 : i1 - i0] (acc holds prior values).
-template <typename T>
-void reduce_slab(ReduceOp op, const T* x, int64_t inner, int64_t r0, int64_t r1, int64_t i0, int64_t i1,
-                 acc_t<T>* acc) {
+/// OP is a template argument so that the combine inlines and the loops vectorize.
+template <ReduceOp OP, typename T>
+void reduce_slab(const T* x, int64_t inner, int64_t r0, int64_t r1, int64_t i0, int64_t i1, acc_t<T>* acc) {
   using A = acc_t<T>;
   const int64_t n = i1 - i0;
   if (inner == 1) {
@@ -66,37 +41,31 @@ void reduce_slab(ReduceOp op, const T* x, int64_t inner, int64_t r0, int64_t r1,
     // sums, make the rounding error grow like a blocked sum rather than a serial one.
     constexpr int kLanes = 8;
     A lane[kLanes];
-    for (auto& l : lane) l = identity<A>(op);
+    for (auto& l : lane) l = math::reduce_identity<A>(OP);
     const T* p = x + r0;
     const int64_t len = r1 - r0;
     int64_t r = 0;
     for (; r + kLanes <= len; r += kLanes) {
-      for (int j = 0; j < kLanes; ++j) lane[j] = combine<A>(op, lane[j], static_cast<A>(p[r + j]));
+      for (int j = 0; j < kLanes; ++j) lane[j] = math::reduce_combine<A>(OP, lane[j], static_cast<A>(p[r + j]));
     }
-    for (; r < len; ++r) lane[0] = combine<A>(op, lane[0], static_cast<A>(p[r]));
+    for (; r < len; ++r) lane[0] = math::reduce_combine<A>(OP, lane[0], static_cast<A>(p[r]));
     A total = acc[0];
-    for (int j = 0; j < kLanes; ++j) total = combine<A>(op, total, lane[j]);
+    for (int j = 0; j < kLanes; ++j) total = math::reduce_combine<A>(OP, total, lane[j]);
     acc[0] = total;
     return;
   }
   for (int64_t r = r0; r < r1; ++r) {
     const T* row = x + r * inner + i0;
-    if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
-      for (int64_t i = 0; i < n; ++i) acc[i] += static_cast<A>(row[i]);
-    } else {
-      for (int64_t i = 0; i < n; ++i) acc[i] = combine<A>(op, acc[i], static_cast<A>(row[i]));
-    }
+    for (int64_t i = 0; i < n; ++i) acc[i] = math::reduce_combine<A>(OP, acc[i], static_cast<A>(row[i]));
   }
 }
 
-template <typename T, typename O> inline void store(ReduceOp op, O* dst, acc_t<T> v, int64_t R) {
-  if constexpr (kIsFloat<T>) {
-    if (op == ReduceOp::Mean) v = v / static_cast<double>(R);  // R == 0 gives NaN, as documented
-  }
-  *dst = static_cast<O>(v);
+/// *dst = the finalized result of R elements whose accumulator is v (R == 0: Mean gives NaN).
+template <ReduceOp OP, typename O, typename A> inline void store(O* dst, A v, int64_t R) {
+  *dst = math::reduce_finalize(OP, v, R, [](auto r) { return static_cast<O>(r); });
 }
 
-template <typename T, typename O> void reduce_typed(ReduceOp op, const Tensor& xt, const Tensor& outt) {
+template <ReduceOp OP, typename T, typename O> void reduce_typed(const Tensor& xt, const Tensor& outt) {
   using A = acc_t<T>;
   const T* x = static_cast<const T*>(xt.data_ptr());
   O* out = static_cast<O*>(outt.data_ptr());
@@ -113,9 +82,9 @@ template <typename T, typename O> void reduce_typed(ReduceOp op, const Tensor& x
       while (b < e) {
         const int64_t o = b / inner, i0 = b % inner;
         const int64_t i1 = std::min(inner, i0 + (e - b));
-        acc.assign(static_cast<size_t>(i1 - i0), identity<A>(op));
-        reduce_slab<T>(op, x + o * R * inner, inner, 0, R, i0, i1, acc.data());
-        for (int64_t i = i0; i < i1; ++i) store<T, O>(op, out + o * inner + i, acc[i - i0], R);
+        acc.assign(static_cast<size_t>(i1 - i0), math::reduce_identity<A>(OP));
+        reduce_slab<OP, T>(x + o * R * inner, inner, 0, R, i0, i1, acc.data());
+        for (int64_t i = i0; i < i1; ++i) store<OP>(out + o * inner + i, acc[i - i0], R);
         b += i1 - i0;
       }
     });
@@ -124,31 +93,34 @@ template <typename T, typename O> void reduce_typed(ReduceOp op, const Tensor& x
 
   // Few outputs, long R: one partial per (R block, output), combined in block order.
   const int64_t n_blocks = (R + kRBlock - 1) / kRBlock;
-  std::vector<A> partial(static_cast<size_t>(n_blocks * n_out), identity<A>(op));
+  std::vector<A> partial(static_cast<size_t>(n_blocks * n_out), math::reduce_identity<A>(OP));
   parallel_for(0, n_blocks, 1, [&](int64_t b, int64_t e) {
     for (int64_t blk = b; blk < e; ++blk) {
       const int64_t r0 = blk * kRBlock, r1 = std::min(R, r0 + kRBlock);
       A* acc = partial.data() + blk * n_out;
       for (int64_t o = 0; o < outer; ++o)
-        reduce_slab<T>(op, x + o * R * inner, inner, r0, r1, 0, inner, acc + o * inner);
+        reduce_slab<OP, T>(x + o * R * inner, inner, r0, r1, 0, inner, acc + o * inner);
     }
   });
   for (int64_t j = 0; j < n_out; ++j) {
-    A total = identity<A>(op);
-    for (int64_t blk = 0; blk < n_blocks; ++blk) total = combine<A>(op, total, partial[blk * n_out + j]);
-    store<T, O>(op, out + j, total, R);
+    A total = math::reduce_identity<A>(OP);
+    for (int64_t blk = 0; blk < n_blocks; ++blk) total = math::reduce_combine<A>(OP, total, partial[blk * n_out + j]);
+    store<OP>(out + j, total, R);
   }
 }
 
 void reduce_cpu(ReduceOp op, const Tensor& x, const Tensor& out) {
   EMBER_DISPATCH_ALL(x.dtype(), "reduce (cpu)", [&]<typename T>() {
-    if (out.dtype() == x.dtype()) {
-      reduce_typed<T, T>(op, x, out);
-    } else {
-      EMBER_CHECK(out.dtype() == DType::i64, op_name(op), " (cpu): unexpected result dtype ", dtype_name(out.dtype()),
-                  " for input dtype ", dtype_name(x.dtype()));
-      reduce_typed<T, int64_t>(op, x, out);
-    }
+    visit_op(op, [&](auto opc) {
+      constexpr ReduceOp OP = decltype(opc)::value;
+      if (out.dtype() == x.dtype()) {
+        reduce_typed<OP, T, T>(x, out);
+      } else {
+        EMBER_CHECK(out.dtype() == DType::i64, op_name(op), " (cpu): unexpected result dtype ", dtype_name(out.dtype()),
+                    " for input dtype ", dtype_name(x.dtype()));
+        reduce_typed<OP, T, int64_t>(x, out);
+      }
+    });
   });
 }
 
@@ -164,24 +136,11 @@ template <typename T> void argmax_typed(const Tensor& xt, const Tensor& outt) {
     for (int64_t j = b; j < e; ++j) {
       const int64_t o = j / inner, i = j % inner;
       const T* p = x + o * R * inner + i;
-      C best = static_cast<C>(p[0]);
-      int64_t best_r = 0;
-      for (int64_t r = 1; r < R; ++r) {
-        const C v = static_cast<C>(p[r * inner]);
-        if constexpr (std::is_floating_point_v<C>) {
-          if (std::isnan(best)) break;
-          if (v > best || std::isnan(v)) {
-            best = v;
-            best_r = r;
-          }
-        } else {
-          if (v > best) {
-            best = v;
-            best_r = r;
-          }
-        }
-      }
-      out[j] = best_r;
+      // A scan from r = 0 in math::argmax_combine's order; a NaN is final, so it stops the scan.
+      math::ArgPair<C> best{static_cast<C>(p[0]), 0};
+      for (int64_t r = 1; r < R && !math::is_nan(best.v); ++r)
+        best = math::argmax_combine(best, math::ArgPair<C>{static_cast<C>(p[r * inner]), r});
+      out[j] = best.i;
     }
   });
 }

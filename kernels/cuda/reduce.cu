@@ -20,12 +20,12 @@
 // its combine breaks ties by the smaller index, so any reduction order gives the same answer.
 // Temporaries come from the caching allocator as u8 tensors on the current stream.
 #include <cstdint>
-#include <limits>
 #include <type_traits>
 
 #include <ember/core/stream.h>
 #include <ember/kernels/cuda/cuda_kernels.h>
 #include <ember/kernels/reduce.h>
+#include <ember/kernels/reduce_math.h>
 #include <ember/kernels/cuda/common.cuh>
 #include <ember/kernels/cuda/reduce_utils.cuh>
 
@@ -50,82 +50,32 @@ template <> struct RedAcc<Half> { using type = float; };
 template <> struct RedAcc<BFloat16> { using type = float; };
 template <typename T> using red_acc_t = typename RedAcc<T>::type;
 
-template <typename A> __device__ __forceinline__ bool is_nan(A v) {
-  if constexpr (std::is_floating_point_v<A>) return v != v;
-  else return false;
-}
-
 /// Sum / Mean / Max / Min with the op chosen at run time: the switch is uniform across the grid,
-/// and these kernels are bound by memory traffic, so one instantiation serves all four ops.
+/// and these kernels are bound by memory traffic, so one instantiation serves all four ops. The
+/// rules are kernels/reduce_math.h, shared with the CPU twin.
 template <typename A> struct ValueReducer {
   using value_type = A;
   ReduceOp op;
-  int64_t count;  // divisor applied by finish() for Mean (the full R, not a split's share)
+  int64_t count;  // the full R (not a split's share), for finalize
+  bool finalize;  // false for the first pass of a split reduction: its partials stay accumulators
 
-  __device__ __forceinline__ A identity() const {
-    if (op == ReduceOp::Max) {
-      if constexpr (std::numeric_limits<A>::has_infinity) return -std::numeric_limits<A>::infinity();
-      else return std::numeric_limits<A>::lowest();
-    }
-    if (op == ReduceOp::Min) {
-      if constexpr (std::numeric_limits<A>::has_infinity) return std::numeric_limits<A>::infinity();
-      else return std::numeric_limits<A>::max();
-    }
-    return A(0);
-  }
-  __device__ __forceinline__ A combine(A a, A b) const {
-    switch (op) {
-      case ReduceOp::Max:
-        if (is_nan(a)) return a;
-        if (is_nan(b)) return b;
-        return a > b ? a : b;
-      case ReduceOp::Min:
-        if (is_nan(a)) return a;
-        if (is_nan(b)) return b;
-        return a < b ? a : b;
-      default:
-        return a + b;
-    }
-  }
+  __device__ __forceinline__ A identity() const { return math::reduce_identity<A>(op); }
+  __device__ __forceinline__ A combine(A a, A b) const { return math::reduce_combine(op, a, b); }
   /// Element at reduction index r (r unused here) as an accumulator.
   template <typename In> __device__ __forceinline__ A lift(In v, int64_t /*r*/) const { return load_as<A>(v); }
   template <typename Out> __device__ __forceinline__ Out finish(A a) const {
-    if (op == ReduceOp::Mean) {
-      if constexpr (std::is_integral_v<A>) {
-        return store_as<Out>(static_cast<double>(a) / static_cast<double>(count));
-      } else {
-        return store_as<Out>(a / static_cast<A>(count));
-      }
-    }
-    return store_as<Out>(a);
+    if (!finalize) return store_as<Out>(a);
+    return math::reduce_finalize(op, a, count, [](auto r) { return store_as<Out>(r); });
   }
 };
 
-template <typename A> struct ArgPair {
-  A v;
-  int64_t i;
-};
-
-/// (value, index) of the first maximum. The combine is associative and commutative (ties and
-/// NaN go to the smaller index), so the block/tree order does not change the answer.
+/// (value, index) of the first maximum, folded with math::argmax_combine (associative and
+/// commutative, so the block/tree order does not change the answer).
 template <typename A> struct ArgmaxReducer {
-  using value_type = ArgPair<A>;
+  using value_type = math::ArgPair<A>;
 
-  __device__ __forceinline__ value_type identity() const {
-    if constexpr (std::numeric_limits<A>::has_infinity)
-      return {-std::numeric_limits<A>::infinity(), std::numeric_limits<int64_t>::max()};
-    else return {std::numeric_limits<A>::lowest(), std::numeric_limits<int64_t>::max()};
-  }
-  __device__ __forceinline__ value_type combine(value_type a, value_type b) const {
-    const bool an = is_nan(a.v), bn = is_nan(b.v);
-    if (an || bn) {
-      if (an && bn) return a.i < b.i ? a : b;
-      return an ? a : b;
-    }
-    if (a.v > b.v) return a;
-    if (b.v > a.v) return b;
-    return a.i < b.i ? a : b;
-  }
+  __device__ __forceinline__ value_type identity() const { return math::argmax_identity<A>(); }
+  __device__ __forceinline__ value_type combine(value_type a, value_type b) const { return math::argmax_combine(a, b); }
   template <typename In> __device__ __forceinline__ value_type lift(In v, int64_t r) const {
     if constexpr (std::is_same_v<In, value_type>) return v;  // a partial from the first pass
     else return {load_as<A>(v), r};
@@ -253,7 +203,8 @@ template <typename V> V* temp_buffer(Tensor& holder, int64_t n, Device device) {
 }
 
 /// Row reduction (inner == 1) of x (rows, R) into out (rows). `first` is the reducer for the
-/// first pass over raw elements (Mean replaced by Sum when split), `final` the one that finishes.
+/// first pass over raw elements of a split row (its partials are not finalized), `final` the one
+/// that finishes.
 template <typename In, typename Out, typename Red>
 void launch_rows(const In* x, Out* out, int64_t rows, int64_t R, const Red& first, const Red& final, Device device,
                  cudaStream_t stream) {
@@ -352,14 +303,14 @@ void check_operands(const char* what, const Tensor& x, const Tensor& out) {
 template <typename T, typename Out> void reduce_typed(ReduceOp op, const Tensor& x, const Tensor& out) {
   using A = red_acc_t<T>;
   const int64_t R = x.size(1);
-  const ValueReducer<A> final{op, R};
-  const ValueReducer<A> first{op == ReduceOp::Mean ? ReduceOp::Sum : op, R};
+  const ValueReducer<A> final{op, R, true};
+  const ValueReducer<A> first{op, R, false};
   launch_reduction<T, Out>(x, out, first, final);
 }
 
 void reduce_cuda(ReduceOp op, const Tensor& x, const Tensor& out) {
   check_operands("reduce", x, out);
-  EMBER_CHECK(x.size(1) > 0 || op == ReduceOp::Sum || op == ReduceOp::Mean, "reduce: ", op_name(op),
+  EMBER_CHECK(x.size(1) > 0 || op_info(op).on_empty, "reduce: ", op_name(op),
               " over an empty dim (x of shape (outer, R, inner) = ", x.shape_str(), ")");
   DeviceGuard guard(x.device());
   EMBER_DISPATCH_ALL(x.dtype(), "reduce (cuda)", [&]<typename T>() {

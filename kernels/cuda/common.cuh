@@ -1,6 +1,7 @@
 #pragma once
 // Shared pieces of the CUDA kernels: launch geometry (grid-stride loops over a capped grid),
-// the current stream, and accumulation types (f16/bf16 compute in f32).
+// the current stream, the setup of an entry point (launch_on), and accumulation types (f16/bf16
+// compute in f32).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -29,6 +30,22 @@ inline cudaStream_t stream_of(const Tensor& t) {
   const Stream s = current_stream(t.device());
   if (stream_checks_enabled()) note_stream_use(t.storage(), s);
   return static_cast<cudaStream_t>(s.handle());
+}
+
+/// The setup every CUDA entry point shares, written once: nothing happens when `t` (the tensor
+/// the call writes) is empty; otherwise t's device is made current for the call, launch(stream)
+/// runs with t's current stream, and the kernel launches it made are checked (a failed launch
+/// stays the pending error until read, so one check after several launches reports it).
+template <typename Launch> void launch_on(const Tensor& t, Launch&& launch) {
+  if (t.numel() == 0) return;
+  DeviceGuard guard(t.device());
+  launch(stream_of(t));
+  EMBER_LAUNCH_CHECK();
+}
+
+/// Sets the bytes of t (contiguous) to zero on `stream`, asynchronously.
+inline void zero_fill(const Tensor& t, cudaStream_t stream) {
+  CUDA_CHECK(cudaMemsetAsync(t.data_ptr(), 0, static_cast<size_t>(t.numel()) * t.element_size(), stream));
 }
 
 /// Accumulation type: float for f32/f16/bf16, double for f64, same for integers.

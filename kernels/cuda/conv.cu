@@ -359,14 +359,13 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+/// y (non-empty) += bias over dim 1; the caller's launch_on checks the launch.
 void add_bias(const Tensor& y, const Tensor& bias, cudaStream_t stream) {
   const int64_t total = y.numel();
-  if (total == 0) return;
   const int64_t o = y.size(1), s = y.size(2) * y.size(3);
   EMBER_DISPATCH_FLOAT(y.dtype(), "conv2d bias", [&]<typename T>() {
     add_bias_kernel<T><<<grid_for(total), kBlock, 0, stream>>>(static_cast<T*>(y.data_ptr()),
                                                                static_cast<const T*>(bias.data_ptr()), total, o, s);
-    EMBER_LAUNCH_CHECK();
   });
 }
 
@@ -408,6 +407,20 @@ const char* byte_ptr(const Tensor& t, int64_t elem_offset) {
   return static_cast<const char*>(t.data_ptr()) + elem_offset * static_cast<int64_t>(t.element_size());
 }
 
+/// Runs `dir` over the batch of x (N, C, H, W) and y (N, O, Ho, Wo) in chunks cuDNN takes (see
+/// chunk_size); w (O, C/g, kh, kw) is whole in every call. beta is 0 for the first chunk and
+/// `beta_after` for the others (1 to accumulate the chunks into a weight gradient).
+void run_chunked(Direction dir, const Geometry& full, Device dev, cudaStream_t stream, const Tensor& x, const Tensor& w,
+                 const Tensor& y, double beta_after) {
+  const int64_t chunk = chunk_size(full);
+  for (int64_t n0 = 0; n0 < full.n; n0 += chunk) {
+    Geometry g = full;
+    g.n = std::min(chunk, full.n - n0);
+    run(dir, g, dev, stream, byte_ptr(x, n0 * g.c * g.h * g.w), w.data_ptr(), byte_ptr(y, n0 * g.o * g.ho * g.wo),
+        n0 == 0 ? 0.0 : beta_after);
+  }
+}
+
 // ---- the three entry points ----
 
 /// out (N, O, Ho, Wo) = conv(x (N, C, H, W), w (O, C/g, kh, kw)) + bias (O).
@@ -422,21 +435,14 @@ void conv2d_forward_cuda(const Tensor& x, const Tensor& w, const Tensor& bias, c
         out.device().str(), ", got shape ", bias.shape_str(), " ", dtype_name(bias.dtype()), " on ",
         bias.device().str());
   }
-  if (out.numel() == 0) return;
-  DeviceGuard guard(out.device());
-  const cudaStream_t stream = stream_of(out);
-  if (x.numel() == 0 || w.numel() == 0) {  // C == 0: an empty sum (cuDNN rejects zero sizes)
-    CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, static_cast<size_t>(out.numel()) * out.element_size(), stream));
-  } else {
-    const int64_t chunk = chunk_size(full);
-    for (int64_t n0 = 0; n0 < full.n; n0 += chunk) {
-      Geometry g = full;
-      g.n = std::min(chunk, full.n - n0);
-      run(Direction::Forward, g, out.device(), stream, byte_ptr(x, n0 * g.c * g.h * g.w), w.data_ptr(),
-          byte_ptr(out, n0 * g.o * g.ho * g.wo), 0.0);
+  launch_on(out, [&](cudaStream_t stream) {
+    if (x.numel() == 0 || w.numel() == 0) {  // C == 0: an empty sum (cuDNN rejects zero sizes)
+      zero_fill(out, stream);
+    } else {
+      run_chunked(Direction::Forward, full, out.device(), stream, x, w, out, 0.0);
     }
-  }
-  if (bias.defined()) add_bias(out, bias, stream);
+    if (bias.defined()) add_bias(out, bias, stream);
+  });
 }
 
 /// grad_x (N, C, H, W) from grad_out (N, O, Ho, Wo) and w (O, C/g, kh, kw).
@@ -444,21 +450,10 @@ void conv2d_backward_input_cuda(const Tensor& grad_out, const Tensor& w, const C
   check_operands("conv2d_backward_input (cuda)", {{"grad_out", &grad_out}, {"w", &w}, {"grad_x", &grad_x}});
   const Geometry full =
       geometry_of(w.dtype(), grad_x.shape(), w.shape(), grad_out.shape(), p, "conv2d_backward_input (cuda)");
-  if (grad_x.numel() == 0) return;
-  DeviceGuard guard(grad_x.device());
-  const cudaStream_t stream = stream_of(grad_x);
-  if (grad_out.numel() == 0 || w.numel() == 0) {  // no output element depends on x
-    CUDA_CHECK(
-        cudaMemsetAsync(grad_x.data_ptr(), 0, static_cast<size_t>(grad_x.numel()) * grad_x.element_size(), stream));
-    return;
-  }
-  const int64_t chunk = chunk_size(full);
-  for (int64_t n0 = 0; n0 < full.n; n0 += chunk) {
-    Geometry g = full;
-    g.n = std::min(chunk, full.n - n0);
-    run(Direction::BackwardData, g, grad_x.device(), stream, byte_ptr(grad_x, n0 * g.c * g.h * g.w), w.data_ptr(),
-        byte_ptr(grad_out, n0 * g.o * g.ho * g.wo), 0.0);
-  }
+  launch_on(grad_x, [&](cudaStream_t stream) {
+    if (grad_out.numel() == 0 || w.numel() == 0) return zero_fill(grad_x, stream);  // no output depends on x
+    run_chunked(Direction::BackwardData, full, grad_x.device(), stream, grad_x, w, grad_out, 0.0);
+  });
 }
 
 /// grad_w (O, C/g, kh, kw) from grad_out (N, O, Ho, Wo) and x (N, C, H, W); chunks of the batch
@@ -467,21 +462,10 @@ void conv2d_backward_weight_cuda(const Tensor& grad_out, const Tensor& x, const 
   check_operands("conv2d_backward_weight (cuda)", {{"grad_out", &grad_out}, {"x", &x}, {"grad_w", &grad_w}});
   const Geometry full =
       geometry_of(x.dtype(), x.shape(), grad_w.shape(), grad_out.shape(), p, "conv2d_backward_weight (cuda)");
-  if (grad_w.numel() == 0) return;
-  DeviceGuard guard(grad_w.device());
-  const cudaStream_t stream = stream_of(grad_w);
-  if (grad_out.numel() == 0 || x.numel() == 0) {  // an empty batch (or empty planes): zero gradient
-    CUDA_CHECK(
-        cudaMemsetAsync(grad_w.data_ptr(), 0, static_cast<size_t>(grad_w.numel()) * grad_w.element_size(), stream));
-    return;
-  }
-  const int64_t chunk = chunk_size(full);
-  for (int64_t n0 = 0; n0 < full.n; n0 += chunk) {
-    Geometry g = full;
-    g.n = std::min(chunk, full.n - n0);
-    run(Direction::BackwardFilter, g, grad_w.device(), stream, byte_ptr(x, n0 * g.c * g.h * g.w), grad_w.data_ptr(),
-        byte_ptr(grad_out, n0 * g.o * g.ho * g.wo), n0 == 0 ? 0.0 : 1.0);
-  }
+  launch_on(grad_w, [&](cudaStream_t stream) {
+    if (grad_out.numel() == 0 || x.numel() == 0) return zero_fill(grad_w, stream);  // empty batch or planes
+    run_chunked(Direction::BackwardFilter, full, grad_w.device(), stream, x, grad_w, grad_out, 1.0);
+  });
 }
 
 }  // namespace

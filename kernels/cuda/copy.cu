@@ -47,12 +47,12 @@ void copy_impl(const Tensor& src, const Tensor& dst) {
   EMBER_CHECK(src.device() == dst.device(), "copy (cuda): source on ", src.device().str(), " but destination on ",
               dst.device().str(), "; cross-device copies go through kernels::copy");
   const int64_t n = dst.numel();
-  if (n == 0) return;
   if (src.dtype() == dst.dtype()) {
     if (src.is_contiguous() && dst.is_contiguous()) {
-      DeviceGuard guard(dst.device());
-      CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), static_cast<size_t>(n) * dst.element_size(),
-                                 cudaMemcpyDeviceToDevice, stream_of(dst)));
+      launch_on(dst, [&](cudaStream_t stream) {
+        CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), static_cast<size_t>(n) * dst.element_size(),
+                                   cudaMemcpyDeviceToDevice, stream));
+      });
       return;
     }
     dispatch_bits(dst.element_size(), "copy",
@@ -69,11 +69,8 @@ void copy_impl(const Tensor& src, const Tensor& dst) {
 }
 
 void fill_impl(const Tensor& dst, double value) {
-  const int64_t n = dst.numel();
-  if (n == 0) return;
   if (value == 0.0 && !std::signbit(value) && dst.is_contiguous()) {  // -0.0 must keep its sign bit
-    DeviceGuard guard(dst.device());
-    CUDA_CHECK(cudaMemsetAsync(dst.data_ptr(), 0, static_cast<size_t>(n) * dst.element_size(), stream_of(dst)));
+    launch_on(dst, [&](cudaStream_t stream) { zero_fill(dst, stream); });
     return;
   }
   EMBER_DISPATCH_ALL(dst.dtype(), "fill", [&]<typename T>() {

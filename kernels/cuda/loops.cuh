@@ -165,7 +165,6 @@ void launch_strided(int64_t n, const F& f, Out* out, const Tensor& out_t, cudaSt
   strided_kernel<kOutContig, I, Ix><<<grid_for(n), kBlock, 0, stream>>>(
       static_cast<I>(n), f, out, kOutContig ? Ix{} : Ix(make_indexer(out_t)),
       StridedArg<Ins, Ix>{static_cast<const Ins*>(ins.t.data_ptr()), Ix(make_indexer(ins.t))}...);
-  EMBER_LAUNCH_CHECK();
 }
 
 }  // namespace detail
@@ -176,38 +175,35 @@ void launch_strided(int64_t n, const F& f, Out* out, const Tensor& out_t, cudaSt
 /// strided; elements of out that alias each other (stride 0) get the same value written.
 template <typename Out, typename F, typename... Ins>
 void launch_elementwise(const Tensor& out, const F& f, Operand<Ins>... ins) {
-  const int64_t n = out.numel();
-  if (n == 0) return;
-  DeviceGuard guard(out.device());
-  const cudaStream_t stream = stream_of(out);
-  Out* po = static_cast<Out*>(out.data_ptr());
-  const bool out_contig = out.is_contiguous();
-  if (out_contig && (ins.t.is_contiguous() && ...)) {
-    constexpr size_t kWidest = std::max({sizeof(Out), sizeof(Ins)...});
-    constexpr int kVec = static_cast<int>(16 / kWidest);
-    const bool aligned =
-        is_aligned(po, sizeof(Out) * kVec) && (is_aligned(ins.t.data_ptr(), sizeof(Ins) * kVec) && ...);
-    if constexpr (kVec > 1) {
-      if (aligned && n >= kVec) {
-        detail::contiguous_kernel<kVec><<<grid_for((n + kVec - 1) / kVec), kBlock, 0, stream>>>(
-            n, f, po, static_cast<const Ins*>(ins.t.data_ptr())...);
-        EMBER_LAUNCH_CHECK();
-        return;
+  launch_on(out, [&](cudaStream_t stream) {
+    const int64_t n = out.numel();
+    Out* po = static_cast<Out*>(out.data_ptr());
+    const bool out_contig = out.is_contiguous();
+    if (out_contig && (ins.t.is_contiguous() && ...)) {
+      constexpr size_t kWidest = std::max({sizeof(Out), sizeof(Ins)...});
+      constexpr int kVec = static_cast<int>(16 / kWidest);
+      const bool aligned =
+          is_aligned(po, sizeof(Out) * kVec) && (is_aligned(ins.t.data_ptr(), sizeof(Ins) * kVec) && ...);
+      if constexpr (kVec > 1) {
+        if (aligned && n >= kVec) {
+          detail::contiguous_kernel<kVec><<<grid_for((n + kVec - 1) / kVec), kBlock, 0, stream>>>(
+              n, f, po, static_cast<const Ins*>(ins.t.data_ptr())...);
+          return;
+        }
       }
+      detail::contiguous_kernel<1>
+          <<<grid_for(n), kBlock, 0, stream>>>(n, f, po, static_cast<const Ins*>(ins.t.data_ptr())...);
+      return;
     }
-    detail::contiguous_kernel<1>
-        <<<grid_for(n), kBlock, 0, stream>>>(n, f, po, static_cast<const Ins*>(ins.t.data_ptr())...);
-    EMBER_LAUNCH_CHECK();
-    return;
-  }
-  const bool small = fits_32bit_indexing(out) && (fits_32bit_indexing(ins.t) && ...);
-  if (small) {
-    if (out_contig) detail::launch_strided<true, uint32_t, Indexer32>(n, f, po, out, stream, ins...);
-    else detail::launch_strided<false, uint32_t, Indexer32>(n, f, po, out, stream, ins...);
-  } else {
-    if (out_contig) detail::launch_strided<true, int64_t, StridedIndexer>(n, f, po, out, stream, ins...);
-    else detail::launch_strided<false, int64_t, StridedIndexer>(n, f, po, out, stream, ins...);
-  }
+    const bool small = fits_32bit_indexing(out) && (fits_32bit_indexing(ins.t) && ...);
+    if (small) {
+      if (out_contig) detail::launch_strided<true, uint32_t, Indexer32>(n, f, po, out, stream, ins...);
+      else detail::launch_strided<false, uint32_t, Indexer32>(n, f, po, out, stream, ins...);
+    } else {
+      if (out_contig) detail::launch_strided<true, int64_t, StridedIndexer>(n, f, po, out, stream, ins...);
+      else detail::launch_strided<false, int64_t, StridedIndexer>(n, f, po, out, stream, ins...);
+    }
+  });
 }
 
 /// The same-sized unsigned integer type: kernels that only move bits (copy without cast, where,

@@ -64,77 +64,75 @@ void gemm_cuda(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a
               " nor 1 (a ", a.shape_str(), ", b ", b.shape_str(), ")");
   EMBER_CHECK(out.size(0) == batch && out.size(1) == M && out.size(2) == N, "gemm: expected out of shape (", batch,
               ", ", M, ", ", N, "), got ", out.shape_str());
-  if (batch == 0 || M == 0 || N == 0) return;
-
-  DeviceGuard guard(dev);
-  cudaStream_t stream = stream_of(out);
-  if (K == 0) {
-    const int64_t n = out.numel();
-    EMBER_DISPATCH_FLOAT(out.dtype(), "gemm (cuda)", [&]<typename T>() {
-      scale_kernel<T><<<grid_for(n), kBlock, 0, stream>>>(static_cast<T*>(out.data_ptr()), n, beta);
-      EMBER_LAUNCH_CHECK();
-    });
-    return;
-  }
-
-  const bool b_shared = b.size(0) == 1;
-  // Fold the batch into M when b is shared and a's rows run on across batches.
-  const bool fold = b_shared && !trans_a && batch > 1 && fits_int(batch * M);
-  const int64_t m_rows = fold ? batch * M : M;  // our M as cuBLAS sees it (its n)
-  const int64_t batches = fold ? 1 : batch;
-  EMBER_CHECK(fits_int(N) && fits_int(m_rows) && fits_int(K) && fits_int(ca) && fits_int(cb),
-              "gemm: dimensions exceed cuBLAS's 32-bit limits (a ", a.shape_str(), ", b ", b.shape_str(), ")");
-
-  // cuBLAS column-major view (see the top of the file): C^T = op'(b) * op'(a).
-  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLAS transa
-  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLAS transb
-  const int m = static_cast<int>(N), n = static_cast<int>(m_rows), k = static_cast<int>(K);
-  const int lda = static_cast<int>(std::max<int64_t>(1, cb));  // b's row length
-  const int ldb = static_cast<int>(std::max<int64_t>(1, ca));  // a's row length
-  const int ldc = static_cast<int>(std::max<int64_t>(1, N));
-  const long long stride_b = b_shared ? 0 : rb * cb;  // cuBLAS strideA
-  const long long stride_a = ra * ca;  // cuBLAS strideB
-  const long long stride_c = M * N;
-  const size_t esize = out.element_size();
-  const char* pb = static_cast<const char*>(b.data_ptr());
-  const char* pa = static_cast<const char*>(a.data_ptr());
-  char* pc = static_cast<char*>(out.data_ptr());
-  cublasHandle_t handle = cublas_handle(dev, stream);
-
-  for (int64_t start = 0; start < batches; start += kMaxBatchChunk) {
-    const int count = static_cast<int>(std::min(kMaxBatchChunk, batches - start));
-    const void* bb = pb + static_cast<size_t>(start * stride_b) * esize;
-    const void* ab = pa + static_cast<size_t>(start * stride_a) * esize;
-    void* cbp = pc + static_cast<size_t>(start * stride_c) * esize;
-    if (out.dtype() == DType::f64) {
-      const double al = alpha, be = beta;
-      CUBLAS_CHECK(cublasDgemmStridedBatched(handle, op_b, op_a, m, n, k, &al, static_cast<const double*>(bb), lda,
-                                             stride_b, static_cast<const double*>(ab), ldb, stride_a, &be,
-                                             static_cast<double*>(cbp), ldc, stride_c, count));
-      continue;
+  // out is (batch, M, N): launch_on returns at once when batch, M or N is 0.
+  launch_on(out, [&](cudaStream_t stream) {
+    if (K == 0) {
+      const int64_t n = out.numel();
+      EMBER_DISPATCH_FLOAT(out.dtype(), "gemm (cuda)", [&]<typename T>() {
+        scale_kernel<T><<<grid_for(n), kBlock, 0, stream>>>(static_cast<T*>(out.data_ptr()), n, beta);
+      });
+      return;
     }
-    cudaDataType_t type;
-    cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-    switch (out.dtype()) {
-      case DType::f32:
-        type = CUDA_R_32F;
-        if (allow_tf32()) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
-        break;
-      case DType::f16:
-        type = CUDA_R_16F;
-        break;
-      case DType::bf16:
-        type = CUDA_R_16BF;
-        break;
-      default:
-        EMBER_FAIL("gemm (cuda): unsupported dtype ", dtype_name(out.dtype()), " (expected f32, f64, f16 or bf16; a ",
-                   a.shape_str(), ", b ", b.shape_str(), ")");
+
+    const bool b_shared = b.size(0) == 1;
+    // Fold the batch into M when b is shared and a's rows run on across batches.
+    const bool fold = b_shared && !trans_a && batch > 1 && fits_int(batch * M);
+    const int64_t m_rows = fold ? batch * M : M;  // our M as cuBLAS sees it (its n)
+    const int64_t batches = fold ? 1 : batch;
+    EMBER_CHECK(fits_int(N) && fits_int(m_rows) && fits_int(K) && fits_int(ca) && fits_int(cb),
+                "gemm: dimensions exceed cuBLAS's 32-bit limits (a ", a.shape_str(), ", b ", b.shape_str(), ")");
+
+    // cuBLAS column-major view (see the top of the file): C^T = op'(b) * op'(a).
+    const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLAS transa
+    const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLAS transb
+    const int m = static_cast<int>(N), n = static_cast<int>(m_rows), k = static_cast<int>(K);
+    const int lda = static_cast<int>(std::max<int64_t>(1, cb));  // b's row length
+    const int ldb = static_cast<int>(std::max<int64_t>(1, ca));  // a's row length
+    const int ldc = static_cast<int>(std::max<int64_t>(1, N));
+    const long long stride_b = b_shared ? 0 : rb * cb;  // cuBLAS strideA
+    const long long stride_a = ra * ca;  // cuBLAS strideB
+    const long long stride_c = M * N;
+    const size_t esize = out.element_size();
+    const char* pb = static_cast<const char*>(b.data_ptr());
+    const char* pa = static_cast<const char*>(a.data_ptr());
+    char* pc = static_cast<char*>(out.data_ptr());
+    cublasHandle_t handle = cublas_handle(dev, stream);
+
+    for (int64_t start = 0; start < batches; start += kMaxBatchChunk) {
+      const int count = static_cast<int>(std::min(kMaxBatchChunk, batches - start));
+      const void* bb = pb + static_cast<size_t>(start * stride_b) * esize;
+      const void* ab = pa + static_cast<size_t>(start * stride_a) * esize;
+      void* cbp = pc + static_cast<size_t>(start * stride_c) * esize;
+      if (out.dtype() == DType::f64) {
+        const double al = alpha, be = beta;
+        CUBLAS_CHECK(cublasDgemmStridedBatched(handle, op_b, op_a, m, n, k, &al, static_cast<const double*>(bb), lda,
+                                               stride_b, static_cast<const double*>(ab), ldb, stride_a, &be,
+                                               static_cast<double*>(cbp), ldc, stride_c, count));
+        continue;
+      }
+      cudaDataType_t type;
+      cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+      switch (out.dtype()) {
+        case DType::f32:
+          type = CUDA_R_32F;
+          if (allow_tf32()) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+          break;
+        case DType::f16:
+          type = CUDA_R_16F;
+          break;
+        case DType::bf16:
+          type = CUDA_R_16BF;
+          break;
+        default:
+          EMBER_FAIL("gemm (cuda): unsupported dtype ", dtype_name(out.dtype()), " (expected f32, f64, f16 or bf16; a ",
+                     a.shape_str(), ", b ", b.shape_str(), ")");
+      }
+      const float al = static_cast<float>(alpha), be = static_cast<float>(beta);
+      CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, op_b, op_a, m, n, k, &al, bb, type, lda, stride_b, ab, type, ldb,
+                                              stride_a, &be, cbp, type, ldc, stride_c, count, compute,
+                                              CUBLAS_GEMM_DEFAULT));
     }
-    const float al = static_cast<float>(alpha), be = static_cast<float>(beta);
-    CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, op_b, op_a, m, n, k, &al, bb, type, lda, stride_b, ab, type, ldb,
-                                            stride_a, &be, cbp, type, ldc, stride_c, count, compute,
-                                            CUBLAS_GEMM_DEFAULT));
-  }
+  });
 }
 
 }  // namespace

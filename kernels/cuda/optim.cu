@@ -350,46 +350,46 @@ void for_each_group_pack(const std::vector<Tensor>& tensors, const std::vector<s
 }
 
 void global_norm_cuda(const std::vector<Tensor>& tensors, const Tensor& out) {
-  DeviceGuard guard(out.device());
-  const cudaStream_t stream = stream_of(out);
-  const auto groups = group_by_dtype(tensors);
-  // One partial slot per block of every launch: count the launches first.
-  int64_t launches = 0;
-  for (const auto& g : groups) launches += (static_cast<int64_t>(g.size()) + kMaxTensors - 1) / kMaxTensors;
-  Tensor partial = empty({std::max<int64_t>(1, launches * kNormMaxGrid)}, DType::f64, out.device());
-  double* slots = partial.data<double>();
-  int64_t used = 0;
-  for (const auto& g : groups) {
-    EMBER_DISPATCH_FLOAT(tensors[g[0]].dtype(), "global_norm (cuda)", [&]<typename T>() {
-      for_each_group_pack(tensors, g, [&](const TensorListMeta<1, NoExtra>& meta, int64_t chunks) {
-        const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(chunks, kNormMaxGrid)));
-        sum_squares_kernel<T><<<grid, kBlock, 0, stream>>>(meta, slots + used);
-        EMBER_LAUNCH_CHECK();
-        used += grid;
+  launch_on(out, [&](cudaStream_t stream) {
+    const auto groups = group_by_dtype(tensors);
+    // One partial slot per block of every launch: count the launches first.
+    int64_t launches = 0;
+    for (const auto& g : groups) launches += (static_cast<int64_t>(g.size()) + kMaxTensors - 1) / kMaxTensors;
+    Tensor partial = empty({std::max<int64_t>(1, launches * kNormMaxGrid)}, DType::f64, out.device());
+    double* slots = partial.data<double>();
+    int64_t used = 0;
+    for (const auto& g : groups) {
+      EMBER_DISPATCH_FLOAT(tensors[g[0]].dtype(), "global_norm (cuda)", [&]<typename T>() {
+        for_each_group_pack(tensors, g, [&](const TensorListMeta<1, NoExtra>& meta, int64_t chunks) {
+          const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(chunks, kNormMaxGrid)));
+          sum_squares_kernel<T><<<grid, kBlock, 0, stream>>>(meta, slots + used);
+          EMBER_LAUNCH_CHECK();
+          used += grid;
+        });
       });
-    });
-  }
-  if (out.dtype() == DType::f64) finish_norm_kernel<double><<<1, kBlock, 0, stream>>>(slots, used, out.data<double>());
-  else finish_norm_kernel<float><<<1, kBlock, 0, stream>>>(slots, used, out.data<float>());
-  EMBER_LAUNCH_CHECK();
+    }
+    if (out.dtype() == DType::f64)
+      finish_norm_kernel<double><<<1, kBlock, 0, stream>>>(slots, used, out.data<double>());
+    else finish_norm_kernel<float><<<1, kBlock, 0, stream>>>(slots, used, out.data<float>());
+  });
 }
 
 void clip_by_norm_cuda(const std::vector<Tensor>& tensors, const Tensor& total_norm, double max_norm, double eps) {
-  DeviceGuard guard(total_norm.device());
-  const cudaStream_t stream = stream_of(total_norm);
-  for (const auto& g : group_by_dtype(tensors)) {
-    EMBER_DISPATCH_FLOAT(tensors[g[0]].dtype(), "clip_by_norm_ (cuda)", [&]<typename T>() {
-      for_each_group_pack(tensors, g, [&](const TensorListMeta<1, NoExtra>& meta, int64_t chunks) {
-        if (total_norm.dtype() == DType::f64)
-          clip_kernel<T, double>
-              <<<update_grid(chunks), kBlock, 0, stream>>>(meta, total_norm.data<double>(), max_norm, eps);
-        else
-          clip_kernel<T, float>
-              <<<update_grid(chunks), kBlock, 0, stream>>>(meta, total_norm.data<float>(), max_norm, eps);
-        EMBER_LAUNCH_CHECK();
+  launch_on(total_norm, [&](cudaStream_t stream) {
+    for (const auto& g : group_by_dtype(tensors)) {
+      EMBER_DISPATCH_FLOAT(tensors[g[0]].dtype(), "clip_by_norm_ (cuda)", [&]<typename T>() {
+        for_each_group_pack(tensors, g, [&](const TensorListMeta<1, NoExtra>& meta, int64_t chunks) {
+          if (total_norm.dtype() == DType::f64)
+            clip_kernel<T, double>
+                <<<update_grid(chunks), kBlock, 0, stream>>>(meta, total_norm.data<double>(), max_norm, eps);
+          else
+            clip_kernel<T, float>
+                <<<update_grid(chunks), kBlock, 0, stream>>>(meta, total_norm.data<float>(), max_norm, eps);
+          EMBER_LAUNCH_CHECK();
+        });
       });
-    });
-  }
+    }
+  });
 }
 
 }  // namespace

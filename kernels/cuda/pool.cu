@@ -313,14 +313,12 @@ void max_pool_cuda(const Tensor& x, const Pool2dParams& p, const Tensor& out, co
   EMBER_CHECK(indices.dtype() == DType::i64 && indices.sizes() == out.sizes(), op, ": indices ", indices.shape_str(),
               " ", dtype_name(indices.dtype()), " must be i64 of the output's shape ", out.shape_str());
   const int64_t total = out.numel();
-  if (total == 0) return;
-  DeviceGuard guard(x.device());
-  const cudaStream_t stream = stream_of(x);
-  dispatch_pool(x.dtype(), use_32bit({&x, &out}, &p), op, [&]<typename T, typename I>() {
-    max_pool_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
-        static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()), static_cast<int64_t*>(indices.data_ptr()),
-        static_cast<I>(total), dims_of<I>(x, out, p));
-    EMBER_LAUNCH_CHECK();
+  launch_on(out, [&](cudaStream_t stream) {
+    dispatch_pool(x.dtype(), use_32bit({&x, &out}, &p), op, [&]<typename T, typename I>() {
+      max_pool_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
+          static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()),
+          static_cast<int64_t*>(indices.data_ptr()), static_cast<I>(total), dims_of<I>(x, out, p));
+    });
   });
 }
 
@@ -333,18 +331,16 @@ void max_pool_backward_cuda(const Tensor& gout, const Tensor& indices, const Ten
                   gout.size(1) == gx.size(1),
               op, ": indices ", indices.shape_str(), " (", dtype_name(indices.dtype()), ") and grad_out ",
               gout.shape_str(), " must be (N, C, Ho, Wo) i64 / float for grad_x ", gx.shape_str());
-  if (gx.numel() == 0) return;
-  DeviceGuard guard(gx.device());
-  const cudaStream_t stream = stream_of(gx);
-  CUDA_CHECK(cudaMemsetAsync(gx.data_ptr(), 0, static_cast<size_t>(gx.numel()) * gx.element_size(), stream));
-  const int64_t total = gout.numel();
-  if (total == 0) return;
-  const int64_t l = gout.size(2) * gout.size(3), hw = gx.size(2) * gx.size(3);
-  dispatch_pool(gx.dtype(), use_32bit({&gx, &gout}), op, [&]<typename T, typename I>() {
-    max_pool_backward_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
-        static_cast<const T*>(gout.data_ptr()), static_cast<const int64_t*>(indices.data_ptr()),
-        static_cast<T*>(gx.data_ptr()), static_cast<I>(total), static_cast<I>(l), static_cast<I>(hw));
-    EMBER_LAUNCH_CHECK();
+  launch_on(gx, [&](cudaStream_t stream) {
+    zero_fill(gx, stream);
+    const int64_t total = gout.numel();
+    if (total == 0) return;
+    const int64_t l = gout.size(2) * gout.size(3), hw = gx.size(2) * gx.size(3);
+    dispatch_pool(gx.dtype(), use_32bit({&gx, &gout}), op, [&]<typename T, typename I>() {
+      max_pool_backward_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
+          static_cast<const T*>(gout.data_ptr()), static_cast<const int64_t*>(indices.data_ptr()),
+          static_cast<T*>(gx.data_ptr()), static_cast<I>(total), static_cast<I>(l), static_cast<I>(hw));
+    });
   });
 }
 
@@ -353,14 +349,12 @@ void avg_pool_cuda(const Tensor& x, const Pool2dParams& p, const Tensor& out) {
   check_pool_operand(op, "x", x, x, true);
   check_pool_operand(op, "out", out, x, true);
   const int64_t total = out.numel();
-  if (total == 0) return;
-  DeviceGuard guard(x.device());
-  const cudaStream_t stream = stream_of(x);
-  dispatch_pool(x.dtype(), use_32bit({&x, &out}, &p), op, [&]<typename T, typename I>() {
-    avg_pool_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(static_cast<const T*>(x.data_ptr()),
-                                                                  static_cast<T*>(out.data_ptr()),
-                                                                  static_cast<I>(total), dims_of<I>(x, out, p));
-    EMBER_LAUNCH_CHECK();
+  launch_on(out, [&](cudaStream_t stream) {
+    dispatch_pool(x.dtype(), use_32bit({&x, &out}, &p), op, [&]<typename T, typename I>() {
+      avg_pool_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(static_cast<const T*>(x.data_ptr()),
+                                                                    static_cast<T*>(out.data_ptr()),
+                                                                    static_cast<I>(total), dims_of<I>(x, out, p));
+    });
   });
 }
 
@@ -369,14 +363,12 @@ void avg_pool_backward_cuda(const Tensor& gout, const Pool2dParams& p, const Ten
   check_pool_operand(op, "grad_x", gx, gx, true);
   check_pool_operand(op, "grad_out", gout, gx, true);
   const int64_t total = gx.numel();
-  if (total == 0) return;
-  DeviceGuard guard(gx.device());
-  const cudaStream_t stream = stream_of(gx);
-  dispatch_pool(gx.dtype(), use_32bit({&gx, &gout}, &p), op, [&]<typename T, typename I>() {
-    avg_pool_backward_kernel<T, I>
-        <<<grid_for(total), kBlock, 0, stream>>>(static_cast<const T*>(gout.data_ptr()), static_cast<T*>(gx.data_ptr()),
-                                                 static_cast<I>(total), dims_of<I>(gx, gout, p));
-    EMBER_LAUNCH_CHECK();
+  launch_on(gx, [&](cudaStream_t stream) {
+    dispatch_pool(gx.dtype(), use_32bit({&gx, &gout}, &p), op, [&]<typename T, typename I>() {
+      avg_pool_backward_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
+          static_cast<const T*>(gout.data_ptr()), static_cast<T*>(gx.data_ptr()), static_cast<I>(total),
+          dims_of<I>(gx, gout, p));
+    });
   });
 }
 
@@ -391,15 +383,14 @@ void adaptive_avg_cuda(const Tensor& x, const Tensor& out) {
   check_pool_operand(op, "x", x, x, true);
   check_pool_operand(op, "out", out, x, true);
   const int64_t total = out.numel();
-  if (total == 0) return;
-  EMBER_CHECK(x.size(2) >= 1 && x.size(3) >= 1, op, ": input ", x.shape_str(), " has an empty plane");
-  DeviceGuard guard(x.device());
-  const cudaStream_t stream = stream_of(x);
-  dispatch_pool(x.dtype(), adaptive_32bit(x, out), op, [&]<typename T, typename I>() {
-    adaptive_avg_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
-        static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()), static_cast<I>(total),
-        static_cast<I>(x.size(2)), static_cast<I>(x.size(3)), static_cast<I>(out.size(2)), static_cast<I>(out.size(3)));
-    EMBER_LAUNCH_CHECK();
+  launch_on(out, [&](cudaStream_t stream) {
+    EMBER_CHECK(x.size(2) >= 1 && x.size(3) >= 1, op, ": input ", x.shape_str(), " has an empty plane");
+    dispatch_pool(x.dtype(), adaptive_32bit(x, out), op, [&]<typename T, typename I>() {
+      adaptive_avg_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
+          static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()), static_cast<I>(total),
+          static_cast<I>(x.size(2)), static_cast<I>(x.size(3)), static_cast<I>(out.size(2)),
+          static_cast<I>(out.size(3)));
+    });
   });
 }
 
@@ -408,16 +399,14 @@ void adaptive_avg_backward_cuda(const Tensor& gout, const Tensor& gx) {
   check_pool_operand(op, "grad_x", gx, gx, true);
   check_pool_operand(op, "grad_out", gout, gx, true);
   const int64_t total = gx.numel();
-  if (total == 0) return;
-  EMBER_CHECK(gout.size(2) >= 1 && gout.size(3) >= 1, op, ": grad_out ", gout.shape_str(), " has an empty plane");
-  DeviceGuard guard(gx.device());
-  const cudaStream_t stream = stream_of(gx);
-  dispatch_pool(gx.dtype(), adaptive_32bit(gx, gout), op, [&]<typename T, typename I>() {
-    adaptive_avg_backward_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
-        static_cast<const T*>(gout.data_ptr()), static_cast<T*>(gx.data_ptr()), static_cast<I>(total),
-        static_cast<I>(gx.size(2)), static_cast<I>(gx.size(3)), static_cast<I>(gout.size(2)),
-        static_cast<I>(gout.size(3)));
-    EMBER_LAUNCH_CHECK();
+  launch_on(gx, [&](cudaStream_t stream) {
+    EMBER_CHECK(gout.size(2) >= 1 && gout.size(3) >= 1, op, ": grad_out ", gout.shape_str(), " has an empty plane");
+    dispatch_pool(gx.dtype(), adaptive_32bit(gx, gout), op, [&]<typename T, typename I>() {
+      adaptive_avg_backward_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
+          static_cast<const T*>(gout.data_ptr()), static_cast<T*>(gx.data_ptr()), static_cast<I>(total),
+          static_cast<I>(gx.size(2)), static_cast<I>(gx.size(3)), static_cast<I>(gout.size(2)),
+          static_cast<I>(gout.size(3)));
+    });
   });
 }
 

@@ -80,22 +80,19 @@ __global__ void __launch_bounds__(kBlock) sample_kernel(T* out, int64_t n, uint6
 }
 
 template <typename T, typename F> void launch_sample(const Tensor& t, uint64_t seed, uint64_t offset, const F& f) {
-  const int64_t n = t.numel();
-  if (n == 0) return;
-  DeviceGuard guard(t.device());
-  const cudaStream_t stream = stream_of(t);
-  T* p = static_cast<T*>(t.data_ptr());
-  const int grid = grid_for((n + 3) / 4);
-  // Vec<T, 4> is at most 16 bytes (f64: 32 bytes would exceed one vector access; keep scalar).
-  if constexpr (sizeof(T) <= 4) {
-    if (is_aligned(p, 4 * sizeof(T))) {
-      sample_kernel<true, T><<<grid, kBlock, 0, stream>>>(p, n, seed, offset, f);
-      EMBER_LAUNCH_CHECK();
-      return;
+  launch_on(t, [&](cudaStream_t stream) {
+    const int64_t n = t.numel();
+    T* p = static_cast<T*>(t.data_ptr());
+    const int grid = grid_for((n + 3) / 4);
+    // Vec<T, 4> is at most 16 bytes (f64: 32 bytes would exceed one vector access; keep scalar).
+    if constexpr (sizeof(T) <= 4) {
+      if (is_aligned(p, 4 * sizeof(T))) {
+        sample_kernel<true, T><<<grid, kBlock, 0, stream>>>(p, n, seed, offset, f);
+        return;
+      }
     }
-  }
-  sample_kernel<false, T><<<grid, kBlock, 0, stream>>>(p, n, seed, offset, f);
-  EMBER_LAUNCH_CHECK();
+    sample_kernel<false, T><<<grid, kBlock, 0, stream>>>(p, n, seed, offset, f);
+  });
 }
 
 void sample_impl(Distribution dist, const Tensor& t, double a, double b, uint64_t seed, uint64_t offset) {

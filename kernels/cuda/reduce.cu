@@ -225,7 +225,6 @@ void launch_rows(const In* x, Out* out, int64_t rows, int64_t R, const Red& firs
     EMBER_LAUNCH_CHECK();
     const int grid2 = static_cast<int>(std::min(ceil_div(rows, kWarpsPerBlock), kMaxGrid));
     row_reduce_warp_kernel<V, Out, Red><<<grid2, kBlock, 0, stream>>>(partial, out, rows, splits, final);
-    EMBER_LAUNCH_CHECK();
     return;
   }
   if (R <= kWarpRowMax) {
@@ -235,7 +234,6 @@ void launch_rows(const In* x, Out* out, int64_t rows, int64_t R, const Red& firs
     const int grid = static_cast<int>(std::min(rows, kMaxGrid));
     row_reduce_block_kernel<In, Out, Red><<<grid, kBlock, 0, stream>>>(x, out, rows, R, 1, R, final);
   }
-  EMBER_LAUNCH_CHECK();
 }
 
 /// Block shape of the column kernel for `inner` columns: bx = min(32, pow2 >= inner), by = 256/bx.
@@ -272,22 +270,21 @@ void launch_cols(const In* x, Out* out, int64_t outer, int64_t R, int64_t inner,
     const dim3 block2 = col_block(n);
     const unsigned grid2 = static_cast<unsigned>(std::min(ceil_div(n, block2.x), kMaxGrid));
     col_reduce_kernel<V, Out, Red><<<dim3(grid2, 1, 1), block2, 0, stream>>>(partial, out, 1, splits, n, splits, final);
-    EMBER_LAUNCH_CHECK();
     return;
   }
   col_reduce_kernel<In, Out, Red><<<dim3(grid_x, 1, 1), block, 0, stream>>>(x, out, outer, R, inner, R, final);
-  EMBER_LAUNCH_CHECK();
 }
 
+/// Reduces x (outer, R, inner) into out (outer, inner) on out's device and stream.
 template <typename In, typename Out, typename Red>
 void launch_reduction(const Tensor& x, const Tensor& out, const Red& first, const Red& final) {
   const int64_t outer = x.size(0), R = x.size(1), inner = x.size(2);
-  if (outer * inner == 0) return;
   const In* xp = static_cast<const In*>(x.data_ptr());
   Out* op = static_cast<Out*>(out.data_ptr());
-  cudaStream_t stream = stream_of(x);
-  if (inner == 1) launch_rows<In, Out, Red>(xp, op, outer, R, first, final, x.device(), stream);
-  else launch_cols<In, Out, Red>(xp, op, outer, R, inner, first, final, x.device(), stream);
+  launch_on(out, [&](cudaStream_t stream) {
+    if (inner == 1) launch_rows<In, Out, Red>(xp, op, outer, R, first, final, x.device(), stream);
+    else launch_cols<In, Out, Red>(xp, op, outer, R, inner, first, final, x.device(), stream);
+  });
 }
 
 void check_operands(const char* what, const Tensor& x, const Tensor& out) {
@@ -312,7 +309,6 @@ void reduce_cuda(ReduceOp op, const Tensor& x, const Tensor& out) {
   check_operands("reduce", x, out);
   EMBER_CHECK(x.size(1) > 0 || op_info(op).on_empty, "reduce: ", op_name(op),
               " over an empty dim (x of shape (outer, R, inner) = ", x.shape_str(), ")");
-  DeviceGuard guard(x.device());
   EMBER_DISPATCH_ALL(x.dtype(), "reduce (cuda)", [&]<typename T>() {
     constexpr bool kFloat = std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
     if (out.dtype() == x.dtype()) return reduce_typed<T, T>(op, x, out);
@@ -330,7 +326,6 @@ void argmax_cuda(const Tensor& x, const Tensor& out) {
   check_operands("argmax", x, out);
   EMBER_CHECK(out.dtype() == DType::i64, "argmax: expected an i64 output, got ", dtype_name(out.dtype()));
   EMBER_CHECK(x.size(1) > 0, "argmax: over an empty dim (x of shape (outer, R, inner) = ", x.shape_str(), ")");
-  DeviceGuard guard(x.device());
   EMBER_DISPATCH_ALL(x.dtype(), "argmax (cuda)", [&]<typename T>() {
     const ArgmaxReducer<red_acc_t<T>> red{};
     launch_reduction<T, int64_t>(x, out, red, red);

@@ -177,8 +177,31 @@ template <typename T> void max_pool_backward_impl(const Tensor& gout, const Tens
   });
 }
 
-// ---- average ----
-template <typename T> void avg_pool_impl(const Tensor& x, const Pool2dParams& p, const Tensor& out) {
+// ---- average and adaptive average ----
+// The two share their loops; a window policy says which input window output (oh, ow) averages
+// and what it divides by: rows(oh) and cols(ow) give the windows, count(wh, ww) the divisor.
+
+/// avg_pool2d: PyTorch's strided windows; the count includes the padding or not.
+struct AvgWindows {
+  const Pool2dParams& p;
+  int64_t H, W;
+  Window rows(int64_t oh) const { return pool_window(oh, p.kernel_h, p.stride_h, p.pad_h, H); }
+  Window cols(int64_t ow) const { return pool_window(ow, p.kernel_w, p.stride_w, p.pad_w, W); }
+  int64_t count(const Window& wh, const Window& ww) const {
+    return p.count_include_pad ? wh.padded * ww.padded : (wh.end - wh.start) * (ww.end - ww.start);
+  }
+};
+
+/// adaptive_avg_pool2d: windows [floor(o * in / out), ceil((o + 1) * in / out)), count = their size.
+struct AdaptiveWindows {
+  int64_t H, W, Ho, Wo;
+  Window rows(int64_t oh) const { return adaptive_window(oh, Ho, H); }
+  Window cols(int64_t ow) const { return adaptive_window(ow, Wo, W); }
+  int64_t count(const Window& wh, const Window& ww) const { return wh.padded * ww.padded; }
+};
+
+/// out (N, C, Ho, Wo) = the average of x (N, C, H, W) over each output's window.
+template <typename T, typename Windows> void avg_pool_impl(const Tensor& x, const Tensor& out, const Windows& win) {
   using A = acc_t<T>;
   const int64_t H = x.size(2), W = x.size(3), Ho = out.size(2), Wo = out.size(3);
   const T* xp = x.data<T>();
@@ -186,20 +209,21 @@ template <typename T> void avg_pool_impl(const Tensor& x, const Pool2dParams& p,
   for_planes(x.size(0) * x.size(1), H * W, [&](int64_t pl) {
     const T* xs = xp + pl * H * W;
     for (int64_t oh = 0; oh < Ho; ++oh) {
-      const Window wh = pool_window(oh, p.kernel_h, p.stride_h, p.pad_h, H);
+      const Window wh = win.rows(oh);
       for (int64_t ow = 0; ow < Wo; ++ow) {
-        const Window ww = pool_window(ow, p.kernel_w, p.stride_w, p.pad_w, W);
+        const Window ww = win.cols(ow);
         A s = 0;
         for (int64_t ih = wh.start; ih < wh.end; ++ih)
           for (int64_t iw = ww.start; iw < ww.end; ++iw) s += static_cast<A>(xs[ih * W + iw]);
-        const int64_t count = p.count_include_pad ? wh.padded * ww.padded : (wh.end - wh.start) * (ww.end - ww.start);
-        op[(pl * Ho + oh) * Wo + ow] = static_cast<T>(s / static_cast<A>(count));
+        op[(pl * Ho + oh) * Wo + ow] = static_cast<T>(s / static_cast<A>(win.count(wh, ww)));
       }
     }
   });
 }
 
-template <typename T> void avg_pool_backward_impl(const Tensor& gout, const Pool2dParams& p, const Tensor& gx) {
+/// gx (N, C, H, W): each output's gradient gout (N, C, Ho, Wo) / count, added over its window.
+template <typename T, typename Windows>
+void avg_pool_backward_impl(const Tensor& gout, const Tensor& gx, const Windows& win) {
   using A = acc_t<T>;
   const int64_t H = gx.size(2), W = gx.size(3), Ho = gout.size(2), Wo = gout.size(3);
   const T* gp = gout.data<T>();
@@ -208,53 +232,10 @@ template <typename T> void avg_pool_backward_impl(const Tensor& gout, const Pool
     T* d = xp + pl * H * W;
     std::fill(d, d + H * W, T(0));
     for (int64_t oh = 0; oh < Ho; ++oh) {
-      const Window wh = pool_window(oh, p.kernel_h, p.stride_h, p.pad_h, H);
+      const Window wh = win.rows(oh);
       for (int64_t ow = 0; ow < Wo; ++ow) {
-        const Window ww = pool_window(ow, p.kernel_w, p.stride_w, p.pad_w, W);
-        const int64_t count = p.count_include_pad ? wh.padded * ww.padded : (wh.end - wh.start) * (ww.end - ww.start);
-        const A g = static_cast<A>(gp[(pl * Ho + oh) * Wo + ow]) / static_cast<A>(count);
-        for (int64_t ih = wh.start; ih < wh.end; ++ih)
-          for (int64_t iw = ww.start; iw < ww.end; ++iw)
-            d[ih * W + iw] = static_cast<T>(static_cast<A>(d[ih * W + iw]) + g);
-      }
-    }
-  });
-}
-
-// ---- adaptive average ----
-template <typename T> void adaptive_avg_impl(const Tensor& x, const Tensor& out) {
-  using A = acc_t<T>;
-  const int64_t H = x.size(2), W = x.size(3), Ho = out.size(2), Wo = out.size(3);
-  const T* xp = x.data<T>();
-  T* op = out.data<T>();
-  for_planes(x.size(0) * x.size(1), H * W, [&](int64_t pl) {
-    const T* xs = xp + pl * H * W;
-    for (int64_t oh = 0; oh < Ho; ++oh) {
-      const Window wh = adaptive_window(oh, Ho, H);
-      for (int64_t ow = 0; ow < Wo; ++ow) {
-        const Window ww = adaptive_window(ow, Wo, W);
-        A s = 0;
-        for (int64_t ih = wh.start; ih < wh.end; ++ih)
-          for (int64_t iw = ww.start; iw < ww.end; ++iw) s += static_cast<A>(xs[ih * W + iw]);
-        op[(pl * Ho + oh) * Wo + ow] = static_cast<T>(s / static_cast<A>(wh.padded * ww.padded));
-      }
-    }
-  });
-}
-
-template <typename T> void adaptive_avg_backward_impl(const Tensor& gout, const Tensor& gx) {
-  using A = acc_t<T>;
-  const int64_t H = gx.size(2), W = gx.size(3), Ho = gout.size(2), Wo = gout.size(3);
-  const T* gp = gout.data<T>();
-  T* xp = gx.data<T>();
-  for_planes(gx.size(0) * gx.size(1), H * W, [&](int64_t pl) {
-    T* d = xp + pl * H * W;
-    std::fill(d, d + H * W, T(0));
-    for (int64_t oh = 0; oh < Ho; ++oh) {
-      const Window wh = adaptive_window(oh, Ho, H);
-      for (int64_t ow = 0; ow < Wo; ++ow) {
-        const Window ww = adaptive_window(ow, Wo, W);
-        const A g = static_cast<A>(gp[(pl * Ho + oh) * Wo + ow]) / static_cast<A>(wh.padded * ww.padded);
+        const Window ww = win.cols(ow);
+        const A g = static_cast<A>(gp[(pl * Ho + oh) * Wo + ow]) / static_cast<A>(win.count(wh, ww));
         for (int64_t ih = wh.start; ih < wh.end; ++ih)
           for (int64_t iw = ww.start; iw < ww.end; ++iw)
             d[ih * W + iw] = static_cast<T>(static_cast<A>(d[ih * W + iw]) + g);
@@ -272,18 +253,22 @@ void max_pool_backward_cpu(const Tensor& gout, const Tensor& indices, const Tens
                        [&]<typename T>() { max_pool_backward_impl<T>(gout, indices, gx); });
 }
 void avg_pool_cpu(const Tensor& x, const Pool2dParams& p, const Tensor& out) {
-  EMBER_DISPATCH_FLOAT(x.dtype(), "avg_pool2d (cpu)", [&]<typename T>() { avg_pool_impl<T>(x, p, out); });
+  const AvgWindows win{p, x.size(2), x.size(3)};
+  EMBER_DISPATCH_FLOAT(x.dtype(), "avg_pool2d (cpu)", [&]<typename T>() { avg_pool_impl<T>(x, out, win); });
 }
 void avg_pool_backward_cpu(const Tensor& gout, const Pool2dParams& p, const Tensor& gx) {
+  const AvgWindows win{p, gx.size(2), gx.size(3)};
   EMBER_DISPATCH_FLOAT(gx.dtype(), "avg_pool2d_backward (cpu)",
-                       [&]<typename T>() { avg_pool_backward_impl<T>(gout, p, gx); });
+                       [&]<typename T>() { avg_pool_backward_impl<T>(gout, gx, win); });
 }
 void adaptive_avg_cpu(const Tensor& x, const Tensor& out) {
-  EMBER_DISPATCH_FLOAT(x.dtype(), "adaptive_avg_pool2d (cpu)", [&]<typename T>() { adaptive_avg_impl<T>(x, out); });
+  const AdaptiveWindows win{x.size(2), x.size(3), out.size(2), out.size(3)};
+  EMBER_DISPATCH_FLOAT(x.dtype(), "adaptive_avg_pool2d (cpu)", [&]<typename T>() { avg_pool_impl<T>(x, out, win); });
 }
 void adaptive_avg_backward_cpu(const Tensor& gout, const Tensor& gx) {
+  const AdaptiveWindows win{gx.size(2), gx.size(3), gout.size(2), gout.size(3)};
   EMBER_DISPATCH_FLOAT(gx.dtype(), "adaptive_avg_pool2d_backward (cpu)",
-                       [&]<typename T>() { adaptive_avg_backward_impl<T>(gout, gx); });
+                       [&]<typename T>() { avg_pool_backward_impl<T>(gout, gx, win); });
 }
 
 }  // namespace

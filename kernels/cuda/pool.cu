@@ -158,28 +158,11 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-// ---- average ----
-
-template <typename T, typename I>
-__global__ void __launch_bounds__(kBlock)
-    avg_pool_kernel(const T* __restrict__ x, T* __restrict__ out, I total, PoolDims<I> d) {
-  using A = acc_t<T>;
-  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
-  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const I ow = i % d.wo;
-    const I t = i / d.wo;
-    const I oh = t % d.ho;
-    const I plane = t / d.ho;
-    const Window<I> wh = pool_window(oh, d.kh, d.sh, d.ph, d.h);
-    const Window<I> ww = pool_window(ow, d.kw, d.sw, d.pw, d.w);
-    const T* xs = x + plane * d.h * d.w;
-    A s = A(0);
-    for (I ih = wh.start; ih < wh.end; ++ih)
-      for (I iw = ww.start; iw < ww.end; ++iw) s += load_as<A>(xs[ih * d.w + iw]);
-    const I count = d.include_pad ? wh.padded * ww.padded : (wh.end - wh.start) * (ww.end - ww.start);
-    out[i] = store_as<T>(s / static_cast<A>(count));
-  }
-}
+// ---- average and adaptive average ----
+// The two share their kernels; a window policy says which input window output (oh, ow) averages
+// and what it divides by (as in kernels/cpu/pool.cpp): rows(oh) and cols(ow) give the windows,
+// count(wh, ww) the divisor, cover_rows(ih) / cover_cols(iw) the outputs whose windows may cover
+// an input position, exactly (kExactCover) or a superset the backward filters.
 
 /// First output index whose window (stride s, kernel k, padding p) covers input position x:
 /// windows start at o * s - p, so o covers x iff o * s <= x + p < o * s + k.
@@ -188,55 +171,23 @@ template <typename I> __device__ __forceinline__ I first_cover(I x, I k, I s, I 
   return xp < k ? I(0) : (xp - k) / s + 1;
 }
 
-/// grad_x (planes, h, w) gathered from grad_out (planes, ho, wo): each input element sums
-/// grad_out / count over the windows covering it.
-template <typename T, typename I>
-__global__ void __launch_bounds__(kBlock)
-    avg_pool_backward_kernel(const T* __restrict__ gout, T* __restrict__ gx, I total, PoolDims<I> d) {
-  using A = acc_t<T>;
-  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
-  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const I iw = i % d.w;
-    const I t = i / d.w;
-    const I ih = t % d.h;
-    const I plane = t / d.h;
-    const I oh0 = first_cover(ih, d.kh, d.sh, d.ph), oh1 = imin((ih + d.ph) / d.sh + 1, d.ho);
-    const I ow0 = first_cover(iw, d.kw, d.sw, d.pw), ow1 = imin((iw + d.pw) / d.sw + 1, d.wo);
-    const T* gs = gout + plane * d.ho * d.wo;
-    A s = A(0);
-    for (I oh = oh0; oh < oh1; ++oh) {
-      const Window<I> wh = pool_window(oh, d.kh, d.sh, d.ph, d.h);
-      for (I ow = ow0; ow < ow1; ++ow) {
-        const Window<I> ww = pool_window(ow, d.kw, d.sw, d.pw, d.w);
-        const I count = d.include_pad ? wh.padded * ww.padded : (wh.end - wh.start) * (ww.end - ww.start);
-        s += load_as<A>(gs[oh * d.wo + ow]) / static_cast<A>(count);
-      }
-    }
-    gx[i] = store_as<T>(s);
+/// avg_pool2d's policy over its PoolDims: strided windows, the count with or without the padding.
+template <typename I> struct AvgWindows : PoolDims<I> {
+  static constexpr bool kExactCover = true;
+  __device__ Window<I> rows(I oh) const { return pool_window(oh, this->kh, this->sh, this->ph, this->h); }
+  __device__ Window<I> cols(I ow) const { return pool_window(ow, this->kw, this->sw, this->pw, this->w); }
+  __device__ I count(Window<I> wh, Window<I> ww) const {
+    return this->include_pad ? wh.padded * ww.padded : (wh.end - wh.start) * (ww.end - ww.start);
   }
-}
-
-// ---- adaptive average ----
-
-template <typename T, typename I>
-__global__ void __launch_bounds__(kBlock)
-    adaptive_avg_kernel(const T* __restrict__ x, T* __restrict__ out, I total, I h, I w, I ho, I wo) {
-  using A = acc_t<T>;
-  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
-  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const I ow = i % wo;
-    const I t = i / wo;
-    const I oh = t % ho;
-    const I plane = t / ho;
-    const Window<I> wh = adaptive_window(oh, ho, h);
-    const Window<I> ww = adaptive_window(ow, wo, w);
-    const T* xs = x + plane * h * w;
-    A s = A(0);
-    for (I ih = wh.start; ih < wh.end; ++ih)
-      for (I iw = ww.start; iw < ww.end; ++iw) s += load_as<A>(xs[ih * w + iw]);
-    out[i] = store_as<T>(s / static_cast<A>(wh.padded * ww.padded));
+  __device__ void cover_rows(I ih, I& first, I& last) const {
+    first = first_cover(ih, this->kh, this->sh, this->ph);
+    last = imin((ih + this->ph) / this->sh + 1, this->ho);
   }
-}
+  __device__ void cover_cols(I iw, I& first, I& last) const {
+    first = first_cover(iw, this->kw, this->sw, this->pw);
+    last = imin((iw + this->pw) / this->sw + 1, this->wo);
+  }
+};
 
 /// Outputs [first, last) along one dim whose adaptive windows may cover input x; a superset
 /// (see adaptive_window: o covers x iff floor(o*in/out) <= x < ceil((o+1)*in/out), which implies
@@ -246,28 +197,64 @@ template <typename I> __device__ __forceinline__ void adaptive_cover(I x, I in, 
   last = imin(((x + 1) * out + in - 1) / in, out);
 }
 
-template <typename T, typename I>
+/// adaptive_avg_pool2d's policy: adaptive windows of planes (h, w) -> (ho, wo), count = their size.
+template <typename I> struct AdaptiveWindows {
+  static constexpr bool kExactCover = false;
+  I h, w, ho, wo;
+  __device__ Window<I> rows(I oh) const { return adaptive_window(oh, ho, h); }
+  __device__ Window<I> cols(I ow) const { return adaptive_window(ow, wo, w); }
+  __device__ I count(Window<I> wh, Window<I> ww) const { return wh.padded * ww.padded; }
+  __device__ void cover_rows(I ih, I& first, I& last) const { adaptive_cover(ih, h, ho, first, last); }
+  __device__ void cover_cols(I iw, I& first, I& last) const { adaptive_cover(iw, w, wo, first, last); }
+};
+
+/// out (planes, ho, wo) = the average of x (planes, h, w) over each output's window.
+template <typename T, typename I, typename Windows>
 __global__ void __launch_bounds__(kBlock)
-    adaptive_avg_backward_kernel(const T* __restrict__ gout, T* __restrict__ gx, I total, I h, I w, I ho, I wo) {
+    avg_pool_kernel(const T* __restrict__ x, T* __restrict__ out, I total, Windows win) {
   using A = acc_t<T>;
+  const Windows& d = win;  // planes (d.h, d.w) in, (d.ho, d.wo) out
   const I stride = static_cast<I>(gridDim.x) * blockDim.x;
   for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const I iw = i % w;
-    const I t = i / w;
-    const I ih = t % h;
-    const I plane = t / h;
+    const I ow = i % d.wo;
+    const I t = i / d.wo;
+    const I oh = t % d.ho;
+    const I plane = t / d.ho;
+    const Window<I> wh = win.rows(oh);
+    const Window<I> ww = win.cols(ow);
+    const T* xs = x + plane * d.h * d.w;
+    A s = A(0);
+    for (I ih = wh.start; ih < wh.end; ++ih)
+      for (I iw = ww.start; iw < ww.end; ++iw) s += load_as<A>(xs[ih * d.w + iw]);
+    out[i] = store_as<T>(s / static_cast<A>(win.count(wh, ww)));
+  }
+}
+
+/// grad_x (planes, h, w) gathered from grad_out (planes, ho, wo): each input element sums
+/// grad_out / count over the windows covering it.
+template <typename T, typename I, typename Windows>
+__global__ void __launch_bounds__(kBlock)
+    avg_pool_backward_kernel(const T* __restrict__ gout, T* __restrict__ gx, I total, Windows win) {
+  using A = acc_t<T>;
+  const Windows& d = win;  // planes (d.h, d.w) in, (d.ho, d.wo) out
+  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const I iw = i % d.w;
+    const I t = i / d.w;
+    const I ih = t % d.h;
+    const I plane = t / d.h;
     I oh0, oh1, ow0, ow1;
-    adaptive_cover(ih, h, ho, oh0, oh1);
-    adaptive_cover(iw, w, wo, ow0, ow1);
-    const T* gs = gout + plane * ho * wo;
+    win.cover_rows(ih, oh0, oh1);
+    win.cover_cols(iw, ow0, ow1);
+    const T* gs = gout + plane * d.ho * d.wo;
     A s = A(0);
     for (I oh = oh0; oh < oh1; ++oh) {
-      const Window<I> wh = adaptive_window(oh, ho, h);
-      if (ih < wh.start || ih >= wh.end) continue;
+      const Window<I> wh = win.rows(oh);
+      if (!Windows::kExactCover && (ih < wh.start || ih >= wh.end)) continue;
       for (I ow = ow0; ow < ow1; ++ow) {
-        const Window<I> ww = adaptive_window(ow, wo, w);
-        if (iw < ww.start || iw >= ww.end) continue;
-        s += load_as<A>(gs[oh * wo + ow]) / static_cast<A>(wh.padded * ww.padded);
+        const Window<I> ww = win.cols(ow);
+        if (!Windows::kExactCover && (iw < ww.start || iw >= ww.end)) continue;
+        s += load_as<A>(gs[oh * d.wo + ow]) / static_cast<A>(win.count(wh, ww));
       }
     }
     gx[i] = store_as<T>(s);
@@ -344,32 +331,48 @@ void max_pool_backward_cuda(const Tensor& gout, const Tensor& indices, const Ten
   });
 }
 
+/// The forward of either average pooling: out (N, C, Ho, Wo) from x (N, C, H, W) with the window
+/// policy make.template operator()<I>() returns for index type I (32-bit when idx32).
+template <typename MakeWindows>
+void launch_avg_pool(const char* op, const Tensor& x, const Tensor& out, bool idx32, const MakeWindows& make) {
+  const int64_t total = out.numel();
+  launch_on(out, [&](cudaStream_t stream) {
+    dispatch_pool(x.dtype(), idx32, op, [&]<typename T, typename I>() {
+      avg_pool_kernel<T, I>
+          <<<grid_for(total), kBlock, 0, stream>>>(static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()),
+                                                   static_cast<I>(total), make.template operator()<I>());
+    });
+  });
+}
+
+/// The backward of either average pooling: gx (N, C, H, W) from gout (N, C, Ho, Wo), as above.
+template <typename MakeWindows>
+void launch_avg_pool_backward(const char* op, const Tensor& gout, const Tensor& gx, bool idx32,
+                              const MakeWindows& make) {
+  const int64_t total = gx.numel();
+  launch_on(gx, [&](cudaStream_t stream) {
+    dispatch_pool(gx.dtype(), idx32, op, [&]<typename T, typename I>() {
+      avg_pool_backward_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
+          static_cast<const T*>(gout.data_ptr()), static_cast<T*>(gx.data_ptr()), static_cast<I>(total),
+          make.template operator()<I>());
+    });
+  });
+}
+
 void avg_pool_cuda(const Tensor& x, const Pool2dParams& p, const Tensor& out) {
   const char* op = "avg_pool2d (cuda)";
   check_pool_operand(op, "x", x, x, true);
   check_pool_operand(op, "out", out, x, true);
-  const int64_t total = out.numel();
-  launch_on(out, [&](cudaStream_t stream) {
-    dispatch_pool(x.dtype(), use_32bit({&x, &out}, &p), op, [&]<typename T, typename I>() {
-      avg_pool_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(static_cast<const T*>(x.data_ptr()),
-                                                                    static_cast<T*>(out.data_ptr()),
-                                                                    static_cast<I>(total), dims_of<I>(x, out, p));
-    });
-  });
+  launch_avg_pool(op, x, out, use_32bit({&x, &out}, &p),
+                  [&]<typename I>() { return AvgWindows<I>{dims_of<I>(x, out, p)}; });
 }
 
 void avg_pool_backward_cuda(const Tensor& gout, const Pool2dParams& p, const Tensor& gx) {
   const char* op = "avg_pool2d_backward (cuda)";
   check_pool_operand(op, "grad_x", gx, gx, true);
   check_pool_operand(op, "grad_out", gout, gx, true);
-  const int64_t total = gx.numel();
-  launch_on(gx, [&](cudaStream_t stream) {
-    dispatch_pool(gx.dtype(), use_32bit({&gx, &gout}, &p), op, [&]<typename T, typename I>() {
-      avg_pool_backward_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
-          static_cast<const T*>(gout.data_ptr()), static_cast<T*>(gx.data_ptr()), static_cast<I>(total),
-          dims_of<I>(gx, gout, p));
-    });
-  });
+  launch_avg_pool_backward(op, gout, gx, use_32bit({&gx, &gout}, &p),
+                           [&]<typename I>() { return AvgWindows<I>{dims_of<I>(gx, gout, p)}; });
 }
 
 /// Adaptive products reach (o + 1) * in and (x + 1) * out: 32-bit only when those fit too.
@@ -378,36 +381,29 @@ bool adaptive_32bit(const Tensor& big, const Tensor& small) {
   return use_32bit({&big, &small}) && (h + 1) * (ho + 1) < kIndex32Limit && (w + 1) * (wo + 1) < kIndex32Limit;
 }
 
+/// The adaptive policy for planes big (.., h, w) and small (.., ho, wo) in index type I.
+template <typename I> AdaptiveWindows<I> adaptive_of(const Tensor& big, const Tensor& small) {
+  return {static_cast<I>(big.size(2)), static_cast<I>(big.size(3)), static_cast<I>(small.size(2)),
+          static_cast<I>(small.size(3))};
+}
+
 void adaptive_avg_cuda(const Tensor& x, const Tensor& out) {
   const char* op = "adaptive_avg_pool2d (cuda)";
   check_pool_operand(op, "x", x, x, true);
   check_pool_operand(op, "out", out, x, true);
-  const int64_t total = out.numel();
-  launch_on(out, [&](cudaStream_t stream) {
-    EMBER_CHECK(x.size(2) >= 1 && x.size(3) >= 1, op, ": input ", x.shape_str(), " has an empty plane");
-    dispatch_pool(x.dtype(), adaptive_32bit(x, out), op, [&]<typename T, typename I>() {
-      adaptive_avg_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
-          static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()), static_cast<I>(total),
-          static_cast<I>(x.size(2)), static_cast<I>(x.size(3)), static_cast<I>(out.size(2)),
-          static_cast<I>(out.size(3)));
-    });
-  });
+  EMBER_CHECK(out.numel() == 0 || (x.size(2) >= 1 && x.size(3) >= 1), op, ": input ", x.shape_str(),
+              " has an empty plane");
+  launch_avg_pool(op, x, out, adaptive_32bit(x, out), [&]<typename I>() { return adaptive_of<I>(x, out); });
 }
 
 void adaptive_avg_backward_cuda(const Tensor& gout, const Tensor& gx) {
   const char* op = "adaptive_avg_pool2d_backward (cuda)";
   check_pool_operand(op, "grad_x", gx, gx, true);
   check_pool_operand(op, "grad_out", gout, gx, true);
-  const int64_t total = gx.numel();
-  launch_on(gx, [&](cudaStream_t stream) {
-    EMBER_CHECK(gout.size(2) >= 1 && gout.size(3) >= 1, op, ": grad_out ", gout.shape_str(), " has an empty plane");
-    dispatch_pool(gx.dtype(), adaptive_32bit(gx, gout), op, [&]<typename T, typename I>() {
-      adaptive_avg_backward_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
-          static_cast<const T*>(gout.data_ptr()), static_cast<T*>(gx.data_ptr()), static_cast<I>(total),
-          static_cast<I>(gx.size(2)), static_cast<I>(gx.size(3)), static_cast<I>(gout.size(2)),
-          static_cast<I>(gout.size(3)));
-    });
-  });
+  EMBER_CHECK(gx.numel() == 0 || (gout.size(2) >= 1 && gout.size(3) >= 1), op, ": grad_out ", gout.shape_str(),
+              " has an empty plane");
+  launch_avg_pool_backward(op, gout, gx, adaptive_32bit(gx, gout),
+                           [&]<typename I>() { return adaptive_of<I>(gx, gout); });
 }
 
 }  // namespace

@@ -23,8 +23,6 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
-DType acc_dtype(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f32; }
-
 struct GemmRef {
   std::vector<double> out;  // (batch, M, N) row-major
   std::vector<double> bound;  // per element
@@ -37,7 +35,7 @@ GemmRef ref_gemm(const std::vector<double>& av, const std::vector<double>& bv, c
   GemmRef r;
   r.out.assign(static_cast<size_t>(batch * M * N), 0.0);
   r.bound.assign(r.out.size(), 0.0);
-  const double ta = tol(acc_dtype(dt)), to = tol(dt);
+  const double ta = tol(acc_of(dt)), to = tol(dt);
   for (int64_t b = 0; b < batch; ++b) {
     const double* A = av.data() + b * M * K;
     const double* B = bv.data() + (b_shared ? 0 : b * K * N);

@@ -31,8 +31,6 @@ namespace {
 const Device kGpu = Device::cuda(0);
 const DType kFloatTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
 
-DType acc_of(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f32; }
-
 struct Case {
   Shape x;  // (N, C, H, W)
   Pool2dParams p;
@@ -64,19 +62,6 @@ std::string case_str(const Case& k) {
   return os.str();
 }
 
-/// [start, end) of output o along one dim, clipped, and its padded size (PyTorch's rule).
-struct Win {
-  int64_t s, e, padded;
-};
-Win window(int64_t o, int64_t k, int64_t st, int64_t pad, int64_t in) {
-  const int64_t s = o * st - pad, e = std::min(s + k, in + pad);
-  return {std::max<int64_t>(s, 0), std::min(e, in), e - s};
-}
-Win adaptive(int64_t o, int64_t out, int64_t in) {
-  const int64_t s = (o * in) / out, e = ((o + 1) * in + out - 1) / out;
-  return {s, e, e - s};
-}
-
 struct Dims {
   int64_t planes, h, w, ho, wo;
 };
@@ -89,13 +74,13 @@ void ref_max(const std::vector<double>& x, const Dims& d, const Pool2dParams& p,
   for (int64_t pl = 0; pl < d.planes; ++pl)
     for (int64_t oh = 0; oh < d.ho; ++oh)
       for (int64_t ow = 0; ow < d.wo; ++ow) {
-        const Win wh = window(oh, p.kernel_h, p.stride_h, p.pad_h, d.h);
-        const Win ww = window(ow, p.kernel_w, p.stride_w, p.pad_w, d.w);
+        const PoolWindow wh = pool_window_ref(oh, p.kernel_h, p.stride_h, p.pad_h, d.h);
+        const PoolWindow ww = pool_window_ref(ow, p.kernel_w, p.stride_w, p.pad_w, d.w);
         double best = -std::numeric_limits<double>::infinity();
-        int64_t arg = wh.s * d.w + ww.s;
+        int64_t arg = wh.start * d.w + ww.start;
         bool nan = false;
-        for (int64_t h = wh.s; h < wh.e && !nan; ++h)
-          for (int64_t w = ww.s; w < ww.e && !nan; ++w) {
+        for (int64_t h = wh.start; h < wh.end && !nan; ++h)
+          for (int64_t w = ww.start; w < ww.end && !nan; ++w) {
             const double v = x[static_cast<size_t>((pl * d.h + h) * d.w + w)];
             if (v > best || std::isnan(v)) best = v, arg = h * d.w + w, nan = std::isnan(v);
           }
@@ -104,26 +89,24 @@ void ref_max(const std::vector<double>& x, const Dims& d, const Pool2dParams& p,
       }
 }
 
-/// Average pool forward (window() or adaptive() windows) with bounds.
+/// Average pool forward (avg_pool2d's windows, or adaptive ones when p is null) with bounds.
 Expect ref_avg(const std::vector<double>& x, const Dims& d, const Pool2dParams* p, DType dt) {
   Expect e;
   const DType acc = acc_of(dt);
   for (int64_t pl = 0; pl < d.planes; ++pl)
     for (int64_t oh = 0; oh < d.ho; ++oh)
       for (int64_t ow = 0; ow < d.wo; ++ow) {
-        const Win wh = p ? window(oh, p->kernel_h, p->stride_h, p->pad_h, d.h) : adaptive(oh, d.ho, d.h);
-        const Win ww = p ? window(ow, p->kernel_w, p->stride_w, p->pad_w, d.w) : adaptive(ow, d.wo, d.w);
+        const AvgWindow aw = avg_window_ref(p, oh, ow, d.h, d.w, d.ho, d.wo);
         double s = 0.0, a = 0.0;
-        for (int64_t h = wh.s; h < wh.e; ++h)
-          for (int64_t w = ww.s; w < ww.e; ++w) {
+        for (int64_t h = aw.h.start; h < aw.h.end; ++h)
+          for (int64_t w = aw.w.start; w < aw.w.end; ++w) {
             const double v = x[static_cast<size_t>((pl * d.h + h) * d.w + w)];
             s += v, a += std::fabs(v);
           }
-        const int64_t k = (wh.e - wh.s) * (ww.e - ww.s);
-        const double count = static_cast<double>(p == nullptr || p->count_include_pad ? wh.padded * ww.padded : k);
-        const double r = s / count;
+        const int64_t k = (aw.h.end - aw.h.start) * (aw.w.end - aw.w.start);
+        const double r = s / aw.count;
         e.val.push_back(r);
-        e.bound.push_back(tol_sum(acc, k + 1) * a / count + tol(dt) * std::fabs(r) + store_floor(dt));
+        e.bound.push_back(tol_sum(acc, k + 1) * a / aw.count + tol(dt) * std::fabs(r) + store_floor(dt));
       }
   return e;
 }
@@ -139,13 +122,10 @@ Expect ref_avg_backward(const std::vector<double>& g, const Dims& d, const Pool2
   for (int64_t pl = 0; pl < d.planes; ++pl)
     for (int64_t oh = 0; oh < d.ho; ++oh)
       for (int64_t ow = 0; ow < d.wo; ++ow) {
-        const Win wh = p ? window(oh, p->kernel_h, p->stride_h, p->pad_h, d.h) : adaptive(oh, d.ho, d.h);
-        const Win ww = p ? window(ow, p->kernel_w, p->stride_w, p->pad_w, d.w) : adaptive(ow, d.wo, d.w);
-        const int64_t k = (wh.e - wh.s) * (ww.e - ww.s);
-        const double count = static_cast<double>(p == nullptr || p->count_include_pad ? wh.padded * ww.padded : k);
-        const double t = g[static_cast<size_t>((pl * d.ho + oh) * d.wo + ow)] / count;
-        for (int64_t h = wh.s; h < wh.e; ++h)
-          for (int64_t w = ww.s; w < ww.e; ++w) {
+        const AvgWindow aw = avg_window_ref(p, oh, ow, d.h, d.w, d.ho, d.wo);
+        const double t = g[static_cast<size_t>((pl * d.ho + oh) * d.wo + ow)] / aw.count;
+        for (int64_t h = aw.h.start; h < aw.h.end; ++h)
+          for (int64_t w = aw.w.start; w < aw.w.end; ++w) {
             const size_t i = static_cast<size_t>((pl * d.h + h) * d.w + w);
             s[i] += t, a[i] += std::fabs(t), ++c[i];
           }

@@ -24,59 +24,18 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
-DType acc_dtype(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f32; }
-
-struct Ref {
-  std::vector<double> out;
-  std::vector<double> sq_sum;  // per output: sum of x^2 over its reduced elements
-  std::vector<int64_t> count;
-};
-
-/// float64 reference of reducing `vals` (row-major of `shape`) over the dims flagged in `red`.
-Ref ref_reduce(ReduceOp op, const std::vector<double>& vals, const Shape& shape, const std::vector<bool>& red) {
-  const int64_t nd = static_cast<int64_t>(shape.size());
-  int64_t n_out = 1;
-  for (int64_t d = 0; d < nd; ++d)
-    if (!red[d]) n_out *= shape[d];
-  Ref r;
-  const double init = op == ReduceOp::Max ? -INFINITY : op == ReduceOp::Min ? INFINITY : 0.0;
-  r.out.assign(n_out, init);
-  r.sq_sum.assign(n_out, 0.0);
-  r.count.assign(n_out, 0);
-  for (int64_t i = 0; i < static_cast<int64_t>(vals.size()); ++i) {
-    int64_t rem = i, o = 0, mul = 1;
-    for (int64_t d = nd - 1; d >= 0; --d) {
-      const int64_t c = rem % shape[d];
-      rem /= shape[d];
-      if (!red[d]) {
-        o += c * mul;
-        mul *= shape[d];
-      }
-    }
-    const double v = vals[i];
-    ++r.count[o];
-    r.sq_sum[o] += v * v;
-    if (op == ReduceOp::Max) r.out[o] = std::max(r.out[o], v);
-    else if (op == ReduceOp::Min) r.out[o] = std::min(r.out[o], v);
-    else r.out[o] += v;
-  }
-  if (op == ReduceOp::Mean)
-    for (int64_t o = 0; o < n_out; ++o) r.out[o] /= static_cast<double>(r.count[o]);
-  return r;
-}
-
 /// Compares one set of results with the reference under the bounds described at the top; `slack`
 /// widens them (2 when comparing two implementations that each meet them).
-void check_against(const std::vector<double>& got, const Ref& ref, ReduceOp op, DType in, DType out, double slack,
+void check_against(const std::vector<double>& got, const ReduceRef& ref, ReduceOp op, DType in, DType out, double slack,
                    const char* what) {
   REQUIRE(got.size() == ref.out.size());
   int bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     double bound = 0.0;
     if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
-      bound = tol(acc_dtype(in)) * std::sqrt(ref.sq_sum[i]) + tol(out) * std::fabs(ref.out[i]);
+      bound = tol(acc_of(in)) * std::sqrt(ref.sq_sum[i]) + tol(out) * std::fabs(ref.out[i]);
       if (op == ReduceOp::Mean)
-        bound = tol(acc_dtype(in)) * std::sqrt(ref.sq_sum[i]) / ref.count[i] + tol(out) * std::fabs(ref.out[i]);
+        bound = tol(acc_of(in)) * std::sqrt(ref.sq_sum[i]) / ref.count[i] + tol(out) * std::fabs(ref.out[i]);
       if (!is_floating(in)) bound = 0.0;  // integer sums are exact
     }
     bound *= slack;
@@ -92,8 +51,7 @@ void check_against(const std::vector<double>& got, const Ref& ref, ReduceOp op, 
 void check_reduce(ReduceOp op, const Tensor& xc, const Tensor& xg, const std::vector<int64_t>& dims,
                   bool keepdim = false) {
   const int64_t nd = xc.dim();
-  std::vector<bool> red(nd, dims.empty());
-  for (int64_t d : dims) red[d < 0 ? d + nd : d] = true;
+  const std::vector<bool> red = reduced_dims(nd, dims);
   Shape expect_shape;
   for (int64_t d = 0; d < nd; ++d) {
     if (!red[d]) expect_shape.push_back(xc.size(d));
@@ -102,7 +60,7 @@ void check_reduce(ReduceOp op, const Tensor& xc, const Tensor& xg, const std::ve
   INFO(kernels::op_name(op) << " of " << xc.shape_str() << " strides " << shape_str(xg.strides()) << " "
                             << dtype_name(xc.dtype()) << " over " << dims.size() << " dims (first "
                             << (dims.empty() ? -1 : dims[0]) << ")");
-  const Ref ref = ref_reduce(op, to_f64(xc), xc.sizes(), red);
+  const ReduceRef ref = reduce_ref(op, to_f64(xc), xc.sizes(), red);
   Tensor yg = kernels::reduce(op, xg, dims, keepdim);
   REQUIRE(yg.device() == kGpu);
   CHECK(yg.sizes() == expect_shape);
@@ -113,7 +71,7 @@ void check_reduce(ReduceOp op, const Tensor& xc, const Tensor& xg, const std::ve
   Tensor yc = kernels::reduce(op, xc, dims, keepdim);
   const std::vector<double> cpu = to_f64(yc);
   REQUIRE(cpu.size() == got.size());
-  Ref cpu_ref = ref;
+  ReduceRef cpu_ref = ref;
   cpu_ref.out = cpu;
   check_against(got, cpu_ref, op, xc.dtype(), out_dt, 2.0, "cuda vs cpu twin:");
 }

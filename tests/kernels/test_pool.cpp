@@ -34,16 +34,6 @@ struct Ref {
   std::vector<int64_t> idx;
 };
 
-/// Window of output o along a dim: [start, end) clipped, and its size before clipping to the input
-/// (but after clipping to the padded input), as PyTorch counts it.
-void window(int64_t o, int64_t k, int64_t s, int64_t pad, int64_t in, int64_t& lo, int64_t& hi, int64_t& padded) {
-  const int64_t start = o * s - pad;
-  const int64_t end = std::min(start + k, in + pad);
-  padded = end - start;
-  lo = std::max<int64_t>(start, 0);
-  hi = std::min(end, in);
-}
-
 Ref max_ref(const std::vector<double>& x, const std::vector<double>& g, int64_t P, int64_t H, int64_t W, int64_t Ho,
             int64_t Wo, const kernels::Pool2dParams& p) {
   Ref r;
@@ -53,13 +43,12 @@ Ref max_ref(const std::vector<double>& x, const std::vector<double>& g, int64_t 
   for (int64_t pl = 0; pl < P; ++pl)
     for (int64_t oh = 0; oh < Ho; ++oh)
       for (int64_t ow = 0; ow < Wo; ++ow) {
-        int64_t h0, h1, w0, w1, unused;
-        window(oh, p.kernel_h, p.stride_h, p.pad_h, H, h0, h1, unused);
-        window(ow, p.kernel_w, p.stride_w, p.pad_w, W, w0, w1, unused);
+        const PoolWindow wh = pool_window_ref(oh, p.kernel_h, p.stride_h, p.pad_h, H);
+        const PoolWindow ww = pool_window_ref(ow, p.kernel_w, p.stride_w, p.pad_w, W);
         double best = -INFINITY;
         int64_t arg = -1;
-        for (int64_t ih = h0; ih < h1; ++ih)
-          for (int64_t iw = w0; iw < w1; ++iw)
+        for (int64_t ih = wh.start; ih < wh.end; ++ih)
+          for (int64_t iw = ww.start; iw < ww.end; ++iw)
             if (arg < 0 || x[(pl * H + ih) * W + iw] > best) {
               best = x[(pl * H + ih) * W + iw];
               arg = ih * W + iw;
@@ -72,45 +61,21 @@ Ref max_ref(const std::vector<double>& x, const std::vector<double>& g, int64_t 
   return r;
 }
 
+/// Average pooling with the windows of avg_pool2d (p given) or adaptive_avg_pool2d (p null).
 Ref avg_ref(const std::vector<double>& x, const std::vector<double>& g, int64_t P, int64_t H, int64_t W, int64_t Ho,
-            int64_t Wo, const kernels::Pool2dParams& p) {
+            int64_t Wo, const kernels::Pool2dParams* p) {
   Ref r;
   r.out.assign(P * Ho * Wo, 0.0);
   r.grad.assign(P * H * W, 0.0);
   for (int64_t pl = 0; pl < P; ++pl)
     for (int64_t oh = 0; oh < Ho; ++oh)
       for (int64_t ow = 0; ow < Wo; ++ow) {
-        int64_t h0, h1, w0, w1, ph, pw;
-        window(oh, p.kernel_h, p.stride_h, p.pad_h, H, h0, h1, ph);
-        window(ow, p.kernel_w, p.stride_w, p.pad_w, W, w0, w1, pw);
-        const double count = p.count_include_pad ? double(ph * pw) : double((h1 - h0) * (w1 - w0));
+        const AvgWindow a = avg_window_ref(p, oh, ow, H, W, Ho, Wo);
         const int64_t oi = (pl * Ho + oh) * Wo + ow;
-        for (int64_t ih = h0; ih < h1; ++ih)
-          for (int64_t iw = w0; iw < w1; ++iw) {
-            r.out[oi] += x[(pl * H + ih) * W + iw] / count;
-            r.grad[(pl * H + ih) * W + iw] += g[oi] / count;
-          }
-      }
-  return r;
-}
-
-Ref adaptive_ref(const std::vector<double>& x, const std::vector<double>& g, int64_t P, int64_t H, int64_t W,
-                 int64_t Ho, int64_t Wo) {
-  Ref r;
-  r.out.assign(P * Ho * Wo, 0.0);
-  r.grad.assign(P * H * W, 0.0);
-  for (int64_t pl = 0; pl < P; ++pl)
-    for (int64_t oh = 0; oh < Ho; ++oh)
-      for (int64_t ow = 0; ow < Wo; ++ow) {
-        // floor(i * H / Ho) and ceil((i + 1) * H / Ho), computed in floating point here.
-        const int64_t h0 = int64_t(std::floor(double(oh) * H / Ho)), h1 = int64_t(std::ceil(double(oh + 1) * H / Ho));
-        const int64_t w0 = int64_t(std::floor(double(ow) * W / Wo)), w1 = int64_t(std::ceil(double(ow + 1) * W / Wo));
-        const double count = double((h1 - h0) * (w1 - w0));
-        const int64_t oi = (pl * Ho + oh) * Wo + ow;
-        for (int64_t ih = h0; ih < h1; ++ih)
-          for (int64_t iw = w0; iw < w1; ++iw) {
-            r.out[oi] += x[(pl * H + ih) * W + iw] / count;
-            r.grad[(pl * H + ih) * W + iw] += g[oi] / count;
+        for (int64_t ih = a.h.start; ih < a.h.end; ++ih)
+          for (int64_t iw = a.w.start; iw < a.w.end; ++iw) {
+            r.out[oi] += x[(pl * H + ih) * W + iw] / a.count;
+            r.grad[(pl * H + ih) * W + iw] += g[oi] / a.count;
           }
       }
   return r;
@@ -208,7 +173,7 @@ TEST_CASE("avg_pool2d and its backward match float64 loops (count_include_pad bo
       const int64_t Ho = kernels::pool_out_size(H, p.kernel_h, p.stride_h, p.pad_h, p.ceil_mode);
       const int64_t Wo = kernels::pool_out_size(W, p.kernel_w, p.stride_w, p.pad_w, p.ceil_mode);
       Tensor g = random_tensor({N, C, Ho, Wo}, dt, seed++, -1, 1, Layout::Transposed);
-      const Ref ref = avg_ref(to_f64(x), to_f64(g), N * C, H, W, Ho, Wo, p);
+      const Ref ref = avg_ref(to_f64(x), to_f64(g), N * C, H, W, Ho, Wo, &p);
       Tensor out = kernels::avg_pool2d(x, p);
       REQUIRE(out.sizes() == Shape{N, C, Ho, Wo});
       // Values in [-1, 1): sums of up to 16 terms, so an absolute tolerance is the right scale.
@@ -228,7 +193,7 @@ TEST_CASE("adaptive_avg_pool2d and its backward match float64 loops", "[cpu]") {
       const int64_t N = 2, C = 3, H = 7, W = 9;
       Tensor x = random_tensor({N, C, H, W}, dt, seed++, -1, 1, Layout::Transposed);
       Tensor g = random_tensor({N, C, oh, ow}, dt, seed++);
-      const Ref ref = adaptive_ref(to_f64(x), to_f64(g), N * C, H, W, oh, ow);
+      const Ref ref = avg_ref(to_f64(x), to_f64(g), N * C, H, W, oh, ow, nullptr);
       Tensor out = kernels::adaptive_avg_pool2d(x, oh, ow);
       REQUIRE(out.sizes() == Shape{N, C, oh, ow});
       const double t = dt == DType::f64 ? 1e-14 : (dt == DType::f32 ? tol_sum(dt, H * W) : 2 * tol(dt));

@@ -16,55 +16,12 @@ using kernels::ReduceOp;
 
 namespace {
 
-/// float64 reference: reduces `vals` (row-major of `shape`) over the dims flagged in `red`.
-/// Also returns, per output, the sum of |x| (the scale a summation error is relative to).
-struct RefResult {
-  std::vector<double> out, abs_sum;
-  Shape shape;  // keepdim = false
-};
-RefResult ref_reduce(ReduceOp op, const std::vector<double>& vals, const Shape& shape, const std::vector<bool>& red) {
-  const int64_t nd = static_cast<int64_t>(shape.size());
-  RefResult r;
-  for (int64_t d = 0; d < nd; ++d)
-    if (!red[d]) r.shape.push_back(shape[d]);
-  const int64_t n_out = numel_of(r.shape);
-  const double init = op == ReduceOp::Max ? -INFINITY : op == ReduceOp::Min ? INFINITY : 0.0;
-  r.out.assign(n_out, init);
-  r.abs_sum.assign(n_out, 0.0);
-  std::vector<int64_t> count(n_out, 0);
-  for (int64_t i = 0; i < static_cast<int64_t>(vals.size()); ++i) {
-    int64_t rem = i, o = 0, mul = 1;
-    for (int64_t d = nd - 1; d >= 0; --d) {
-      const int64_t c = rem % shape[d];
-      rem /= shape[d];
-      if (!red[d]) {
-        o += c * mul;
-        mul *= shape[d];
-      }
-    }
-    const double v = vals[i];
-    ++count[o];
-    r.abs_sum[o] += std::fabs(v);
-    if (op == ReduceOp::Max) r.out[o] = std::isnan(r.out[o]) || std::isnan(v) ? NAN : std::max(r.out[o], v);
-    else if (op == ReduceOp::Min) r.out[o] = std::isnan(r.out[o]) || std::isnan(v) ? NAN : std::min(r.out[o], v);
-    else r.out[o] += v;
-  }
-  if (op == ReduceOp::Mean) {
-    for (int64_t o = 0; o < n_out; ++o) {
-      r.out[o] /= static_cast<double>(count[o]);
-      r.abs_sum[o] /= static_cast<double>(count[o]);
-    }
-  }
-  return r;
-}
-
 /// Checks reduce(op, x, dims, keepdim) against the reference. Sum/mean errors are bounded by
 /// tol_sum(dtype, R) times the sum of |x| of each output (plus one rounding of the result);
 /// max/min must be exact.
 void check_reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   const int64_t nd = x.dim();
-  std::vector<bool> red(nd, dims.empty());
-  for (int64_t d : dims) red[d < 0 ? d + nd : d] = true;
+  const std::vector<bool> red = reduced_dims(nd, dims);
   int64_t R = 1;
   Shape kd;
   for (int64_t d = 0; d < nd; ++d) {
@@ -72,7 +29,7 @@ void check_reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims
     if (!red[d]) kd.push_back(x.size(d));
     else if (keepdim) kd.push_back(1);
   }
-  const RefResult ref = ref_reduce(op, to_f64(x), x.sizes(), red);
+  const ReduceRef ref = reduce_ref(op, to_f64(x), x.sizes(), red);
   Tensor y = kernels::reduce(op, x, dims, keepdim);
   INFO(kernels::op_name(op) << " of " << x.shape_str() << " strides " << shape_str(x.strides()) << " "
                             << dtype_name(x.dtype()) << " keepdim " << keepdim);
@@ -86,8 +43,10 @@ void check_reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims
   int bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     double bound = 0.0;
-    if (op == ReduceOp::Sum || op == ReduceOp::Mean)
-      bound = tol_sum(dt, R) * ref.abs_sum[i] + tol(dt) * std::fabs(ref.out[i]);
+    if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
+      const double scale = op == ReduceOp::Mean ? ref.abs_sum[i] / static_cast<double>(ref.count[i]) : ref.abs_sum[i];
+      bound = tol_sum(dt, R) * scale + tol(dt) * std::fabs(ref.out[i]);
+    }
     const bool ok = std::isnan(ref.out[i]) ? std::isnan(got[i]) : std::fabs(got[i] - ref.out[i]) <= bound;
     if (!ok && bad++ < 5)
       UNSCOPED_INFO("[" << i << "] got " << got[i] << " expected " << ref.out[i] << " bound " << bound);

@@ -16,8 +16,13 @@
 //   random_values(n, seed, lo, hi)   the raw doubles behind random_tensor(..., Layout::Contiguous)
 //   round_to(dtype, v)         v rounded to dtype the way a store into that dtype rounds it
 //   check_close(actual, expected, rtol, atol)   CHECKs every element, reports the first misses
+//   acc_of(dtype)              the dtype kernels accumulate dtype in (f64 or f32)
+//   reduced_dims(nd, dims), reduce_ref(op, vals, shape, red)   float64 reduction reference
+//   pool_window_ref(o, k, s, pad, in), adaptive_window_ref(o, out, in),
+//   avg_window_ref(p, oh, ow, H, W, Ho, Wo)   pooling windows (and the average's count)
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -26,6 +31,8 @@
 #include <vector>
 
 #include <ember/core/tensor.h>
+#include <ember/kernels/pool.h>
+#include <ember/kernels/reduce.h>
 
 namespace ember::testing {
 
@@ -212,6 +219,93 @@ inline void check_close(const Tensor& actual, const std::vector<double>& expecte
                 << atol << ", " << bad << " mismatches:\n"
                 << os.str());
   CHECK(bad == 0);
+}
+
+/// The dtype a kernel accumulates dt in: f64 for f64, f32 for every other floating dtype.
+inline DType acc_of(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f32; }
+
+/// Which of the nd dims a reduction over `dims` covers (empty: all; negative dims count from the end).
+inline std::vector<bool> reduced_dims(int64_t nd, const std::vector<int64_t>& dims) {
+  std::vector<bool> red(static_cast<size_t>(nd), dims.empty());
+  for (int64_t d : dims) red[static_cast<size_t>(d < 0 ? d + nd : d)] = true;
+  return red;
+}
+
+/// float64 reference of a reduction, per output (row-major over the kept dims): the result, how
+/// many elements it reduced, and the sums of |x| and x^2 over them (the scales a summation error
+/// is relative to). Max and Min propagate NaN.
+struct ReduceRef {
+  std::vector<double> out, abs_sum, sq_sum;
+  std::vector<int64_t> count;
+};
+/// Reduces `vals` (row-major of `shape`) with op over the dims flagged in `red`.
+inline ReduceRef reduce_ref(kernels::ReduceOp op, const std::vector<double>& vals, const Shape& shape,
+                            const std::vector<bool>& red) {
+  using kernels::ReduceOp;
+  const int64_t nd = static_cast<int64_t>(shape.size());
+  int64_t n_out = 1;
+  for (int64_t d = 0; d < nd; ++d)
+    if (!red[d]) n_out *= shape[d];
+  ReduceRef r;
+  r.out.assign(n_out, op == ReduceOp::Max ? -INFINITY : op == ReduceOp::Min ? INFINITY : 0.0);
+  r.abs_sum.assign(n_out, 0.0);
+  r.sq_sum.assign(n_out, 0.0);
+  r.count.assign(n_out, 0);
+  for (int64_t i = 0; i < static_cast<int64_t>(vals.size()); ++i) {
+    int64_t rem = i, o = 0, mul = 1;
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      const int64_t c = rem % shape[d];
+      rem /= shape[d];
+      if (!red[d]) {
+        o += c * mul;
+        mul *= shape[d];
+      }
+    }
+    const double v = vals[i];
+    ++r.count[o];
+    r.abs_sum[o] += std::fabs(v);
+    r.sq_sum[o] += v * v;
+    if (op == ReduceOp::Max) r.out[o] = std::isnan(r.out[o]) || std::isnan(v) ? NAN : std::max(r.out[o], v);
+    else if (op == ReduceOp::Min) r.out[o] = std::isnan(r.out[o]) || std::isnan(v) ? NAN : std::min(r.out[o], v);
+    else r.out[o] += v;
+  }
+  if (op == ReduceOp::Mean)
+    for (int64_t o = 0; o < n_out; ++o) r.out[o] /= static_cast<double>(r.count[o]);
+  return r;
+}
+
+/// One pooling window along a dim: input positions [start, end), and `padded`, its size counted
+/// against the padded input (what count_include_pad divides by).
+struct PoolWindow {
+  int64_t start, end, padded;
+};
+/// The window of output o for kernel k, stride s and padding pad over `in` positions (PyTorch's
+/// rule: clipped to the input, padded size clipped to the padded input).
+inline PoolWindow pool_window_ref(int64_t o, int64_t k, int64_t s, int64_t pad, int64_t in) {
+  const int64_t start = o * s - pad, end = std::min(start + k, in + pad);
+  return {std::max<int64_t>(start, 0), std::min(end, in), end - start};
+}
+/// The adaptive window of output o of `out` over `in` positions: [floor(o * in / out),
+/// ceil((o + 1) * in / out)), computed in floating point.
+inline PoolWindow adaptive_window_ref(int64_t o, int64_t out, int64_t in) {
+  const auto start = static_cast<int64_t>(std::floor(static_cast<double>(o) * static_cast<double>(in) / out));
+  const auto end = static_cast<int64_t>(std::ceil(static_cast<double>(o + 1) * static_cast<double>(in) / out));
+  return {start, end, end - start};
+}
+/// The windows of output (oh, ow) of an average pooling from (H, W) to (Ho, Wo) and the count it
+/// divides by: avg_pool2d's windows and count when p is given, adaptive_avg_pool2d's when p is null.
+struct AvgWindow {
+  PoolWindow h, w;
+  double count;
+};
+inline AvgWindow avg_window_ref(const kernels::Pool2dParams* p, int64_t oh, int64_t ow, int64_t H, int64_t W,
+                                int64_t Ho, int64_t Wo) {
+  AvgWindow a;
+  a.h = p ? pool_window_ref(oh, p->kernel_h, p->stride_h, p->pad_h, H) : adaptive_window_ref(oh, Ho, H);
+  a.w = p ? pool_window_ref(ow, p->kernel_w, p->stride_w, p->pad_w, W) : adaptive_window_ref(ow, Wo, W);
+  const bool padded = p == nullptr || p->count_include_pad;
+  a.count = static_cast<double>(padded ? a.h.padded * a.w.padded : (a.h.end - a.h.start) * (a.w.end - a.w.start));
+  return a;
 }
 
 }  // namespace ember::testing

@@ -14,7 +14,7 @@
 #include <ember/autograd/ops.h>
 #include <ember/kernels/elementwise.h>
 #include <ember/kernels/factory.h>
-#include "bench/bench_util.h"
+#include "bench_util.h"
 
 using namespace ember;
 using ember::bench::fmt;

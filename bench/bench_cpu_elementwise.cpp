@@ -15,7 +15,7 @@
 #include <ember/core/thread_pool.h>
 #include <ember/kernels/elementwise.h>
 #include <ember/kernels/factory.h>
-#include "bench/bench_util.h"
+#include "bench_util.h"
 
 using namespace ember;
 using ember::bench::fmt;

@@ -17,7 +17,7 @@
 #include <ember/kernels/cpu/gemm_blocked.h>
 #include <ember/kernels/factory.h>
 #include <ember/kernels/matmul.h>
-#include "bench/bench_util.h"
+#include "bench_util.h"
 
 using namespace ember;
 using ember::bench::fmt;

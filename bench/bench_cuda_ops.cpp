@@ -21,7 +21,7 @@
 #include <ember/kernels/factory.h>
 #include <ember/kernels/reduce.h>
 #include <ember/kernels/softmax.h>
-#include "bench/bench_util.h"
+#include "bench_util.h"
 
 using namespace ember;
 using ember::bench::fmt;

@@ -33,7 +33,7 @@
 
 #include <ember/kernels/conv.h>
 #include <ember/kernels/matmul.h>
-#include "bench/bench_util.h"
+#include "bench_util.h"
 
 using namespace ember;
 using ember::bench::fmt;

@@ -68,7 +68,7 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
       m.grad = std::move(g);  // a temporary nobody else holds: keep it rather than copy it
     } else if (!m.grad.defined()) {
       // A fresh buffer: the incoming gradient may be shared with other nodes or be a broadcast view.
-      Tensor fresh = empty(leaf.sizes(), leaf.dtype(), leaf.device());
+      Tensor fresh = empty(leaf.sizes(), leaf.options());
       kernels::copy(fresh, g);
       m.grad = std::move(fresh);
     } else {

@@ -183,7 +183,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     record(
         out, "WhereBackward",
         [cond, sa = GradSink(a, out.sizes()), sb = GradSink(b, out.sizes())](const Tensor& g) {
-          Tensor zero = scalar_tensor(0.0, g.dtype(), g.device());
+          Tensor zero = scalar_tensor(0.0, g.options());
           return TensorList{sa.needed ? sa(kernels::where(cond, g, zero)) : Tensor(),
                             sb.needed ? sb(kernels::where(cond, zero, g)) : Tensor()};
         },

@@ -162,7 +162,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
     record(
         out, "IndexSelectBackward",
         [index, in = x.sizes(), d](const Tensor& g) {
-          Tensor gx = zeros(in, g.dtype(), g.device());
+          Tensor gx = zeros(in, g.options());
           kernels::index_add(gx, d, index, g);
           return TensorList{gx};
         },

@@ -58,9 +58,9 @@ Tensor extremum_dim(ReduceOp op, const char* name, const Tensor& x, int64_t dim,
         // one_hot[..., r, ...] = (r == idx[..., 0, ...]), broadcast to the input's shape.
         Shape pos_shape(in.size(), 1);
         pos_shape[d] = in[d];
-        Tensor pos = arange(in[d], DType::i64, g.device()).reshape(pos_shape);
+        Tensor pos = arange(in[d], {.dtype = DType::i64, .device = g.device()}).reshape(pos_shape);
         Tensor one_hot = kernels::binary(BinaryOp::Eq, pos, idx);
-        Tensor zero = scalar_tensor(0.0, g.dtype(), g.device());
+        Tensor zero = scalar_tensor(0.0, g.options());
         Tensor gx = kernels::where(one_hot, as_keepdim(g, idx.sizes()), zero);
         return TensorList{gx.sizes() == in ? gx : gx.expand(in)};
       },

@@ -165,7 +165,7 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
     record(
         out, "SliceBackward",
         [in_sizes = sizes(), d, start, end, step](const Tensor& g) {
-          Tensor gx = zeros(in_sizes, g.dtype(), g.device());
+          Tensor gx = zeros(in_sizes, g.options());
           kernels::copy(gx.slice(d, start, end, step), g);
           return TensorList{gx};
         },
@@ -270,7 +270,7 @@ Tensor Tensor::contiguous() const {
 }
 
 Tensor Tensor::clone() const {
-  Tensor out = empty(sizes(), dtype(), device());
+  Tensor out = empty(sizes(), options());
   kernels::copy(out, *this);
   if (needs_grad(*this))
     record(
@@ -280,7 +280,7 @@ Tensor Tensor::clone() const {
 
 Tensor Tensor::to(Device dev) const {
   if (dev == device()) return *this;
-  Tensor out = empty(sizes(), dtype(), dev);
+  Tensor out = empty(sizes(), {.dtype = dtype(), .device = dev});
   kernels::copy(out, *this);
   if (needs_grad(*this)) {
     record(
@@ -369,7 +369,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   if (!gradient.defined()) {
     EMBER_CHECK(numel() == 1, "backward: a gradient is required for a non-scalar tensor of shape ",
                 ember::shape_str(sizes()), " (only tensors with one element get an implicit gradient of 1)");
-    g = ones(sizes(), dtype(), device());
+    g = ones(sizes(), options());
   } else {
     EMBER_CHECK(gradient.sizes() == sizes(), "backward: gradient of shape ", gradient.shape_str(),
                 " does not match the tensor's shape ", ember::shape_str(sizes()));

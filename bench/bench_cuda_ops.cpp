@@ -88,8 +88,8 @@ int main(int argc, char** argv) {
   const std::vector<int64_t> sizes = quick ? std::vector<int64_t>{1 << 24} : std::vector<int64_t>{1 << 24, 1 << 26};
   for (int64_t n : sizes) {
     manual_seed(7);
-    Tensor a = randn({n}, DType::f32, dev), b = randn({n}, DType::f32, dev);
-    Tensor dst = empty({n}, DType::f32, dev);
+    Tensor a = randn({n}, {.dtype = DType::f32, .device = dev}), b = randn({n}, {.dtype = DType::f32, .device = dev});
+    Tensor dst = empty({n}, {.dtype = DType::f32, .device = dev});
     const int64_t cols = 4096;
     Tensor rows = a.view({n / cols, cols});
     const double elem = sizeof(float);
@@ -122,7 +122,8 @@ int main(int argc, char** argv) {
   // (add exact up to rounding; sum over n terms and softmax with f32 tolerances).
   {
     const int64_t n = 1 << 20;
-    Tensor x = randn({n / 512, 512}, DType::f32, dev), y = randn({n / 512, 512}, DType::f32, dev);
+    Tensor x = randn({n / 512, 512}, {.dtype = DType::f32, .device = dev}),
+           y = randn({n / 512, 512}, {.dtype = DType::f32, .device = dev});
     Tensor xc = x.to(Device::cpu()), yc = y.to(Device::cpu());
     const double e_add =
         worst(kernels::binary(kernels::BinaryOp::Add, x, y), kernels::binary(kernels::BinaryOp::Add, xc, yc), 1e-6, 0);

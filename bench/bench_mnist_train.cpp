@@ -261,7 +261,8 @@ bool gpu_part(bool quick) {
   auto model = models::mnist_cnn();
   model->to(dev);
   optim::SGD opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
-  Tensor x = randn({kBatch, 1, 28, 28}, DType::f32, dev), y = zeros({kBatch}, DType::i64, dev);
+  Tensor x = randn({kBatch, 1, 28, 28}, {.dtype = DType::f32, .device = dev}),
+         y = zeros({kBatch}, {.dtype = DType::i64, .device = dev});
   const int steps = quick ? 5 : 100;
   for (int i = 0; i < 5; ++i) train_step(*model, opt, x, y);
   Stream s = current_stream(dev);
@@ -273,9 +274,11 @@ bool gpu_part(bool quick) {
   const double step_ms = e0.elapsed_ms(e1) / steps;
 
   kernels::Conv2dParams p;  // stride 1, no padding, as mnist_cnn's convs
-  Tensor w1 = randn({32, 1, 3, 3}, DType::f32, dev), b1 = randn({32}, DType::f32, dev);
-  Tensor w2 = randn({64, 32, 3, 3}, DType::f32, dev), b2 = randn({64}, DType::f32, dev);
-  Tensor a1 = randn({kBatch, 32, 26, 26}, DType::f32, dev);
+  Tensor w1 = randn({32, 1, 3, 3}, {.dtype = DType::f32, .device = dev}),
+         b1 = randn({32}, {.dtype = DType::f32, .device = dev});
+  Tensor w2 = randn({64, 32, 3, 3}, {.dtype = DType::f32, .device = dev}),
+         b2 = randn({64}, {.dtype = DType::f32, .device = dev});
+  Tensor a1 = randn({kBatch, 32, 26, 26}, {.dtype = DType::f32, .device = dev});
   auto convs = [&] {
     Tensor o1 = kernels::conv2d(x, w1, b1, p);  // (B, 32, 26, 26)
     Tensor o2 = kernels::conv2d(a1, w2, b2, p);  // (B, 64, 24, 24)

@@ -27,17 +27,28 @@ void* Tensor::data_ptr() const {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
 
-Tensor empty(const Shape& sizes, DType dtype, Device device) {
+Tensor empty(const Shape& sizes, const TensorOptions& options) {
   for (int64_t s : sizes) EMBER_CHECK(s >= 0, "empty: negative size in shape ", shape_str(sizes));
+  const DType dtype = options.dtype_or(DType::f32);
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = Storage(static_cast<size_t>(numel_of(sizes)) * dtype_size(dtype), device);
+  impl->storage = Storage(static_cast<size_t>(numel_of(sizes)) * dtype_size(dtype), options.device_or(Device::cpu()));
   impl->sizes = sizes;
   impl->strides = contiguous_strides(sizes);
   impl->dtype = dtype;
-  return Tensor(std::move(impl));
+  Tensor t(std::move(impl));
+  if (options.requires_grad) t.requires_grad_();
+  return t;
 }
 
-Tensor empty_like(const Tensor& like) { return empty(like.sizes(), like.dtype(), like.device()); }
+TensorOptions options_like(const Tensor& like, const TensorOptions& options) {
+  return {.dtype = options.dtype_or(like.dtype()),
+          .device = options.device_or(like.device()),
+          .requires_grad = options.requires_grad};
+}
+
+Tensor empty_like(const Tensor& like, const TensorOptions& options) {
+  return empty(like.sizes(), options_like(like, options));
+}
 
 Tensor as_strided_raw(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset) {
   EMBER_CHECK(sizes.size() == strides.size(), "as_strided: ", sizes.size(), " sizes but ", strides.size(), " strides");

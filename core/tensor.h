@@ -16,6 +16,7 @@
 #include <ember/core/dtype.h>
 #include <ember/core/shape.h>
 #include <ember/core/storage.h>
+#include <ember/core/tensor_options.h>
 
 namespace ember {
 
@@ -54,6 +55,8 @@ class Tensor {
   DType dtype() const { return impl()->dtype; }
   Device device() const { return impl()->storage.device(); }
   size_t element_size() const { return dtype_size(dtype()); }
+  /// This tensor's dtype and device, for making another like it: empty(sizes, t.options()).
+  TensorOptions options() const { return {.dtype = dtype(), .device = device()}; }
   /// True when the elements are laid out row-major with no gaps (size-1 dims are ignored).
   bool is_contiguous() const;
   std::string shape_str() const { return ember::shape_str(sizes()); }
@@ -133,10 +136,12 @@ class Tensor {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
-/// Uninitialized contiguous tensor.
-Tensor empty(const Shape& sizes, DType dtype = DType::f32, Device device = Device::cpu());
-/// Uninitialized tensor with the dtype and device of `like`.
-Tensor empty_like(const Tensor& like);
+/// Uninitialized contiguous tensor (default f32 on the CPU).
+Tensor empty(const Shape& sizes, const TensorOptions& options = {});
+/// Uninitialized tensor of `like`'s shape, with its dtype and device unless options say otherwise.
+Tensor empty_like(const Tensor& like, const TensorOptions& options = {});
+/// `options` with its unset dtype and device taken from `like` (what the *_like factories use).
+TensorOptions options_like(const Tensor& like, const TensorOptions& options);
 /// A view of `base`'s storage with the given geometry (no autograd; bounds checked).
 Tensor as_strided_raw(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset);
 

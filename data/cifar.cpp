@@ -68,13 +68,13 @@ void read_records(const std::string& path, int label_bytes, const LabelField& fi
 
 Tensor to_images(const std::vector<uint8_t>& pixels) {
   int64_t n = static_cast<int64_t>(pixels.size()) / kPixels;
-  Tensor t = empty({n, 3, 32, 32}, DType::u8);
+  Tensor t = empty({n, 3, 32, 32}, {.dtype = DType::u8});
   if (!pixels.empty()) std::memcpy(t.data_ptr(), pixels.data(), pixels.size());
   return t;
 }
 
 Tensor to_labels(const std::vector<int64_t>& labels) {
-  Tensor t = empty({static_cast<int64_t>(labels.size())}, DType::i64);
+  Tensor t = empty({static_cast<int64_t>(labels.size())}, {.dtype = DType::i64});
   if (!labels.empty()) std::memcpy(t.data_ptr(), labels.data(), labels.size() * sizeof(int64_t));
   return t;
 }

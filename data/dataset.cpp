@@ -64,7 +64,7 @@ Example TensorDataset::get(int64_t i) const {
   EMBER_CHECK(i >= 0 && i < n, name_, ": example index ", i, " out of range [0, ", n, ")");
   Shape s = image_shape();
   int64_t per = numel_of(s);
-  Tensor img = empty(s, DType::f32);
+  Tensor img = empty(s, {.dtype = DType::f32});
   const uint8_t* src = images_.data<uint8_t>() + i * per;
   float* dst = img.data<float>();
   // Division (not multiplication by 1/255) so the device-resident path, which divides a cast
@@ -101,7 +101,7 @@ Example Subset::get(int64_t i) const {
 DatasetStorage Subset::storage() const {
   DatasetStorage s = base_->storage();
   if (!s.defined()) return {};
-  Tensor idx = empty({size()}, DType::i64);
+  Tensor idx = empty({size()}, {.dtype = DType::i64});
   if (!indices_.empty()) std::memcpy(idx.data<int64_t>(), indices_.data(), indices_.size() * sizeof(int64_t));
   return {kernels::index_select(s.images, 0, idx), kernels::index_select(s.labels, 0, idx)};
 }

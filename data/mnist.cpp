@@ -82,7 +82,7 @@ Tensor read_idx_images(const std::string& path) {
   unsigned __int128 wide = static_cast<unsigned __int128>(n) * rows * cols;
   uint64_t payload = wide > kMaxPayload ? kMaxPayload + 1 : static_cast<uint64_t>(wide);
   check_payload_size(r, 16, payload, promised.str());
-  Tensor images = empty({int64_t(n), 1, int64_t(rows), int64_t(cols)}, DType::u8);
+  Tensor images = empty({int64_t(n), 1, int64_t(rows), int64_t(cols)}, {.dtype = DType::u8});
   r.read_exact(images.data_ptr(), payload, "pixels (" + promised.str() + ")");
   check_end(r, promised.str());
   return images;
@@ -98,7 +98,7 @@ Tensor read_idx_labels(const std::string& path) {
   std::vector<uint8_t> bytes(n);
   r.read_exact(bytes.data(), n, promised.str());
   check_end(r, promised.str());
-  Tensor labels = empty({int64_t(n)}, DType::i64);
+  Tensor labels = empty({int64_t(n)}, {.dtype = DType::i64});
   int64_t* l = labels.data<int64_t>();
   for (uint32_t i = 0; i < n; ++i) l[i] = bytes[i];
   return labels;

@@ -28,14 +28,14 @@ Synthetic::Synthetic(int64_t n, const Shape& image_shape, int64_t classes, uint6
   std::vector<uint8_t> protos(static_cast<size_t>(classes * per));
   for (int64_t i = 0; i < classes * per; ++i) protos[static_cast<size_t>(i)] = byte_at(seed, kProtoStream, uint64_t(i));
 
-  Tensor labels = empty({n}, DType::i64);
+  Tensor labels = empty({n}, {.dtype = DType::i64});
   int64_t* l = labels.data<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
     Philox4 r = philox4x32(seed, uint64_t(i), kLabelStream);
     uint64_t v = (uint64_t(r.v[0]) << 32) | r.v[1];
     l[i] = static_cast<int64_t>(v % uint64_t(classes));
   }
-  Tensor images = empty({n, image_shape[0], image_shape[1], image_shape[2]}, DType::u8);
+  Tensor images = empty({n, image_shape[0], image_shape[1], image_shape[2]}, {.dtype = DType::u8});
   uint8_t* px = images.data<uint8_t>();
   parallel_for(0, n, 64, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {

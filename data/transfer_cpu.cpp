@@ -6,7 +6,7 @@
 
 namespace ember::data::detail {
 
-Tensor pinned_empty(const Shape& sizes, DType dtype, Device) { return empty(sizes, dtype); }
+Tensor pinned_empty(const Shape& sizes, DType dtype, Device) { return empty(sizes, {.dtype = dtype}); }
 
 bool is_pinned(const Tensor&) { return false; }
 

@@ -38,7 +38,7 @@ std::string join(const std::vector<float>& v) {
 
 // Host memory for values bound to `device`: pinned when that is a GPU.
 Tensor staging(const Shape& sizes, DType dtype, Device device) {
-  return device.is_cpu() ? empty(sizes, dtype) : detail::pinned_empty(sizes, dtype, device);
+  return device.is_cpu() ? empty(sizes, {.dtype = dtype}) : detail::pinned_empty(sizes, dtype, device);
 }
 
 // A small host vector as a tensor on `device`, moved there without blocking the host.
@@ -69,7 +69,7 @@ Tensor Normalize::apply(const Tensor& image, RandomStream&) const {
   check_image(image, "Normalize");
   const int64_t c = image.size(0), per = image.size(1) * image.size(2);
   std::vector<float> m = per_channel(mean_, c, "mean"), s = per_channel(std_, c, "std");
-  Tensor out = empty(image.sizes(), DType::f32);
+  Tensor out = empty(image.sizes(), {.dtype = DType::f32});
   const float* x = image.data<float>();
   float* y = out.data<float>();
   // (x - m) / s exactly as the batch path's two f32 kernels compute it (not x * (1/s)).
@@ -111,7 +111,7 @@ Tensor RandomCrop::apply(const Tensor& image, RandomStream& rng) const {
   const int64_t c = image.size(0), h = image.size(1), w = image.size(2), p = padding_;
   const int64_t dy = rng.randint(h + 2 * p - height_ + 1);
   const int64_t dx = rng.randint(w + 2 * p - width_ + 1);
-  Tensor out = empty({c, height_, width_}, DType::f32);
+  Tensor out = empty({c, height_, width_}, {.dtype = DType::f32});
   const float* x = image.data<float>();
   float* y = out.data<float>();
   for (int64_t ch = 0; ch < c; ++ch) {
@@ -140,12 +140,12 @@ Tensor RandomCrop::apply_batch(const Tensor& batch, std::vector<RandomStream>& r
     dy[i] = rngs[i].randint(hp - oh + 1);
     dx[i] = rngs[i].randint(wp - ow + 1);
   }
-  if (b == 0) return empty({0, c, oh, ow}, DType::f32, batch.device());
+  if (b == 0) return empty({0, c, oh, ow}, {.dtype = DType::f32, .device = batch.device()});
   Device dev = batch.device();
   // padded: (B, C, Hp, Wp), zeros around the batch.
   Tensor padded = batch.is_contiguous() ? batch : batch.contiguous();
   if (p > 0) {
-    padded = zeros({b, c, hp, wp}, DType::f32, dev);
+    padded = zeros({b, c, hp, wp}, {.dtype = DType::f32, .device = dev});
     padded.slice(2, p, p + h).slice(3, p, p + w).copy_(batch);
   }
   std::vector<int64_t> rows(static_cast<size_t>(b * c * oh));
@@ -180,7 +180,7 @@ Tensor RandomHorizontalFlip::apply(const Tensor& image, RandomStream& rng) const
   check_image(image, "RandomHorizontalFlip");
   if (!(rng.uniform() < p_)) return image;
   const int64_t rows = image.size(0) * image.size(1), w = image.size(2);
-  Tensor out = empty(image.sizes(), DType::f32);
+  Tensor out = empty(image.sizes(), {.dtype = DType::f32});
   const float* x = image.data<float>();
   float* y = out.data<float>();
   for (int64_t r = 0; r < rows; ++r)

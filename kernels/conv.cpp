@@ -81,7 +81,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
                 w.shape_str(), ", got shape ", bias.shape_str());
     check_pair(what, bias, "bias", w, "weight");
   }
-  Tensor out = empty(out_shape, x.dtype(), x.device());
+  Tensor out = empty(out_shape, x.options());
   if (out.numel() == 0) return out;
   conv2d_forward_table(x.device(), contiguous_raw(x), contiguous_raw(w),
                        bias.defined() ? contiguous_raw(bias) : Tensor(), p, out);
@@ -94,7 +94,7 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Shap
   const Shape expect = check_conv_shapes(what, x_shape, w.sizes(), p);
   EMBER_CHECK(grad_out.sizes() == expect, what, ": grad_out has shape ", grad_out.shape_str(), ", expected ",
               shape_str(expect), " for input ", shape_str(x_shape), " and weight ", w.shape_str());
-  Tensor grad_x = empty(x_shape, w.dtype(), w.device());
+  Tensor grad_x = empty(x_shape, w.options());
   if (grad_x.numel() == 0) return grad_x;
   conv2d_backward_input_table(w.device(), contiguous_raw(grad_out), contiguous_raw(w), p, grad_x);
   return grad_x;
@@ -106,7 +106,7 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Sha
   const Shape expect = check_conv_shapes(what, x.sizes(), w_shape, p);
   EMBER_CHECK(grad_out.sizes() == expect, what, ": grad_out has shape ", grad_out.shape_str(), ", expected ",
               shape_str(expect), " for input ", x.shape_str(), " and weight ", shape_str(w_shape));
-  Tensor grad_w = empty(w_shape, x.dtype(), x.device());
+  Tensor grad_w = empty(w_shape, x.options());
   if (grad_w.numel() == 0) return grad_w;
   if (x.numel() == 0) {  // N == 0: no contributions
     fill(grad_w, 0.0);

@@ -22,10 +22,10 @@ bool overlaps(const Tensor& a, const Tensor& b) {
 Tensor transfer_contiguous(const Tensor& src, Device device) {
   Tensor s = src;
   if (!s.is_contiguous()) {
-    s = empty(src.sizes(), src.dtype(), src.device());
+    s = empty(src.sizes(), src.options());
     copy_table(src.device(), src, s);
   }
-  Tensor out = empty(src.sizes(), src.dtype(), device);
+  Tensor out = empty(src.sizes(), {.dtype = src.dtype(), .device = device});
   const size_t nbytes = static_cast<size_t>(s.numel()) * s.element_size();
   if (nbytes > 0) {
     // The transfer implementation is registered under CUDA; either side being CUDA selects it.
@@ -61,7 +61,7 @@ void copy(const Tensor& dst, const Tensor& src) {
   if (overlaps(dst, src)) {
     // dst may be read after being written (x.copy_(x.t())): read everything first.
     if (dst.is_same(src)) return;
-    Tensor tmp = empty(src.sizes(), src.dtype(), src.device());
+    Tensor tmp = empty(src.sizes(), src.options());
     copy_table(src.device(), src, tmp);
     s = expand_to(tmp, dst.sizes());
   }
@@ -76,14 +76,14 @@ void fill(const Tensor& dst, double value) {
 
 Tensor cast(const Tensor& src, DType dtype) {
   EMBER_CHECK(src.defined(), "cast: source is undefined");
-  Tensor out = empty(src.sizes(), dtype, src.device());
+  Tensor out = empty(src.sizes(), {.dtype = dtype, .device = src.device()});
   if (out.numel() > 0) copy_table(src.device(), src, out);
   return out;
 }
 
 Tensor contiguous_raw(const Tensor& x) {
   if (x.is_contiguous()) return x;
-  Tensor out = empty(x.sizes(), x.dtype(), x.device());
+  Tensor out = empty(x.sizes(), x.options());
   copy(out, x);
   return out;
 }

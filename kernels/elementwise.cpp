@@ -54,7 +54,7 @@ Tensor as_dtype(const Tensor& t, DType dtype) { return t.dtype() == dtype ? t : 
 Tensor unary(UnaryOp op, const Tensor& x) {
   check_defined(op_name(op), "x", x);
   check_unary_dtype(op, x.dtype());
-  Tensor out = empty(x.sizes(), x.dtype(), x.device());
+  Tensor out = empty(x.sizes(), x.options());
   if (out.numel() > 0) unary_table(x.device(), op, x, out);
   return out;
 }
@@ -74,7 +74,7 @@ Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Ten
     check_same_device(name.c_str(), "grad", grad, reads_x ? "x" : "y", v);
     (reads_x ? xs : ys) = as_dtype(v, grad.dtype());
   }
-  Tensor out = empty(grad.sizes(), grad.dtype(), grad.device());
+  Tensor out = empty(grad.sizes(), grad.options());
   if (out.numel() > 0) unary_backward_table(grad.device(), op, grad, xs, ys, out);
   return out;
 }
@@ -87,7 +87,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const Shape shape = broadcast_for(name, a.sizes(), b.sizes());
   const DType dt = promote_types(a.dtype(), b.dtype());
   check_binary_dtype(op, dt);
-  Tensor out = empty(shape, is_comparison(op) ? DType::boolean : dt, a.device());
+  Tensor out = empty(shape, {.dtype = is_comparison(op) ? DType::boolean : dt, .device = a.device()});
   if (out.numel() == 0) return out;
   const Tensor ae = expand_to(as_dtype(a, dt), shape);
   const Tensor be = expand_to(as_dtype(b, dt), shape);
@@ -99,7 +99,7 @@ Tensor binary(BinaryOp op, const Tensor& a, double s, bool scalar_first) {
   const char* name = op_name(op);
   check_defined(name, "a", a);
   check_binary_dtype(op, a.dtype());
-  Tensor out = empty(a.sizes(), is_comparison(op) ? DType::boolean : a.dtype(), a.device());
+  Tensor out = empty(a.sizes(), {.dtype = is_comparison(op) ? DType::boolean : a.dtype(), .device = a.device()});
   if (out.numel() > 0) binary_scalar_table(a.device(), op, a, s, scalar_first, out);
   return out;
 }
@@ -114,7 +114,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
               "where: cond must have dtype bool or u8, got ", dtype_name(cond.dtype()));
   const Shape shape = broadcast_for("where", broadcast_for("where", cond.sizes(), a.sizes()), b.sizes());
   const DType dt = promote_types(a.dtype(), b.dtype());
-  Tensor out = empty(shape, dt, a.device());
+  Tensor out = empty(shape, {.dtype = dt, .device = a.device()});
   if (out.numel() == 0) return out;
   const Tensor ce = expand_to(as_dtype(cond, DType::boolean), shape);
   const Tensor ae = expand_to(as_dtype(a, dt), shape);

@@ -1,9 +1,11 @@
-// Tensor factories. Values are produced on the host only where that is unavoidable (arange,
-// from_vector); everything else is allocated on the target device and filled there.
+// Tensor factories. Values are produced on the host only where that is unavoidable (arange, the
+// literal and host-data factories); everything else is allocated on the target device and filled there.
 #include <ember/kernels/factory.h>
 
 #include <cmath>
-#include <cstring>
+#include <cstdint>
+#include <memory>
+#include <string>
 
 #include <ember/kernels/convert.h>
 #include <ember/kernels/copy.h>
@@ -13,35 +15,31 @@ namespace ember {
 
 namespace {
 
-// A contiguous host tensor copied to `device` (returned as is for the CPU).
-Tensor to_device(const Tensor& host, Device device) {
-  if (device.is_cpu()) return host;
-  Tensor out = empty(host.sizes(), host.dtype(), device);
-  kernels::copy(out, host);
-  return out;
+// Factories that fill a fresh tensor make it without requires_grad (filling a leaf that requires
+// grad is refused) and set the flag last.
+Tensor finish(Tensor t, const TensorOptions& options) {
+  if (options.requires_grad) t.requires_grad_();
+  return t;
 }
 
-template <typename T> Tensor from_vector_impl(const std::vector<T>& values, const Shape& sizes, Device device) {
-  EMBER_CHECK(static_cast<int64_t>(values.size()) == numel_of(sizes), "from_vector: ", values.size(),
-              " values do not fill shape ", shape_str(sizes), " (expected ", numel_of(sizes), ")");
-  Tensor host = empty(sizes, dtype_of<T>(), Device::cpu());
-  if (!values.empty()) std::memcpy(host.data_ptr(), values.data(), values.size() * sizeof(T));
-  return to_device(host, device);
+// `options` with `dtype` and without requires_grad, for the tensor a factory fills before finish().
+TensorOptions no_grad(DType dtype, const TensorOptions& options) {
+  return {.dtype = dtype, .device = options.device_or(Device::cpu())};
 }
 
 }  // namespace
 
-Tensor full(const Shape& sizes, double value, DType dtype, Device device) {
-  Tensor t = empty(sizes, dtype, device);
+Tensor full(const Shape& sizes, double value, const TensorOptions& options) {
+  Tensor t = empty(sizes, no_grad(options.dtype_or(DType::f32), options));
   kernels::fill(t, value);
-  return t;
+  return finish(t, options);
 }
-Tensor zeros(const Shape& sizes, DType dtype, Device device) { return full(sizes, 0.0, dtype, device); }
-Tensor ones(const Shape& sizes, DType dtype, Device device) { return full(sizes, 1.0, dtype, device); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), t.dtype(), t.device()); }
-Tensor ones_like(const Tensor& t) { return ones(t.sizes(), t.dtype(), t.device()); }
+Tensor zeros(const Shape& sizes, const TensorOptions& options) { return full(sizes, 0.0, options); }
+Tensor ones(const Shape& sizes, const TensorOptions& options) { return full(sizes, 1.0, options); }
+Tensor zeros_like(const Tensor& t, const TensorOptions& options) { return zeros(t.sizes(), options_like(t, options)); }
+Tensor ones_like(const Tensor& t, const TensorOptions& options) { return ones(t.sizes(), options_like(t, options)); }
 
-Tensor arange(double start, double end, double step, DType dtype, Device device) {
+Tensor arange(double start, double end, double step, const TensorOptions& options) {
   EMBER_CHECK(step != 0.0, "arange: step must be nonzero");
   EMBER_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step), "arange: start ", start, ", end ", end,
               " and step ", step, " must be finite");
@@ -50,7 +48,8 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
   const double count = std::ceil((end - start) / step);
   EMBER_CHECK(count < 9.0e15, "arange: ", count, " elements is too many");
   const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
-  Tensor host = empty({n}, dtype, Device::cpu());
+  const DType dtype = options.dtype_or(DType::f32);
+  Tensor host = empty({n}, {.dtype = dtype});
   const bool integral_args = start == std::floor(start) && step == std::floor(step);
   EMBER_DISPATCH_ALL(dtype, "arange", [&]<typename T>() {
     T* p = host.data<T>();
@@ -62,38 +61,75 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
       for (int64_t i = 0; i < n; ++i) p[i] = kernels::convert<T>(start + static_cast<double>(i) * step);
     }
   });
-  return to_device(host, device);
+  if (options.device_or(Device::cpu()).is_cpu()) return finish(host, options);
+  return detail::from_host(host.data_ptr(), dtype, n, {n}, options, "arange");
 }
 
-Tensor arange(int64_t end, DType dtype, Device device) {
-  return arange(0.0, static_cast<double>(end), 1.0, dtype, device);
+Tensor arange(int64_t end, const TensorOptions& options) {
+  return arange(0.0, static_cast<double>(end), 1.0, no_grad(options.dtype_or(DType::i64), options));
 }
 
-Tensor rand(const Shape& sizes, DType dtype, Device device, Generator& gen) {
-  Tensor t = empty(sizes, dtype, device);
+Tensor rand(const Shape& sizes, const TensorOptions& options, Generator& gen) {
+  Tensor t = empty(sizes, no_grad(options.dtype_or(DType::f32), options));
   kernels::uniform_(t, 0.0, 1.0, gen);
-  return t;
+  return finish(t, options);
 }
 
-Tensor randn(const Shape& sizes, DType dtype, Device device, Generator& gen) {
-  Tensor t = empty(sizes, dtype, device);
+Tensor randn(const Shape& sizes, const TensorOptions& options, Generator& gen) {
+  Tensor t = empty(sizes, no_grad(options.dtype_or(DType::f32), options));
   kernels::normal_(t, 0.0, 1.0, gen);
-  return t;
+  return finish(t, options);
 }
 
-Tensor from_vector(const std::vector<float>& values, const Shape& sizes, Device device) {
-  return from_vector_impl(values, sizes, device);
-}
-Tensor from_vector(const std::vector<double>& values, const Shape& sizes, Device device) {
-  return from_vector_impl(values, sizes, device);
-}
-Tensor from_vector(const std::vector<int64_t>& values, const Shape& sizes, Device device) {
-  return from_vector_impl(values, sizes, device);
-}
-Tensor from_vector(const std::vector<int32_t>& values, const Shape& sizes, Device device) {
-  return from_vector_impl(values, sizes, device);
+Tensor scalar_tensor(double value, const TensorOptions& options) { return full({}, value, options); }
+
+Tensor from_blob(void* data, const Shape& sizes, const TensorOptions& options, const Shape& strides) {
+  const DType dtype = options.dtype_or(DType::f32);
+  const Shape st = strides.empty() ? contiguous_strides(sizes) : strides;
+  EMBER_CHECK(st.size() == sizes.size(), "from_blob: ", strides.size(), " strides for the ", sizes.size(), "-d shape ",
+              shape_str(sizes));
+  // Elements the view can reach: 1 + the offset of the last element (0 when the shape is empty).
+  int64_t extent = 1;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    EMBER_CHECK(sizes[d] >= 0 && st[d] >= 0, "from_blob: negative size or stride in shape ", shape_str(sizes),
+                " strides ", shape_str(st));
+    if (sizes[d] == 0) extent = 0;
+  }
+  if (extent > 0)
+    for (size_t d = 0; d < sizes.size(); ++d) extent += (sizes[d] - 1) * st[d];
+  EMBER_CHECK(data != nullptr || extent == 0, "from_blob: null data for shape ", shape_str(sizes));
+  EMBER_CHECK(reinterpret_cast<uintptr_t>(data) % dtype_size(dtype) == 0, "from_blob: data at ", data,
+              " is not aligned to the ", dtype_size(dtype), "-byte elements of dtype ", dtype_name(dtype));
+  // A DataPtr without a deleter: the storage never frees the caller's memory.
+  const size_t nbytes = static_cast<size_t>(extent) * dtype_size(dtype);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = Storage(DataPtr(data, nullptr, nullptr), nbytes, options.device_or(Device::cpu()));
+  impl->sizes = sizes;
+  impl->strides = st;
+  impl->dtype = dtype;
+  return finish(Tensor(std::move(impl)), options);
 }
 
-Tensor scalar_tensor(double value, DType dtype, Device device) { return full({}, value, dtype, device); }
+namespace detail {
+
+Tensor from_host(const void* data, DType src_dtype, int64_t count, const Shape& sizes, const TensorOptions& options,
+                 const char* who) {
+  EMBER_CHECK(count == numel_of(sizes), who, ": ", count, " values do not fill shape ", shape_str(sizes), " (expected ",
+              numel_of(sizes), ")");
+  // The caller's values viewed in place, then copied (and converted) into the new tensor.
+  const Tensor src = from_blob(const_cast<void*>(data), sizes, {.dtype = src_dtype});
+  Tensor out = empty(sizes, no_grad(options.dtype_or(src_dtype), options));
+  kernels::copy(out, src);
+  return finish(out, options);
+}
+
+std::string row_name(const std::vector<int64_t>& path, size_t depth) {
+  if (depth == 1) return std::to_string(path[0]);
+  std::string s;
+  for (size_t d = 0; d < depth; ++d) s += "[" + std::to_string(path[d]) + "]";
+  return s;
+}
+
+}  // namespace detail
 
 }  // namespace ember

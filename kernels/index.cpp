@@ -55,7 +55,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   Shape out_shape = x.sizes();
   if (x.dim() > 0) out_shape[d] = K;
   else if (index.dim() == 1) out_shape = {K};
-  Tensor out = empty(out_shape, x.dtype(), x.device());
+  Tensor out = empty(out_shape, x.options());
   if (out.numel() == 0) return out;
   Shape s = split_at(x.sizes(), d);
   Tensor src = raw_view(contiguous_raw(x), s);
@@ -85,7 +85,7 @@ void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor
   Tensor s = src.dtype() == out.dtype() ? contiguous_raw(src) : cast(src, out.dtype());
   if (s.storage().is_same(out.storage())) {
     // src is (a view of) out itself: read it all before the kernel writes (its src is __restrict__).
-    Tensor tmp = empty(s.sizes(), s.dtype(), s.device());
+    Tensor tmp = empty(s.sizes(), s.options());
     copy(tmp, s);
     s = tmp;
   }

@@ -53,7 +53,7 @@ std::pair<Tensor, bool> as_blocks(const Operand& op) {
     return {as_strided_raw(op.base, {nb, c, r}, contiguous_strides({nb, c, r}), op.offset), true};
   }
   Tensor view = as_strided_raw(op.base, op.sizes, op.strides, op.offset);
-  Tensor dense = empty(op.sizes, op.base.dtype(), op.base.device());
+  Tensor dense = empty(op.sizes, op.base.options());
   copy(dense, view);
   return {as_strided_raw(dense, {nb, r, c}, contiguous_strides({nb, r, c}), 0), false};
 }
@@ -120,7 +120,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (b.dim() > 1) out_shape.push_back(N);
 
   const int64_t nb = numel_of(batch), na = numel_of(ab), nbb = numel_of(bb);
-  Tensor out = empty({nb, M, N}, a.dtype(), a.device());
+  Tensor out = empty({nb, M, N}, a.options());
   Tensor result = raw_contiguous_view(out, out_shape);
   if (out.numel() == 0) return result;
   if (K == 0) {
@@ -149,7 +149,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
       gemm_table(a.device(), tb, ta, raw_contiguous_view(out, {nb, N, 1}), !trans_b, !trans_a, 1.0, 0.0);
       return result;
     }
-    Tensor tmp = empty({nb, N, M}, a.dtype(), a.device());
+    Tensor tmp = empty({nb, N, M}, a.options());
     gemm_table(a.device(), tb, ta, tmp, !trans_b, !trans_a, 1.0, 0.0);
     copy(out, as_strided_raw(tmp, {nb, M, N}, {N * M, 1, M}, 0));
     return result;

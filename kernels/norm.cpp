@@ -65,10 +65,10 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& weight, const Tensor& 
                 ": eval mode normalizes with the running statistics, which are undefined");
   }
   BatchNormResult r;
-  r.out = empty(x.sizes(), x.dtype(), x.device());
+  r.out = empty(x.sizes(), x.options());
   if (training) {
-    r.save_mean = empty({C}, param_dtype(x.dtype()), x.device());
-    r.save_invstd = empty({C}, param_dtype(x.dtype()), x.device());
+    r.save_mean = empty({C}, {.dtype = param_dtype(x.dtype()), .device = x.device()});
+    r.save_invstd = empty({C}, {.dtype = param_dtype(x.dtype()), .device = x.device()});
   }
   if (x.numel() == 0) return r;
   const Tensor w = weight.defined() ? contiguous_raw(weight) : Tensor();
@@ -93,9 +93,9 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, cons
   check_channel(op, save_invstd, "save_invstd", x, false);
   const int64_t C = x.size(1);
   BatchNormGrads g;
-  g.grad_x = empty(x.sizes(), x.dtype(), x.device());
-  g.grad_weight = empty({C}, param_dtype(x.dtype()), x.device());
-  g.grad_bias = empty({C}, param_dtype(x.dtype()), x.device());
+  g.grad_x = empty(x.sizes(), x.options());
+  g.grad_weight = empty({C}, {.dtype = param_dtype(x.dtype()), .device = x.device()});
+  g.grad_bias = empty({C}, {.dtype = param_dtype(x.dtype()), .device = x.device()});
   if (x.numel() == 0) {
     fill(g.grad_weight, 0.0);
     fill(g.grad_bias, 0.0);
@@ -116,7 +116,7 @@ Tensor dropout_impl(const char* op, const Tensor& x, double p, uint64_t seed, ui
   EMBER_CHECK(is_floating(x.dtype()), op, ": expected a floating tensor, got dtype ", dtype_name(x.dtype()),
               " of shape ", x.shape_str());
   EMBER_CHECK(p >= 0.0 && p <= 1.0, op, ": p must be in [0, 1], got ", p);
-  Tensor out = empty(x.sizes(), x.dtype(), x.device());
+  Tensor out = empty(x.sizes(), x.options());
   if (x.numel() == 0) return out;
   if (p >= 1.0) {  // every element dropped; 1 / (1 - p) would turn 0 * inf into NaN
     fill(out, 0.0);

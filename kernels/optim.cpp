@@ -126,7 +126,7 @@ Tensor global_norm(const std::vector<Tensor>& tensors) {
     all_f64 = all_f64 && t.dtype() == DType::f64;
     if (t.numel() > 0) work.push_back(read_operand(t));
   }
-  Tensor out = empty({}, all_f64 ? DType::f64 : DType::f32, dev);
+  Tensor out = empty({}, {.dtype = all_f64 ? DType::f64 : DType::f32, .device = dev});
   if (work.empty()) {
     fill(out, 0.0);
     return out;

@@ -71,7 +71,7 @@ MaxPoolResult max_pool2d(const Tensor& x, const Pool2dParams& p) {
   const char* what = "max_pool2d";
   check_input(what, x);
   const Shape os = pool_shape(what, x.sizes(), p);
-  MaxPoolResult r{empty(os, x.dtype(), x.device()), empty(os, DType::i64, x.device())};
+  MaxPoolResult r{empty(os, x.options()), empty(os, {.dtype = DType::i64, .device = x.device()})};
   if (r.out.numel() == 0) return r;
   max_pool2d_table(x.device(), contiguous_raw(x), p, r.out, r.indices);
   return r;
@@ -90,7 +90,7 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const 
               dtype_name(grad_out.dtype()));
   EMBER_CHECK(grad_out.device() == indices.device(), what, ": grad_out on ", grad_out.device().str(),
               " but indices on ", indices.device().str());
-  Tensor gx = empty(x_shape, grad_out.dtype(), grad_out.device());
+  Tensor gx = empty(x_shape, grad_out.options());
   if (gx.numel() == 0) return gx;
   if (grad_out.numel() == 0) {
     fill(gx, 0.0);
@@ -103,7 +103,7 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const 
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
   const char* what = "avg_pool2d";
   check_input(what, x);
-  Tensor out = empty(pool_shape(what, x.sizes(), p), x.dtype(), x.device());
+  Tensor out = empty(pool_shape(what, x.sizes(), p), x.options());
   if (out.numel() == 0) return out;
   avg_pool2d_table(x.device(), contiguous_raw(x), p, out);
   return out;
@@ -112,7 +112,7 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
 Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape, const Pool2dParams& p) {
   const char* what = "avg_pool2d_backward";
   check_grad(what, grad_out, pool_shape(what, x_shape, p), x_shape);
-  Tensor gx = empty(x_shape, grad_out.dtype(), grad_out.device());
+  Tensor gx = empty(x_shape, grad_out.options());
   if (gx.numel() == 0) return gx;
   avg_pool2d_backward_table(gx.device(), contiguous_raw(grad_out), p, gx);
   return gx;
@@ -125,7 +125,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
               ") for input ", x.shape_str());
   EMBER_CHECK(x.size(2) >= 1 && x.size(3) >= 1, what, ": input ", x.shape_str(),
               " has an empty plane; expected H >= 1 and W >= 1");
-  Tensor out = empty({x.size(0), x.size(1), out_h, out_w}, x.dtype(), x.device());
+  Tensor out = empty({x.size(0), x.size(1), out_h, out_w}, x.options());
   if (out.numel() == 0) return out;
   adaptive_avg_pool2d_table(x.device(), contiguous_raw(x), out);
   return out;
@@ -141,7 +141,7 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape
               ", got ", grad_out.defined() ? grad_out.shape_str() : std::string("undefined"));
   EMBER_CHECK(is_floating(grad_out.dtype()), what, ": expected a floating grad_out, got ",
               dtype_name(grad_out.dtype()));
-  Tensor gx = empty(x_shape, grad_out.dtype(), grad_out.device());
+  Tensor gx = empty(x_shape, grad_out.options());
   if (gx.numel() == 0) return gx;
   adaptive_avg_pool2d_backward_table(gx.device(), contiguous_raw(grad_out), gx);
   return gx;

@@ -182,7 +182,7 @@ std::string Tensor::str() const {
   if (!defined()) return "tensor(undefined)";
   Tensor host = *this;
   if (!device().is_cpu()) {
-    host = empty(sizes(), dtype(), Device::cpu());
+    host = empty(sizes(), {.dtype = dtype()});
     kernels::copy(host, *this);
   }
   std::string s = kPrefix;

@@ -19,7 +19,7 @@ void sample(const char* name, Distribution dist, const Tensor& t, double a, doub
   const int64_t n = t.numel();
   if (n == 0) return;
   // Implementations fill contiguous memory in layout order; other views sample into a temporary.
-  Tensor target = t.is_contiguous() ? t : empty(t.sizes(), t.dtype(), t.device());
+  Tensor target = t.is_contiguous() ? t : empty(t.sizes(), t.options());
   const uint64_t seed = gen.seed();
   const uint64_t offset = gen.reserve(static_cast<uint64_t>(n));
   sample_table(t.device(), dist, target, a, b, seed, offset);

@@ -101,7 +101,7 @@ Tensor reduce(ReduceOp op, const Tensor& x, std::vector<int64_t> dims, bool keep
     src = raw_view(contiguous_raw(permuted), {outer, R, 1});
   }
 
-  Tensor out = empty({outer, inner}, result_dtype(op, x.dtype()), x.device());
+  Tensor out = empty({outer, inner}, {.dtype = result_dtype(op, x.dtype()), .device = x.device()});
   if (out.numel() > 0) reduce_table(x.device(), op, src, out);
   return raw_view(out, out_shape);
 }
@@ -121,7 +121,7 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
     else if (keepdim) out_shape.push_back(1);
   }
   Tensor src = raw_view(contiguous_raw(x), {outer, R, inner});
-  Tensor out = empty({outer, inner}, DType::i64, x.device());
+  Tensor out = empty({outer, inner}, {.dtype = DType::i64, .device = x.device()});
   if (out.numel() > 0) argmax_table(x.device(), src, out);
   return raw_view(out, out_shape);
 }

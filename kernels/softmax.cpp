@@ -61,7 +61,7 @@ Tensor softmax(const Tensor& x, int64_t dim, bool log) {
   EMBER_CHECK(is_floating(x.dtype()), what, ": expected a floating dtype (f32, f64, f16, bf16), got ",
               dtype_name(x.dtype()), " for shape ", x.shape_str());
   const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), what);
-  Tensor out = empty(x.sizes(), x.dtype(), x.device());
+  Tensor out = empty(x.sizes(), x.options());
   if (x.numel() == 0) return out;
   const Shape s = split_at(x.sizes(), d);
   softmax_table(x.device(), raw_view(contiguous_raw(x), s), raw_view(out, s), log);
@@ -78,7 +78,7 @@ Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool l
   EMBER_CHECK(is_floating(y.dtype()), what, ": expected a floating dtype, got ", dtype_name(y.dtype()));
   const int64_t d = wrap_dim(dim, std::max<int64_t>(y.dim(), 1), what);
   Tensor g = grad.dtype() == y.dtype() ? contiguous_raw(grad) : cast(grad, y.dtype());
-  Tensor out = empty(y.sizes(), y.dtype(), y.device());
+  Tensor out = empty(y.sizes(), y.options());
   if (y.numel() == 0) return out;
   const Shape s = split_at(y.sizes(), d);
   softmax_backward_table(y.device(), raw_view(g, s), raw_view(contiguous_raw(y), s), raw_view(out, s), log);
@@ -91,7 +91,8 @@ CrossEntropyRows cross_entropy_rows(const Tensor& logits, const Tensor& target, 
   const int64_t N = logits.size(0), C = logits.size(1);
   Tensor t = target_i64(target, what);
   check_targets(t, C, what);
-  CrossEntropyRows r{empty({N}, DType::f32, logits.device()), empty({N}, DType::f32, logits.device())};
+  CrossEntropyRows r{empty({N}, {.dtype = DType::f32, .device = logits.device()}),
+                     empty({N}, {.dtype = DType::f32, .device = logits.device()})};
   if (N == 0) return r;
   cross_entropy_table(logits.device(), contiguous_raw(logits), t, label_smoothing, r.loss, r.lse);
   return r;
@@ -115,7 +116,7 @@ Tensor cross_entropy_backward(const Tensor& grad_rows, const Tensor& logits, con
     return dense.dtype() == DType::f32 ? dense : cast(dense, DType::f32);
   };
   Tensor g = f32_rows(grad_rows), l = f32_rows(lse);
-  Tensor out = empty(logits.sizes(), logits.dtype(), logits.device());
+  Tensor out = empty(logits.sizes(), logits.options());
   if (out.numel() == 0) return out;
   cross_entropy_backward_table(logits.device(), g, contiguous_raw(logits), t, l, label_smoothing, out);
   return out;

@@ -21,7 +21,7 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, bool
   }
   running_mean_ = register_buffer("running_mean", zeros({c_}));
   running_var_ = register_buffer("running_var", ones({c_}));
-  num_batches_tracked_ = register_buffer("num_batches_tracked", zeros({}, DType::i64));
+  num_batches_tracked_ = register_buffer("num_batches_tracked", zeros({}, {.dtype = DType::i64}));
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {

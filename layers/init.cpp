@@ -59,7 +59,7 @@ Tensor uniform_(const Tensor& t, double lo, double hi, Generator& gen) {
   EMBER_CHECK(lo <= hi, "init::uniform_: expected lo <= hi, got [", lo, ", ", hi, ")");
   if (t.numel() == 0) return t;
   NoGradGuard no_grad;
-  Tensor u = rand(t.sizes(), draw_dtype(t), t.device(), gen);
+  Tensor u = rand(t.sizes(), {.dtype = draw_dtype(t), .device = t.device()}, gen);
   Tensor target = t;
   target.copy_(u * (hi - lo) + lo);
   return t;
@@ -70,7 +70,7 @@ Tensor normal_(const Tensor& t, double mean, double std, Generator& gen) {
   EMBER_CHECK(std >= 0.0, "init::normal_: expected std >= 0, got ", std);
   if (t.numel() == 0) return t;
   NoGradGuard no_grad;
-  Tensor z = randn(t.sizes(), draw_dtype(t), t.device(), gen);
+  Tensor z = randn(t.sizes(), {.dtype = draw_dtype(t), .device = t.device()}, gen);
   Tensor target = t;
   target.copy_(z * std + mean);
   return t;

@@ -46,7 +46,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target_in) {
   Tensor flat_index;
   {
     NoGradGuard no_grad;
-    flat_index = arange(N, DType::i64, target.device()) * static_cast<double>(C) + target;
+    flat_index = arange(N, {.dtype = DType::i64, .device = target.device()}) * static_cast<double>(C) + target;
   }
   Tensor picked = index_select(log_probs.reshape({-1}), 0, flat_index);  // (N)
   return -mean(picked);

@@ -63,18 +63,18 @@ const std::map<std::string, Tensor>& Optimizer::state(size_t i) const {
   return state_[i];
 }
 
-Tensor Optimizer::new_step_counter() { return zeros({}, DType::i64, Device::cpu()); }
+Tensor Optimizer::new_step_counter() { return zeros({}, {.dtype = DType::i64}); }
 
 Tensor& Optimizer::state_tensor(size_t i, const std::string& key, bool& created) {
   auto& st = state_[i];
   auto it = st.find(key);
   created = it == st.end();
   const Tensor& p = params_[i];
-  if (created) return st[key] = key == "step" ? new_step_counter() : zeros(p.sizes(), p.dtype(), p.device());
+  if (created) return st[key] = key == "step" ? new_step_counter() : zeros(p.sizes(), p.options());
   Tensor& t = it->second;
   if (key != "step" && (t.device() != p.device() || t.dtype() != p.dtype())) {
     // The parameter moved (Module::to after the optimizer was built): its state follows.
-    Tensor moved = empty(p.sizes(), p.dtype(), p.device());
+    Tensor moved = empty(p.sizes(), p.options());
     kernels::copy(moved, t);
     t = moved;
   }
@@ -93,7 +93,7 @@ bool starts_with(const std::string& s, const char* prefix) { return s.rfind(pref
 
 /// A detached copy of t on its own device.
 Tensor copy_of(const Tensor& t) {
-  Tensor c = empty(t.sizes(), t.dtype(), t.device());
+  Tensor c = empty(t.sizes(), t.options());
   kernels::copy(c, t);
   return c;
 }
@@ -108,8 +108,8 @@ double scalar_of(const std::string& owner, const std::string& key, const Tensor&
 
 StateDict Optimizer::state_dict() const {
   StateDict sd;
-  for (const auto& [k, v] : hyper_) sd[kHyperPrefix + k] = scalar_tensor(v, DType::f64);
-  sd[kParamCount] = scalar_tensor(static_cast<double>(params_.size()), DType::i64);
+  for (const auto& [k, v] : hyper_) sd[kHyperPrefix + k] = scalar_tensor(v, {.dtype = DType::f64});
+  sd[kParamCount] = scalar_tensor(static_cast<double>(params_.size()), {.dtype = DType::i64});
   for (size_t i = 0; i < state_.size(); ++i)
     for (const auto& [k, t] : state_[i]) sd[kStatePrefix + std::to_string(i) + "." + k] = copy_of(t);
   return sd;
@@ -153,7 +153,7 @@ void Optimizer::load_state_dict(const StateDict& sd) {
         const double v = scalar_of(who, key, t);
         EMBER_CHECK(v >= 0 && v == static_cast<double>(static_cast<int64_t>(v)), who, ": entry '", key,
                     "' holds step count ", v, "; expected a non-negative integer");
-        state[idx][sname] = scalar_tensor(v, DType::i64, Device::cpu());
+        state[idx][sname] = scalar_tensor(v, {.dtype = DType::i64});
       } else {
         EMBER_CHECK(t.sizes() == p.sizes(), who, ": entry '", key, "' has shape ", t.shape_str(), " but parameter ",
                     idx, " has shape ", p.shape_str());
@@ -183,7 +183,7 @@ void Optimizer::load_state_dict(const StateDict& sd) {
       if (k == "step") {
         st[k] = t;  // already a fresh CPU i64 tensor
       } else {
-        Tensor c = empty(p.sizes(), p.dtype(), p.device());
+        Tensor c = empty(p.sizes(), p.options());
         kernels::copy(c, t);
         st[k] = c;
       }

@@ -54,8 +54,8 @@ void check_no_extra(const std::string& who, const StateDict& sd, const std::vect
 }  // namespace
 
 StateDict LRScheduler::state_dict() const {
-  return {{kStepCount, scalar_tensor(static_cast<double>(step_count_), DType::i64)},
-          {kBaseLr, scalar_tensor(base_lr_, DType::f64)}};
+  return {{kStepCount, scalar_tensor(static_cast<double>(step_count_), {.dtype = DType::i64})},
+          {kBaseLr, scalar_tensor(base_lr_, {.dtype = DType::f64})}};
 }
 
 void LRScheduler::load_state_dict(const StateDict& sd) {

@@ -149,7 +149,7 @@ InFlight& in_flight() {
 
 Tensor pinned_empty(const Shape& sizes, DType dtype, Device device) {
   size_t nbytes = static_cast<size_t>(numel_of(sizes)) * dtype_size(dtype);
-  if (nbytes == 0) return empty(sizes, dtype);
+  if (nbytes == 0) return empty(sizes, {.dtype = dtype});
   DeviceGuard guard(device);  // a no-op for the CPU; see transfer.h
   PinnedPool& p = pool();
   auto impl = std::make_shared<TensorImpl>();
@@ -179,7 +179,7 @@ Tensor copy_to_device_async(const Tensor& host, Device device, Stream consumer, 
   Tensor dst;
   {
     StreamGuard sg(consumer);  // the caching allocator serves the stream that will use dst
-    dst = empty(host.sizes(), host.dtype(), device);
+    dst = empty(host.sizes(), {.dtype = host.dtype(), .device = device});
   }
   if (nbytes == 0) return dst;  // nothing copied: `ready` stays as it is
   auto cs = static_cast<cudaStream_t>(consumer.handle());

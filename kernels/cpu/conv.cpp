@@ -286,7 +286,7 @@ void conv2d_forward_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, co
     default:
       break;
   }
-  Tensor of = empty(out.sizes(), DType::f32, Device::cpu());
+  Tensor of = empty(out.sizes(), {.dtype = DType::f32});
   forward_impl<float>(cast(x, DType::f32), cast(w, DType::f32), bias.defined() ? cast(bias, DType::f32) : Tensor(), p,
                       of);
   copy(out, of);
@@ -298,7 +298,7 @@ void conv2d_backward_input_cpu(const Tensor& gout, const Tensor& w, const Conv2d
     if (w.dtype() == DType::f64) return backward_input_impl<double>(gout, w, p, gx);
     return backward_input_impl<float>(gout, w, p, gx);
   }
-  Tensor gf = empty(gx.sizes(), DType::f32, Device::cpu());
+  Tensor gf = empty(gx.sizes(), {.dtype = DType::f32});
   backward_input_impl<float>(cast(gout, DType::f32), cast(w, DType::f32), p, gf);
   copy(gx, gf);
 }
@@ -309,7 +309,7 @@ void conv2d_backward_weight_cpu(const Tensor& gout, const Tensor& x, const Conv2
     if (x.dtype() == DType::f64) return backward_weight_impl<double>(gout, x, p, gw);
     return backward_weight_impl<float>(gout, x, p, gw);
   }
-  Tensor gf = empty(gw.sizes(), DType::f32, Device::cpu());
+  Tensor gf = empty(gw.sizes(), {.dtype = DType::f32});
   backward_weight_impl<float>(cast(gout, DType::f32), cast(x, DType::f32), p, gf);
   copy(gw, gf);
 }

@@ -105,7 +105,7 @@ void unary_backward_impl(UnaryOp op, const Tensor& grad, const Tensor& x, const 
 template <typename T> void check_no_zero_divisor(const Tensor& b) {
   if constexpr (std::is_integral_v<T>) {
     bool zero = false;
-    const auto probe = empty(b.sizes(), DType::boolean, Device::cpu());
+    const auto probe = empty(b.sizes(), {.dtype = DType::boolean});
     map_n<bool, T>(probe, [](T v) { return v == T(0); }, {&b});
     const bool* p = probe.data<bool>();
     for (int64_t i = 0; i < probe.numel() && !zero; ++i) zero = p[i];

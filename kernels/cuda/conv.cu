@@ -108,7 +108,8 @@ int alignment_of(std::initializer_list<const void*> ps) {
 /// the search times algorithms under the alignment the real output will have; `hold` owns it.
 void* scratch_like(const void* real, size_t bytes, Device dev, Tensor& hold) {
   const uintptr_t mis = reinterpret_cast<uintptr_t>(real) % kMaxAlign;
-  hold = empty({static_cast<int64_t>(bytes + kMaxAlign)}, DType::u8, dev);  // the allocator's blocks are aligned
+  hold = empty({static_cast<int64_t>(bytes + kMaxAlign)},
+               {.dtype = DType::u8, .device = dev});  // the allocator's blocks are aligned
   return static_cast<char*>(hold.data_ptr()) + mis;
 }
 
@@ -217,7 +218,7 @@ const char* dir_name(Direction dir) {
 /// A u8 workspace on `dev` from the caching allocator (undefined tensor for 0 bytes).
 Tensor make_workspace(size_t bytes, Device dev) {
   if (bytes == 0) return Tensor();
-  return empty({static_cast<int64_t>(bytes)}, DType::u8, dev);
+  return empty({static_cast<int64_t>(bytes)}, {.dtype = DType::u8, .device = dev});
 }
 
 /// The search's workspace: the largest any algorithm asks for, capped; none if it cannot be had.

@@ -25,7 +25,8 @@ __device__ inline void raise_error_flag(unsigned long long* flag, int64_t value)
 /// same stream afterwards see it cleared. Memory comes from the caching allocator.
 class DeviceErrorFlag {
  public:
-  DeviceErrorFlag(Device device, cudaStream_t stream) : buf_(empty({2}, DType::i64, device)), stream_(stream) {
+  DeviceErrorFlag(Device device, cudaStream_t stream)
+      : buf_(empty({2}, {.dtype = DType::i64, .device = device})), stream_(stream) {
     DeviceGuard guard(device);  // `stream` belongs to `device`, which need not be current
     CUDA_CHECK(cudaMemsetAsync(buf_.data_ptr(), 0, 2 * sizeof(int64_t), stream_));
   }

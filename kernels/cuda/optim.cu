@@ -355,7 +355,8 @@ void global_norm_cuda(const std::vector<Tensor>& tensors, const Tensor& out) {
     // One partial slot per block of every launch: count the launches first.
     int64_t launches = 0;
     for (const auto& g : groups) launches += (static_cast<int64_t>(g.size()) + kMaxTensors - 1) / kMaxTensors;
-    Tensor partial = empty({std::max<int64_t>(1, launches * kNormMaxGrid)}, DType::f64, out.device());
+    Tensor partial =
+        empty({std::max<int64_t>(1, launches * kNormMaxGrid)}, {.dtype = DType::f64, .device = out.device()});
     double* slots = partial.data<double>();
     int64_t used = 0;
     for (const auto& g : groups) {

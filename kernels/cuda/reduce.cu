@@ -198,7 +198,7 @@ __global__ void col_reduce_kernel(const In* __restrict__ x, Out* __restrict__ ou
 
 /// Pointer to the bytes of a temporary of n values of V, owned by `holder`.
 template <typename V> V* temp_buffer(Tensor& holder, int64_t n, Device device) {
-  holder = ember::empty({n * static_cast<int64_t>(sizeof(V))}, DType::u8, device);
+  holder = ember::empty({n * static_cast<int64_t>(sizeof(V))}, {.dtype = DType::u8, .device = device});
   return static_cast<V*>(holder.data_ptr());
 }
 

@@ -103,14 +103,14 @@ TEST_CASE("non-scalar backward requires a gradient of the same shape", "[cpu][au
   std::string msg = error_of([&] { y.backward(); });
   CHECK(msg.find("gradient is required") != std::string::npos);
   CHECK(msg.find("[2, 3]") != std::string::npos);
-  msg = error_of([&] { y.backward(ones({3, 2}, DType::f64)); });
+  msg = error_of([&] { y.backward(ones({3, 2}, {.dtype = DType::f64})); });
   CHECK(msg.find("[3, 2]") != std::string::npos);
   CHECK(msg.find("[2, 3]") != std::string::npos);
   // The right shape works and scales the gradient.
-  y.backward(full({2, 3}, 0.5, DType::f64));
+  y.backward(full({2, 3}, 0.5, {.dtype = DType::f64}));
   check_close(x.grad(), std::vector<double>(6, 1.0), 0.0);
   // A tensor without history cannot be backpropagated.
-  Tensor plain = ones({1}, DType::f64);
+  Tensor plain = ones({1}, {.dtype = DType::f64});
   CHECK(error_of([&] { plain.backward(); }).find("does not require grad") != std::string::npos);
 }
 
@@ -151,7 +151,7 @@ TEST_CASE("NoGradGuard stops recording and EnableGradGuard restores it", "[cpu][
   std::string msg = error_of([&] { x.zero_(); });
   CHECK(msg.find("leaf") != std::string::npos);
   CHECK(msg.find("[2]") != std::string::npos);
-  CHECK(!error_of([&] { x.copy_(ones({2}, DType::f64)); }).empty());
+  CHECK(!error_of([&] { x.copy_(ones({2}, {.dtype = DType::f64})); }).empty());
 }
 
 TEST_CASE("grad mode is thread-local", "[cpu][autograd]") {
@@ -178,12 +178,12 @@ TEST_CASE("detach shares storage and cuts the graph", "[cpu][autograd]") {
 
 TEST_CASE("set_grad replaces or clears the gradient and checks its shape", "[cpu][autograd]") {
   Tensor x = leaf({1.0, 2.0}, {2});
-  x.set_grad(full({2}, 5.0, DType::f64));
+  x.set_grad(full({2}, 5.0, {.dtype = DType::f64}));
   sum(x).backward();
   check_close(x.grad(), {6.0, 6.0}, 0.0);
   x.set_grad(Tensor());
   CHECK(!x.grad().defined());
-  CHECK(error_of([&] { x.set_grad(ones({3}, DType::f64)); }).find("[3]") != std::string::npos);
+  CHECK(error_of([&] { x.set_grad(ones({3}, {.dtype = DType::f64})); }).find("[3]") != std::string::npos);
 }
 
 TEST_CASE("integer paths are cut: comparisons, argmax and casts to integers carry no gradient", "[cpu][autograd]") {
@@ -313,7 +313,7 @@ TEST_CASE("multi-output nodes receive one gradient per output", "[cpu][autograd]
   std::vector<Tensor> outs{x.detach().slice(0, 0, 2).contiguous(), x.detach().slice(0, 2, 4).contiguous()};
   autograd::record_multi(outs, "Split",
                          [](const autograd::TensorList& g) {
-                           Tensor gx = zeros({4}, DType::f64);
+                           Tensor gx = zeros({4}, {.dtype = DType::f64});
                            if (g[0].defined()) gx.slice(0, 0, 2).copy_(g[0]);
                            if (g[1].defined()) gx.slice(0, 2, 4).copy_(g[1]);
                            return autograd::TensorList{gx};

@@ -122,7 +122,7 @@ TEST_CASE("contiguous, clone, to(dtype) and copy_ behave like copies", "[cpu][au
   Tensor d = x.to(DType::f64);
   CHECK(d.dtype() == DType::f64);
   check_close(d, iota(6), 0.0);
-  Tensor z = zeros({2, 3}, DType::f64);
+  Tensor z = zeros({2, 3}, {.dtype = DType::f64});
   z.slice(1, 0, 3, 2).copy_(make_tensor({9, 8}, {2, 1}, DType::f32));  // broadcast + cast into a view
   check_close(z, {9, 0, 9, 8, 0, 8}, 0.0);
   z.fill_(2.5);

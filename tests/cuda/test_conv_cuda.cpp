@@ -156,7 +156,7 @@ Expect ref_backward_weight(const Case& k, const std::vector<double>& gy, const s
 /// t's values in a contiguous view that starts one element into its buffer, so its address is
 /// only element-aligned (2 bytes for f16 / bf16).
 Tensor offset_copy(const Tensor& t) {
-  const Tensor buf = zeros({t.numel() + 1}, t.dtype(), t.device());
+  const Tensor buf = zeros({t.numel() + 1}, t.options());
   Tensor v = buf.narrow(0, 1, t.numel()).view(t.sizes());
   v.copy_(t);
   return v;
@@ -266,14 +266,15 @@ TEST_CASE("cuda conv2d on operands one element into their buffers after the alig
 
 TEST_CASE("cuda conv2d with an empty batch or zero input channels", "[cuda]") {
   const Conv2dParams p = params(1, 1, 1, 1, 1, 1, 1);
-  const Tensor x0 = zeros({0, 3, 5, 5}, DType::f32, kGpu);
+  const Tensor x0 = zeros({0, 3, 5, 5}, {.dtype = DType::f32, .device = kGpu});
   const Tensor w = random_tensor({4, 3, 3, 3}, DType::f32, 3, -1.0, 1.0, Layout::Contiguous, kGpu);
   CHECK(kernels::conv2d(x0, w, Tensor(), p).sizes() == Shape{0, 4, 5, 5});
-  const Tensor gw = kernels::conv2d_backward_weight(zeros({0, 4, 5, 5}, DType::f32, kGpu), x0, {4, 3, 3, 3}, p);
+  const Tensor gw =
+      kernels::conv2d_backward_weight(zeros({0, 4, 5, 5}, {.dtype = DType::f32, .device = kGpu}), x0, {4, 3, 3, 3}, p);
   check_close(gw, std::vector<double>(static_cast<size_t>(gw.numel()), 0.0), 0.0, 0.0);
   // C = 0 input channels: every output is the bias alone.
-  const Tensor xc = zeros({2, 0, 5, 5}, DType::f32, kGpu);
-  const Tensor wc = zeros({3, 0, 3, 3}, DType::f32, kGpu);
+  const Tensor xc = zeros({2, 0, 5, 5}, {.dtype = DType::f32, .device = kGpu});
+  const Tensor wc = zeros({3, 0, 3, 3}, {.dtype = DType::f32, .device = kGpu});
   const Tensor b = make_tensor({0.5, -1.0, 2.0}, {3}, DType::f32, kGpu);
   const Tensor y = kernels::conv2d(xc, wc, b, p);
   std::vector<double> expect;
@@ -318,14 +319,14 @@ TEST_CASE("cuda conv2d splits a batch of 2^31+ elements into cuDNN-sized chunks"
     check_expect(s, e);
   };
   {
-    const Tensor xv = (arange(1.0, static_cast<double>(N) + 1.0, 1.0, DType::f64, kGpu));
-    Tensor x = empty({N, 1, H, W}, DType::f64, kGpu);
+    const Tensor xv = (arange(1.0, static_cast<double>(N) + 1.0, 1.0, {.dtype = DType::f64, .device = kGpu}));
+    Tensor x = empty({N, 1, H, W}, {.dtype = DType::f64, .device = kGpu});
     x.copy_(xv.view({N, 1, 1, 1}).expand({N, 1, H, W}));
     const Tensor y = kernels::conv2d(x, w, Tensor(), p);
     for (int64_t n : {int64_t(0), int64_t(1000), N - 3, N - 2, N - 1})
       check_sample(y, n, false, static_cast<double>(n + 1));
     // Filter gradient: grad_out = 1, so gw[ki, kj] = sum_n (n + 1) * (number of valid positions).
-    const Tensor gy = ones({N, 1, H, W}, DType::f64, kGpu);
+    const Tensor gy = ones({N, 1, H, W}, {.dtype = DType::f64, .device = kGpu});
     const Tensor gw = kernels::conv2d_backward_weight(gy, x, {1, 1, 3, 3}, p);
     const double total = static_cast<double>(N) * static_cast<double>(N + 1) / 2.0;
     Expect e;
@@ -339,7 +340,7 @@ TEST_CASE("cuda conv2d splits a batch of 2^31+ elements into cuDNN-sized chunks"
   }
   {
     // Input gradient of grad_out = 1: gx[n, h, w] = sum of the taps whose output exists.
-    const Tensor gy = ones({N, 1, H, W}, DType::f64, kGpu);
+    const Tensor gy = ones({N, 1, H, W}, {.dtype = DType::f64, .device = kGpu});
     const Tensor gx = kernels::conv2d_backward_input(gy, w, {N, 1, H, W}, p);
     for (int64_t n : {int64_t(0), N - 2, N - 1}) check_sample(gx, n, true, 1.0);
   }

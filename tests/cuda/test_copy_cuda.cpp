@@ -144,7 +144,7 @@ TEST_CASE("cuda fill matches the CPU on contiguous and strided destinations", "[
     }
   }
   // -0.0 keeps its sign bit (not the all-zero memset).
-  Tensor z = empty({1000}, DType::f32, kGpu);
+  Tensor z = empty({1000}, {.dtype = DType::f32, .device = kGpu});
   kernels::fill(z, -0.0);
   const std::vector<float> zv = z.to_vector<float>();
   CHECK(std::signbit(zv[0]));
@@ -173,7 +173,7 @@ TEST_CASE("cuda transfers round-trip every dtype bit for bit", "[cuda]") {
   kernels::copy(dc.slice(1, 0, 40, 2), src);
   kernels::copy(dg.slice(1, 0, 40, 2), src);  // src stays on the CPU
   expect_equal(dg, dc);
-  Tensor hc = empty({20, 19}, DType::f64, Device::cpu());
+  Tensor hc = empty({20, 19}, {.dtype = DType::f64});
   kernels::copy(hc, dg.slice(1, 1, 40, 2).t());  // GPU strided f16 -> CPU f64
   check_close(hc, to_f64(dc.slice(1, 1, 40, 2).t()), 0, 0);
 }
@@ -218,7 +218,7 @@ TEST_CASE("cuda strided copies with offsets past 2^31 take the 64-bit indexing p
   // A 2 GiB u8 buffer and a (3, 5) view with row stride 2^30 and column stride 3: the view has 15
   // elements but its last row lies past 2^31, so no 32-bit offset can reach it.
   const int64_t big = (int64_t(1) << 31) + 64;
-  Tensor buf = empty({big}, DType::u8, kGpu);
+  Tensor buf = empty({big}, {.dtype = DType::u8, .device = kGpu});
   kernels::fill(buf, 7.0);
   const Tensor view = as_strided_raw(buf, {3, 5}, {int64_t(1) << 30, 3}, 1);
   std::vector<double> vals(15);
@@ -238,14 +238,16 @@ TEST_CASE("cuda copy, fill and transfer accept zero-element tensors", "[cuda]") 
   // Through the tables, past the front's numel == 0 return: the launchers' own guards run.
   for (const Shape& shape : {Shape{0}, Shape{4, 0}}) {
     INFO("shape " << shape_str(shape));
-    const Tensor a = empty(shape, DType::f32, kGpu), b = empty(shape, DType::f16, kGpu);
-    CHECK_NOTHROW(kernels::copy_table(kGpu, a, empty(shape, DType::f32, kGpu)));  // memcpy path
+    const Tensor a = empty(shape, {.dtype = DType::f32, .device = kGpu}),
+                 b = empty(shape, {.dtype = DType::f16, .device = kGpu});
+    CHECK_NOTHROW(kernels::copy_table(kGpu, a, empty(shape, {.dtype = DType::f32, .device = kGpu})));  // memcpy path
     CHECK_NOTHROW(kernels::copy_table(kGpu, a, b));  // cast path
-    if (shape.size() == 2) CHECK_NOTHROW(kernels::copy_table(kGpu, a.t(), empty({0, 4}, DType::f32, kGpu)));
+    if (shape.size() == 2)
+      CHECK_NOTHROW(kernels::copy_table(kGpu, a.t(), empty({0, 4}, {.dtype = DType::f32, .device = kGpu})));
     CHECK_NOTHROW(kernels::fill_table(kGpu, a, 0.0));  // memset path
     CHECK_NOTHROW(kernels::fill_table(kGpu, b, 1.5));  // kernel path
     CHECK(a.to(Device::cpu()).sizes() == shape);
-    CHECK(empty(shape, DType::i64, Device::cpu()).to(kGpu).sizes() == shape);
+    CHECK(empty(shape, {.dtype = DType::i64}).to(kGpu).sizes() == shape);
   }
   CHECK_NOTHROW(kernels::transfer_table(kGpu, nullptr, kGpu, nullptr, Device::cpu(), 0));
   CHECK_NOTHROW(synchronize(kGpu));

@@ -338,9 +338,12 @@ TEST_CASE("cuda elementwise launchers accept zero-element tensors", "[cuda]") {
   // is what runs: no launch, no flag read-back, nothing written, and no error left behind.
   for (const Shape& shape : {Shape{0}, Shape{3, 0, 5}}) {
     INFO("shape " << shape_str(shape));
-    const Tensor x = empty(shape, DType::f32, kGpu), y = empty(shape, DType::f32, kGpu);
-    const Tensor out = empty(shape, DType::f32, kGpu), mask = empty(shape, DType::boolean, kGpu);
-    const Tensor xi = empty(shape, DType::i32, kGpu), outi = empty(shape, DType::i32, kGpu);
+    const Tensor x = empty(shape, {.dtype = DType::f32, .device = kGpu}),
+                 y = empty(shape, {.dtype = DType::f32, .device = kGpu});
+    const Tensor out = empty(shape, {.dtype = DType::f32, .device = kGpu}),
+                 mask = empty(shape, {.dtype = DType::boolean, .device = kGpu});
+    const Tensor xi = empty(shape, {.dtype = DType::i32, .device = kGpu}),
+                 outi = empty(shape, {.dtype = DType::i32, .device = kGpu});
     CHECK_NOTHROW(kernels::unary_table(kGpu, UnaryOp::Exp, x, out));
     CHECK_NOTHROW(kernels::unary_backward_table(kGpu, UnaryOp::Exp, x, Tensor(), y, out));
     CHECK_NOTHROW(kernels::binary_table(kGpu, BinaryOp::Add, x, y, out));

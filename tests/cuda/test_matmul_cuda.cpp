@@ -202,8 +202,8 @@ TEST_CASE("cuda gemm: K = 0 scales out by beta; empty results", "[cuda][matmul]"
   for (DType dt : kFloatTypes) {
     // Straight to the implementation (the gemm() front refuses these empty operands as
     // non-contiguous, see Tensor::is_contiguous).
-    Tensor a = empty({2, 5, 0}, dt, kGpu);
-    Tensor b = empty({2, 0, 4}, dt, kGpu);
+    Tensor a = empty({2, 5, 0}, {.dtype = dt, .device = kGpu});
+    Tensor b = empty({2, 0, 4}, {.dtype = dt, .device = kGpu});
     Tensor oc = random_tensor({2, 5, 4}, dt, 30, -1.0, 1.0);
     Tensor og = oc.to(kGpu).clone();
     kernels::gemm_table(kGpu, a, b, og, false, false, 1.0, 0.5);
@@ -213,8 +213,10 @@ TEST_CASE("cuda gemm: K = 0 scales out by beta; empty results", "[cuda][matmul]"
     Tensor og2 = og.clone();
     kernels::gemm_table(kGpu, a, b, og2, false, false, 1.0, 0.0);
     CHECK(to_f64(og2) == std::vector<double>(40, 0.0));
-    CHECK(to_f64(kernels::matmul(empty({5, 0}, dt, kGpu), empty({0, 4}, dt, kGpu))) == std::vector<double>(20, 0.0));
-    CHECK(kernels::matmul(empty({0, 3}, dt, kGpu), empty({3, 4}, dt, kGpu)).sizes() == Shape{0, 4});
+    CHECK(to_f64(kernels::matmul(empty({5, 0}, {.dtype = dt, .device = kGpu}),
+                                 empty({0, 4}, {.dtype = dt, .device = kGpu}))) == std::vector<double>(20, 0.0));
+    CHECK(kernels::matmul(empty({0, 3}, {.dtype = dt, .device = kGpu}), empty({3, 4}, {.dtype = dt, .device = kGpu}))
+              .sizes() == Shape{0, 4});
   }
 }
 
@@ -231,7 +233,7 @@ TEST_CASE("cuda gemm: more batches than one cuBLAS call takes", "[cuda][matmul]"
   const int64_t B = 65537;
   Tensor ac = random_tensor({B, 2, 3}, DType::f32, 50, -1.0, 1.0);
   Tensor bc = random_tensor({B, 3, 2}, DType::f32, 51, -1.0, 1.0);
-  Tensor og = empty({B, 2, 2}, DType::f32, kGpu);
+  Tensor og = empty({B, 2, 2}, {.dtype = DType::f32, .device = kGpu});
   kernels::gemm(ac.to(kGpu), bc.to(kGpu), og, false, false);
   const GemmRef ref = ref_gemm(to_f64(ac), to_f64(bc), {}, B, 2, 3, 2, false, 1.0, 0.0, DType::f32);
   check_bound(to_f64(og), ref, 1.0, "chunked batch:");

@@ -166,8 +166,8 @@ TEST_CASE("CUDA fused kernels: f16/bf16 gradients, misaligned and strided views"
     std::vector<std::vector<double>> ref;
     std::vector<AdamRef> st;
     for (size_t i = 0; i < ps.size(); ++i) {
-      ms.push_back(zeros(ps[i].sizes(), DType::f32, kGpu));
-      vs.push_back(zeros(ps[i].sizes(), DType::f32, kGpu));
+      ms.push_back(zeros(ps[i].sizes(), {.dtype = DType::f32, .device = kGpu}));
+      vs.push_back(zeros(ps[i].sizes(), {.dtype = DType::f32, .device = kGpu}));
       cpu_p.push_back(ps[i].to(Device::cpu()).contiguous());
       cpu_m.push_back(zeros(ps[i].sizes()));
       cpu_v.push_back(zeros(ps[i].sizes()));

@@ -287,7 +287,7 @@ TEST_CASE("cuda pooling on a 2^31+ element plane takes the 64-bit index path", "
   const int64_t H = 65536, W = 32770;
   const Pool2dParams p = pp(2, 2, 2, 2, 0, 0, false);
   Generator gen(5);
-  const Tensor x = rand({1, 1, H, W}, DType::f16, kGpu, gen);
+  const Tensor x = rand({1, 1, H, W}, {.dtype = DType::f16, .device = kGpu}, gen);
   const Tensor tail = x.narrow(2, H - 4, 4);  // the rows feeding the last two output rows
   const std::vector<double> tv = to_f64(tail);
   const Dims d{1, 4, W, 2, W / 2};
@@ -298,7 +298,7 @@ TEST_CASE("cuda pooling on a 2^31+ element plane takes the 64-bit index path", "
     for (double& i : idx) i += static_cast<double>((H - 4) * W);  // tail-local -> plane index
     check_close(r.out.narrow(2, H / 2 - 2, 2), out, 0.0, 0.0);
     check_close(r.indices.narrow(2, H / 2 - 2, 2), idx, 0.0, 0.0);
-    const Tensor gy = ones(r.out.sizes(), DType::f16, kGpu);
+    const Tensor gy = ones(r.out.sizes(), {.dtype = DType::f16, .device = kGpu});
     const Tensor gx = kernels::max_pool2d_backward(gy, r.indices, x.sizes());
     std::vector<double> expect(tv.size(), 0.0);
     for (double i : idx) expect[static_cast<size_t>(static_cast<int64_t>(i) - (H - 4) * W)] = 1.0;
@@ -308,7 +308,7 @@ TEST_CASE("cuda pooling on a 2^31+ element plane takes the 64-bit index path", "
     const Tensor y = kernels::avg_pool2d(x, p);
     check_expect(y.narrow(2, H / 2 - 2, 2), ref_avg(tv, d, &p, DType::f16));
     const Tensor gy = random_tensor({1, 1, 2, W / 2}, DType::f16, 6, -1.0, 1.0, Layout::Contiguous, kGpu);
-    Tensor gfull = zeros(y.sizes(), DType::f16, kGpu);
+    Tensor gfull = zeros(y.sizes(), {.dtype = DType::f16, .device = kGpu});
     gfull.narrow(2, H / 2 - 2, 2).copy_(gy);
     const Tensor gx = kernels::avg_pool2d_backward(gfull, x.sizes(), p);
     check_expect(gx.narrow(2, H - 4, 4), ref_avg_backward(to_f64(gy), d, &p, DType::f16));

@@ -60,19 +60,19 @@ TEST_CASE("cuda uniform_, normal_ and bernoulli_ agree with the CPU for the same
   for (DType dt : kFloatTypes) {
     for (int64_t n : {1, 3, 4, 5, 1001, 4099}) {
       INFO(dtype_name(dt) << " n=" << n);
-      compare(Dist::Uniform, empty({n}, dt, kGpu), empty({n}, dt, Device::cpu()), 0.0, 1.0);
-      compare(Dist::Uniform, empty({n}, dt, kGpu), empty({n}, dt, Device::cpu()), -2.5, 7.25);
+      compare(Dist::Uniform, empty({n}, {.dtype = dt, .device = kGpu}), empty({n}, {.dtype = dt}), 0.0, 1.0);
+      compare(Dist::Uniform, empty({n}, {.dtype = dt, .device = kGpu}), empty({n}, {.dtype = dt}), -2.5, 7.25);
       // A narrow interval where rounding to f16/bf16 would land on hi without the step-down.
-      compare(Dist::Uniform, empty({n}, dt, kGpu), empty({n}, dt, Device::cpu()), 0.999, 1.0);
-      compare(Dist::Normal, empty({n}, dt, kGpu), empty({n}, dt, Device::cpu()), 0.0, 1.0);
-      compare(Dist::Normal, empty({n}, dt, kGpu), empty({n}, dt, Device::cpu()), 3.0, 0.5);
+      compare(Dist::Uniform, empty({n}, {.dtype = dt, .device = kGpu}), empty({n}, {.dtype = dt}), 0.999, 1.0);
+      compare(Dist::Normal, empty({n}, {.dtype = dt, .device = kGpu}), empty({n}, {.dtype = dt}), 0.0, 1.0);
+      compare(Dist::Normal, empty({n}, {.dtype = dt, .device = kGpu}), empty({n}, {.dtype = dt}), 3.0, 0.5);
       for (double p : {0.0, 0.3, 1.0})
-        compare(Dist::Bernoulli, empty({n}, dt, kGpu), empty({n}, dt, Device::cpu()), p, 0.0);
+        compare(Dist::Bernoulli, empty({n}, {.dtype = dt, .device = kGpu}), empty({n}, {.dtype = dt}), p, 0.0);
     }
   }
   for (DType dt : {DType::boolean, DType::u8, DType::i32, DType::i64}) {
     INFO(dtype_name(dt));
-    compare(Dist::Bernoulli, empty({2051}, dt, kGpu), empty({2051}, dt, Device::cpu()), 0.3, 0.0);
+    compare(Dist::Bernoulli, empty({2051}, {.dtype = dt, .device = kGpu}), empty({2051}, {.dtype = dt}), 0.3, 0.0);
   }
 }
 
@@ -80,14 +80,15 @@ TEST_CASE("cuda sampling into misaligned and non-contiguous views agrees with th
   for (DType dt : kFloatTypes) {
     INFO(dtype_name(dt));
     // Contiguous but one element into the buffer: the kernel's scalar-store path.
-    compare(Dist::Uniform, empty({1002}, dt, kGpu).narrow(0, 1, 1001),
-            empty({1002}, dt, Device::cpu()).narrow(0, 1, 1001), -1.0, 1.0);
-    compare(Dist::Normal, empty({1002}, dt, kGpu).narrow(0, 1, 1001),
-            empty({1002}, dt, Device::cpu()).narrow(0, 1, 1001), 0.0, 2.0);
+    compare(Dist::Uniform, empty({1002}, {.dtype = dt, .device = kGpu}).narrow(0, 1, 1001),
+            empty({1002}, {.dtype = dt}).narrow(0, 1, 1001), -1.0, 1.0);
+    compare(Dist::Normal, empty({1002}, {.dtype = dt, .device = kGpu}).narrow(0, 1, 1001),
+            empty({1002}, {.dtype = dt}).narrow(0, 1, 1001), 0.0, 2.0);
     // Transposed: the front samples into a contiguous temporary and copies it over.
-    compare(Dist::Uniform, empty({37, 23}, dt, kGpu).t(), empty({37, 23}, dt, Device::cpu()).t(), 0.0, 1.0);
-    compare(Dist::Bernoulli, empty({37, 46}, dt, kGpu).slice(1, 0, 46, 2),
-            empty({37, 46}, dt, Device::cpu()).slice(1, 0, 46, 2), 0.5, 0.0);
+    compare(Dist::Uniform, empty({37, 23}, {.dtype = dt, .device = kGpu}).t(), empty({37, 23}, {.dtype = dt}).t(), 0.0,
+            1.0);
+    compare(Dist::Bernoulli, empty({37, 46}, {.dtype = dt, .device = kGpu}).slice(1, 0, 46, 2),
+            empty({37, 46}, {.dtype = dt}).slice(1, 0, 46, 2), 0.5, 0.0);
   }
 }
 
@@ -96,7 +97,7 @@ TEST_CASE("cuda uniform_ follows the Philox layout convention element by element
   const int64_t n = 4103;
   Generator gen(kSeed);
   gen.set_offset(kOffset);
-  const Tensor g = empty({n}, DType::f32, kGpu);
+  const Tensor g = empty({n}, {.dtype = DType::f32, .device = kGpu});
   kernels::uniform_(g, 0.0, 1.0, gen);
   const std::vector<float> got = g.to_vector<float>();
   int bad = 0;
@@ -108,11 +109,11 @@ TEST_CASE("cuda uniform_ follows the Philox layout convention element by element
 TEST_CASE("cuda samples have the right moments", "[cuda]") {
   const int64_t n = 200003;
   Generator gen(99);
-  const Tensor u = empty({n}, DType::f32, kGpu);
+  const Tensor u = empty({n}, {.dtype = DType::f32, .device = kGpu});
   kernels::uniform_(u, -1.0, 3.0, gen);
-  const Tensor z = empty({n}, DType::f32, kGpu);
+  const Tensor z = empty({n}, {.dtype = DType::f32, .device = kGpu});
   kernels::normal_(z, 0.5, 2.0, gen);
-  const Tensor bern = empty({n}, DType::f32, kGpu);
+  const Tensor bern = empty({n}, {.dtype = DType::f32, .device = kGpu});
   kernels::bernoulli_(bern, 0.25, gen);
   auto moments = [](const std::vector<double>& v) {
     double s = 0, s2 = 0;
@@ -140,15 +141,17 @@ TEST_CASE("cuda sampling past one full grid agrees with the CPU", "[cuda][slow]"
   // One thread per Philox block of 4 elements over a grid capped at 2^24 threads: past 2^26
   // elements the grid-stride loop runs a second round; the + 3 leaves a partial last block.
   const int64_t n = (int64_t(1) << 26) + (int64_t(1) << 20) + 3;
-  compare(Dist::Uniform, empty({n}, DType::f32, kGpu), empty({n}, DType::f32, Device::cpu()), -1.0, 1.0);
-  compare(Dist::Normal, empty({n}, DType::f32, kGpu), empty({n}, DType::f32, Device::cpu()), 0.0, 1.0);
-  compare(Dist::Bernoulli, empty({n}, DType::bf16, kGpu), empty({n}, DType::bf16, Device::cpu()), 0.7, 0.0);
+  compare(Dist::Uniform, empty({n}, {.dtype = DType::f32, .device = kGpu}), empty({n}, {.dtype = DType::f32}), -1.0,
+          1.0);
+  compare(Dist::Normal, empty({n}, {.dtype = DType::f32, .device = kGpu}), empty({n}, {.dtype = DType::f32}), 0.0, 1.0);
+  compare(Dist::Bernoulli, empty({n}, {.dtype = DType::bf16, .device = kGpu}), empty({n}, {.dtype = DType::bf16}), 0.7,
+          0.0);
 }
 
 TEST_CASE("cuda sampling into zero-element tensors launches nothing and keeps the offset", "[cuda]") {
   for (DType dt : {DType::f32, DType::f64, DType::boolean}) {
     INFO(dtype_name(dt));
-    const Tensor t = empty({3, 0}, dt, kGpu);
+    const Tensor t = empty({3, 0}, {.dtype = dt, .device = kGpu});
     CHECK_NOTHROW(kernels::sample_table(kGpu, kernels::Distribution::Bernoulli, t, 0.5, 0.0, kSeed, kOffset));
     Generator gen(kSeed);
     gen.set_offset(kOffset);

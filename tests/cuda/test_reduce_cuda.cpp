@@ -188,10 +188,10 @@ TEST_CASE("cuda reduce: NaN propagates, empty ranges, max of -inf", "[cuda][redu
   CHECK(to_f64(kernels::reduce(ReduceOp::Max, make_tensor({-INFINITY, -INFINITY}, {2}, DType::f32, kGpu))) ==
         std::vector<double>{-INFINITY});
 
-  Tensor e = empty({3, 0}, DType::f32, kGpu);
+  Tensor e = empty({3, 0}, {.dtype = DType::f32, .device = kGpu});
   CHECK(to_f64(kernels::reduce(ReduceOp::Sum, e, {1})) == std::vector<double>{0, 0, 0});
   for (double m : to_f64(kernels::reduce(ReduceOp::Mean, e, {1}))) CHECK(std::isnan(m));
-  Tensor e3 = empty({2, 0, 5}, DType::f32, kGpu);
+  Tensor e3 = empty({2, 0, 5}, {.dtype = DType::f32, .device = kGpu});
   CHECK(to_f64(kernels::reduce(ReduceOp::Sum, e3, {1})) == std::vector<double>(10, 0.0));
   CHECK_THROWS_AS(kernels::reduce(ReduceOp::Max, e, {1}), Error);
 }

@@ -22,7 +22,7 @@ namespace {
 
 // n examples of (2, 5, 4) with random bytes; label i % 7.
 data::TensorDataset make_dataset(int64_t n, uint64_t seed = 1) {
-  Tensor images = empty({n, 2, 5, 4}, DType::u8);
+  Tensor images = empty({n, 2, 5, 4}, {.dtype = DType::u8});
   std::vector<double> v = random_values(images.numel(), seed, 0.0, 256.0);
   for (int64_t k = 0; k < images.numel(); ++k)
     images.data<uint8_t>()[k] = uint8_t(std::min(255.0, std::floor(v[size_t(k)])));

@@ -69,7 +69,7 @@ TEST_CASE("copy: every dtype pair, contiguous and strided on both sides", "[cpu]
 
 TEST_CASE("copy: large transposed copies cross the parallel grain", "[cpu]") {
   Tensor src = random_tensor({301, 257}, DType::f32, 7, -1.0, 1.0, Layout::Transposed);
-  Tensor dst = empty({301, 257}, DType::f64);
+  Tensor dst = empty({301, 257}, {.dtype = DType::f64});
   kernels::copy(dst, src);
   check_close(dst, to_f64(src), 0.0);
   Tensor back = random_tensor({301, 257}, DType::bf16, 8, -1.0, 1.0, Layout::Strided);
@@ -80,7 +80,7 @@ TEST_CASE("copy: large transposed copies cross the parallel grain", "[cpu]") {
 TEST_CASE("copy: batched transposes (tiled path) with ragged tile edges", "[cpu]") {
   // Source transposed into a contiguous destination, and the reverse, over a batch of 3.
   Tensor src = random_tensor({3, 67, 45}, DType::f32, 21, -1.0, 1.0, Layout::Transposed);
-  Tensor dst = empty({3, 67, 45}, DType::f16);
+  Tensor dst = empty({3, 67, 45}, {.dtype = DType::f16});
   kernels::copy(dst, src);
   check_close(dst, ref_convert_all(DType::f32, DType::f16, to_f64(src)), 0.0);
   Tensor src2 = random_tensor({3, 45, 67}, DType::i64, 22, -1000.0, 1000.0);
@@ -90,14 +90,14 @@ TEST_CASE("copy: batched transposes (tiled path) with ragged tile edges", "[cpu]
   // A transpose inside an expanded (stride-0) batch dim.
   Tensor m = random_tensor({40, 33}, DType::f64, 24);
   Tensor expanded_t = as_strided_raw(m, {2, 33, 40}, {0, 1, 33}, 0);
-  Tensor dst3 = empty({2, 33, 40}, DType::f64);
+  Tensor dst3 = empty({2, 33, 40}, {.dtype = DType::f64});
   kernels::copy(dst3, expanded_t);
   check_close(dst3, to_f64(expanded_t), 0.0);
 }
 
 TEST_CASE("copy: broadcasting the source", "[cpu]") {
   Tensor src = make_tensor({1, 2, 3}, {3, 1});
-  Tensor dst = empty({2, 3, 5}, DType::i32);
+  Tensor dst = empty({2, 3, 5}, {.dtype = DType::i32});
   kernels::copy(dst, src);
   std::vector<double> want;
   for (int a = 0; a < 2; ++a)
@@ -106,7 +106,7 @@ TEST_CASE("copy: broadcasting the source", "[cpu]") {
   check_close(dst, want, 0.0);
 
   Tensor scalar = make_tensor({-4.5}, {}, DType::f64);
-  Tensor d2 = empty({4}, DType::f32);
+  Tensor d2 = empty({4}, {.dtype = DType::f32});
   kernels::copy(d2, scalar);
   check_close(d2, {-4.5, -4.5, -4.5, -4.5}, 0.0);
 
@@ -135,7 +135,7 @@ TEST_CASE("copy: overlapping source and destination read before writing", "[cpu]
 TEST_CASE("fill: every dtype, strided views leave the gaps alone", "[cpu]") {
   for (DType dt : kAllDTypes) {
     INFO(dtype_name(dt));
-    Tensor t = empty({3, 5}, dt);
+    Tensor t = empty({3, 5}, {.dtype = dt});
     kernels::fill(t, -2.5);
     const double want = dt == DType::boolean ? 1.0 : dt == DType::u8 ? 254.0 : is_floating(dt) ? -2.5 : -2.0;
     check_close(t, std::vector<double>(15, want), 0.0);
@@ -173,7 +173,7 @@ TEST_CASE("cast: new contiguous tensor with the documented rounding rules", "[cp
 }
 
 TEST_CASE("copy: empty tensors and device errors", "[cpu]") {
-  kernels::copy(empty({0, 3}), empty({0, 3}, DType::i64));
+  kernels::copy(empty({0, 3}), empty({0, 3}, {.dtype = DType::i64}));
   kernels::fill(empty({0}), 1.0);
   CHECK(kernels::cast(empty({2, 0}), DType::f16).sizes() == Shape{2, 0});
 #ifndef EMBER_WITH_CUDA

@@ -216,7 +216,7 @@ TEST_CASE("unary: integer dtypes for neg, abs, relu, and other ops refuse them",
     }
     CHECK_THROWS_WITH(kernels::unary(UnaryOp::Exp, x), Catch::Contains("exp") && Catch::Contains(dtype_name(dt)));
   }
-  CHECK_THROWS_WITH(kernels::unary(UnaryOp::Neg, zeros({2}, DType::boolean)), Catch::Contains("bool"));
+  CHECK_THROWS_WITH(kernels::unary(UnaryOp::Neg, zeros({2}, {.dtype = DType::boolean})), Catch::Contains("bool"));
 }
 
 TEST_CASE("unary: special values", "[cpu]") {
@@ -418,8 +418,9 @@ TEST_CASE("elementwise: errors name the op, the shapes and the devices", "[cpu]"
                     Catch::Contains("add") && Catch::Contains("[2, 3]") && Catch::Contains("[4, 3]"));
   CHECK_THROWS_WITH(kernels::binary(BinaryOp::Add, zeros({4}), fake_cuda_tensor({4})),
                     Catch::Contains("add: operands on different devices: a on cpu, b on cuda:0"));
-  CHECK_THROWS_WITH(kernels::binary(BinaryOp::Sub, zeros({2}, DType::boolean), zeros({2}, DType::boolean)),
-                    Catch::Contains("sub") && Catch::Contains("bool"));
+  CHECK_THROWS_WITH(
+      kernels::binary(BinaryOp::Sub, zeros({2}, {.dtype = DType::boolean}), zeros({2}, {.dtype = DType::boolean})),
+      Catch::Contains("sub") && Catch::Contains("bool"));
   CHECK_THROWS_WITH(kernels::binary(BinaryOp::Mul, Tensor(), zeros({2})), Catch::Contains("undefined"));
   // Empty broadcast results and 0-d operands.
   CHECK(kernels::binary(BinaryOp::Add, zeros({0, 3}), zeros({3})).sizes() == Shape{0, 3});

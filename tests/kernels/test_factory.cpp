@@ -17,7 +17,7 @@ const DType kAllDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16,
 TEST_CASE("factory: zeros, ones, full in every dtype", "[cpu]") {
   for (DType dt : kAllDTypes) {
     INFO("dtype " << dtype_name(dt));
-    Tensor z = zeros({3, 5}, dt), o = ones({7}, dt), f = full({2, 1, 3}, 2.75, dt);
+    Tensor z = zeros({3, 5}, {.dtype = dt}), o = ones({7}, {.dtype = dt}), f = full({2, 1, 3}, 2.75, {.dtype = dt});
     CHECK(z.dtype() == dt);
     CHECK(z.sizes() == Shape{3, 5});
     CHECK(z.is_contiguous());
@@ -28,14 +28,14 @@ TEST_CASE("factory: zeros, ones, full in every dtype", "[cpu]") {
     const double want = dt == DType::boolean ? 1.0 : is_floating(dt) ? 2.75 : 2.0;
     for (double v : to_f64(f)) CHECK(v == want);
   }
-  Tensor s = scalar_tensor(-4.5, DType::f64);
+  Tensor s = scalar_tensor(-4.5, {.dtype = DType::f64});
   CHECK(s.dim() == 0);
   CHECK(to_f64(s) == std::vector<double>{-4.5});
   CHECK(zeros({0, 4}).numel() == 0);
 }
 
 TEST_CASE("factory: *_like copy shape, dtype and device", "[cpu]") {
-  Tensor base = as_strided_raw(ones({4, 6}, DType::f64), {6, 4}, {1, 6}, 0);  // non-contiguous
+  Tensor base = as_strided_raw(ones({4, 6}, {.dtype = DType::f64}), {6, 4}, {1, 6}, 0);  // non-contiguous
   Tensor z = zeros_like(base), o = ones_like(base);
   CHECK(z.sizes() == Shape{6, 4});
   CHECK(z.dtype() == DType::f64);
@@ -53,18 +53,18 @@ TEST_CASE("factory: arange", "[cpu]") {
   CHECK(arange(3, 3).numel() == 0);
 
   // Fractional steps: element i is start + i * step rounded once to the dtype.
-  Tensor f = arange(1.0, 2.0, 0.1, DType::f64);
+  Tensor f = arange(1.0, 2.0, 0.1, {.dtype = DType::f64});
   REQUIRE(f.numel() == 10);
   const auto fv = to_f64(f);
   for (int i = 0; i < 10; ++i) CHECK(fv[i] == 1.0 + i * 0.1);
-  Tensor h = arange(-1.0, 1.0, 0.25, DType::f16);
+  Tensor h = arange(-1.0, 1.0, 0.25, {.dtype = DType::f16});
   const auto hv = to_f64(h);
   REQUIRE(hv.size() == 8);
   for (int i = 0; i < 8; ++i) CHECK(hv[i] == -1.0 + 0.25 * i);
 
   // Integral dtypes are exact beyond float precision.
   const double big = 9007199254740992.0;  // 2^53
-  Tensor bi = arange(big, big + 4, 1, DType::i64);
+  Tensor bi = arange(big, big + 4, 1, {.dtype = DType::i64});
   const int64_t* p = bi.data<int64_t>();
   for (int i = 0; i < 4; ++i) CHECK(p[i] == (int64_t{1} << 53) + i);
 
@@ -90,13 +90,13 @@ TEST_CASE("factory: from_vector", "[cpu]") {
 TEST_CASE("factory: rand and randn shapes and dtypes", "[cpu]") {
   Generator gen(123);
   for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
-    Tensor r = rand({3, 4}, dt, Device::cpu(), gen);
-    Tensor n = randn({5}, dt, Device::cpu(), gen);
+    Tensor r = rand({3, 4}, {.dtype = dt}, gen);
+    Tensor n = randn({5}, {.dtype = dt}, gen);
     CHECK(r.dtype() == dt);
     CHECK(r.sizes() == Shape{3, 4});
     CHECK(n.sizes() == Shape{5});
     for (double v : to_f64(r)) CHECK((v >= 0.0 && v < 1.0));
     for (double v : to_f64(n)) CHECK(std::isfinite(v));
   }
-  CHECK_THROWS_WITH(rand({2}, DType::i32), Catch::Contains("floating"));
+  CHECK_THROWS_WITH(rand({2}, {.dtype = DType::i32}), Catch::Contains("floating"));
 }

@@ -223,8 +223,9 @@ TEST_CASE("matmul: empty dims and errors", "[cpu][matmul]") {
   CHECK_THROWS_WITH(kernels::matmul(empty({4, 5}), empty({6, 3})),
                     Catch::Contains("[4, 5]") && Catch::Contains("[6, 3]") && Catch::Contains("5 columns"));
   CHECK_THROWS_WITH(kernels::matmul(empty({2, 4, 5}), empty({3, 5, 3})), Catch::Contains("broadcast"));
-  CHECK_THROWS_WITH(kernels::matmul(empty({4, 5}), empty({5, 3}, DType::f64)), Catch::Contains("f64"));
-  CHECK_THROWS_WITH(kernels::matmul(empty({4, 5}, DType::i32), empty({5, 3}, DType::i32)), Catch::Contains("floating"));
+  CHECK_THROWS_WITH(kernels::matmul(empty({4, 5}), empty({5, 3}, {.dtype = DType::f64})), Catch::Contains("f64"));
+  CHECK_THROWS_WITH(kernels::matmul(empty({4, 5}, {.dtype = DType::i32}), empty({5, 3}, {.dtype = DType::i32})),
+                    Catch::Contains("floating"));
   CHECK_THROWS(kernels::matmul(empty({}), empty({3})));
 }
 
@@ -253,7 +254,7 @@ TEST_CASE("gemm entry: alpha, beta, shared b, 2-D operands and shape errors", "[
 
   // 2-D operands are a batch of one; out = a @ b^T.
   Tensor a2 = random_tensor({M, K}, DType::f64, 53), b2 = random_tensor({N, K}, DType::f64, 54);
-  Tensor o2 = empty({M, N}, DType::f64);
+  Tensor o2 = empty({M, N}, {.dtype = DType::f64});
   kernels::gemm(a2, b2, o2, false, true);
   const Ref r = ref_matmul(a2, b2.t());
   check_products(to_f64(o2), r.out, r.abs, DType::f64, K);

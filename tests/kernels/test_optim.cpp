@@ -107,7 +107,7 @@ TEST_CASE("clip_by_norm_ kernel: the factor min(1, max / (norm + eps)) over mixe
   check_close(a, scaled(a0, 0.2), 2 * tol(DType::f32));
   check_close(b, scaled(b0, 0.2), 2 * tol(DType::bf16));
   check_close(c, scaled(c0, 0.2), 2 * tol(DType::f64));
-  kernels::clip_by_norm_({a}, scalar_tensor(1.0, DType::f64), 2.0);  // factor capped at 1: unchanged
+  kernels::clip_by_norm_({a}, scalar_tensor(1.0, {.dtype = DType::f64}), 2.0);  // factor capped at 1: unchanged
   check_close(a, scaled(a0, 0.2), 2 * tol(DType::f32));
 }
 
@@ -119,12 +119,13 @@ TEST_CASE("optimizer kernels: argument errors name the slot", "[cpu][optim]") {
              }),
              Catch::Contains("adam_step: slot 1: gradient of shape [2, 3] for a parameter of shape [3, 2]"));
   CHECK_THAT(error_of([&] {
-               kernels::adam_step({{p, g, m, zeros({3, 2}, DType::f64), 1}}, ah);
+               kernels::adam_step({{p, g, m, zeros({3, 2}, {.dtype = DType::f64}), 1}}, ah);
              }),
              Catch::Contains("slot 0: exp_avg_sq of dtype f64 for a parameter of dtype f32"));
   CHECK_THAT(error_of([&] { kernels::adam_step({{p, g, m, v, 0}}, ah); }), Catch::Contains("step count 0"));
   CHECK_THAT(error_of([&] {
-               kernels::sgd_step({{zeros({2}, DType::f64), zeros({2}, DType::f16), Tensor(), false}}, {});
+               kernels::sgd_step(
+                   {{zeros({2}, {.dtype = DType::f64}), zeros({2}, {.dtype = DType::f16}), Tensor(), false}}, {});
              }),
              Catch::Contains("gradient of dtype f16 for a parameter of dtype f64"));
   CHECK_THAT(error_of([&] {
@@ -136,11 +137,12 @@ TEST_CASE("optimizer kernels: argument errors name the slot", "[cpu][optim]") {
              }),
              Catch::Contains("a momentum buffer was given with momentum 0"));
   CHECK_THAT(error_of([&] {
-               kernels::sgd_step({{zeros({2}, DType::i64), zeros({2}, DType::i64), Tensor(), false}}, {});
+               kernels::sgd_step(
+                   {{zeros({2}, {.dtype = DType::i64}), zeros({2}, {.dtype = DType::i64}), Tensor(), false}}, {});
              }),
              Catch::Contains("parameters must be f32 or f64, got i64"));
   CHECK_THAT(error_of([&] {
-               kernels::global_norm({p, zeros({2}, DType::i32)});
+               kernels::global_norm({p, zeros({2}, {.dtype = DType::i32})});
              }),
              Catch::Contains("tensor 1 has dtype i32"));
   CHECK_THAT(error_of([&] { kernels::clip_by_norm_({p}, zeros({2}), 1.0); }),

@@ -51,14 +51,14 @@ TEST_CASE("print: non-contiguous views print in logical order", "[cpu]") {
 
 TEST_CASE("print: empty tensors", "[cpu]") {
   CHECK(zeros({0}).str() == "tensor([])");
-  CHECK(zeros({0, 3}, DType::f64).str() == "tensor([], size=[0, 3], dtype=f64)");
+  CHECK(zeros({0, 3}, {.dtype = DType::f64}).str() == "tensor([], size=[0, 3], dtype=f64)");
 }
 
 TEST_CASE("print: summarizes past 1000 elements", "[cpu]") {
   CHECK(arange(2000).str() == "tensor([   0,    1,    2,  ..., 1997, 1998, 1999], dtype=i64)");
   CHECK(arange(1000).str().find("...") == std::string::npos);
 
-  Tensor m = arange(0, 40 * 40, 1, DType::i32).view({40, 40});
+  Tensor m = arange(0, 40 * 40, 1, {.dtype = DType::i32}).view({40, 40});
   const std::string s = m.str();
   CHECK(s.rfind("tensor([[   0,    1,    2,  ...,   37,   38,   39],\n", 0) == 0);
   CHECK(s.find("\n        ...,\n") != std::string::npos);
@@ -68,7 +68,7 @@ TEST_CASE("print: summarizes past 1000 elements", "[cpu]") {
 }
 
 TEST_CASE("print: long rows wrap at 80 columns", "[cpu]") {
-  Tensor t = arange(0, 30, 1, DType::f32);  // width 7 ("29.0000"): (80 - 7) / 9 = 8 per line
+  Tensor t = arange(0, 30, 1, {.dtype = DType::f32});  // width 7 ("29.0000"): (80 - 7) / 9 = 8 per line
   const std::string s = t.str();
   CHECK(s.rfind("tensor([ 0.0000,  1.0000,  2.0000,  3.0000,  4.0000,  5.0000,  6.0000,  7.0000,\n"
                 "         8.0000,",

@@ -56,7 +56,7 @@ TEST_CASE("random: philox4x32-10 known answers (Random123 test vectors)", "[cpu]
 
 TEST_CASE("random: rand for seed 0 is pinned to the philox words", "[cpu]") {
   Generator gen(0);
-  Tensor t = rand({10}, DType::f32, Device::cpu(), gen);
+  Tensor t = rand({10}, {.dtype = DType::f32}, gen);
   const auto v = to_f64(t);
   // The first block's words are the known answer above: (word >> 8) / 2^24.
   CHECK(v[0] == 0x6627e8 / 16777216.0);
@@ -67,13 +67,13 @@ TEST_CASE("random: rand for seed 0 is pinned to the philox words", "[cpu]") {
   CHECK(gen.offset() == 3);  // ceil(10 / 4) blocks
 
   // The next request starts at block 3.
-  const auto w = to_f64(rand({5}, DType::f32, Device::cpu(), gen));
+  const auto w = to_f64(rand({5}, {.dtype = DType::f32}, gen));
   for (int64_t i = 0; i < 5; ++i) CHECK(w[i] == unit(philox_word(0, 3, i)));
   CHECK(gen.offset() == 5);
 
   // f64 uses the same 24-bit uniforms; lo/hi rescale in double.
   Generator g2(0);
-  Tensor d = empty({6}, DType::f64);
+  Tensor d = empty({6}, {.dtype = DType::f64});
   kernels::uniform_(d, -2.0, 3.0, g2);
   const auto dv = to_f64(d);
   for (int64_t i = 0; i < 6; ++i) CHECK(dv[i] == -2.0 + 5.0 * unit(philox_word(0, 0, i)));
@@ -83,17 +83,17 @@ TEST_CASE("random: same seed and offset reproduce exactly, any thread count", "[
   const int threads = num_threads();
   Generator a(1234), b(1234);
   set_num_threads(1);
-  const auto x = to_f64(randn({300001}, DType::f32, Device::cpu(), a));
+  const auto x = to_f64(randn({300001}, {.dtype = DType::f32}, a));
   set_num_threads(threads > 1 ? threads : 2);
-  const auto y = to_f64(randn({300001}, DType::f32, Device::cpu(), b));
+  const auto y = to_f64(randn({300001}, {.dtype = DType::f32}, b));
   set_num_threads(threads);
   CHECK(x == y);
   CHECK(a.offset() == b.offset());
   // Rewinding the offset replays the stream; a different seed gives different numbers.
   a.set_offset(0);
-  CHECK(to_f64(randn({300001}, DType::f32, Device::cpu(), a)) == x);
+  CHECK(to_f64(randn({300001}, {.dtype = DType::f32}, a)) == x);
   Generator c(1235);
-  CHECK(to_f64(randn({8}, DType::f32, Device::cpu(), c)) != std::vector<double>(x.begin(), x.begin() + 8));
+  CHECK(to_f64(randn({8}, {.dtype = DType::f32}, c)) != std::vector<double>(x.begin(), x.begin() + 8));
   // The default generator through manual_seed.
   manual_seed(99);
   const auto p = to_f64(rand({7}));
@@ -111,7 +111,7 @@ TEST_CASE("random: uniform statistics", "[cpu]") {
   Generator gen(7);
   for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
     INFO(dtype_name(dt));
-    const auto v = to_f64(rand({n}, dt, Device::cpu(), gen));
+    const auto v = to_f64(rand({n}, {.dtype = dt}, gen));
     double lo = 1, hi = 0;
     for (double x : v) lo = std::min(lo, x), hi = std::max(hi, x);
     CHECK(lo >= 0.0);
@@ -129,7 +129,7 @@ TEST_CASE("random: uniform statistics", "[cpu]") {
       for (double c : bins) CHECK(std::fabs(c - nn / 10) < 5 * std::sqrt(nn * 0.1 * 0.9));
     }
   }
-  Tensor t = empty({n}, DType::f32);
+  Tensor t = empty({n}, {.dtype = DType::f32});
   kernels::uniform_(t, -2.0, 3.0, gen);
   const Moments m = moments(to_f64(t));
   CHECK(std::fabs(m.mean - 0.5) < 5 * std::sqrt(25.0 / 12 / nn));
@@ -142,7 +142,7 @@ TEST_CASE("random: normal statistics and the Box-Muller pairing", "[cpu]") {
   for (DType dt : {DType::f32, DType::f64}) {
     INFO(dtype_name(dt));
     const uint64_t off = gen.offset();
-    Tensor t = empty({n}, dt);
+    Tensor t = empty({n}, {.dtype = dt});
     kernels::normal_(t, 3.0, 2.0, gen);
     const auto v = to_f64(t);
     const Moments m = moments(v);
@@ -162,7 +162,7 @@ TEST_CASE("random: normal statistics and the Box-Muller pairing", "[cpu]") {
       CHECK(std::fabs((v[i + 1] - 3.0) / 2.0 - r * std::sin(th)) < slack);
     }
   }
-  Tensor h = randn({4096}, DType::bf16, Device::cpu(), gen);
+  Tensor h = randn({4096}, {.dtype = DType::bf16}, gen);
   for (double x : to_f64(h)) CHECK(std::isfinite(x));
 }
 
@@ -172,7 +172,7 @@ TEST_CASE("random: bernoulli", "[cpu]") {
   for (DType dt : {DType::f32, DType::boolean, DType::i64, DType::f16}) {
     INFO(dtype_name(dt));
     Generator gen(21);
-    Tensor t = empty({n}, dt);
+    Tensor t = empty({n}, {.dtype = dt});
     kernels::bernoulli_(t, p, gen);
     const auto v = to_f64(t);
     double ones = 0;
@@ -204,7 +204,7 @@ TEST_CASE("random: non-contiguous targets get the values of their logical order"
 }
 
 TEST_CASE("random: argument errors", "[cpu]") {
-  CHECK_THROWS_WITH(kernels::uniform_(empty({3}, DType::i32), 0, 1), Catch::Contains("floating"));
+  CHECK_THROWS_WITH(kernels::uniform_(empty({3}, {.dtype = DType::i32}), 0, 1), Catch::Contains("floating"));
   CHECK_THROWS_WITH(kernels::normal_(empty({3}), 0, -1), Catch::Contains("std"));
   CHECK_THROWS_WITH(kernels::bernoulli_(empty({3}), 1.5), Catch::Contains("1.5"));
   CHECK_THROWS_WITH(kernels::uniform_(empty({3}), 2, 1), Catch::Contains("lo <= hi"));

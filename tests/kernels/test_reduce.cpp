@@ -128,7 +128,7 @@ TEST_CASE("reduce: NaN propagates through max and min", "[cpu][reduce]") {
 }
 
 TEST_CASE("reduce: empty ranges, 0-d inputs and bad dims", "[cpu][reduce]") {
-  Tensor e = empty({3, 0}, DType::f32);
+  Tensor e = empty({3, 0}, {.dtype = DType::f32});
   CHECK(to_f64(kernels::reduce(ReduceOp::Sum, e, {1})) == std::vector<double>{0, 0, 0});
   for (double m : to_f64(kernels::reduce(ReduceOp::Mean, e, {1}))) CHECK(std::isnan(m));
   CHECK(kernels::reduce(ReduceOp::Sum, e, {0}).sizes() == Shape{0});

@@ -125,7 +125,7 @@ TEST_CASE("BatchNorm2d: eval mode normalizes with the running statistics and lea
 
 TEST_CASE("batch_norm: gradcheck in training mode (x, weight, bias; non-contiguous x)", "[cpu][layers]") {
   const int64_t C = 3;
-  Tensor rm = zeros({C}, DType::f64), rv = ones({C}, DType::f64);
+  Tensor rm = zeros({C}, {.dtype = DType::f64}), rv = ones({C}, {.dtype = DType::f64});
   auto fn = [&](const std::vector<Tensor>& v) { return batch_norm(v[0], v[1], v[2], rm, rv, true, 0.1, 1e-5); };
   EMBER_CHECK_GRADIENTS(fn, {random_tensor({4, C, 3, 5}, DType::f64, 21, -1, 2, Layout::Transposed),
                              random_tensor({C}, DType::f64, 22, 0.5, 1.5), random_tensor({C}, DType::f64, 23)});
@@ -161,5 +161,5 @@ TEST_CASE("BatchNorm2d: errors name the shapes", "[cpu][layers]") {
                     Catch::Contains("[2, 4, 3, 3]") && Catch::Contains("(N, 3, H, W)"));
   CHECK_THROWS_WITH(bn.forward(zeros({1, 3, 1, 1})), Catch::Contains("more than 1 value per channel"));
   CHECK(bn.num_batches_tracked().item<int64_t>() == 0);
-  CHECK_THROWS_WITH(bn.forward(zeros({2, 3, 2, 2}, DType::f64)), Catch::Contains("dtype f64"));
+  CHECK_THROWS_WITH(bn.forward(zeros({2, 3, 2, 2}, {.dtype = DType::f64})), Catch::Contains("dtype f64"));
 }

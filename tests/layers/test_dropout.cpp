@@ -86,8 +86,8 @@ TEST_CASE("dropout: gradcheck with a fixed mask", "[cpu][layers]") {
   // The gradient is the mask times 1/(1-p): exactly the forward applied to ones.
   Tensor x = random_tensor({5, 11}, DType::f64, 7);
   x.requires_grad_();
-  dropout(x, 0.35, 42, 1000).backward(ones({5, 11}, DType::f64));
-  CHECK(to_f64(x.grad()) == to_f64(dropout(ones({5, 11}, DType::f64), 0.35, 42, 1000)));
+  dropout(x, 0.35, 42, 1000).backward(ones({5, 11}, {.dtype = DType::f64}));
+  CHECK(to_f64(x.grad()) == to_f64(dropout(ones({5, 11}, {.dtype = DType::f64}), 0.35, 42, 1000)));
 }
 
 TEST_CASE("Dropout layer: reproducible from the generator, fresh masks per call, eval identity", "[cpu][layers]") {

@@ -87,7 +87,7 @@ TEST_CASE("init: distributions match their parameters", "[cpu][layers]") {
   init::xavier_normal_(w, 1.0, gen);
   check_normal(w, std::sqrt(2.0 / (fan_in + fan_out)));
 
-  Tensor u = empty({50001}, DType::f64);
+  Tensor u = empty({50001}, {.dtype = DType::f64});
   init::uniform_(u, 2.0, 5.0, gen);
   auto uv = to_f64(u);
   double s = 0;
@@ -122,5 +122,5 @@ TEST_CASE("init: reproducible from the generator, works on parameters requiring 
   // The generator advanced: a second draw differs from the first.
   init::kaiming_uniform_(b, std::sqrt(5.0), init::FanMode::FanIn, init::Nonlinearity::LeakyReLU, g2);
   CHECK(to_f64(a) != to_f64(b));
-  CHECK_THROWS_WITH(init::uniform_(empty({3}, DType::i64)), Catch::Contains("floating"));
+  CHECK_THROWS_WITH(init::uniform_(empty({3}, {.dtype = DType::i64})), Catch::Contains("floating"));
 }

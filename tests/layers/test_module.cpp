@@ -120,7 +120,7 @@ TEST_CASE("Module: duplicate and dotted names are rejected", "[cpu][layers]") {
       if (mode == 1) register_buffer("p", zeros({2}));
       if (mode == 2) register_module("p", std::make_shared<Leaf>(1));
       if (mode == 3) register_parameter("a.b", zeros({2}));
-      if (mode == 4) register_parameter("i", zeros({2}, DType::i64));
+      if (mode == 4) register_parameter("i", zeros({2}, {.dtype = DType::i64}));
     }
     Tensor forward(const Tensor& x) override { return x; }
     std::string name() const override { return "Bad"; }

@@ -46,14 +46,14 @@ TEST_CASE("AdamW: decoupled decay by hand", "[cpu][optim]") {
   optim::AdamW opt({p}, {.lr = 0.1, .weight_decay = 0.5});
   CHECK(opt.name() == "AdamW");
   for (int s = 0; s < 3; ++s) {
-    p.set_grad(zeros({1}, DType::f64));
+    p.set_grad(zeros({1}, {.dtype = DType::f64}));
     opt.step();
   }
   CHECK(p.item<double>() == Approx(2.0 * std::pow(0.95, 3)).epsilon(1e-12));
   // Adam's coupled decay with g = 0: g' = wd * p, and step 1 moves p by lr * sign(p) instead.
   Tensor q = make_tensor({2.0}, {1}, DType::f64).requires_grad_();
   optim::Adam adam({q}, {.lr = 0.1, .weight_decay = 0.5});
-  q.set_grad(zeros({1}, DType::f64));
+  q.set_grad(zeros({1}, {.dtype = DType::f64}));
   adam.step();
   CHECK(q.item<double>() == Approx(2.0 - 0.1 * 1.0 / (1.0 + 1e-8)).epsilon(1e-12));
 }

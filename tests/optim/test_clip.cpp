@@ -28,7 +28,7 @@ Setup make(const std::vector<Shape>& shapes, DType dt, double lo, double hi, siz
   Setup s;
   double sq = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
-    Tensor p = zeros(shapes[i], dt).requires_grad_();
+    Tensor p = zeros(shapes[i], {.dtype = dt}).requires_grad_();
     std::vector<double> g;
     if (i != skip) {
       Tensor gt = random_tensor(shapes[i], dt, 300 + i, lo, hi, layout);

@@ -154,18 +154,18 @@ TEST_CASE("Optimizer load_state_dict: errors name the entry; nothing changes on 
   {
     StateDict sd = good;
     sd.erase("hyper.momentum");
-    sd["hyper.lr"] = scalar_tensor(0.5, DType::f64);
+    sd["hyper.lr"] = scalar_tensor(0.5, {.dtype = DType::f64});
     expect_error(sd, "missing entry 'hyper.momentum'");
   }
   {
     StateDict sd = good;
-    sd["hyper.lr"] = scalar_tensor(0.5, DType::f64);
-    sd["hyper.beta1"] = scalar_tensor(0.9, DType::f64);
+    sd["hyper.lr"] = scalar_tensor(0.5, {.dtype = DType::f64});
+    sd["hyper.beta1"] = scalar_tensor(0.9, {.dtype = DType::f64});
     expect_error(sd, "unexpected entry 'hyper.beta1'");
   }
   {
     StateDict sd = good;
-    sd["hyper.lr"] = scalar_tensor(0.5, DType::f64);
+    sd["hyper.lr"] = scalar_tensor(0.5, {.dtype = DType::f64});
     sd["state.1.momentum_buffer"] = zeros({7});
     expect_error(sd, "entry 'state.1.momentum_buffer' has shape [7] but parameter 1 has shape [5]");
   }
@@ -181,7 +181,7 @@ TEST_CASE("Optimizer load_state_dict: errors name the entry; nothing changes on 
   }
   {
     StateDict sd = good;
-    sd["param_count"] = scalar_tensor(4, DType::i64);
+    sd["param_count"] = scalar_tensor(4, {.dtype = DType::i64});
     expect_error(sd, "entry 'param_count' says the saved optimizer had 4 parameters, this one has 3");
   }
   {
@@ -203,9 +203,9 @@ TEST_CASE("Optimizer load_state_dict: errors name the entry; nothing changes on 
     sd.erase("hyper.beta1");
     sd.erase("hyper.beta2");
     sd.erase("hyper.eps");
-    sd["hyper.momentum"] = scalar_tensor(0.9, DType::f64);
-    sd["hyper.dampening"] = scalar_tensor(0, DType::f64);
-    sd["hyper.nesterov"] = scalar_tensor(0, DType::f64);
+    sd["hyper.momentum"] = scalar_tensor(0.9, {.dtype = DType::f64});
+    sd["hyper.dampening"] = scalar_tensor(0, {.dtype = DType::f64});
+    sd["hyper.nesterov"] = scalar_tensor(0, {.dtype = DType::f64});
     expect_error(sd, "SGD keeps no state named 'exp_avg'");
   }
   {
@@ -217,7 +217,7 @@ TEST_CASE("Optimizer load_state_dict: errors name the entry; nothing changes on 
     sd.erase("state.1.exp_avg_sq");
     CHECK_THAT(error_of([&] { adam.load_state_dict(sd); }), Catch::Contains("missing entry 'state.1.exp_avg_sq'"));
     StateDict sd2 = adam.state_dict();
-    sd2["state.0.step"] = scalar_tensor(1.5, DType::f64);
+    sd2["state.0.step"] = scalar_tensor(1.5, {.dtype = DType::f64});
     CHECK_THAT(error_of([&] { adam.load_state_dict(sd2); }), Catch::Contains("'state.0.step' holds step count 1.5"));
   }
 }

@@ -209,10 +209,10 @@ TEST_CASE("Schedules: load_state_dict errors name the entry and change nothing",
   missing.erase("base_lr");
   CHECK_THAT(error_of([&] { s.load_state_dict(missing); }), Catch::Contains("missing entry 'base_lr'"));
   StateDict extra = sd;
-  extra["gamma"] = scalar_tensor(0.5, DType::f64);
+  extra["gamma"] = scalar_tensor(0.5, {.dtype = DType::f64});
   CHECK_THAT(error_of([&] { s.load_state_dict(extra); }), Catch::Contains("unexpected entry 'gamma'"));
   StateDict bad = sd;
-  bad["step_count"] = scalar_tensor(-3, DType::i64);
+  bad["step_count"] = scalar_tensor(-3, {.dtype = DType::i64});
   CHECK_THAT(error_of([&] { s.load_state_dict(bad); }), Catch::Contains("'step_count' holds -3"));
   CHECK(s.step_count() == 1);
   // A warm-up without a wrapped schedule refuses the wrapped schedule's entries.
@@ -226,7 +226,7 @@ TEST_CASE("Schedules: load_state_dict errors name the entry and change nothing",
   Fixture k;
   optim::OneCycleLR oc(k.opt, {.total_steps = 10});
   StateDict far = oc.state_dict();
-  far["step_count"] = scalar_tensor(11, DType::i64);
+  far["step_count"] = scalar_tensor(11, {.dtype = DType::i64});
   CHECK_THAT(error_of([&] { oc.load_state_dict(far); }), Catch::Contains("outside [0, total_steps = 10]"));
   CHECK(oc.step_count() == 0);
   // A warm-up in front of OneCycleLR runs out with it; the failed step leaves the count alone.

@@ -208,7 +208,7 @@ TEST_CASE("SGD: argument errors name the problem", "[cpu][optim]") {
                optim::SGD({p, p}, {.lr = 0.1});
              }),
              Catch::Contains("parameters 0 and 1 are the same tensor"));
-  Tensor h = empty({3}, DType::f16);
+  Tensor h = empty({3}, {.dtype = DType::f16});
   CHECK_THAT(error_of([&] { optim::SGD({h}, {.lr = 0.1}); }), Catch::Contains("has dtype f16; expected f32 or f64"));
   Tensor nonleaf = p * 2.0;
   CHECK_THAT(error_of([&] { optim::SGD({nonleaf}, {.lr = 0.1}); }), Catch::Contains("is not a leaf tensor"));

@@ -171,7 +171,7 @@ inline GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Te
   std::vector<double> w(static_cast<size_t>(out.numel()));
   for (double& x : w) x = dist(rng);
   if (out.requires_grad()) {
-    Tensor wt = empty(out.sizes(), odt, Device::cpu());
+    Tensor wt = empty(out.sizes(), {.dtype = odt});
     for (int64_t i = 0; i < wt.numel(); ++i)
       gd::store(odt, static_cast<unsigned char*>(wt.data_ptr()) + i * static_cast<int64_t>(wt.element_size()),
                 w[static_cast<size_t>(i)]);

@@ -137,7 +137,7 @@ inline std::vector<double> to_f64(const Tensor& t_in) {
 inline Tensor make_tensor(const std::vector<double>& vals, const Shape& sizes, DType dtype = DType::f32,
                           Device device = Device::cpu()) {
   REQUIRE(static_cast<int64_t>(vals.size()) == numel_of(sizes));
-  Tensor t = empty(sizes, dtype, Device::cpu());
+  Tensor t = empty(sizes, {.dtype = dtype});
   auto* p = static_cast<unsigned char*>(t.data_ptr());
   for (size_t i = 0; i < vals.size(); ++i) store_f64(dtype, p + i * t.element_size(), vals[i]);
   return device.is_cpu() ? t : t.to(device);
@@ -181,7 +181,7 @@ inline Tensor random_tensor(const Shape& sizes, DType dtype = DType::f32, uint64
     strides = contiguous_strides(buf_sizes);
     strides[nd - 1] *= 2;
   }
-  Tensor buf = empty(buf_sizes, dtype, Device::cpu());
+  Tensor buf = empty(buf_sizes, {.dtype = dtype});
   auto* p = static_cast<unsigned char*>(buf.data_ptr());
   // Poison the gaps so a kernel that reads them produces visibly wrong numbers.
   for (int64_t i = 0; i < buf.numel(); ++i) store_f64(dtype, p + i * buf.element_size(), 1e4);

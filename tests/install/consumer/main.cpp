@@ -21,9 +21,9 @@ int main() {
     Device dev = Device::best();
     std::printf("ember consumer on %s\n", dev.str().c_str());
     // x (3), w (3) leaf with grad, a (2, 3).
-    Tensor x = from_vector(std::vector<float>{1, 2, 3}, {3}, dev);
-    Tensor w = from_vector(std::vector<float>{0.5f, -1, 2}, {3}, dev).requires_grad_();
-    Tensor a = from_vector(std::vector<float>{1, 2, 3, -4, 5, -6}, {2, 3}, dev);
+    Tensor x = from_vector(std::vector<float>{1, 2, 3}, {3}, {.device = dev});
+    Tensor w = from_vector(std::vector<float>{0.5f, -1, 2}, {3}, {.device = dev}).requires_grad_();
+    Tensor a = from_vector(std::vector<float>{1, 2, 3, -4, 5, -6}, {2, 3}, {.device = dev});
     // loss = sum((x * w)^2) + mean(relu(a @ w))
     //      = (0.25 + 4 + 36) + mean(relu([4.5, -19])) = 40.25 + 2.25 = 42.5
     // dloss/dw = 2 x^2 w + 0.5 * a[0] = [1, -8, 36] + [0.5, 1, 1.5] = [1.5, -7, 37.5]

@@ -28,57 +28,54 @@ namespace {
 // support (an integer Exp, a comparison in binary_math) is never reached: the host refuses those
 // ops first, and `if constexpr` keeps them out of the build.
 
-template <typename A> __device__ inline A unary_math(UnaryOp op, A x) {
+/// f(std::integral_constant<UnaryOp, op>{}) when op is defined on A (every op on floating A, the
+/// list's integer ops on integer A), else `fallback`.
+template <typename A, typename F> __device__ inline A visit_unary(UnaryOp op, A fallback, const F& f) {
   switch (op) {
 #define EMBER_UNARY_CASE_(Name, ...)                                                   \
   case UnaryOp::Name:                                                                  \
     if constexpr (std::is_floating_point_v<A> || unary_allows_integers(UnaryOp::Name)) \
-      return math::unary_apply<UnaryOp::Name>(x);                                      \
+      return f(std::integral_constant<UnaryOp, UnaryOp::Name>{});                      \
     break;
     EMBER_UNARY_OPS(EMBER_UNARY_CASE_)
 #undef EMBER_UNARY_CASE_
   }
-  return x;
+  return fallback;
+}
+
+/// f(std::integral_constant<BinaryOp, op>{}) when op is a comparison (kComparisons) or an
+/// arithmetic op (!kComparisons), else `fallback`.
+template <bool kComparisons, typename R, typename F>
+__device__ inline R visit_binary(BinaryOp op, R fallback, const F& f) {
+  switch (op) {
+#define EMBER_BINARY_CASE_(Name, ...)                               \
+  case BinaryOp::Name:                                              \
+    if constexpr (is_comparison(BinaryOp::Name) == kComparisons)    \
+      return f(std::integral_constant<BinaryOp, BinaryOp::Name>{}); \
+    break;
+    EMBER_BINARY_OPS(EMBER_BINARY_CASE_)
+#undef EMBER_BINARY_CASE_
+  }
+  return fallback;
+}
+
+template <typename A> __device__ inline A unary_math(UnaryOp op, A x) {
+  return visit_unary(op, x, [&](auto opc) { return math::unary_apply<decltype(opc)::value>(x); });
 }
 
 // dL/dx given g = dL/dy and v = x or y (whichever the op reads; see kernels/elementwise.h).
 template <typename A> __device__ inline A unary_grad_math(UnaryOp op, A g, A v) {
-  switch (op) {
-#define EMBER_UNARY_GRAD_CASE_(Name, ...)                                              \
-  case UnaryOp::Name:                                                                  \
-    if constexpr (std::is_floating_point_v<A> || unary_allows_integers(UnaryOp::Name)) \
-      return math::unary_backward_apply<UnaryOp::Name>(g, v);                          \
-    break;
-    EMBER_UNARY_OPS(EMBER_UNARY_GRAD_CASE_)
-#undef EMBER_UNARY_GRAD_CASE_
-  }
-  return g;
+  return visit_unary(op, g, [&](auto opc) { return math::unary_backward_apply<decltype(opc)::value>(g, v); });
 }
 
 // The arithmetic ops (Add..Minimum). Integer division by zero never reaches here: the integer Div
 // functors below intercept a zero divisor first. bool Sub/Div are refused on the host.
 template <typename A> __device__ inline A binary_math(BinaryOp op, A x, A y) {
-  switch (op) {
-#define EMBER_BINARY_CASE_(Name, ...)                                                              \
-  case BinaryOp::Name:                                                                             \
-    if constexpr (!is_comparison(BinaryOp::Name)) return math::binary_apply<BinaryOp::Name>(x, y); \
-    break;
-    EMBER_BINARY_OPS(EMBER_BINARY_CASE_)
-#undef EMBER_BINARY_CASE_
-  }
-  return x;  // comparisons go through compare_math
+  return visit_binary<false>(op, x, [&](auto opc) { return math::binary_apply<decltype(opc)::value>(x, y); });
 }
 
 template <typename A> __device__ inline bool compare_math(BinaryOp op, A x, A y) {
-  switch (op) {
-#define EMBER_COMPARE_CASE_(Name, ...)                                                            \
-  case BinaryOp::Name:                                                                            \
-    if constexpr (is_comparison(BinaryOp::Name)) return math::binary_apply<BinaryOp::Name>(x, y); \
-    break;
-    EMBER_BINARY_OPS(EMBER_COMPARE_CASE_)
-#undef EMBER_COMPARE_CASE_
-  }
-  return false;
+  return visit_binary<true>(op, false, [&](auto opc) { return math::binary_apply<decltype(opc)::value>(x, y); });
 }
 
 // ---- functors (T: storage type; C = opmath_t<T>: compute type) ----

@@ -71,6 +71,17 @@ template <typename I> PoolDims<I> dims_of(const Tensor& in_plane, const Tensor& 
                      p.count_include_pad};
 }
 
+/// Grid-stride loop over the elements of a contiguous (planes, rows, cols) tensor: calls
+/// f(i, plane, r, c) for each linear index i this thread owns.
+template <typename I, typename F>
+__device__ __forceinline__ void for_each_in_planes(I total, I rows, I cols, const F& f) {
+  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const I t = i / cols;
+    f(i, t / rows, t % rows, i % cols);
+  }
+}
+
 // ---- max ----
 
 /// out/indices (planes, ho, wo) from x (planes, h, w). First maximum in row-major window order
@@ -79,12 +90,7 @@ template <typename T, typename I>
 __global__ void __launch_bounds__(kBlock) max_pool_kernel(const T* __restrict__ x, T* __restrict__ out,
                                                           int64_t* __restrict__ indices, I total, PoolDims<I> d) {
   using A = acc_t<T>;
-  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
-  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const I ow = i % d.wo;
-    const I t = i / d.wo;
-    const I oh = t % d.ho;
-    const I plane = t / d.ho;
+  for_each_in_planes(total, d.ho, d.wo, [&](I i, I plane, I oh, I ow) {
     const Window<I> wh = pool_window(oh, d.kh, d.sh, d.ph, d.h);
     const Window<I> ww = pool_window(ow, d.kw, d.sw, d.pw, d.w);
     const T* xs = x + plane * d.h * d.w;
@@ -106,7 +112,7 @@ __global__ void __launch_bounds__(kBlock) max_pool_kernel(const T* __restrict__ 
     }
     out[i] = store_as<T>(best);
     indices[i] = static_cast<int64_t>(arg);
-  }
+  });
 }
 
 /// 16-bit float atomic add through a 32-bit compare-and-swap (for architectures without the
@@ -214,12 +220,7 @@ __global__ void __launch_bounds__(kBlock)
     avg_pool_kernel(const T* __restrict__ x, T* __restrict__ out, I total, Windows win) {
   using A = acc_t<T>;
   const Windows& d = win;  // planes (d.h, d.w) in, (d.ho, d.wo) out
-  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
-  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const I ow = i % d.wo;
-    const I t = i / d.wo;
-    const I oh = t % d.ho;
-    const I plane = t / d.ho;
+  for_each_in_planes(total, d.ho, d.wo, [&](I i, I plane, I oh, I ow) {
     const Window<I> wh = win.rows(oh);
     const Window<I> ww = win.cols(ow);
     const T* xs = x + plane * d.h * d.w;
@@ -227,7 +228,7 @@ __global__ void __launch_bounds__(kBlock)
     for (I ih = wh.start; ih < wh.end; ++ih)
       for (I iw = ww.start; iw < ww.end; ++iw) s += load_as<A>(xs[ih * d.w + iw]);
     out[i] = store_as<T>(s / static_cast<A>(win.count(wh, ww)));
-  }
+  });
 }
 
 /// grad_x (planes, h, w) gathered from grad_out (planes, ho, wo): each input element sums
@@ -237,12 +238,7 @@ __global__ void __launch_bounds__(kBlock)
     avg_pool_backward_kernel(const T* __restrict__ gout, T* __restrict__ gx, I total, Windows win) {
   using A = acc_t<T>;
   const Windows& d = win;  // planes (d.h, d.w) in, (d.ho, d.wo) out
-  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
-  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const I iw = i % d.w;
-    const I t = i / d.w;
-    const I ih = t % d.h;
-    const I plane = t / d.h;
+  for_each_in_planes(total, d.h, d.w, [&](I i, I plane, I ih, I iw) {
     I oh0, oh1, ow0, ow1;
     win.cover_rows(ih, oh0, oh1);
     win.cover_cols(iw, ow0, ow1);
@@ -258,7 +254,7 @@ __global__ void __launch_bounds__(kBlock)
       }
     }
     gx[i] = store_as<T>(s);
-  }
+  });
 }
 
 // ---- launchers ----

@@ -18,14 +18,13 @@
 using namespace ember;
 using ember::testing::check_close;
 using ember::testing::error_of;
-using ember::testing::make_tensor;
 using ember::testing::random_tensor;
 using ember::testing::to_f64;
 
 namespace {
 
 Tensor leaf(const std::vector<double>& v, const Shape& s, DType dt = DType::f64) {
-  Tensor t = make_tensor(v, s, dt);
+  Tensor t = from_vector(v, s, {.dtype = dt});
   t.requires_grad_();
   return t;
 }
@@ -60,7 +59,7 @@ TEST_CASE("gradients accumulate across backward calls into the same buffer", "[c
 
 TEST_CASE("first accumulation copies and never aliases the incoming gradient", "[cpu][autograd]") {
   Tensor x = leaf({1.0, 2.0, 3.0}, {3});
-  Tensor g = make_tensor({0.5, -1.0, 2.0}, {3}, DType::f64);
+  Tensor g = from_vector({0.5, -1.0, 2.0}, {3}, {.dtype = DType::f64});
   x.backward(g);  // x is its own root: the engine hands g straight to the accumulator
   REQUIRE(x.grad().defined());
   CHECK(!x.grad().storage().is_same(g.storage()));
@@ -277,7 +276,7 @@ TEST_CASE("a leaf in the graph whose gradient is cut still fires its hook", "[cp
   int fired = 0;
   w.register_grad_accumulated_hook([&](const Tensor&) { ++fired; });
   // where() routes no gradient to w (all-true condition): w's accumulator gets an undefined grad.
-  Tensor cond = make_tensor({1, 1}, {2}, DType::boolean);
+  Tensor cond = from_vector({1, 1}, {2}, {.dtype = DType::boolean});
   sum(where(cond, x, w)).backward();
   CHECK(fired == 1);
   check_close(x.grad(), {1.0, 1.0}, 0.0);

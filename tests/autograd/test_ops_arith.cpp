@@ -16,7 +16,6 @@
 using namespace ember;
 using ember::testing::check_close;
 using ember::testing::Layout;
-using ember::testing::make_tensor;
 using ember::testing::random_tensor;
 using ember::testing::to_f64;
 using ember::testing::tol;
@@ -73,8 +72,8 @@ TEST_CASE("scalar ops on either side", "[cpu][autograd]") {
 }
 
 TEST_CASE("comparisons give boolean tensors and no gradient", "[cpu][autograd]") {
-  Tensor a = make_tensor({1, 2, 3, 4}, {4}, DType::f32);
-  Tensor b = make_tensor({4, 2, 1, 4}, {4}, DType::f32);
+  Tensor a = from_vector({1, 2, 3, 4}, {4}, {.dtype = DType::f32});
+  Tensor b = from_vector({4, 2, 1, 4}, {4}, {.dtype = DType::f32});
   a.requires_grad_();
   CHECK((a < b).dtype() == DType::boolean);
   CHECK(!(a < b).requires_grad());
@@ -95,15 +94,15 @@ TEST_CASE("comparisons give boolean tensors and no gradient", "[cpu][autograd]")
 }
 
 TEST_CASE("where selects with broadcasting", "[cpu][autograd]") {
-  Tensor cond = make_tensor({1, 0, 1}, {3}, DType::boolean);
-  Tensor a = make_tensor({1, 2, 3, 4, 5, 6}, {2, 3}, DType::f32);
-  Tensor b = make_tensor({-1}, {1}, DType::f32);
+  Tensor cond = from_vector({1, 0, 1}, {3}, {.dtype = DType::boolean});
+  Tensor a = from_vector({1, 2, 3, 4, 5, 6}, {2, 3}, {.dtype = DType::f32});
+  Tensor b = from_vector({-1}, {1}, {.dtype = DType::f32});
   check_close(where(cond, a, b), {1, -1, 3, 4, -1, 6}, 0.0);
 }
 
 TEST_CASE("mixed-dtype operands get gradients in their own dtype", "[cpu][autograd]") {
-  Tensor a = make_tensor({1.0, 2.0}, {2}, DType::f32);
-  Tensor b = make_tensor({3.0, 4.0}, {2}, DType::f64);
+  Tensor a = from_vector({1.0, 2.0}, {2}, {.dtype = DType::f32});
+  Tensor b = from_vector({3.0, 4.0}, {2}, {.dtype = DType::f64});
   a.requires_grad_();
   b.requires_grad_();
   Tensor y = a * b;
@@ -147,7 +146,7 @@ TEST_CASE("gradcheck: scalar ops", "[cpu][autograd]") {
 }
 
 TEST_CASE("gradcheck: where (broadcast condition and operands)", "[cpu][autograd]") {
-  const Tensor cond = make_tensor({1, 0, 0, 1, 1}, {5}, DType::boolean);
+  const Tensor cond = from_vector({1, 0, 0, 1, 1}, {5}, {.dtype = DType::boolean});
   const Tensor a = random_tensor({4, 5}, DType::f64, 41, -1, 1, Layout::Transposed);
   const Tensor b = random_tensor({4, 1}, DType::f64, 42);
   EMBER_CHECK_GRADIENTS([cond](const TL& x) { return where(cond, x[0], x[1]); }, {a, b});
@@ -161,8 +160,8 @@ TEST_CASE("gradcheck: where (broadcast condition and operands)", "[cpu][autograd
 }
 
 TEST_CASE("maximum and minimum split the gradient evenly on ties", "[cpu][autograd]") {
-  Tensor a = make_tensor({1.0, 2.0, 3.0}, {3}, DType::f64);
-  Tensor b = make_tensor({2.0, 2.0, 1.0}, {3}, DType::f64);
+  Tensor a = from_vector({1.0, 2.0, 3.0}, {3}, {.dtype = DType::f64});
+  Tensor b = from_vector({2.0, 2.0, 1.0}, {3}, {.dtype = DType::f64});
   a.requires_grad_();
   b.requires_grad_();
   sum(maximum(a, b)).backward();

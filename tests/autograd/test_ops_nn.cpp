@@ -14,7 +14,6 @@ using namespace ember;
 using ember::testing::check_close;
 using ember::testing::GradcheckOptions;
 using ember::testing::Layout;
-using ember::testing::make_tensor;
 using ember::testing::random_tensor;
 using ember::testing::to_f64;
 using ember::testing::tol;
@@ -189,7 +188,7 @@ TEST_CASE("gradcheck: cross_entropy (f32-precision loss, so a wider step)", "[cp
 }
 
 TEST_CASE("index_select: forward and scatter-add gradient with repeated indices", "[cpu][autograd]") {
-  Tensor x = make_tensor({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {3, 4}, DType::f64);
+  Tensor x = from_vector({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {3, 4}, {.dtype = DType::f64});
   Tensor idx = from_vector(std::vector<int64_t>{3, 0, 3}, {3});
   check_close(index_select(x, 1, idx), {3, 0, 3, 7, 4, 7, 11, 8, 11}, 0.0);
   x.requires_grad_();

@@ -13,7 +13,6 @@
 using namespace ember;
 using ember::testing::check_close;
 using ember::testing::Layout;
-using ember::testing::make_tensor;
 using ember::testing::random_tensor;
 using ember::testing::to_f64;
 using ember::testing::tol_sum;
@@ -83,15 +82,15 @@ TEST_CASE("gradcheck: max/min along a dim and amax/amin over dims", "[cpu][autog
 }
 
 TEST_CASE("max along a dim sends the gradient to the first arg-max, amax shares it among ties", "[cpu][autograd]") {
-  Tensor x = make_tensor({1, 3, 3, 2, 5, 5}, {2, 3}, DType::f64);
+  Tensor x = from_vector({1, 3, 3, 2, 5, 5}, {2, 3}, {.dtype = DType::f64});
   x.requires_grad_();
   sum(max(x, 1)).backward();
   check_close(x.grad(), {0, 1, 0, 0, 1, 0}, 0.0);
-  Tensor y = make_tensor({1, 3, 3, 2, 5, 5}, {2, 3}, DType::f64);
+  Tensor y = from_vector({1, 3, 3, 2, 5, 5}, {2, 3}, {.dtype = DType::f64});
   y.requires_grad_();
   sum(amax(y, {1})).backward();
   check_close(y.grad(), {0, 0.5, 0.5, 0, 0.5, 0.5}, 0.0);
-  Tensor z = make_tensor({4, 1, 1, 4}, {4}, DType::f64);
+  Tensor z = from_vector({4, 1, 1, 4}, {4}, {.dtype = DType::f64});
   z.requires_grad_();
   sum(min(z, 0)).backward();
   check_close(z.grad(), {0, 1, 0, 0}, 0.0);

@@ -69,11 +69,11 @@ TEST_CASE("gradcheck: every unary op", "[cpu][autograd]") {
 }
 
 TEST_CASE("relu and abs gradients at and around zero", "[cpu][autograd]") {
-  Tensor x = ember::testing::make_tensor({-1.0, 0.0, 2.0}, {3}, DType::f64);
+  Tensor x = from_vector({-1.0, 0.0, 2.0}, {3}, {.dtype = DType::f64});
   x.requires_grad_();
   sum(relu(x)).backward();
   check_close(x.grad(), {0.0, 0.0, 1.0}, 0.0);
-  Tensor y = ember::testing::make_tensor({-1.0, 0.0, 2.0}, {3}, DType::f64);
+  Tensor y = from_vector({-1.0, 0.0, 2.0}, {3}, {.dtype = DType::f64});
   y.requires_grad_();
   sum(abs(y)).backward();
   check_close(y.grad(), {-1.0, 0.0, 1.0}, 0.0);

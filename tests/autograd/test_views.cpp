@@ -17,7 +17,6 @@ using ember::testing::check_close;
 using ember::testing::error_of;
 using ember::testing::gradcheck;
 using ember::testing::Layout;
-using ember::testing::make_tensor;
 using ember::testing::random_tensor;
 using ember::testing::to_f64;
 
@@ -34,7 +33,7 @@ std::vector<double> iota(int64_t n) {
 }  // namespace
 
 TEST_CASE("view and reshape: geometry, sharing, -1, and incompatible strides", "[cpu][autograd]") {
-  Tensor x = make_tensor(iota(24), {2, 3, 4}, DType::f32);
+  Tensor x = from_vector(iota(24), {2, 3, 4}, {.dtype = DType::f32});
   Tensor v = x.view({6, -1});
   CHECK(v.sizes() == Shape{6, 4});
   CHECK(v.storage().is_same(x.storage()));
@@ -58,20 +57,20 @@ TEST_CASE("view and reshape: geometry, sharing, -1, and incompatible strides", "
   CHECK(error_of([&] { (void)x.view({5, -1}); }).find("24") != std::string::npos);
   CHECK(error_of([&] { (void)x.view({-1, -1}); }).find("-1") != std::string::npos);
   // 0-d and size-1 shapes
-  Tensor s = make_tensor({7.0}, {}, DType::f32);
+  Tensor s = from_vector({7.0}, {}, {.dtype = DType::f32});
   CHECK(s.view({1, 1}).sizes() == Shape{1, 1});
   CHECK(s.reshape({-1}).sizes() == Shape{1});
   CHECK(x.view({1, 24, 1}).strides()[1] == 1);
 }
 
 TEST_CASE("permute, transpose, t, squeeze, unsqueeze, flatten geometry", "[cpu][autograd]") {
-  Tensor x = make_tensor(iota(24), {2, 3, 4}, DType::f32);
+  Tensor x = from_vector(iota(24), {2, 3, 4}, {.dtype = DType::f32});
   Tensor p = x.permute({2, 0, 1});
   CHECK(p.sizes() == Shape{4, 2, 3});
   CHECK(p.strides() == Shape{1, 12, 4});
   CHECK(error_of([&] { (void)x.permute({0, 0, 1}); }).find("repeated") != std::string::npos);
   CHECK(x.transpose(0, -1).sizes() == Shape{4, 3, 2});
-  Tensor m = make_tensor(iota(6), {2, 3}, DType::f32);
+  Tensor m = from_vector(iota(6), {2, 3}, {.dtype = DType::f32});
   check_close(m.t(), {0, 3, 1, 4, 2, 5}, 0.0);
   Tensor u = x.unsqueeze(1);
   CHECK(u.sizes() == Shape{2, 1, 3, 4});
@@ -95,13 +94,13 @@ TEST_CASE("permute, transpose, t, squeeze, unsqueeze, flatten geometry", "[cpu][
 }
 
 TEST_CASE("slice, narrow and expand geometry", "[cpu][autograd]") {
-  Tensor x = make_tensor(iota(20), {4, 5}, DType::f32);
+  Tensor x = from_vector(iota(20), {4, 5}, {.dtype = DType::f32});
   check_close(x.slice(1, 1, 5, 2), {1, 3, 6, 8, 11, 13, 16, 18}, 0.0);
   check_close(x.slice(0, -2, 100), {10, 11, 12, 13, 14, 15, 16, 17, 18, 19}, 0.0);
   CHECK(x.slice(1, 3, 2).sizes() == Shape{4, 0});
   check_close(x.narrow(0, 1, 2), {5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, 0.0);
   CHECK(error_of([&] { (void)x.narrow(1, 3, 4); }).find("out of bounds") != std::string::npos);
-  Tensor c = make_tensor({1, 2, 3}, {3, 1}, DType::f32);
+  Tensor c = from_vector({1, 2, 3}, {3, 1}, {.dtype = DType::f32});
   Tensor e = c.expand({2, 3, 4});
   CHECK(e.sizes() == Shape{2, 3, 4});
   CHECK(e.strides() == Shape{0, 1, 0});
@@ -110,7 +109,7 @@ TEST_CASE("slice, narrow and expand geometry", "[cpu][autograd]") {
 }
 
 TEST_CASE("contiguous, clone, to(dtype) and copy_ behave like copies", "[cpu][autograd]") {
-  Tensor x = make_tensor(iota(6), {2, 3}, DType::f32);
+  Tensor x = from_vector(iota(6), {2, 3}, {.dtype = DType::f32});
   CHECK(x.contiguous().is_same(x));
   Tensor tc = x.t().contiguous();
   CHECK(tc.is_contiguous());
@@ -123,7 +122,7 @@ TEST_CASE("contiguous, clone, to(dtype) and copy_ behave like copies", "[cpu][au
   CHECK(d.dtype() == DType::f64);
   check_close(d, iota(6), 0.0);
   Tensor z = zeros({2, 3}, {.dtype = DType::f64});
-  z.slice(1, 0, 3, 2).copy_(make_tensor({9, 8}, {2, 1}, DType::f32));  // broadcast + cast into a view
+  z.slice(1, 0, 3, 2).copy_(from_vector({9, 8}, {2, 1}, {.dtype = DType::f32}));  // broadcast + cast into a view
   check_close(z, {9, 0, 9, 8, 0, 8}, 0.0);
   z.fill_(2.5);
   check_close(z, std::vector<double>(6, 2.5), 0.0);
@@ -132,21 +131,21 @@ TEST_CASE("contiguous, clone, to(dtype) and copy_ behave like copies", "[cpu][au
 }
 
 TEST_CASE("gradients flow through views to the base", "[cpu][autograd]") {
-  Tensor x = make_tensor(iota(12), {3, 4}, DType::f64);
+  Tensor x = from_vector(iota(12), {3, 4}, {.dtype = DType::f64});
   x.requires_grad_();
   // Slice, permute and expand: y = sum(x[:, 1:3].t().unsqueeze(0).expand(2, 2, 3)) -> 2 at the slice.
   Tensor y = sum(x.slice(1, 1, 3).t().unsqueeze(0).expand({2, 2, 3}));
   y.backward();
   check_close(x.grad(), {0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0}, 0.0);
   // reshape of a non-contiguous view (copy path) keeps the graph.
-  Tensor x2 = make_tensor(iota(6), {2, 3}, DType::f64);
+  Tensor x2 = from_vector(iota(6), {2, 3}, {.dtype = DType::f64});
   x2.requires_grad_();
   Tensor r = x2.t().reshape({6});
-  sum(r * make_tensor(iota(6), {6}, DType::f64)).backward();
+  sum(r * from_vector(iota(6), {6}, {.dtype = DType::f64})).backward();
   // r[k] = x2.t() flattened: r = [x00, x10, x01, x11, x02, x12]; grad of x2[i][j] = k where r[k] = x2[i][j].
   check_close(x2.grad(), {0, 2, 4, 1, 3, 5}, 0.0);
   // Casts: f64 leaf -> f32 -> back keeps the graph and gradients come back in the leaf's dtype.
-  Tensor x3 = make_tensor({1.0, 2.0}, {2}, DType::f64);
+  Tensor x3 = from_vector({1.0, 2.0}, {2}, {.dtype = DType::f64});
   x3.requires_grad_();
   sum(x3.to(DType::f32) * 3.0).backward();
   CHECK(x3.grad().dtype() == DType::f64);

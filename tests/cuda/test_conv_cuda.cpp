@@ -275,7 +275,7 @@ TEST_CASE("cuda conv2d with an empty batch or zero input channels", "[cuda]") {
   // C = 0 input channels: every output is the bias alone.
   const Tensor xc = zeros({2, 0, 5, 5}, {.dtype = DType::f32, .device = kGpu});
   const Tensor wc = zeros({3, 0, 3, 3}, {.dtype = DType::f32, .device = kGpu});
-  const Tensor b = make_tensor({0.5, -1.0, 2.0}, {3}, DType::f32, kGpu);
+  const Tensor b = from_vector({0.5, -1.0, 2.0}, {3}, {.dtype = DType::f32, .device = kGpu});
   const Tensor y = kernels::conv2d(xc, wc, b, p);
   std::vector<double> expect;
   for (int n = 0; n < 2; ++n)
@@ -292,7 +292,7 @@ TEST_CASE("cuda conv2d splits a batch of 2^31+ elements into cuDNN-sized chunks"
   const int64_t N = 2049, H = 1024, W = 1024;
   const Conv2dParams p = params(1, 1, 1, 1, 1, 1, 1);
   const std::vector<double> wv = random_values(9, 31, -1.0, 1.0);
-  const Tensor w = make_tensor(wv, {1, 1, 3, 3}, DType::f64, kGpu);
+  const Tensor w = from_vector(wv, {1, 1, 3, 3}, {.dtype = DType::f64, .device = kGpu});
   /// Sum of the kernel taps that land inside the image for output (or input) position (h, w).
   auto tap_sum = [&](int64_t h, int64_t ww, bool flipped) {
     double s = 0.0, a = 0.0;

@@ -44,8 +44,8 @@ std::vector<double> values_for(DType dt, int64_t n, uint64_t seed, double lo, do
 TEST_CASE("cuda cast between every pair of dtypes matches the CPU exactly", "[cuda]") {
   for (DType s : kAllTypes) {
     // [0, 120) fits every target (u8 and bool included); fractional parts exercise truncation.
-    const Tensor base = make_tensor(values_for(s, 37 * 29, 101, 0.0, 120.0), {37, 29}, s);
-    const Tensor base_neg = make_tensor(values_for(s, 1001, 102, -100.0, 100.0), {1001}, s);
+    const Tensor base = from_vector(values_for(s, 37 * 29, 101, 0.0, 120.0), {37, 29}, {.dtype = s});
+    const Tensor base_neg = from_vector(values_for(s, 1001, 102, -100.0, 100.0), {1001}, {.dtype = s});
     for (DType d : kAllTypes) {
       INFO(dtype_name(s) << " -> " << dtype_name(d));
       expect_equal(kernels::cast(base.to(kGpu), d), kernels::cast(base, d));
@@ -77,7 +77,7 @@ TEST_CASE("cuda casts of special values round like the CPU", "[cuda]") {
                               1.00390625,
                               1.005859375};
   for (DType s : {DType::f32, DType::f64}) {
-    const Tensor c = make_tensor(v, {static_cast<int64_t>(v.size())}, s);
+    const Tensor c = from_vector(v, {static_cast<int64_t>(v.size())}, {.dtype = s});
     for (DType d : {DType::f16, DType::bf16, DType::f32, DType::f64, DType::boolean}) {
       INFO(dtype_name(s) << " -> " << dtype_name(d));
       expect_equal(kernels::cast(c.to(kGpu), d), kernels::cast(c, d));
@@ -89,17 +89,17 @@ TEST_CASE("cuda copy into strided destinations from broadcast and strided source
   for (DType dt : {DType::f32, DType::f16, DType::f64, DType::i64, DType::boolean}) {
     INFO(dtype_name(dt));
     // dst: the transpose of a (31, 23) buffer, i.e. a (23, 31) view with strides (1, 23).
-    Tensor dc = make_tensor(values_for(dt, 31 * 23, 111, -50, 50), {31, 23}, dt);
+    Tensor dc = from_vector(values_for(dt, 31 * 23, 111, -50, 50), {31, 23}, {.dtype = dt});
     Tensor dg = dc.to(kGpu);
     // src: a (31) row broadcast over 23 rows, in f32 (so the copy also casts unless dt is f32).
-    const Tensor row = make_tensor(values_for(DType::f32, 31, 112, -50, 50), {31}, DType::f32);
+    const Tensor row = from_vector(values_for(DType::f32, 31, 112, -50, 50), {31}, {.dtype = DType::f32});
     kernels::copy(dc.t(), row);
     kernels::copy(dg.t(), row.to(kGpu));
     expect_equal(dg, dc);
     // dst: every other column of a (17, 40) buffer; src: a transposed (20, 17) tensor of dt.
-    Tensor ec = make_tensor(values_for(dt, 17 * 40, 113, -50, 50), {17, 40}, dt);
+    Tensor ec = from_vector(values_for(dt, 17 * 40, 113, -50, 50), {17, 40}, {.dtype = dt});
     Tensor eg = ec.to(kGpu);
-    const Tensor src = make_tensor(values_for(dt, 20 * 17, 114, -50, 50), {20, 17}, dt);
+    const Tensor src = from_vector(values_for(dt, 20 * 17, 114, -50, 50), {20, 17}, {.dtype = dt});
     kernels::copy(ec.slice(1, 0, 40, 2), src.t());
     kernels::copy(eg.slice(1, 0, 40, 2), src.to(kGpu).t());
     expect_equal(eg, ec);  // the untouched odd columns must have survived too
@@ -109,14 +109,14 @@ TEST_CASE("cuda copy into strided destinations from broadcast and strided source
 TEST_CASE("cuda same-dtype copies: memcpy, strided and misaligned paths", "[cuda]") {
   for (DType dt : kAllTypes) {
     INFO(dtype_name(dt));
-    const Tensor c = make_tensor(values_for(dt, 3 * 41 * 19, 121, -9, 9), {3, 41, 19}, dt);
+    const Tensor c = from_vector(values_for(dt, 3 * 41 * 19, 121, -9, 9), {3, 41, 19}, {.dtype = dt});
     const Tensor g = c.to(kGpu);
     expect_equal(g.permute({2, 0, 1}).contiguous(), c.permute({2, 0, 1}).contiguous());
     expect_equal(g.clone(), c);
     // Misaligned contiguous source and destination (offset by one element).
-    Tensor dc = make_tensor(values_for(dt, 1002, 122, -9, 9), {1002}, dt);
+    Tensor dc = from_vector(values_for(dt, 1002, 122, -9, 9), {1002}, {.dtype = dt});
     Tensor dg = dc.to(kGpu);
-    const Tensor sc = make_tensor(values_for(dt, 1002, 123, -9, 9), {1002}, dt);
+    const Tensor sc = from_vector(values_for(dt, 1002, 123, -9, 9), {1002}, {.dtype = dt});
     kernels::copy(dc.narrow(0, 1, 1001), sc.narrow(0, 0, 1001));
     kernels::copy(dg.narrow(0, 1, 1001), sc.to(kGpu).narrow(0, 0, 1001));
     expect_equal(dg, dc);
@@ -128,7 +128,7 @@ TEST_CASE("cuda fill matches the CPU on contiguous and strided destinations", "[
     for (double value : {0.0, 0.1, -2.75, 3.0}) {
       if (dt == DType::u8 && value < 0) continue;
       INFO(dtype_name(dt) << " value " << value);
-      Tensor c = make_tensor(values_for(dt, 33 * 26, 131, 0, 9), {33, 26}, dt);
+      Tensor c = from_vector(values_for(dt, 33 * 26, 131, 0, 9), {33, 26}, {.dtype = dt});
       Tensor g = c.to(kGpu);
       kernels::fill(c.slice(1, 1, 26, 2), value);  // strided view: every other column from 1
       kernels::fill(g.slice(1, 1, 26, 2), value);
@@ -136,7 +136,7 @@ TEST_CASE("cuda fill matches the CPU on contiguous and strided destinations", "[
       kernels::fill(c, value);  // contiguous (0.0 takes the memset path)
       kernels::fill(g, value);
       expect_equal(g, c);
-      Tensor m = make_tensor(values_for(dt, 1001, 132, 0, 9), {1001}, dt).to(kGpu);
+      Tensor m = from_vector(values_for(dt, 1001, 132, 0, 9), {1001}, {.dtype = dt}).to(kGpu);
       kernels::fill(m.narrow(0, 1, 1000), value);  // misaligned
       std::vector<double> expect = to_f64(m);
       const double stored = round_to(dt, value);
@@ -154,22 +154,22 @@ TEST_CASE("cuda fill matches the CPU on contiguous and strided destinations", "[
 TEST_CASE("cuda transfers round-trip every dtype bit for bit", "[cuda]") {
   for (DType dt : kAllTypes) {
     INFO(dtype_name(dt));
-    const Tensor c = make_tensor(values_for(dt, 4097, 141, -100, 100), {4097}, dt);
+    const Tensor c = from_vector(values_for(dt, 4097, 141, -100, 100), {4097}, {.dtype = dt});
     const Tensor g = c.to(kGpu);
     CHECK(g.device() == kGpu);
     expect_equal(g, c);
     const Tensor back = g.to(Device::cpu());
     CHECK(to_f64(back) == to_f64(c));
     // Non-contiguous on either side: the front stages a contiguous copy first.
-    const Tensor ct = make_tensor(values_for(dt, 29 * 31, 142, -100, 100), {29, 31}, dt).t();
+    const Tensor ct = from_vector(values_for(dt, 29 * 31, 142, -100, 100), {29, 31}, {.dtype = dt}).t();
     expect_equal(ct.to(kGpu), ct.contiguous());
     const Tensor gt = ct.contiguous().to(kGpu).t();
     CHECK(to_f64(gt.to(Device::cpu())) == to_f64(ct.contiguous().t()));
   }
   // copy_ across devices with broadcasting and a cast into a strided GPU view.
-  Tensor dc = make_tensor(values_for(DType::f16, 19 * 40, 143, -5, 5), {19, 40}, DType::f16);
+  Tensor dc = from_vector(values_for(DType::f16, 19 * 40, 143, -5, 5), {19, 40}, {.dtype = DType::f16});
   Tensor dg = dc.to(kGpu);
-  const Tensor src = make_tensor(values_for(DType::f32, 20, 144, -5, 5), {20}, DType::f32);
+  const Tensor src = from_vector(values_for(DType::f32, 20, 144, -5, 5), {20}, {.dtype = DType::f32});
   kernels::copy(dc.slice(1, 0, 40, 2), src);
   kernels::copy(dg.slice(1, 0, 40, 2), src);  // src stays on the CPU
   expect_equal(dg, dc);
@@ -195,14 +195,14 @@ TEST_CASE("cuda peer copies between two GPUs", "[cuda]") {
     return;
   }
   const Device g1 = Device::cuda(1);
-  const Tensor c = make_tensor(values_for(DType::f32, 30001, 161, -1, 1), {30001}, DType::f32);
+  const Tensor c = from_vector(values_for(DType::f32, 30001, 161, -1, 1), {30001}, {.dtype = DType::f32});
   const Tensor a = c.to(kGpu);
   const Tensor b = a.to(g1);
   CHECK(b.device() == g1);
   CHECK(to_f64(b) == to_f64(c));
   CHECK(to_f64(b.to(kGpu)) == to_f64(c));
   // Strided destination on cuda:1 (column 0 of a (30001, 2) f16 tensor) from a cuda:0 f32 source.
-  Tensor d = make_tensor(values_for(DType::f16, 2 * 30001, 162, -1, 1), {30001, 2}, DType::f16).to(g1);
+  Tensor d = from_vector(values_for(DType::f16, 2 * 30001, 162, -1, 1), {30001, 2}, {.dtype = DType::f16}).to(g1);
   const std::vector<double> before = to_f64(d);
   kernels::copy(d.slice(1, 0, 1).squeeze(1), a);
   const std::vector<double> after = to_f64(d), cv = to_f64(c);
@@ -223,7 +223,7 @@ TEST_CASE("cuda strided copies with offsets past 2^31 take the 64-bit indexing p
   const Tensor view = as_strided_raw(buf, {3, 5}, {int64_t(1) << 30, 3}, 1);
   std::vector<double> vals(15);
   for (int i = 0; i < 15; ++i) vals[i] = 10 + i;
-  kernels::copy(view, make_tensor(vals, {3, 5}, DType::u8));  // strided destination, 64-bit
+  kernels::copy(view, from_vector(vals, {3, 5}, {.dtype = DType::u8}));  // strided destination, 64-bit
   check_close(view, vals, 0, 0);  // strided source, 64-bit
   check_close(kernels::cast(view, DType::f32), vals, 0, 0);
   std::vector<double> twice(vals);

@@ -66,7 +66,7 @@ Pair random_pair(const Shape& shape, DType dt, uint64_t seed, double lo, double 
       for (int64_t o = 0; o < outer; ++o)
         for (int64_t i = 0; i < r; ++i)
           for (int64_t j = 0; j < c; ++j) base[(o * c + j) * r + i] = v[(o * r + i) * c + j];
-      const Tensor b = make_tensor(base, swapped, dt);
+      const Tensor b = from_vector(base, swapped, {.dtype = dt});
       return {b.transpose(-1, -2), b.to(kGpu).transpose(-1, -2)};
     }
     if (layout == Layout::Strided && nd >= 1) {
@@ -74,10 +74,10 @@ Pair random_pair(const Shape& shape, DType dt, uint64_t seed, double lo, double 
       wide[nd - 1] *= 2;
       std::vector<double> base(static_cast<size_t>(numel_of(wide)), 1.0);
       for (size_t i = 0; i < v.size(); ++i) base[2 * i] = v[i];
-      const Tensor b = make_tensor(base, wide, dt);
+      const Tensor b = from_vector(base, wide, {.dtype = dt});
       return {b.slice(nd - 1, 0, wide[nd - 1], 2), b.to(kGpu).slice(nd - 1, 0, wide[nd - 1], 2)};
     }
-    const Tensor b = make_tensor(v, shape, dt);
+    const Tensor b = from_vector(v, shape, {.dtype = dt});
     return {b, b.to(kGpu)};
   }
   const Tensor c = random_tensor(shape, dt, seed, lo, hi, layout, Device::cpu());
@@ -140,7 +140,7 @@ TEST_CASE("cuda unary ops keep NaN, inf and signed zero like the CPU", "[cuda]")
   const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
   const std::vector<double> v{nan, inf, -inf, 0.0, -0.0, 1e-30, -1e-30, 88.0, -88.0, 1.0, -1.0, 0.5};
   for (DType dt : {DType::f32, DType::f64}) {
-    const Tensor c = make_tensor(v, {static_cast<int64_t>(v.size())}, dt);
+    const Tensor c = from_vector(v, {static_cast<int64_t>(v.size())}, {.dtype = dt});
     const Tensor g = c.to(kGpu);
     for (UnaryOp op : kUnaryOps) {
       INFO(kernels::op_name(op) << " " << dtype_name(dt));
@@ -243,7 +243,7 @@ TEST_CASE("cuda maximum/minimum propagate NaN like the CPU", "[cuda]") {
   const std::vector<double> av{nan, 1.0, nan, -0.0, 2.0, -3.0};
   const std::vector<double> bv{1.0, nan, nan, 0.0, 2.0, 5.0};
   for (DType dt : kFloatTypes) {
-    const Tensor a = make_tensor(av, {6}, dt), b = make_tensor(bv, {6}, dt);
+    const Tensor a = from_vector(av, {6}, {.dtype = dt}), b = from_vector(bv, {6}, {.dtype = dt});
     for (BinaryOp op : {BinaryOp::Maximum, BinaryOp::Minimum, BinaryOp::Eq, BinaryOp::Ne}) {
       INFO(kernels::op_name(op) << " " << dtype_name(dt));
       const Tensor g = kernels::binary(op, a.to(kGpu), b.to(kGpu));
@@ -279,16 +279,16 @@ TEST_CASE("cuda binary with a scalar matches the CPU in both orders", "[cuda]") 
 TEST_CASE("cuda integer division by zero is an error, as on the CPU", "[cuda]") {
   for (DType dt : {DType::i32, DType::i64}) {
     INFO(dtype_name(dt));
-    const Tensor a = make_tensor({7, 8, 9, 10, 11}, {5}, dt, kGpu);
-    const Tensor b = make_tensor({1, 2, 0, 3, 4}, {5}, dt, kGpu);
+    const Tensor a = from_vector({7, 8, 9, 10, 11}, {5}, {.dtype = dt, .device = kGpu});
+    const Tensor b = from_vector({1, 2, 0, 3, 4}, {5}, {.dtype = dt, .device = kGpu});
     CHECK_THROWS_WITH(kernels::binary(BinaryOp::Div, a, b), Catch::Contains("division by zero"));
     CHECK_THROWS_WITH(kernels::binary(BinaryOp::Div, a, 0.0), Catch::Contains("division by zero"));
     CHECK_THROWS_WITH(kernels::binary(BinaryOp::Div, b, 6.0, true), Catch::Contains("division by zero"));
     // The flag is per call: a clean division right after still works.
     check_close(kernels::binary(BinaryOp::Div, a, 2.0), {3, 4, 4, 5, 5}, 0, 0);
-    check_close(
-        kernels::binary(BinaryOp::Div, make_tensor({-7, 7}, {2}, dt, kGpu), make_tensor({2, -2}, {2}, dt, kGpu)),
-        {-3, -3}, 0, 0);
+    check_close(kernels::binary(BinaryOp::Div, from_vector({-7, 7}, {2}, {.dtype = dt, .device = kGpu}),
+                                from_vector({2, -2}, {2}, {.dtype = dt, .device = kGpu})),
+                {-3, -3}, 0, 0);
   }
 }
 
@@ -307,9 +307,9 @@ TEST_CASE("cuda where matches the CPU for every dtype and broadcast", "[cuda]") 
     expect_match(kernels::where(ca.gpu, x.gpu, y.gpu), kernels::where(ca.cpu, x.cpu, y.cpu), 0, 0);
   }
   // A u8 condition: any nonzero byte selects a.
-  const Tensor cu8 = make_tensor({0, 1, 2, 255, 0}, {5}, DType::u8, kGpu);
-  const Tensor a = make_tensor({1, 2, 3, 4, 5}, {5}, DType::f32, kGpu);
-  const Tensor b = make_tensor({-1, -2, -3, -4, -5}, {5}, DType::f32, kGpu);
+  const Tensor cu8 = from_vector({0, 1, 2, 255, 0}, {5}, {.dtype = DType::u8, .device = kGpu});
+  const Tensor a = from_vector({1, 2, 3, 4, 5}, {5}, {.dtype = DType::f32, .device = kGpu});
+  const Tensor b = from_vector({-1, -2, -3, -4, -5}, {5}, {.dtype = DType::f32, .device = kGpu});
   check_close(kernels::where(cu8, a, b), {-1, 2, 3, 4, -5}, 0, 0);
 }
 

@@ -47,7 +47,7 @@ std::vector<int64_t> random_indices(int64_t n, int64_t D, uint64_t seed) {
 
 Tensor index_tensor(const std::vector<int64_t>& idx, DType dt, Device dev) {
   std::vector<double> v(idx.begin(), idx.end());
-  return make_tensor(v, {static_cast<int64_t>(idx.size())}, dt, dev);
+  return from_vector(v, {static_cast<int64_t>(idx.size())}, {.dtype = dt, .device = dev});
 }
 
 /// float64 reference of index_select(x, dim, idx) with x's values `xv` (row-major of `shape`).
@@ -78,7 +78,7 @@ TEST_CASE("cuda index_select matches the CPU and a reference on every dim, dtype
   const Shape shape{7, 33, 5};
   for (DType dt : kAllTypes) {
     const std::vector<double> xv = values_for(dt, numel_of(shape), 201);
-    const Tensor xc = make_tensor(xv, shape, dt);
+    const Tensor xc = from_vector(xv, shape, {.dtype = dt});
     const Tensor xg = xc.to(kGpu);
     for (int64_t dim = 0; dim < 3; ++dim) {
       const std::vector<int64_t> idx = random_indices(13, shape[dim], 202 + dim);
@@ -112,7 +112,8 @@ TEST_CASE("cuda index_select row widths take every chunk size, aligned or not", 
                         Case{DType::f16, 51, 3}, Case{DType::u8, 40, 7}, Case{DType::f64, 30, 3}}) {
     INFO(dtype_name(c.dt) << " rows " << c.rows << " width " << c.width);
     const std::vector<int64_t> idx = random_indices(257, c.rows, 211);
-    const Tensor base = make_tensor(values_for(c.dt, c.rows * c.width + 1, 212), {c.rows * c.width + 1}, c.dt);
+    const Tensor base =
+        from_vector(values_for(c.dt, c.rows * c.width + 1, 212), {c.rows * c.width + 1}, {.dtype = c.dt});
     for (int64_t shift : {0, 1}) {  // shift 1: the rows start one element into the buffer
       INFO("shift " << shift);
       const Tensor xc = base.narrow(0, shift, c.rows * c.width).view({c.rows, c.width});
@@ -157,11 +158,11 @@ TEST_CASE("cuda index_add matches the CPU and a reference, duplicates included",
       const std::vector<int64_t> idx = random_indices(K, shape[dim], 231 + dim);
       Shape sshape = shape;
       sshape[dim] = K;
-      const Tensor out0 = make_tensor(values_for(dt, numel_of(shape), 234), shape, dt);
+      const Tensor out0 = from_vector(values_for(dt, numel_of(shape), 234), shape, {.dtype = dt});
       // src as a transposed view on both devices (the front makes it contiguous).
       Shape st = sshape;
       std::swap(st[0], st[2]);
-      const Tensor src_t = make_tensor(values_for(dt, numel_of(sshape), 235), st, dt);
+      const Tensor src_t = from_vector(values_for(dt, numel_of(sshape), 235), st, {.dtype = dt});
       const Tensor src_c = src_t.transpose(0, 2);
       const Tensor src_g = src_t.to(kGpu).transpose(0, 2);
 
@@ -237,7 +238,7 @@ TEST_CASE("cuda index_select and index_add past 2^31 elements take the 64-bit pa
   kernels::fill(x.narrow(0, 7, 1), 5.0);
   const Tensor idx = index_tensor({0, far, 7, far}, DType::i64, kGpu);
   check_close(kernels::index_select(x, 0, idx), {3, 9, 5, 9}, 0, 0);
-  kernels::index_add(x, 0, idx, make_tensor({1, 2, 4, 8}, {4}, DType::u8, kGpu));
+  kernels::index_add(x, 0, idx, from_vector({1, 2, 4, 8}, {4}, {.dtype = DType::u8, .device = kGpu}));
   check_close(x.narrow(0, far - 1, 3), {3, 19, 3}, 0, 0);  // 9 + 2 + 8
   check_close(x.narrow(0, 0, 8), {4, 3, 3, 3, 3, 3, 3, 9}, 0, 0);
   const Tensor bad = index_tensor({big}, DType::i64, kGpu);

@@ -138,11 +138,11 @@ TEST_CASE("wide_resnet(10, 2) with dropout on cuda:0 matches the CPU: forward, l
 
 TEST_CASE("cuda nll_loss: equals the CPU loss and rejects a bad target in a middle row", "[cuda][layers]") {
   const Tensor logp = log_softmax(random_tensor({5, 4}, DType::f32, 31), 1);
-  const Tensor good = make_tensor({0, 3, 1, 2, 3}, {5}, DType::i64);
+  const Tensor good = from_vector({0, 3, 1, 2, 3}, {5}, {.dtype = DType::i64});
   const double cpu = layers::nll_loss(logp, good).item<float>();
   const double gpu = layers::nll_loss(logp.to(kGpu), good.to(kGpu)).item<float>();
   CHECK(gpu == Approx(cpu).epsilon(4 * tol(DType::f32)));
   // Row 2's target 4 == C would read row 3's first entry of the flattened tensor if unchecked.
-  const Tensor bad = make_tensor({0, 3, 4, 2, 3}, {5}, DType::i64).to(kGpu);
+  const Tensor bad = from_vector({0, 3, 4, 2, 3}, {5}, {.dtype = DType::i64}).to(kGpu);
   CHECK_THROWS_WITH(layers::nll_loss(logp.to(kGpu), bad), Catch::Contains("target 4 at row 2"));
 }

@@ -189,7 +189,8 @@ TEST_CASE("cuda batch_norm training matches float64 and the CPU: output, saved a
       const Tensor w = k.affine ? random_tensor({C}, P, ++seed, 0.5, 1.5, Layout::Contiguous, kGpu) : Tensor();
       const Tensor b = k.affine ? random_tensor({C}, P, ++seed, -1.0, 1.0, Layout::Contiguous, kGpu) : Tensor();
       const std::vector<double> rm0 = random_values(C, ++seed, -0.5, 0.5), rv0 = random_values(C, ++seed, 0.5, 2.0);
-      Tensor rm = make_tensor(rm0, {C}, P, kGpu), rv = make_tensor(rv0, {C}, P, kGpu);
+      Tensor rm = from_vector(rm0, {C}, {.dtype = P, .device = kGpu}),
+             rv = from_vector(rv0, {C}, {.dtype = P, .device = kGpu});
       const kernels::BatchNormResult r = kernels::batch_norm(x, w, b, rm, rv, true, k.momentum, k.eps);
       const BnRef e =
           ref_batch_norm(k.x, to_f64(x), k.affine ? to_f64(w) : std::vector<double>(),
@@ -200,7 +201,7 @@ TEST_CASE("cuda batch_norm training matches float64 and the CPU: output, saved a
       check_expect(rm, e.running_mean);
       check_expect(rv, e.running_var);
       if (dt == DType::f32 || dt == DType::f64) {  // the CPU twin has f32/f64 batch norm only
-        Tensor rmc = make_tensor(rm0, {C}, P), rvc = make_tensor(rv0, {C}, P);
+        Tensor rmc = from_vector(rm0, {C}, {.dtype = P}), rvc = from_vector(rv0, {C}, {.dtype = P});
         const kernels::BatchNormResult rc =
             kernels::batch_norm(x.to(Device::cpu()), k.affine ? w.to(Device::cpu()) : Tensor(),
                                 k.affine ? b.to(Device::cpu()) : Tensor(), rmc, rvc, true, k.momentum, k.eps);
@@ -238,14 +239,15 @@ TEST_CASE("cuda batch_norm eval uses the running statistics", "[cuda]") {
       const Tensor w = k.affine ? random_tensor({C}, P, ++seed, 0.5, 1.5, Layout::Contiguous, kGpu) : Tensor();
       const Tensor b = k.affine ? random_tensor({C}, P, ++seed, -1.0, 1.0, Layout::Contiguous, kGpu) : Tensor();
       const std::vector<double> rm0 = random_values(C, ++seed, -0.5, 0.5), rv0 = random_values(C, ++seed, 0.5, 2.0);
-      const Tensor rm = make_tensor(rm0, {C}, P, kGpu), rv = make_tensor(rv0, {C}, P, kGpu);
+      const Tensor rm = from_vector(rm0, {C}, {.dtype = P, .device = kGpu}),
+                   rv = from_vector(rv0, {C}, {.dtype = P, .device = kGpu});
       const kernels::BatchNormResult r = kernels::batch_norm(x, w, b, rm, rv, false, k.momentum, k.eps);
       const BnRef e =
           ref_batch_norm(k.x, to_f64(x), k.affine ? to_f64(w) : std::vector<double>(),
                          k.affine ? to_f64(b) : std::vector<double>(), rm0, rv0, false, k.momentum, k.eps, dt);
       check_expect(r.out, e.out);
-      check_close(rm, to_f64(make_tensor(rm0, {C}, P)), 0.0, 0.0);  // untouched in eval
-      check_close(rv, to_f64(make_tensor(rv0, {C}, P)), 0.0, 0.0);
+      check_close(rm, to_f64(from_vector(rm0, {C}, {.dtype = P})), 0.0, 0.0);  // untouched in eval
+      check_close(rv, to_f64(from_vector(rv0, {C}, {.dtype = P})), 0.0, 0.0);
       if (dt == DType::f32 || dt == DType::f64) {
         const kernels::BatchNormResult rc = kernels::batch_norm(
             x.to(Device::cpu()), k.affine ? w.to(Device::cpu()) : Tensor(), k.affine ? b.to(Device::cpu()) : Tensor(),
@@ -266,8 +268,9 @@ TEST_CASE("cuda batch_norm eval past cuDNN's batch limit (N > 65535) and in bf16
       const Tensor w = random_tensor({3}, P, 56, 0.5, 1.5, Layout::Contiguous, kGpu);
       const Tensor b = random_tensor({3}, P, 57, -1.0, 1.0, Layout::Contiguous, kGpu);
       const std::vector<double> rm0 = random_values(3, 58, -0.5, 0.5), rv0 = random_values(3, 59, 0.5, 2.0);
-      const kernels::BatchNormResult r = kernels::batch_norm(x, w, b, make_tensor(rm0, {3}, P, kGpu),
-                                                             make_tensor(rv0, {3}, P, kGpu), false, 0.1, 1e-5);
+      const kernels::BatchNormResult r =
+          kernels::batch_norm(x, w, b, from_vector(rm0, {3}, {.dtype = P, .device = kGpu}),
+                              from_vector(rv0, {3}, {.dtype = P, .device = kGpu}), false, 0.1, 1e-5);
       check_expect(r.out, ref_batch_norm(xs, to_f64(x), to_f64(w), to_f64(b), rm0, rv0, false, 0.1, 1e-5, dt).out);
     }
   }
@@ -298,8 +301,8 @@ TEST_CASE("cuda batch_norm_backward in training (cuDNN) and eval (kernel) matche
           const std::vector<double> rv = random_values(C, ++seed, 0.5, 2.0);
           std::vector<double> is(rv.size());
           for (size_t i = 0; i < rv.size(); ++i) is[i] = 1.0 / std::sqrt(rv[i] + k.eps);
-          mean = make_tensor(random_values(C, ++seed, -0.5, 0.5), {C}, P, kGpu);
-          invstd = make_tensor(is, {C}, P, kGpu);
+          mean = from_vector(random_values(C, ++seed, -0.5, 0.5), {C}, {.dtype = P, .device = kGpu});
+          invstd = from_vector(is, {C}, {.dtype = P, .device = kGpu});
         }
         const kernels::BatchNormGrads g = kernels::batch_norm_backward(gy, x, w, mean, invstd, training, k.eps);
         const BnGradRef e =
@@ -341,7 +344,8 @@ TEST_CASE("cuda batch_norm eval kernels: many chunks per channel, many channels,
       const std::vector<double> rm = random_values(C, 74, -0.5, 0.5), rv = random_values(C, 75, 0.5, 2.0);
       std::vector<double> is(rv.size());
       for (size_t i = 0; i < rv.size(); ++i) is[i] = 1.0 / std::sqrt(rv[i] + 1e-5);
-      const Tensor mean = make_tensor(rm, {C}, P, kGpu), invstd = make_tensor(is, {C}, P, kGpu);
+      const Tensor mean = from_vector(rm, {C}, {.dtype = P, .device = kGpu}),
+                   invstd = from_vector(is, {C}, {.dtype = P, .device = kGpu});
       const kernels::BatchNormGrads g = kernels::batch_norm_backward(gy, x, w, mean, invstd, false, 1e-5);
       const BnGradRef e =
           ref_batch_norm_backward(k.x, to_f64(gy), to_f64(x), to_f64(w), to_f64(mean), to_f64(invstd), false, dt);
@@ -353,8 +357,9 @@ TEST_CASE("cuda batch_norm eval kernels: many chunks per channel, many channels,
       check_same_bits(again.grad_bias, g.grad_bias);
       if (dt == DType::bf16) {  // the eval forward's own kernel
         const Tensor b = random_tensor({C}, P, 76, -1.0, 1.0, Layout::Contiguous, kGpu);
-        const kernels::BatchNormResult r = kernels::batch_norm(x, w, b, make_tensor(rm, {C}, P, kGpu),
-                                                               make_tensor(rv, {C}, P, kGpu), false, 0.1, 1e-5);
+        const kernels::BatchNormResult r =
+            kernels::batch_norm(x, w, b, from_vector(rm, {C}, {.dtype = P, .device = kGpu}),
+                                from_vector(rv, {C}, {.dtype = P, .device = kGpu}), false, 0.1, 1e-5);
         check_expect(r.out, ref_batch_norm(k.x, to_f64(x), to_f64(w), to_f64(b), rm, rv, false, 0.1, 1e-5, dt).out);
       }
     }

@@ -196,7 +196,7 @@ TEST_CASE("cuda max_pool2d: NaN wins, all -inf windows point at their first elem
                                  0.5, 0.5,  4.0,  1.0,  -3., -1.};
   for (DType dt : kFloatTypes) {
     INFO(dtype_name(dt));
-    const Tensor x = make_tensor(v, {1, 1, 4, 6}, dt, kGpu);
+    const Tensor x = from_vector(v, {1, 1, 4, 6}, {.dtype = dt, .device = kGpu});
     const kernels::MaxPoolResult r = kernels::max_pool2d(x, pp(2, 2, 2, 2, 0, 0, false));
     const kernels::MaxPoolResult rc = kernels::max_pool2d(x.to(Device::cpu()), pp(2, 2, 2, 2, 0, 0, false));
     check_close(r.out, {nan, -inf, nan, 0.5, 4.0, -1.0}, 0.0, 0.0);

@@ -159,7 +159,7 @@ TEST_CASE("cuda reduce: unaligned rows take the scalar head of the vector loop",
 
 TEST_CASE("cuda reduce: integer and boolean inputs are exact", "[cuda][reduce]") {
   // i32 sums widen to i64: 2e9 * 8 overflows an i32 accumulator.
-  Tensor big = make_tensor(std::vector<double>(8, 2.0e9), {2, 4}, DType::i32, kGpu);
+  Tensor big = from_vector(std::vector<double>(8, 2.0e9), {2, 4}, {.dtype = DType::i32, .device = kGpu});
   Tensor s = kernels::reduce(ReduceOp::Sum, big);
   CHECK(s.dtype() == DType::i64);
   CHECK(to_f64(s) == std::vector<double>{1.6e10});
@@ -170,14 +170,14 @@ TEST_CASE("cuda reduce: integer and boolean inputs are exact", "[cuda][reduce]")
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min})
       for (const auto& dims : kDimSets) check_reduce(op, xc, xg, dims);
   }
-  Tensor b = make_tensor({1, 0, 1, 1, 0, 0}, {2, 3}, DType::boolean, kGpu);
+  Tensor b = from_vector({1, 0, 1, 1, 0, 0}, {2, 3}, {.dtype = DType::boolean, .device = kGpu});
   CHECK(to_f64(kernels::reduce(ReduceOp::Sum, b, {1})) == std::vector<double>{2, 1});
   CHECK(to_f64(kernels::reduce(ReduceOp::Max, b, {1})) == std::vector<double>{1, 1});
   CHECK(to_f64(kernels::reduce(ReduceOp::Min, b, {0})) == std::vector<double>{1, 0, 0});
 }
 
 TEST_CASE("cuda reduce: NaN propagates, empty ranges, max of -inf", "[cuda][reduce]") {
-  Tensor x = make_tensor({1, NAN, 3, 4, 5, 6}, {2, 3}, DType::f32, kGpu);
+  Tensor x = from_vector<double>({1, NAN, 3, 4, 5, 6}, {2, 3}, {.dtype = DType::f32, .device = kGpu});
   std::vector<double> mx = to_f64(kernels::reduce(ReduceOp::Max, x, {1}));
   CHECK(std::isnan(mx[0]));
   CHECK(mx[1] == 6);
@@ -185,7 +185,8 @@ TEST_CASE("cuda reduce: NaN propagates, empty ranges, max of -inf", "[cuda][redu
   CHECK(mn[0] == 1);
   CHECK(std::isnan(mn[1]));
   CHECK(mn[2] == 3);
-  CHECK(to_f64(kernels::reduce(ReduceOp::Max, make_tensor({-INFINITY, -INFINITY}, {2}, DType::f32, kGpu))) ==
+  CHECK(to_f64(kernels::reduce(
+            ReduceOp::Max, from_vector<double>({-INFINITY, -INFINITY}, {2}, {.dtype = DType::f32, .device = kGpu}))) ==
         std::vector<double>{-INFINITY});
 
   Tensor e = empty({3, 0}, {.dtype = DType::f32, .device = kGpu});
@@ -228,7 +229,8 @@ TEST_CASE("cuda reduce: 2^24-element reductions use the split paths", "[cuda][re
 }
 
 TEST_CASE("cuda argmax: first maximum on odd shapes, layouts and dtypes", "[cuda][reduce]") {
-  Tensor t = make_tensor({1, 7, 7, 2, /**/ 9, 0, 9, 9, /**/ 3, NAN, 8, NAN}, {3, 4}, DType::f32, kGpu);
+  Tensor t = from_vector<double>({1, 7, 7, 2, /**/ 9, 0, 9, 9, /**/ 3, NAN, 8, NAN}, {3, 4},
+                                 {.dtype = DType::f32, .device = kGpu});
   CHECK(to_f64(kernels::argmax(t, 1)) == std::vector<double>{1, 0, 1});
   CHECK(kernels::argmax(t, -1, true).sizes() == Shape{3, 1});
   for (Layout layout : {Layout::Contiguous, Layout::Transposed, Layout::Strided}) {

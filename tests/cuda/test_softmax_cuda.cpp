@@ -175,7 +175,7 @@ TEST_CASE("cuda softmax: -inf entries get probability 0; an all -inf row is NaN"
   const double ninf = -INFINITY;
   const std::vector<double> v = {ninf,     1.0,  2.0,  ninf, 0.5, /**/ ninf, ninf, ninf, ninf, ninf,
                                  /**/ 3.0, ninf, ninf, ninf, ninf};
-  Tensor x = make_tensor(v, {3, 5}, DType::f32, kGpu);
+  Tensor x = from_vector(v, {3, 5}, {.dtype = DType::f32, .device = kGpu});
   const std::vector<double> y = to_f64(kernels::softmax(x, 1));
   const double s = std::exp(1.0 - 2.0) + 1.0 + std::exp(0.5 - 2.0);
   const std::vector<double> row0 = {0.0, std::exp(-1.0) / s, 1.0 / s, 0.0, std::exp(-1.5) / s};
@@ -256,7 +256,7 @@ void check_cross_entropy(int64_t N, int64_t C, double ls, DType dt, uint64_t see
   const std::vector<double> gv = random_values(N, seed + 2, -1.0, 1.0);
   std::vector<double> g32(gv.size());
   for (size_t i = 0; i < gv.size(); ++i) g32[i] = round_to(DType::f32, gv[i]);
-  Tensor lc = make_tensor(lse32, {N}), gc = make_tensor(g32, {N});
+  Tensor lc = from_vector(lse32, {N}, {.dtype = DType::f32}), gc = from_vector(g32, {N}, {.dtype = DType::f32});
   Expect eb{std::vector<double>(xv.size()), std::vector<double>(xv.size())};
   const double ta = tol(acc_dtype(dt)), to = tol(dt), fl = floor_of(dt);
   for (int64_t n = 0; n < N; ++n)
@@ -272,7 +272,7 @@ void check_cross_entropy(int64_t N, int64_t C, double ls, DType dt, uint64_t see
              kernels::cross_entropy_backward(gc, xc, tc, lc, ls), eb);
 
   // A scalar gradient expanded to every row (stride 0), as a mean loss hands it back.
-  Tensor g1 = make_tensor({0.25}, {1});
+  Tensor g1 = from_vector({0.25}, {1}, {.dtype = DType::f32});
   Tensor dg = kernels::cross_entropy_backward(g1.to(kGpu).expand({N}), xg, tg, lc.to(kGpu), ls);
   Tensor dc = kernels::cross_entropy_backward(g1.expand({N}), xc, tc, lc, ls);
   check_close(dg, to_f64(dc), 2 * tol(dt), 2 * (tol(acc_dtype(dt)) + fl));
@@ -343,7 +343,7 @@ TEST_CASE("cuda cross_entropy: huge f32 logits keep f32 accuracy (no f32 lse rou
     const std::vector<double> gv = random_values(N, 950 + C, -1.0, 1.0);
     std::vector<double> g32(gv.size());
     for (size_t i = 0; i < gv.size(); ++i) g32[i] = round_to(DType::f32, gv[i]);
-    Tensor gc = make_tensor(g32, {N});
+    Tensor gc = from_vector(g32, {N}, {.dtype = DType::f32});
     Expect eb{std::vector<double>(xv.size()), std::vector<double>(xv.size())};
     for (int64_t n = 0; n < N; ++n)
       for (int64_t c = 0; c < C; ++c) {
@@ -369,10 +369,10 @@ TEST_CASE("cuda softmax, log_softmax and cross_entropy follow kernels/softmax.h 
     for (int64_t D : {3, 10, 32, 100, 1300}) {
       NonFiniteLogits l = nonfinite_logits(D, 900 + D);
       INFO(dtype_name(dt) << " D " << D);
-      const Tensor xc = make_tensor(l.x, {l.rows, D}, dt);
+      const Tensor xc = from_vector(l.x, {l.rows, D}, {.dtype = dt});
       l.x = to_f64(xc);
       const Tensor xg = xc.to(kGpu);
-      const Tensor xtc = make_tensor(transposed(l, l.x), {D, l.rows}, dt), xtg = xtc.to(kGpu);
+      const Tensor xtc = from_vector(transposed(l, l.x), {D, l.rows}, {.dtype = dt}), xtg = xtc.to(kGpu);
       const double rt = 4 * tol_sum(acc_dtype(dt), D) + 2 * tol(dt);
       const double at = 4 * tol(acc_dtype(dt)) * (std::log(static_cast<double>(D)) + 9) + floor_of(dt);
       // Against the rule's float64 values and against the CPU twin (NaN where it has NaN, and only there).
@@ -387,7 +387,7 @@ TEST_CASE("cuda softmax, log_softmax and cross_entropy follow kernels/softmax.h 
         check_twin(kernels::softmax(xg, 1, log), kernels::softmax(xc, 1, log), ref, log ? at : floor_of(dt));
         check_twin(kernels::softmax(xtg, 0, log), kernels::softmax(xtc, 0, log), transposed(l, ref),
                    log ? at : floor_of(dt));
-        const Tensor yc = make_tensor(ref, {l.rows, D}, dt);
+        const Tensor yc = from_vector(ref, {l.rows, D}, {.dtype = dt});
         const Tensor gc = random_tensor({l.rows, D}, dt, 901 + D, -1.0, 1.0);
         const std::vector<double> dref = nonfinite_softmax_backward_ref(to_f64(gc), to_f64(yc), l.rows, D, log);
         check_twin(kernels::softmax_backward(gc.to(kGpu), yc.to(kGpu), 1, log),
@@ -404,7 +404,7 @@ TEST_CASE("cuda softmax, log_softmax and cross_entropy follow kernels/softmax.h 
         const double a32 = 16 * tol_sum(acc_dtype(dt), D) + 16 * tol(DType::f32);
         check_twin(rg.loss, rc.loss, loss, a32);
         check_twin(rg.lse, rc.lse, lse, a32);
-        const Tensor gc = make_tensor(random_values(l.rows, 902, -1.0, 1.0), {l.rows}, DType::f32);
+        const Tensor gc = from_vector(random_values(l.rows, 902, -1.0, 1.0), {l.rows}, {.dtype = DType::f32});
         const std::vector<double> dref = nonfinite_cross_entropy_backward_ref(l, to_f64(gc), ls);
         check_twin(kernels::cross_entropy_backward(gc.to(kGpu), xg, tg, rg.lse, ls),
                    kernels::cross_entropy_backward(gc, xc, tc, rc.lse, ls), dref, rt + floor_of(dt));

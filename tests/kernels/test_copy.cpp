@@ -96,7 +96,7 @@ TEST_CASE("copy: batched transposes (tiled path) with ragged tile edges", "[cpu]
 }
 
 TEST_CASE("copy: broadcasting the source", "[cpu]") {
-  Tensor src = make_tensor({1, 2, 3}, {3, 1});
+  Tensor src = from_vector({1, 2, 3}, {3, 1}, {.dtype = DType::f32});
   Tensor dst = empty({2, 3, 5}, {.dtype = DType::i32});
   kernels::copy(dst, src);
   std::vector<double> want;
@@ -105,7 +105,7 @@ TEST_CASE("copy: broadcasting the source", "[cpu]") {
       for (int c = 0; c < 5; ++c) want.push_back(r + 1);
   check_close(dst, want, 0.0);
 
-  Tensor scalar = make_tensor({-4.5}, {}, DType::f64);
+  Tensor scalar = from_vector({-4.5}, {}, {.dtype = DType::f64});
   Tensor d2 = empty({4}, {.dtype = DType::f32});
   kernels::copy(d2, scalar);
   check_close(d2, {-4.5, -4.5, -4.5, -4.5}, 0.0);
@@ -124,7 +124,7 @@ TEST_CASE("copy: overlapping source and destination read before writing", "[cpu]
   check_close(x, want, 0.0);
 
   // Shift right by one inside one buffer (memmove semantics).
-  Tensor v = make_tensor({0, 1, 2, 3, 4, 5, 6, 7}, {8});
+  Tensor v = from_vector({0, 1, 2, 3, 4, 5, 6, 7}, {8}, {.dtype = DType::f32});
   kernels::copy(as_strided_raw(v, {7}, {1}, 1), as_strided_raw(v, {7}, {1}, 0));
   check_close(v, {0, 0, 1, 2, 3, 4, 5, 6}, 0.0);
 
@@ -154,7 +154,8 @@ TEST_CASE("fill: every dtype, strided views leave the gaps alone", "[cpu]") {
 }
 
 TEST_CASE("cast: new contiguous tensor with the documented rounding rules", "[cpu]") {
-  Tensor src = make_tensor({2.9, -2.9, 0.0, -0.0, NAN, 0.5, 1e10, 65504.0, 1e6, -1.0}, {10}, DType::f64);
+  Tensor src =
+      from_vector<double>({2.9, -2.9, 0.0, -0.0, NAN, 0.5, 1e10, 65504.0, 1e6, -1.0}, {10}, {.dtype = DType::f64});
   CHECK(to_f64(kernels::cast(src, DType::boolean)) == std::vector<double>{1, 1, 0, 0, 1, 1, 1, 1, 1, 1});
   const auto i32 = to_f64(kernels::cast(as_strided_raw(src, {2}, {1}, 0), DType::i32));
   CHECK(i32 == std::vector<double>{2, -2});
@@ -163,7 +164,8 @@ TEST_CASE("cast: new contiguous tensor with the documented rounding rules", "[cp
   CHECK(h[7] == 65504.0);
   CHECK(std::isinf(h[8]));
   CHECK(std::isnan(h[4]));
-  CHECK(to_f64(kernels::cast(make_tensor({-1.0, 300.0}, {2}, DType::i32), DType::u8)) == std::vector<double>{255, 44});
+  CHECK(to_f64(kernels::cast(from_vector({-1.0, 300.0}, {2}, {.dtype = DType::i32}), DType::u8)) ==
+        std::vector<double>{255, 44});
 
   Tensor t = random_tensor({4, 3}, DType::f32, 5, -1, 1, Layout::Transposed);
   Tensor same = kernels::cast(t, DType::f32);
@@ -178,7 +180,7 @@ TEST_CASE("copy: empty tensors and device errors", "[cpu]") {
   CHECK(kernels::cast(empty({2, 0}), DType::f16).sizes() == Shape{2, 0});
 #ifndef EMBER_WITH_CUDA
   // Without CUDA the staging buffer on cuda:0 cannot exist: a clear error, never a silent CPU copy.
-  CHECK_THROWS_WITH(kernels::copy(fake_cuda_tensor({4}), make_tensor({1, 2, 3, 4}, {4})),
+  CHECK_THROWS_WITH(kernels::copy(fake_cuda_tensor({4}), from_vector({1, 2, 3, 4}, {4}, {.dtype = DType::f32})),
                     Catch::Contains("no CUDA support"));
 #else
   (void)fake_cuda_tensor;

@@ -220,7 +220,7 @@ TEST_CASE("unary: integer dtypes for neg, abs, relu, and other ops refuse them",
 }
 
 TEST_CASE("unary: special values", "[cpu]") {
-  Tensor x = make_tensor({NAN, -100.0, 100.0, 0.0, -0.0, -30.0}, {6});
+  Tensor x = from_vector<double>({NAN, -100.0, 100.0, 0.0, -0.0, -30.0}, {6}, {.dtype = DType::f32});
   const auto relu = to_f64(kernels::unary(UnaryOp::Relu, x));
   CHECK(std::isnan(relu[0]));
   const auto sig = to_f64(kernels::unary(UnaryOp::Sigmoid, x));
@@ -235,7 +235,8 @@ TEST_CASE("unary: special values", "[cpu]") {
   CHECK(ge[5] == 0.0);
   CHECK(ge[2] == 100.0);
   // 0-d and empty tensors.
-  CHECK(to_f64(kernels::unary(UnaryOp::Exp, make_tensor({0.0}, {}))) == std::vector<double>{1.0});
+  CHECK(to_f64(kernels::unary(UnaryOp::Exp, from_vector({0.0}, {}, {.dtype = DType::f32}))) ==
+        std::vector<double>{1.0});
   CHECK(kernels::unary(UnaryOp::Tanh, zeros({0, 5})).sizes() == Shape{0, 5});
 }
 
@@ -260,15 +261,16 @@ TEST_CASE("unary_backward: every op against the float64 derivative", "[cpu]") {
       check_close(dx, want, tol(dt), tol(dt));
     }
   }
-  Tensor x = make_tensor({1, 2}, {2});
+  Tensor x = from_vector({1, 2}, {2}, {.dtype = DType::f32});
   CHECK_THROWS_WITH(kernels::unary_backward(UnaryOp::Exp, x, x, Tensor()), Catch::Contains("needs y"));
   CHECK_THROWS_WITH(kernels::unary_backward(UnaryOp::Relu, x, Tensor(), x), Catch::Contains("needs x"));
-  CHECK_THROWS_WITH(kernels::unary_backward(UnaryOp::Relu, x, make_tensor({1, 2, 3}, {3}), Tensor()),
-                    Catch::Contains("[2]") && Catch::Contains("[3]"));
+  CHECK_THROWS_WITH(
+      kernels::unary_backward(UnaryOp::Relu, x, from_vector({1, 2, 3}, {3}, {.dtype = DType::f32}), Tensor()),
+      Catch::Contains("[2]") && Catch::Contains("[3]"));
   // Integer relu backward.
-  Tensor xi = make_tensor({-3, 0, 5}, {3}, DType::i64);
-  check_close(kernels::unary_backward(UnaryOp::Relu, make_tensor({7, 7, 7}, {3}, DType::i64), xi, Tensor()), {0, 0, 7},
-              0.0);
+  Tensor xi = from_vector({-3, 0, 5}, {3}, {.dtype = DType::i64});
+  check_close(kernels::unary_backward(UnaryOp::Relu, from_vector({7, 7, 7}, {3}, {.dtype = DType::i64}), xi, Tensor()),
+              {0, 0, 7}, 0.0);
 }
 
 TEST_CASE("binary: every op and dtype, broadcast and non-contiguous operands", "[cpu]") {
@@ -329,8 +331,8 @@ TEST_CASE("binary: dtype promotion", "[cpu]") {
               P{DType::u8, DType::i32, DType::i32}, P{DType::f32, DType::f64, DType::f64},
               P{DType::i32, DType::i64, DType::i64}}) {
     INFO(dtype_name(p.a) << " + " << dtype_name(p.b));
-    Tensor a = make_tensor({1, 2, 3}, {3}, p.a);
-    Tensor b = make_tensor({0.5, 1.0, 0.0}, {3}, p.b);
+    Tensor a = from_vector({1, 2, 3}, {3}, {.dtype = p.a});
+    Tensor b = from_vector({0.5, 1.0, 0.0}, {3}, {.dtype = p.b});
     Tensor out = kernels::binary(BinaryOp::Add, a, b);
     CHECK(out.dtype() == p.want);
     const auto av = to_f64(a), bv = to_f64(b);
@@ -340,8 +342,8 @@ TEST_CASE("binary: dtype promotion", "[cpu]") {
 }
 
 TEST_CASE("binary: NaN propagation and integer edge cases", "[cpu]") {
-  Tensor a = make_tensor({NAN, 1.0, 2.0}, {3});
-  Tensor b = make_tensor({1.0, NAN, 3.0}, {3});
+  Tensor a = from_vector<double>({NAN, 1.0, 2.0}, {3}, {.dtype = DType::f32});
+  Tensor b = from_vector<double>({1.0, NAN, 3.0}, {3}, {.dtype = DType::f32});
   for (BinaryOp op : {BinaryOp::Maximum, BinaryOp::Minimum}) {
     const auto r = to_f64(kernels::binary(op, a, b));
     CHECK(std::isnan(r[0]));
@@ -350,14 +352,14 @@ TEST_CASE("binary: NaN propagation and integer edge cases", "[cpu]") {
   }
   CHECK(to_f64(kernels::binary(BinaryOp::Ne, a, a)) == std::vector<double>{1, 0, 0});
   // Integer division truncates toward zero; INT_MIN / -1 wraps instead of trapping.
-  Tensor n = make_tensor({7, -7, 7, -7, -2147483648.0}, {5}, DType::i32);
-  Tensor d = make_tensor({2, 2, -2, -2, -1}, {5}, DType::i32);
+  Tensor n = from_vector<double>({7, -7, 7, -7, -2147483648.0}, {5}, {.dtype = DType::i32});
+  Tensor d = from_vector({2, 2, -2, -2, -1}, {5}, {.dtype = DType::i32});
   CHECK(to_f64(kernels::binary(BinaryOp::Div, n, d)) == std::vector<double>{3, -3, -3, 3, -2147483648.0});
-  CHECK_THROWS_WITH(kernels::binary(BinaryOp::Div, n, make_tensor({1, 1, 0, 1, 1}, {5}, DType::i32)),
+  CHECK_THROWS_WITH(kernels::binary(BinaryOp::Div, n, from_vector({1, 1, 0, 1, 1}, {5}, {.dtype = DType::i32})),
                     Catch::Contains("division by zero"));
   CHECK_THROWS_WITH(kernels::binary(BinaryOp::Div, n, 0.0), Catch::Contains("division by zero"));
-  CHECK(to_f64(kernels::binary(BinaryOp::Add, make_tensor({2147483647.0}, {1}, DType::i32),
-                               make_tensor({1}, {1}, DType::i32))) == std::vector<double>{-2147483648.0});
+  CHECK(to_f64(kernels::binary(BinaryOp::Add, from_vector({2147483647.0}, {1}, {.dtype = DType::i32}),
+                               from_vector({1}, {1}, {.dtype = DType::i32}))) == std::vector<double>{-2147483648.0});
 }
 
 TEST_CASE("binary: scalar on either side, scalar takes the tensor's dtype", "[cpu]") {
@@ -389,7 +391,7 @@ TEST_CASE("binary: scalar on either side, scalar takes the tensor's dtype", "[cp
 }
 
 TEST_CASE("where: broadcasting, promotion, u8 conditions", "[cpu]") {
-  Tensor cond = make_tensor({1, 0, 1, 0}, {4, 1}, DType::boolean);
+  Tensor cond = from_vector({1, 0, 1, 0}, {4, 1}, {.dtype = DType::boolean});
   Tensor a = random_tensor({1, 5}, DType::f32, 1);
   Tensor b = random_tensor({4, 5}, DType::f64, 2, -1, 1, Layout::Transposed);
   Tensor out = kernels::where(cond, a, b);
@@ -402,14 +404,15 @@ TEST_CASE("where: broadcasting, promotion, u8 conditions", "[cpu]") {
   check_close(out, want, 0.0);
 
   // u8 condition: any nonzero byte selects a.
-  Tensor cu8 = make_tensor({0, 2, 255, 0}, {4}, DType::u8);
-  Tensor ai = make_tensor({1, 2, 3, 4}, {4}, DType::i64);
-  check_close(kernels::where(cu8, ai, make_tensor({-1}, {}, DType::i64)), {-1, 2, 3, -1}, 0.0);
+  Tensor cu8 = from_vector({0, 2, 255, 0}, {4}, {.dtype = DType::u8});
+  Tensor ai = from_vector({1, 2, 3, 4}, {4}, {.dtype = DType::i64});
+  check_close(kernels::where(cu8, ai, from_vector({-1}, {}, {.dtype = DType::i64})), {-1, 2, 3, -1}, 0.0);
 
-  CHECK_THROWS_WITH(kernels::where(make_tensor({1, 0}, {2}), ai, ai), Catch::Contains("cond"));
-  CHECK_THROWS_WITH(kernels::where(cu8, ai, make_tensor({1, 2, 3}, {3})),
+  CHECK_THROWS_WITH(kernels::where(from_vector({1, 0}, {2}, {.dtype = DType::f32}), ai, ai), Catch::Contains("cond"));
+  CHECK_THROWS_WITH(kernels::where(cu8, ai, from_vector({1, 2, 3}, {3}, {.dtype = DType::f32})),
                     Catch::Contains("where") && Catch::Contains("[3]"));
-  CHECK_THROWS_WITH(kernels::where(make_tensor({1}, {1}, DType::boolean), fake_cuda_tensor({1}), make_tensor({1}, {1})),
+  CHECK_THROWS_WITH(kernels::where(from_vector({1}, {1}, {.dtype = DType::boolean}), fake_cuda_tensor({1}),
+                                   from_vector({1}, {1}, {.dtype = DType::f32})),
                     Catch::Contains("where: operands on different devices: cond on cpu, a on cuda:0"));
 }
 
@@ -424,7 +427,8 @@ TEST_CASE("elementwise: errors name the op, the shapes and the devices", "[cpu]"
   CHECK_THROWS_WITH(kernels::binary(BinaryOp::Mul, Tensor(), zeros({2})), Catch::Contains("undefined"));
   // Empty broadcast results and 0-d operands.
   CHECK(kernels::binary(BinaryOp::Add, zeros({0, 3}), zeros({3})).sizes() == Shape{0, 3});
-  CHECK(to_f64(kernels::binary(BinaryOp::Mul, make_tensor({3}, {}), make_tensor({-2}, {}))) == std::vector<double>{-6});
+  CHECK(to_f64(kernels::binary(BinaryOp::Mul, from_vector({3}, {}, {.dtype = DType::f32}),
+                               from_vector({-2}, {}, {.dtype = DType::f32}))) == std::vector<double>{-6});
 }
 
 TEST_CASE("integer division: unsigned u8 by 255 is plain division, signed by -1 negates", "[cpu]") {

@@ -13,7 +13,7 @@ using namespace ember::testing;
 namespace {
 
 Tensor index_tensor(const std::vector<int64_t>& v, DType dt = DType::i64) {
-  return make_tensor(std::vector<double>(v.begin(), v.end()), {static_cast<int64_t>(v.size())}, dt);
+  return from_vector(std::vector<double>(v.begin(), v.end()), {static_cast<int64_t>(v.size())}, {.dtype = dt});
 }
 
 /// (outer, D, inner) split of shape around dim.
@@ -88,8 +88,8 @@ TEST_CASE("index_add accumulates duplicates along every dim, strided out", "[cpu
       }
     }
   // src of another dtype is cast to out's.
-  Tensor out = make_tensor({0, 0, 0}, {3}, DType::f64);
-  kernels::index_add(out, 0, index_tensor({2, 2, 0}), make_tensor({1.5, 2.5, -1}, {3}, DType::f32));
+  Tensor out = from_vector({0, 0, 0}, {3}, {.dtype = DType::f64});
+  kernels::index_add(out, 0, index_tensor({2, 2, 0}), from_vector<double>({1.5, 2.5, -1}, {3}, {.dtype = DType::f32}));
   CHECK(to_f64(out) == std::vector<double>{-1, 0, 4});
 }
 
@@ -115,8 +115,10 @@ TEST_CASE("index ops: bad indices and shapes are errors naming them", "[cpu][ind
                         Catch::Contains("[3, 6]"));
   CHECK_THROWS_WITH(kernels::index_select(x, 0, index_tensor({-1})),
                     Catch::Contains("index -1") && Catch::Contains("[0, 3)"));
-  CHECK_THROWS_WITH(kernels::index_select(x, 0, make_tensor({0, 1}, {2}, DType::f32)), Catch::Contains("f32"));
-  CHECK_THROWS_WITH(kernels::index_select(x, 0, make_tensor({0, 1, 1, 0}, {2, 2}, DType::i64)), Catch::Contains("1-D"));
+  CHECK_THROWS_WITH(kernels::index_select(x, 0, from_vector({0, 1}, {2}, {.dtype = DType::f32})),
+                    Catch::Contains("f32"));
+  CHECK_THROWS_WITH(kernels::index_select(x, 0, from_vector({0, 1, 1, 0}, {2, 2}, {.dtype = DType::i64})),
+                    Catch::Contains("1-D"));
   CHECK_THROWS(kernels::index_select(x, 2, index_tensor({0})));
 
   Tensor out = empty({3, 6});
@@ -129,18 +131,19 @@ TEST_CASE("index ops: bad indices and shapes are errors naming them", "[cpu][ind
 TEST_CASE("index_add with src a view of out reads src before writing", "[cpu][index]") {
   // src = out's rows 0..1, added into rows 1 and 2: reading src row 1 after row 1 was updated
   // would give row 2 = 100 + 11 instead of 100 + 10.
-  Tensor out = make_tensor({1, 2, 10, 20, 100, 200, 1000, 2000}, {4, 2}, DType::f64);
+  Tensor out = from_vector({1, 2, 10, 20, 100, 200, 1000, 2000}, {4, 2}, {.dtype = DType::f64});
   Tensor src = out.narrow(0, 0, 2);
   kernels::index_add(out, 0, index_tensor({1, 2}), src);
   CHECK(to_f64(out) == std::vector<double>{1, 2, 11, 22, 110, 220, 1000, 2000});
 }
 
 TEST_CASE("index_add and copy refuse an expanded destination", "[cpu][index]") {
-  Tensor base = make_tensor({1, 2}, {1, 2}, DType::f32);
+  Tensor base = from_vector({1, 2}, {1, 2}, {.dtype = DType::f32});
   Tensor expanded = base.expand({3, 2});
-  CHECK_THROWS_WITH(kernels::index_add(expanded, 0, index_tensor({0}), make_tensor({5, 6}, {1, 2}, DType::f32)),
-                    Catch::Contains("index_add") && Catch::Contains("[3, 2]") && Catch::Contains("expanded"));
-  CHECK_THROWS_WITH(kernels::copy(expanded, make_tensor({1, 2, 3, 4, 5, 6}, {3, 2}, DType::f32)),
+  CHECK_THROWS_WITH(
+      kernels::index_add(expanded, 0, index_tensor({0}), from_vector({5, 6}, {1, 2}, {.dtype = DType::f32})),
+      Catch::Contains("index_add") && Catch::Contains("[3, 2]") && Catch::Contains("expanded"));
+  CHECK_THROWS_WITH(kernels::copy(expanded, from_vector({1, 2, 3, 4, 5, 6}, {3, 2}, {.dtype = DType::f32})),
                     Catch::Contains("copy") && Catch::Contains("[3, 2]") && Catch::Contains("expanded"));
   CHECK(to_f64(base) == std::vector<double>{1, 2});  // untouched
 }

@@ -152,7 +152,7 @@ TEST_CASE("max_pool2d propagates NaN and handles -inf", "[cpu]") {
   v[11] = -INFINITY;
   v[14] = -INFINITY;
   v[15] = -INFINITY;
-  Tensor x = make_tensor(v, {1, 1, 4, 4}, DType::f32);
+  Tensor x = from_vector(v, {1, 1, 4, 4}, {.dtype = DType::f32});
   auto r = kernels::max_pool2d(x, pool(2, 2, 2, 2, 0, 0));
   const std::vector<double> out = to_f64(r.out), idx = to_f64(r.indices);
   CHECK(std::isnan(out[0]));
@@ -229,9 +229,10 @@ TEST_CASE("pooling errors name the shapes and parameters", "[cpu]") {
              Contains("[2, 3, 3, 4]") && Contains("[2, 4, 7, 9]"));
   CHECK_THAT(error_of([&] { kernels::max_pool2d_backward(r.out, r.out, x.sizes()); }), Contains("i64"));
   // Corrupted indices are caught, not written out of bounds.
-  Tensor bad = make_tensor(std::vector<double>(24, 63.0), {2, 3, 2, 2}, DType::i64);
+  Tensor bad = from_vector(std::vector<double>(24, 63.0), {2, 3, 2, 2}, {.dtype = DType::i64});
   CHECK_THAT(error_of([&] {
-               kernels::max_pool2d_backward(make_tensor(std::vector<double>(24, 1.0), {2, 3, 2, 2}), bad, {2, 3, 7, 9});
+               kernels::max_pool2d_backward(
+                   from_vector(std::vector<double>(24, 1.0), {2, 3, 2, 2}, {.dtype = DType::f32}), bad, {2, 3, 7, 9});
              }),
              Contains("63"));
   CHECK_THAT(error_of([&] {
@@ -254,7 +255,7 @@ TEST_CASE("max_pool2d's 2x2 fast path and its general loop agree on ties, NaN an
     for (size_t i : {size_t(0), size_t(1), size_t(W), size_t(W + 1)}) v[i] = -INFINITY;  // window (0, 0) of plane 0
     for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
       INFO(dtype_name(dt) << " W " << W);
-      Tensor x = make_tensor(v, {N, C, H, W}, dt);
+      Tensor x = from_vector(v, {N, C, H, W}, {.dtype = dt});
       auto fast = kernels::max_pool2d(x, pool(2, 2, 2, 2, 0, 0));
       auto general = kernels::max_pool2d(x, pool(2, 2, 2, 2, 0, 0, true));
       REQUIRE(fast.out.sizes() == Shape{N, C, Ho, Wo});

@@ -7,10 +7,9 @@
 #include "support/reference.h"
 
 using namespace ember;
-using ember::testing::make_tensor;
 
 TEST_CASE("print: 2-D f32 in fixed point with aligned rows", "[cpu]") {
-  Tensor t = make_tensor({1, 2, 3, 4}, {2, 2});
+  Tensor t = from_vector({1, 2, 3, 4}, {2, 2}, {.dtype = DType::f32});
   CHECK(t.str() == "tensor([[1.0000, 2.0000],\n        [3.0000, 4.0000]])");
   std::ostringstream os;
   os << t;
@@ -18,23 +17,24 @@ TEST_CASE("print: 2-D f32 in fixed point with aligned rows", "[cpu]") {
 }
 
 TEST_CASE("print: 0-d, negative padding, dtype suffix", "[cpu]") {
-  CHECK(make_tensor({3.5}, {}).str() == "tensor(3.5000)");
-  CHECK(make_tensor({-1.5, 2}, {2}).str() == "tensor([-1.5000,  2.0000])");
-  CHECK(make_tensor({0.25, -8}, {2}, DType::f64).str() == "tensor([ 0.2500, -8.0000], dtype=f64)");
-  CHECK(make_tensor({0.5}, {1}, DType::f16).str() == "tensor([0.5000], dtype=f16)");
-  CHECK(make_tensor({0, 1, 2, 3, 4}, {5}, DType::i64).str() == "tensor([0, 1, 2, 3, 4], dtype=i64)");
-  CHECK(make_tensor({-7, 12}, {2}, DType::i32).str() == "tensor([-7, 12], dtype=i32)");
-  CHECK(make_tensor({1, 0}, {2}, DType::boolean).str() == "tensor([ True, False], dtype=bool)");
+  CHECK(from_vector({3.5}, {}, {.dtype = DType::f32}).str() == "tensor(3.5000)");
+  CHECK(from_vector<double>({-1.5, 2}, {2}, {.dtype = DType::f32}).str() == "tensor([-1.5000,  2.0000])");
+  CHECK(from_vector<double>({0.25, -8}, {2}, {.dtype = DType::f64}).str() == "tensor([ 0.2500, -8.0000], dtype=f64)");
+  CHECK(from_vector({0.5}, {1}, {.dtype = DType::f16}).str() == "tensor([0.5000], dtype=f16)");
+  CHECK(from_vector({0, 1, 2, 3, 4}, {5}, {.dtype = DType::i64}).str() == "tensor([0, 1, 2, 3, 4], dtype=i64)");
+  CHECK(from_vector({-7, 12}, {2}, {.dtype = DType::i32}).str() == "tensor([-7, 12], dtype=i32)");
+  CHECK(from_vector({1, 0}, {2}, {.dtype = DType::boolean}).str() == "tensor([ True, False], dtype=bool)");
 }
 
 TEST_CASE("print: scientific notation, nan and inf", "[cpu]") {
-  CHECK(make_tensor({1e-5, 1.0}, {2}).str() == "tensor([1.0000e-05, 1.0000e+00])");
-  CHECK(make_tensor({2e9, 1.0}, {2}).str() == "tensor([2.0000e+09, 1.0000e+00])");
-  CHECK(make_tensor({NAN, INFINITY, -INFINITY, 1.0}, {4}).str() == "tensor([   nan,    inf,   -inf, 1.0000])");
+  CHECK(from_vector({1e-5, 1.0}, {2}, {.dtype = DType::f32}).str() == "tensor([1.0000e-05, 1.0000e+00])");
+  CHECK(from_vector({2e9, 1.0}, {2}, {.dtype = DType::f32}).str() == "tensor([2.0000e+09, 1.0000e+00])");
+  CHECK(from_vector<double>({NAN, INFINITY, -INFINITY, 1.0}, {4}, {.dtype = DType::f32}).str() ==
+        "tensor([   nan,    inf,   -inf, 1.0000])");
 }
 
 TEST_CASE("print: 3-D separates matrices with a blank line", "[cpu]") {
-  Tensor t = make_tensor({0, 1, 2, 3, 4, 5, 6, 7}, {2, 2, 2}, DType::i32);
+  Tensor t = from_vector({0, 1, 2, 3, 4, 5, 6, 7}, {2, 2, 2}, {.dtype = DType::i32});
   CHECK(t.str() ==
         "tensor([[[0, 1],\n"
         "         [2, 3]],\n"
@@ -44,7 +44,7 @@ TEST_CASE("print: 3-D separates matrices with a blank line", "[cpu]") {
 }
 
 TEST_CASE("print: non-contiguous views print in logical order", "[cpu]") {
-  Tensor t = make_tensor({1, 2, 3, 4, 5, 6}, {2, 3}, DType::i64);
+  Tensor t = from_vector({1, 2, 3, 4, 5, 6}, {2, 3}, {.dtype = DType::i64});
   Tensor tt = as_strided_raw(t, {3, 2}, {1, 3}, 0);  // the transpose
   CHECK(tt.str() == "tensor([[1, 4],\n        [2, 5],\n        [3, 6]], dtype=i64)");
 }
@@ -79,7 +79,7 @@ TEST_CASE("print: long rows wrap at 80 columns", "[cpu]") {
 }
 
 TEST_CASE("print: requires_grad suffix", "[cpu]") {
-  Tensor t = make_tensor({1, 2}, {2});
+  Tensor t = from_vector({1, 2}, {2}, {.dtype = DType::f32});
   t.requires_grad_();
   CHECK(t.str() == "tensor([1.0000, 2.0000], requires_grad=True)");
   CHECK(Tensor().str() == "tensor(undefined)");

@@ -80,7 +80,7 @@ TEST_CASE("reduce: f64, f16, bf16 inputs keep their dtype", "[cpu][reduce]") {
 
 TEST_CASE("reduce: integer and boolean inputs", "[cpu][reduce]") {
   // i32 sum widens to i64 (values chosen so an i32 accumulator would overflow).
-  Tensor big = make_tensor(std::vector<double>(8, 2.0e9), {2, 4}, DType::i32);
+  Tensor big = from_vector(std::vector<double>(8, 2.0e9), {2, 4}, {.dtype = DType::i32});
   CHECK(to_f64(kernels::reduce(ReduceOp::Sum, big)) == std::vector<double>{1.6e10});
   CHECK(kernels::reduce(ReduceOp::Sum, big).dtype() == DType::i64);
   for (DType dt : {DType::i32, DType::i64}) {
@@ -88,7 +88,7 @@ TEST_CASE("reduce: integer and boolean inputs", "[cpu][reduce]") {
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min})
       for (const auto& dims : kDimSets) check_reduce(op, x, dims, false);
   }
-  Tensor b = make_tensor({1, 0, 1, 1, 0, 0}, {2, 3}, DType::boolean);
+  Tensor b = from_vector({1, 0, 1, 1, 0, 0}, {2, 3}, {.dtype = DType::boolean});
   CHECK(to_f64(kernels::reduce(ReduceOp::Sum, b, {1})) == std::vector<double>{2, 1});
   CHECK(to_f64(kernels::reduce(ReduceOp::Max, b, {1})) == std::vector<double>{1, 1});
   CHECK(to_f64(kernels::reduce(ReduceOp::Min, b, {0})) == std::vector<double>{1, 0, 0});
@@ -117,7 +117,7 @@ TEST_CASE("reduce: long f32 reductions stay accurate (double accumulation)", "[c
 }
 
 TEST_CASE("reduce: NaN propagates through max and min", "[cpu][reduce]") {
-  Tensor x = make_tensor({1, NAN, 3, 4, 5, 6}, {2, 3});
+  Tensor x = from_vector<double>({1, NAN, 3, 4, 5, 6}, {2, 3}, {.dtype = DType::f32});
   std::vector<double> mx = to_f64(kernels::reduce(ReduceOp::Max, x, {1}));
   CHECK(std::isnan(mx[0]));
   CHECK(mx[1] == 6);
@@ -134,7 +134,7 @@ TEST_CASE("reduce: empty ranges, 0-d inputs and bad dims", "[cpu][reduce]") {
   CHECK(kernels::reduce(ReduceOp::Sum, e, {0}).sizes() == Shape{0});
   CHECK_THROWS_WITH(kernels::reduce(ReduceOp::Max, e, {1}), Catch::Contains("empty") && Catch::Contains("[3, 0]"));
 
-  Tensor s = make_tensor({2.5}, {});
+  Tensor s = from_vector({2.5}, {}, {.dtype = DType::f32});
   Tensor r = kernels::reduce(ReduceOp::Sum, s);
   CHECK(r.dim() == 0);
   CHECK(to_f64(r) == std::vector<double>{2.5});
@@ -146,7 +146,7 @@ TEST_CASE("reduce: empty ranges, 0-d inputs and bad dims", "[cpu][reduce]") {
 }
 
 TEST_CASE("argmax: first maximum, NaN wins, any layout", "[cpu][reduce]") {
-  Tensor t = make_tensor({1, 7, 7, 2, /**/ 9, 0, 9, 9, /**/ 3, NAN, 8, NAN}, {3, 4});
+  Tensor t = from_vector<double>({1, 7, 7, 2, /**/ 9, 0, 9, 9, /**/ 3, NAN, 8, NAN}, {3, 4}, {.dtype = DType::f32});
   Tensor a = kernels::argmax(t, 1);
   CHECK(a.dtype() == DType::i64);
   CHECK(a.sizes() == Shape{3});

@@ -67,7 +67,7 @@ std::vector<int64_t> random_targets(int64_t N, int64_t C, uint64_t seed) {
 }
 
 Tensor targets_tensor(const std::vector<int64_t>& t, DType dt = DType::i64) {
-  return make_tensor(std::vector<double>(t.begin(), t.end()), {static_cast<int64_t>(t.size())}, dt);
+  return from_vector(std::vector<double>(t.begin(), t.end()), {static_cast<int64_t>(t.size())}, {.dtype = dt});
 }
 
 }  // namespace
@@ -96,7 +96,7 @@ TEST_CASE("softmax is stable for huge logits and handles -inf", "[cpu][softmax]"
   // Differences are exact in f32; a softmax without max subtraction overflows to inf/NaN.
   const std::vector<double> v = {1e4, 1e4 + 1, 1e4 - 3, -1e4, /**/ -1e38, 1e38, 0, 1, /**/ 5, -INFINITY, 2, 5};
   for (DType dt : {DType::f32, DType::f64}) {
-    Tensor x = make_tensor(v, {3, 4}, dt);
+    Tensor x = from_vector(v, {3, 4}, {.dtype = dt});
     for (bool log : {false, true}) {
       INFO(dtype_name(dt) << " log " << log);
       const std::vector<double> ref = ref_softmax(to_f64(x), {3, 4}, 1, log);
@@ -190,7 +190,7 @@ TEST_CASE("cross_entropy_rows: loss and lse with and without label smoothing", "
 TEST_CASE("cross_entropy_rows: huge logits stay finite and exact", "[cpu][softmax]") {
   const std::vector<double> v = {1e4, 1e4 + 2, -1e4, /**/ -1e38, 1e38, 0, /**/ 1e30, 1e30, 1e30};
   const std::vector<int64_t> t = {0, 0, 2};
-  Tensor x = make_tensor(v, {3, 3}, DType::f32);
+  Tensor x = from_vector(v, {3, 3}, {.dtype = DType::f32});
   for (double ls : {0.0, 0.2}) {
     std::vector<double> lse;
     const std::vector<double> loss = ref_ce(to_f64(x), 3, 3, t, ls, &lse);
@@ -213,7 +213,7 @@ TEST_CASE("cross_entropy_backward: formula, finite differences, expanded grad", 
     Tensor x = random_tensor({N, C}, DType::f64, 40, -3, 3);
     const std::vector<int64_t> t = random_targets(N, C, 41);
     const std::vector<double> xv = to_f64(x), gv = random_values(N, 42, -1, 1);
-    Tensor g = make_tensor(gv, {N}, DType::f32);
+    Tensor g = from_vector(gv, {N}, {.dtype = DType::f32});
     const std::vector<double> gr = to_f64(g);  // g as rounded to f32
     auto r = kernels::cross_entropy_rows(x, targets_tensor(t), ls);
     Tensor dx = kernels::cross_entropy_backward(g, x, targets_tensor(t), r.lse, ls);
@@ -235,7 +235,7 @@ TEST_CASE("cross_entropy_backward: formula, finite differences, expanded grad", 
     for (DType dt : {DType::f32, DType::bf16}) {
       Tensor x2 = random_tensor({N, C}, dt, 43, -3, 3, Layout::Strided);
       const std::vector<double> x2v = to_f64(x2);
-      Tensor g2 = make_tensor({0.25}, {1}, DType::f32).expand({N});
+      Tensor g2 = from_vector({0.25}, {1}, {.dtype = DType::f32}).expand({N});
       auto r2 = kernels::cross_entropy_rows(x2, targets_tensor(t), ls);
       Tensor d2 = kernels::cross_entropy_backward(g2, x2, targets_tensor(t), r2.lse, ls);
       CHECK(d2.dtype() == dt);
@@ -252,9 +252,10 @@ TEST_CASE("cross_entropy_backward: formula, finite differences, expanded grad", 
     }
   }
   // Huge logits: probabilities from the recomputed row statistics, not a rounded f32 lse.
-  Tensor xh = make_tensor({1e4, 1e4, 1e4 - 1}, {1, 3}, DType::f32);
+  Tensor xh = from_vector<double>({1e4, 1e4, 1e4 - 1}, {1, 3}, {.dtype = DType::f32});
   auto rh = kernels::cross_entropy_rows(xh, targets_tensor({1}));
-  Tensor dh = kernels::cross_entropy_backward(make_tensor({1.0}, {1}), xh, targets_tensor({1}), rh.lse);
+  Tensor dh =
+      kernels::cross_entropy_backward(from_vector({1.0}, {1}, {.dtype = DType::f32}), xh, targets_tensor({1}), rh.lse);
   const double z = 2 + std::exp(-1.0);
   check_close(dh, {1 / z, 1 / z - 1, std::exp(-1.0) / z}, 4 * tol(DType::f32), tol(DType::f32));
 }
@@ -274,7 +275,8 @@ TEST_CASE("cross_entropy: out-of-range targets and bad shapes are errors naming 
                     Catch::Contains("2-D"));
   CHECK_THROWS_WITH(kernels::cross_entropy_rows(x, targets_tensor({0, 1, 2, 3}), 1.5),
                     Catch::Contains("label_smoothing"));
-  CHECK_THROWS_WITH(kernels::cross_entropy_rows(x, make_tensor({0, 1, 2, 3}, {4}, DType::f32)), Catch::Contains("f32"));
+  CHECK_THROWS_WITH(kernels::cross_entropy_rows(x, from_vector({0, 1, 2, 3}, {4}, {.dtype = DType::f32})),
+                    Catch::Contains("f32"));
 }
 
 TEST_CASE("non-finite logits follow kernels/softmax.h: NaN, +inf and all -inf rows are NaN, -inf has probability 0",
@@ -287,15 +289,15 @@ TEST_CASE("non-finite logits follow kernels/softmax.h: NaN, +inf and all -inf ro
       // Logits in [-4, 4] and a log-sum of at most log(D) + 8: log-probabilities carry roundings
       // relative to about that size; sums of D terms one tol_sum.
       const double rt = 4 * tol_sum(dt, D), at = 4 * tol(dt) * (std::log(static_cast<double>(D)) + 9);
-      const Tensor x = make_tensor(l.x, {l.rows, D}, dt);
+      const Tensor x = from_vector(l.x, {l.rows, D}, {.dtype = dt});
       l.x = to_f64(x);  // the references see the logits as rounded to dt
-      const Tensor xt = make_tensor(transposed(l, l.x), {D, l.rows}, dt);  // softmax over dim 0
+      const Tensor xt = from_vector(transposed(l, l.x), {D, l.rows}, {.dtype = dt});  // softmax over dim 0
       for (bool log : {false, true}) {
         INFO("log " << log);
         const std::vector<double> ref = nonfinite_softmax_ref(l, log);
         check_close(kernels::softmax(x, 1, log), ref, rt, log ? at : 0.0);
         check_close(kernels::softmax(xt, 0, log), transposed(l, ref), rt, log ? at : 0.0);
-        const Tensor y = make_tensor(ref, {l.rows, D}, dt);
+        const Tensor y = from_vector(ref, {l.rows, D}, {.dtype = dt});
         const Tensor g = random_tensor({l.rows, D}, dt, 901 + D, -1.0, 1.0);
         const std::vector<double> dref = nonfinite_softmax_backward_ref(to_f64(g), to_f64(y), l.rows, D, log);
         // |sum g| is about sqrt(D / 3) and p * |log p| <= 1/e: about 2.4 tol_sum of error at most.
@@ -309,7 +311,7 @@ TEST_CASE("non-finite logits follow kernels/softmax.h: NaN, +inf and all -inf ro
         const double rt32 = 4 * tol_sum(DType::f32, D);  // loss and lse are f32
         check_close(r.loss, loss, rt32, rt32 * 4);
         check_close(r.lse, lse, rt32, rt32 * 4);
-        const Tensor g = make_tensor(random_values(l.rows, 902, -1.0, 1.0), {l.rows}, DType::f32);
+        const Tensor g = from_vector(random_values(l.rows, 902, -1.0, 1.0), {l.rows}, {.dtype = DType::f32});
         const std::vector<double> dref = nonfinite_cross_entropy_backward_ref(l, to_f64(g), ls);
         check_close(kernels::cross_entropy_backward(g, x, targets_tensor(l.target), r.lse, ls), dref, rt, rt);
       }

@@ -105,7 +105,7 @@ TEST_CASE("cross_entropy with non-finite logits: NaN and +inf rows make the mean
     std::vector<double> zv = {1.0, bad, 3.0, 0.0};
     zv.insert(zv.end(), finite_row.begin(), finite_row.end());
     zv.insert(zv.end(), finite_row.begin(), finite_row.end());
-    Tensor z = ember::testing::make_tensor(zv, {N, C}, DType::f32);
+    Tensor z = from_vector(zv, {N, C}, {.dtype = DType::f32});
     z.requires_grad_();
     Tensor loss = layers::cross_entropy(z, from_vector(t, {N}));
     const double l = loss.item<double>();

@@ -20,16 +20,16 @@ TEST_CASE("Adam: first steps by hand", "[cpu][optim]") {
   // Step 1: m = 0.1 g, v = 0.001 g^2; m_hat = g, v_hat = g^2, so p -= lr * g / (|g| + eps).
   for (const DType dt : {DType::f32, DType::f64}) {
     INFO(dtype_name(dt));
-    Tensor p = make_tensor({1.0, -2.0}, {2}, dt).requires_grad_();
+    Tensor p = from_vector({1.0, -2.0}, {2}, {.dtype = dt}).requires_grad_();
     optim::Adam opt({p}, {.lr = 0.1});
-    p.set_grad(make_tensor({0.5, -4.0}, {2}, dt));
+    p.set_grad(from_vector({0.5, -4.0}, {2}, {.dtype = dt}));
     opt.step();
     const std::vector<double> got = to_f64(p);
     CHECK(got[0] == Approx(1.0 - 0.1 * 0.5 / (0.5 + 1e-8)).epsilon(4 * tol(dt)));
     CHECK(got[1] == Approx(-2.0 + 0.1 * 4.0 / (4.0 + 1e-8)).epsilon(4 * tol(dt)));
     // Step 2 with the same gradient: m = 0.19 g, v = 0.001999 g^2, bias corrections 0.19 and
     // 0.001999, so again m_hat = g, v_hat = g^2: another lr * sign(g) (up to eps).
-    p.set_grad(make_tensor({0.5, -4.0}, {2}, dt));
+    p.set_grad(from_vector({0.5, -4.0}, {2}, {.dtype = dt}));
     opt.step();
     const std::vector<double> got2 = to_f64(p);
     CHECK(got2[0] == Approx(1.0 - 0.2 * 0.5 / (0.5 + 1e-8)).epsilon(4 * tol(dt)));
@@ -42,7 +42,7 @@ TEST_CASE("Adam: first steps by hand", "[cpu][optim]") {
 
 TEST_CASE("AdamW: decoupled decay by hand", "[cpu][optim]") {
   // p = 2, g = 0 (so the Adam term is 0 / (0 + eps) = 0): only the decay acts, p *= 1 - lr * wd.
-  Tensor p = make_tensor({2.0}, {1}, DType::f64).requires_grad_();
+  Tensor p = from_vector({2.0}, {1}, {.dtype = DType::f64}).requires_grad_();
   optim::AdamW opt({p}, {.lr = 0.1, .weight_decay = 0.5});
   CHECK(opt.name() == "AdamW");
   for (int s = 0; s < 3; ++s) {
@@ -51,7 +51,7 @@ TEST_CASE("AdamW: decoupled decay by hand", "[cpu][optim]") {
   }
   CHECK(p.item<double>() == Approx(2.0 * std::pow(0.95, 3)).epsilon(1e-12));
   // Adam's coupled decay with g = 0: g' = wd * p, and step 1 moves p by lr * sign(p) instead.
-  Tensor q = make_tensor({2.0}, {1}, DType::f64).requires_grad_();
+  Tensor q = from_vector({2.0}, {1}, {.dtype = DType::f64}).requires_grad_();
   optim::Adam adam({q}, {.lr = 0.1, .weight_decay = 0.5});
   q.set_grad(zeros({1}, {.dtype = DType::f64}));
   adam.step();

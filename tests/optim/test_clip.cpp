@@ -101,7 +101,7 @@ TEST_CASE("clip_grad_norm_: no gradients, a NaN gradient, errors", "[cpu][optim]
   CHECK(n.item<double>() == 0.0);
   CHECK(n.device() == Device::cpu());
 
-  p.set_grad(make_tensor({1.0, NAN, 2.0}, {3}));
+  p.set_grad(from_vector<double>({1.0, NAN, 2.0}, {3}, {.dtype = DType::f32}));
   Tensor nn = optim::clip_grad_norm_({p}, 1.0);
   CHECK(std::isnan(nn.item<double>()));
   for (double v : to_f64(p.grad())) CHECK(std::isnan(v));  // the problem shows, as in PyTorch

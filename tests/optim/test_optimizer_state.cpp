@@ -85,7 +85,8 @@ TEST_CASE("Optimizer state_dict: save, continue, restore into a fresh optimizer:
 
     // Restored run: fresh parameters holding the snapshot, a fresh optimizer with other settings.
     std::vector<Tensor> pb;
-    for (size_t i = 0; i < kShapes.size(); ++i) pb.push_back(make_tensor(snapshot[i], kShapes[i]).requires_grad_());
+    for (size_t i = 0; i < kShapes.size(); ++i)
+      pb.push_back(from_vector(snapshot[i], kShapes[i], {.dtype = DType::f32}).requires_grad_());
     auto b = make(pb);
     b->set_lr(42.0);
     b->load_state_dict(sd);

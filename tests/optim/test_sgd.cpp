@@ -21,7 +21,7 @@ using namespace ember::testing;
 namespace {
 
 Tensor leaf(const std::vector<double>& vals, const Shape& shape, DType dt = DType::f32) {
-  Tensor t = make_tensor(vals, shape, dt);
+  Tensor t = from_vector(vals, shape, {.dtype = dt});
   t.requires_grad_();
   return t;
 }
@@ -54,7 +54,7 @@ TEST_CASE("SGD: one parameter, values by hand (plain, momentum, nesterov, weight
       optim::SGD opt({p}, c.o);
       const double expect[3] = {c.p1, c.p2, c.p3};
       for (int s = 0; s < 3; ++s) {
-        p.set_grad(make_tensor({0.5}, {1}, dt));
+        p.set_grad(from_vector({0.5}, {1}, {.dtype = dt}));
         opt.step();
         CHECK(p.item<double>() == Approx(expect[s]).epsilon(4 * tol(dt)));
       }

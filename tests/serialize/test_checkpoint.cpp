@@ -165,7 +165,7 @@ TEST_CASE("checkpoint: tensors of every dtype and layout round-trip exactly", "[
 TEST_CASE("checkpoint: special float values and a parameter keep their exact bits", "[cpu][checkpoint]") {
   TempDir dir;
   Tensor special =
-      ember::testing::make_tensor({0.0, -0.0, 1e-45, -3.4e38, 1.0 / 0.0, -1.0 / 0.0, 0.0 / 0.0}, {7}, DType::f32);
+      from_vector<double>({0.0, -0.0, 1e-45, -3.4e38, 1.0 / 0.0, -1.0 / 0.0, 0.0 / 0.0}, {7}, {.dtype = DType::f32});
   Tensor param = random_tensor({4, 4}, DType::f32, 9).requires_grad_();
   serialize::save_tensors({{"special", special}, {"param", param}}, dir.file("s.ckpt"));
   StateDict back = serialize::load_tensors(dir.file("s.ckpt"));
@@ -177,8 +177,8 @@ TEST_CASE("checkpoint: special float values and a parameter keep their exact bit
 TEST_CASE("checkpoint: the file follows the documented layout", "[cpu][checkpoint]") {
   CHECK(crc32_ref(reinterpret_cast<const uint8_t*>("123456789"), 9) == 0xCBF43926u);  // the CRC-32 check value
   TempDir dir;
-  Tensor a = ember::testing::make_tensor({1, -2, 3}, {3}, DType::i32);
-  Tensor b = ember::testing::make_tensor({0.5, 1.5, 2.5, 3.5}, {2, 2}, DType::f64);
+  Tensor a = from_vector({1, -2, 3}, {3}, {.dtype = DType::i32});
+  Tensor b = from_vector({0.5, 1.5, 2.5, 3.5}, {2, 2}, {.dtype = DType::f64});
   const std::string path = dir.file("layout.ckpt");
   serialize::save_tensors({{"a", a}, {"bb", b}}, path);
   const std::vector<uint8_t> f = read_bytes(path);

@@ -1,16 +1,17 @@
 #pragma once
 // Shared test helpers: float64 references, dtype tolerances, random tensor makers.
 //
-// These helpers touch tensor memory directly (raw strided loops over the storage) and never call
-// ember's copy/cast/elementwise kernels, so a test built on them checks the kernels against an
-// independent implementation. CUDA tensors are moved to the host with Tensor::to(Device::cpu())
-// (that path is tested separately in tests/kernels/test_copy.cpp and the CUDA tests).
+// Inputs are made with the public factories (from_vector; its conversions are checked against
+// round_to in tests/kernels/test_factory.cpp). Results are read back by walking tensor memory
+// directly (raw strided loops over the storage, never ember's copy/cast/elementwise kernels), so a
+// test built on them checks the kernels against an independent implementation. CUDA tensors are
+// moved to the host with Tensor::to(Device::cpu()) (tested in tests/kernels/test_copy.cpp and the
+// CUDA tests).
 //
 // API (namespace ember::testing):
 //   tol(dtype)                 relative tolerance of one rounding in dtype (0 for integers)
 //   tol_sum(dtype, k)          tolerance for a sum/dot of length k: tol(dtype) * sqrt(k)
 //   to_f64(t)                  elements of t (any strides, any device) in row-major order
-//   make_tensor(vals, sizes, dtype, device)   a contiguous tensor holding vals cast to dtype
 //   random_tensor(sizes, dtype, seed, lo, hi, layout, device)   values U[lo, hi) from a fixed
 //                              seed; layout picks a contiguous, transposed or step-2 strided view
 //   random_values(n, seed, lo, hi)   the raw doubles behind random_tensor(..., Layout::Contiguous)
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include <ember/core/tensor.h>
+#include <ember/kernels/factory.h>
 #include <ember/kernels/pool.h>
 #include <ember/kernels/reduce.h>
 
@@ -133,16 +135,6 @@ inline std::vector<double> to_f64(const Tensor& t_in) {
   return out;
 }
 
-/// A new contiguous tensor of `sizes` holding `vals` (row-major) stored as `dtype`.
-inline Tensor make_tensor(const std::vector<double>& vals, const Shape& sizes, DType dtype = DType::f32,
-                          Device device = Device::cpu()) {
-  REQUIRE(static_cast<int64_t>(vals.size()) == numel_of(sizes));
-  Tensor t = empty(sizes, {.dtype = dtype});
-  auto* p = static_cast<unsigned char*>(t.data_ptr());
-  for (size_t i = 0; i < vals.size(); ++i) store_f64(dtype, p + i * t.element_size(), vals[i]);
-  return device.is_cpu() ? t : t.to(device);
-}
-
 /// n doubles U[lo, hi) from a fixed seed (std::mt19937_64, so independent of ember's RNG).
 inline std::vector<double> random_values(int64_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
   std::mt19937_64 rng(seed);
@@ -166,38 +158,32 @@ inline Tensor random_tensor(const Shape& sizes, DType dtype = DType::f32, uint64
   const std::vector<double> vals = random_values(numel_of(sizes), seed, lo, hi);
   const int64_t nd = static_cast<int64_t>(sizes.size());
   if (layout == Layout::Transposed && nd < 2) layout = Layout::Contiguous;
-  if (layout == Layout::Contiguous) return make_tensor(vals, sizes, dtype, device);
+  if (layout == Layout::Strided && nd == 0) layout = Layout::Contiguous;
+  if (layout == Layout::Contiguous) return from_vector(vals, sizes, {.dtype = dtype, .device = device});
 
-  // Allocate a bigger contiguous buffer, then view it with the wanted geometry and fill the view.
+  // A bigger contiguous buffer viewed with the wanted geometry: the view's elements hold vals.
   Shape buf_sizes = sizes, strides;
   if (layout == Layout::Transposed) {
     std::swap(buf_sizes[nd - 1], buf_sizes[nd - 2]);
-    Shape bs = contiguous_strides(buf_sizes);
-    strides = bs;
+    strides = contiguous_strides(buf_sizes);
     std::swap(strides[nd - 1], strides[nd - 2]);
   } else {
-    if (nd == 0) return make_tensor(vals, sizes, dtype, device);
     buf_sizes[nd - 1] *= 2;
     strides = contiguous_strides(buf_sizes);
     strides[nd - 1] *= 2;
   }
-  Tensor buf = empty(buf_sizes, {.dtype = dtype});
-  auto* p = static_cast<unsigned char*>(buf.data_ptr());
   // Poison the gaps so a kernel that reads them produces visibly wrong numbers.
-  for (int64_t i = 0; i < buf.numel(); ++i) store_f64(dtype, p + i * buf.element_size(), 1e4);
-  Tensor view = as_strided_raw(buf, sizes, strides, 0);
+  std::vector<double> buf_vals(static_cast<size_t>(numel_of(buf_sizes)), 1e4);
   for (int64_t i = 0; i < static_cast<int64_t>(vals.size()); ++i) {
     int64_t rem = i, off = 0;
     for (int64_t d = nd - 1; d >= 0; --d) {
       off += (rem % sizes[d]) * strides[d];
       rem /= sizes[d];
     }
-    store_f64(dtype, p + off * buf.element_size(), vals[static_cast<size_t>(i)]);
+    buf_vals[static_cast<size_t>(off)] = vals[static_cast<size_t>(i)];
   }
-  if (device.is_cpu()) return view;
-  // Keep the non-contiguous geometry on the device too.
-  Tensor dbuf = buf.to(device);
-  return as_strided_raw(dbuf, sizes, strides, 0);
+  const Tensor buf = from_vector(buf_vals, buf_sizes, {.dtype = dtype, .device = device});
+  return as_strided_raw(buf, sizes, strides, 0);
 }
 
 /// CHECKs |actual - expected| <= atol + rtol * |expected| for every element (NaN matches NaN,

@@ -17,7 +17,7 @@ namespace ember::testing {
 struct SgdRef {
   double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
   bool nesterov = false;
-  std::vector<double> buf;
+  std::vector<double> buf{};
   bool has_buf = false;
 
   void step(std::vector<double>& p, const std::vector<double>& g) {
@@ -39,7 +39,7 @@ struct SgdRef {
 struct AdamRef {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
   bool decoupled = false;  // AdamW
-  std::vector<double> m, v;
+  std::vector<double> m{}, v{};
   int64_t t = 0;
 
   void step(std::vector<double>& p, const std::vector<double>& g_in) {

@@ -30,7 +30,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kRuns = fs::path(__FILE__).parent_path() / ".." / "train" / "fixtures" / "runs";
+const fs::path kRuns = fs::path(EMBER_SOURCE_DIR) / "tests" / "train" / "fixtures" / "runs";
 std::string run_dir(const std::string& name) { return (kRuns / name).string(); }
 
 std::string fmt(const char* format, double v) {

@@ -67,28 +67,36 @@ template <> constexpr DType dtype_of<bool>() { return DType::boolean; }
 
 // EMBER_DISPATCH_ALL(dtype, "opname", [&]<typename scalar_t>() { ... }) calls the lambda with
 // scalar_t bound to the dtype's C++ type. The FLOAT variant accepts f32/f64/f16/bf16 only.
+// (clang-format 14 re-indents a run of case macros differently on every pass, so not here.)
+// clang-format off
 #define EMBER_DISPATCH_CASE_(DT, ...) \
   case ::ember::DType::DT:            \
     return __VA_ARGS__.template operator()<typename ::ember::CppType<::ember::DType::DT>::type>();
 
-#define EMBER_DISPATCH_ALL(dtype, name, ...)                                               \
-  [&] {                                                                                    \
-    switch (dtype) {                                                                       \
-      EMBER_DISPATCH_CASE_(f32, __VA_ARGS__)                                               \
-      EMBER_DISPATCH_CASE_(f64, __VA_ARGS__) EMBER_DISPATCH_CASE_(f16, __VA_ARGS__)        \
-          EMBER_DISPATCH_CASE_(bf16, __VA_ARGS__) EMBER_DISPATCH_CASE_(i32, __VA_ARGS__)   \
-              EMBER_DISPATCH_CASE_(i64, __VA_ARGS__) EMBER_DISPATCH_CASE_(u8, __VA_ARGS__) \
-                  EMBER_DISPATCH_CASE_(boolean, __VA_ARGS__)                               \
-    }                                                                                      \
-    EMBER_FAIL(name, ": unsupported dtype ", ::ember::dtype_name(dtype));                  \
+#define EMBER_DISPATCH_ALL(dtype, name, ...)                              \
+  [&] {                                                                   \
+    switch (dtype) {                                                      \
+      EMBER_DISPATCH_CASE_(f32, __VA_ARGS__)                              \
+      EMBER_DISPATCH_CASE_(f64, __VA_ARGS__)                              \
+      EMBER_DISPATCH_CASE_(f16, __VA_ARGS__)                              \
+      EMBER_DISPATCH_CASE_(bf16, __VA_ARGS__)                             \
+      EMBER_DISPATCH_CASE_(i32, __VA_ARGS__)                              \
+      EMBER_DISPATCH_CASE_(i64, __VA_ARGS__)                              \
+      EMBER_DISPATCH_CASE_(u8, __VA_ARGS__)                               \
+      EMBER_DISPATCH_CASE_(boolean, __VA_ARGS__)                          \
+    }                                                                     \
+    EMBER_FAIL(name, ": unsupported dtype ", ::ember::dtype_name(dtype)); \
   }()
 
 #define EMBER_DISPATCH_FLOAT(dtype, name, ...)                                                               \
   [&] {                                                                                                      \
     switch (dtype) {                                                                                         \
       EMBER_DISPATCH_CASE_(f32, __VA_ARGS__)                                                                 \
-      EMBER_DISPATCH_CASE_(f64, __VA_ARGS__) EMBER_DISPATCH_CASE_(f16, __VA_ARGS__)                          \
-          EMBER_DISPATCH_CASE_(bf16, __VA_ARGS__) default : break;                                           \
+      EMBER_DISPATCH_CASE_(f64, __VA_ARGS__)                                                                 \
+      EMBER_DISPATCH_CASE_(f16, __VA_ARGS__)                                                                 \
+      EMBER_DISPATCH_CASE_(bf16, __VA_ARGS__)                                                                \
+      default: break;                                                                                        \
     }                                                                                                        \
     EMBER_FAIL(name, ": expected a floating dtype (f32, f64, f16, bf16), got ", ::ember::dtype_name(dtype)); \
   }()
+// clang-format on

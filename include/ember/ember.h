@@ -16,9 +16,9 @@
 #include <ember/data/cifar.h>
 #include <ember/data/dataloader.h>
 #include <ember/data/dataset.h>
+#include <ember/data/distributed_sampler.h>
 #include <ember/data/mnist.h>
 #include <ember/data/sampler.h>
-#include <ember/data/distributed_sampler.h>
 #include <ember/data/synthetic.h>
 #include <ember/data/transforms.h>
 #include <ember/kernels/factory.h>

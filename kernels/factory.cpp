@@ -66,7 +66,9 @@ Tensor arange(double start, double end, double step, const TensorOptions& option
 }
 
 Tensor arange(int64_t end, const TensorOptions& options) {
-  return arange(0.0, static_cast<double>(end), 1.0, no_grad(options.dtype_or(DType::i64), options));
+  TensorOptions o = options;
+  o.dtype = options.dtype_or(DType::i64);
+  return arange(0.0, static_cast<double>(end), 1.0, o);
 }
 
 Tensor rand(const Shape& sizes, const TensorOptions& options, Generator& gen) {

@@ -122,6 +122,7 @@ TEST_CASE("factory: every factory takes TensorOptions", "[cpu]") {
   check_options("rand", [](const TensorOptions& o) { return rand({2, 3}, o); });
   check_options("randn", [](const TensorOptions& o) { return randn({2, 3}, o); });
   check_options("arange", [](const TensorOptions& o) { return arange(0.0, 3.0, 0.5, o); });
+  check_options("arange(end)", [](const TensorOptions& o) { return arange(4, o); });
   check_options("scalar_tensor", [](const TensorOptions& o) { return scalar_tensor(2.0, o); });
   const Tensor like = ones({2, 3}, {.dtype = DType::f64});
   check_options("empty_like", [&](const TensorOptions& o) { return empty_like(like, o); });

@@ -21,11 +21,13 @@ namespace {
 constexpr auto kStallPeriod = std::chrono::milliseconds(1000);
 }  // namespace
 
-PeerIo::PeerIo(std::vector<net::Socket> peers, int self) : self_(self) {
+PeerIo::PeerIo(std::vector<net::Socket> peers, int self, int send_buffer, bool send_buffer_everywhere) : self_(self) {
   peers_.resize(peers.size());
   for (size_t r = 0; r < peers.size(); ++r) {
     peers_[r].sock = std::move(peers[r]);
     if (peers_[r].sock.valid()) net::set_non_blocking(peers_[r].sock, true);
+    if (peers_[r].sock.valid() && send_buffer > 0 && (send_buffer_everywhere || net::is_same_host(peers_[r].sock)))
+      net::set_send_buffer(peers_[r].sock, send_buffer);
   }
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   EMBER_CHECK(wake_fd_ >= 0, "PeerIo: eventfd failed: ", net::error_text(errno));
@@ -64,6 +66,23 @@ void PeerIo::abort() {
                                                                            // next wait within a poll period
 }
 
+void PeerIo::poke() {
+  for (size_t r = 0; r < peers_.size(); ++r) {
+    const Peer& p = peers_[r];
+    if (!p.sends.empty() || !p.recvs.empty()) try_io(static_cast<int>(r), true, true);
+  }
+}
+
+void InterleavedReducer::reduce(void* dst, const void* src, int64_t count) {
+  char* d = static_cast<char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  for (int64_t at = 0; at < count; at += piece_) {
+    const int64_t n = std::min(piece_, count - at);
+    inner_->reduce(d + at * esize_, s + at * esize_, n);
+    io_.poke();
+  }
+}
+
 void PeerIo::clear() {
   for (Peer& p : peers_) {
     p.sends_done = p.sends_posted;
@@ -73,7 +92,7 @@ void PeerIo::clear() {
   }
 }
 
-bool PeerIo::try_io(int r) {
+bool PeerIo::try_io(int r, bool sending, bool receiving) {
   Peer& pr = peers_[static_cast<size_t>(r)];
   bool moved = false;
   auto fail = [&](int err, const char* dir) {
@@ -85,8 +104,8 @@ bool PeerIo::try_io(int r) {
     throw LinkError(LinkError::reset, r,
                     std::string(dir) + " rank " + std::to_string(r) + " failed: " + net::error_text(err));
   };
-  // Sends: as much of the queue as the socket buffer takes.
-  while (!pr.sends.empty()) {
+  // Sends: as much of the queue as the socket buffer takes (a short write means it is full).
+  while (sending && !pr.sends.empty()) {
     Transfer& t = pr.sends.front();
     if (t.left > 0) {
       const ssize_t k = ::send(pr.sock.fd(), t.p, t.left, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -103,8 +122,9 @@ bool PeerIo::try_io(int r) {
     ++pr.sends_done;
     moved = true;
   }
-  // Receives: whatever has arrived, into the posted buffers in order.
-  while (!pr.recvs.empty()) {
+  // Receives: whatever has arrived, into the posted buffers in order (a short read means the
+  // socket is empty for now).
+  while (receiving && !pr.recvs.empty()) {
     Transfer& t = pr.recvs.front();
     if (t.left > 0) {
       const ssize_t k = ::recv(pr.sock.fd(), t.p, t.left, MSG_DONTWAIT);
@@ -145,54 +165,71 @@ std::string PeerIo::pending_str() const {
 
 void PeerIo::drive(const std::function<bool()>& done) {
   std::vector<pollfd> fds;
+  std::vector<int> ranks;
   auto last_progress = net::Clock::now();
   auto last_hook = last_progress;
+  bool first = true;
   while (!done()) {
     if (aborted_) throw LinkError(LinkError::aborted, -1, "the process group was destroyed");
     bool moved = false;
-    for (size_t r = 0; r < peers_.size(); ++r) {
-      const Peer& p = peers_[r];
-      if (!p.sends.empty() || !p.recvs.empty()) moved = try_io(static_cast<int>(r)) || moved;
+    if (first) {
+      // Often the bytes are already there (or the socket has room): try before polling.
+      first = false;
+      for (size_t r = 0; r < peers_.size(); ++r) {
+        const Peer& p = peers_[r];
+        if (!p.sends.empty() || !p.recvs.empty()) moved = try_io(static_cast<int>(r), true, true) || moved;
+      }
+    } else {
+      fds.clear();
+      ranks.clear();
+      fds.push_back({wake_fd_, POLLIN, 0});
+      for (size_t r = 0; r < peers_.size(); ++r) {
+        const Peer& p = peers_[r];
+        const short ev = static_cast<short>((p.sends.empty() ? 0 : POLLOUT) | (p.recvs.empty() ? 0 : POLLIN));
+        if (ev == 0) continue;
+        fds.push_back({p.sock.fd(), ev, 0});
+        ranks.push_back(static_cast<int>(r));
+      }
+      const auto until = std::min(deadline_, net::Clock::now() + kStallPeriod);
+      const int ms = static_cast<int>(std::clamp<double>(net::seconds_left(until) * 1000.0 + 1.0, 1.0, 1000.0));
+      const int rc = ::poll(fds.data(), fds.size(), ms);
+      EMBER_CHECK(rc >= 0 || errno == EINTR, "poll failed: ", net::error_text(errno));
+      for (size_t k = 1; rc > 0 && k < fds.size(); ++k) {
+        const short ev = fds[k].revents;
+        if (ev == 0) continue;
+        const bool broken = (ev & (POLLERR | POLLHUP)) != 0;  // the calls below report why
+        moved = try_io(ranks[k - 1], broken || (ev & POLLOUT), broken || (ev & POLLIN)) || moved;
+      }
     }
-    const auto now = net::Clock::now();
     if (done()) break;
+    const auto now = net::Clock::now();
     if (now >= deadline_) throw LinkError(LinkError::timeout, -1, pending_str());
     if (moved) {
       last_progress = now;
-      continue;
-    }
-    if (stall_hook_ && now - last_progress >= kStallPeriod && now - last_hook >= kStallPeriod) {
+    } else if (stall_hook_ && now - last_progress >= kStallPeriod && now - last_hook >= kStallPeriod) {
       last_hook = now;
       stall_hook_();
     }
-    fds.clear();
-    fds.push_back({wake_fd_, POLLIN, 0});
-    for (size_t r = 0; r < peers_.size(); ++r) {
-      const Peer& p = peers_[r];
-      const short ev = static_cast<short>((p.sends.empty() ? 0 : POLLOUT) | (p.recvs.empty() ? 0 : POLLIN));
-      if (ev == 0) continue;
-      fds.push_back({p.sock.fd(), ev, 0});
-    }
-    const auto until = std::min(deadline_, now + kStallPeriod);
-    const int ms = static_cast<int>(std::clamp<double>(net::seconds_left(until) * 1000.0 + 1.0, 1.0, 1000.0));
-    const int rc = ::poll(fds.data(), fds.size(), ms);
-    EMBER_CHECK(rc >= 0 || errno == EINTR, "poll failed: ", net::error_text(errno));
   }
 }
 
 void TcpRingTransport::post(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) {
   // Receive first: when next == prev (two ranks) the peer's data may already be waiting.
-  const uint64_t r = io_.post_recv(prev_, recv, recv_bytes);
-  const uint64_t s = io_.post_send(next_, send, send_bytes);
-  tickets_.emplace_back(s, r);
+  recv_tickets_.push_back(io_.post_recv(prev_, recv, recv_bytes));
+  send_tickets_.push_back(io_.post_send(next_, send, send_bytes));
 }
 
-void TcpRingTransport::wait_oldest() {
-  EMBER_ASSERT(!tickets_.empty(), "TcpRingTransport: wait without a posted exchange");
-  const auto [s, r] = tickets_.front();
-  tickets_.pop_front();
+void TcpRingTransport::wait_recv() {
+  EMBER_ASSERT(!recv_tickets_.empty(), "TcpRingTransport: wait without a posted exchange");
+  const uint64_t r = recv_tickets_.front();
+  recv_tickets_.pop_front();
   io_.wait_recv(prev_, r);
-  io_.wait_send(next_, s);
+}
+
+void TcpRingTransport::wait_sent(int64_t count) {
+  EMBER_ASSERT(count >= 0 && count <= static_cast<int64_t>(send_tickets_.size()), "TcpRingTransport: wait_sent(", count,
+               ") after ", send_tickets_.size(), " exchanges");
+  if (count > 0) io_.wait_send(next_, send_tickets_[static_cast<size_t>(count - 1)]);
 }
 
 }  // namespace ember::parallel

@@ -8,11 +8,13 @@
 // at once (LinkError naming it); a wait that passes its deadline reports which transfers were
 // still pending; while blocked, a stall hook runs about once a second (the group asks the store
 // whether another rank has already reported a failure).
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -33,7 +35,9 @@ struct LinkError : std::runtime_error {
 class PeerIo {
  public:
   /// `peers[r]` is the connected socket to rank r (invalid for this rank). Takes ownership.
-  PeerIo(std::vector<net::Socket> peers, int self);
+  /// `send_buffer` > 0 sets SO_SNDBUF on the connections to ranks on this machine (on every
+  /// connection with `send_buffer_everywhere`); 0 leaves the kernel's autotuning.
+  PeerIo(std::vector<net::Socket> peers, int self, int send_buffer = 0, bool send_buffer_everywhere = false);
   ~PeerIo();
   PeerIo(const PeerIo&) = delete;
   PeerIo& operator=(const PeerIo&) = delete;
@@ -50,6 +54,9 @@ class PeerIo {
   void set_deadline(net::Clock::time_point d) { deadline_ = d; }
   /// Runs about once a second while a wait makes no progress; may throw LinkError.
   void set_stall_hook(std::function<void()> hook) { stall_hook_ = std::move(hook); }
+  /// Moves whatever bytes can move now on every connection with queued transfers, without
+  /// waiting (called between pieces of a long reduction, so the sockets keep flowing).
+  void poke();
   /// Makes every current and future wait throw LinkError(aborted) (thread-safe).
   void abort();
   /// Drops every queued transfer (after a failure, the streams are out of step anyway).
@@ -66,7 +73,8 @@ class PeerIo {
     uint64_t sends_posted = 0, sends_done = 0, recvs_posted = 0, recvs_done = 0;
   };
   void drive(const std::function<bool()>& done);
-  bool try_io(int r);  // true when some bytes moved
+  // Moves bytes to/from rank r without blocking; true when some moved.
+  bool try_io(int r, bool sending, bool receiving);
   std::string pending_str() const;
 
   std::vector<Peer> peers_;
@@ -77,18 +85,40 @@ class PeerIo {
   std::function<void()> stall_hook_;
 };
 
+/// A host reducer that keeps the sockets flowing while it works: it reduces in pieces and lets
+/// the PeerIo move bytes between them (one thread does both, so without this the next rank would
+/// wait for our sends, and our receive buffer would fill, for as long as a slice takes to reduce).
+class InterleavedReducer final : public RingReducer {
+ public:
+  InterleavedReducer(std::unique_ptr<RingReducer> inner, PeerIo& io, size_t elem_size)
+      : inner_(std::move(inner)),
+        io_(io),
+        esize_(static_cast<int64_t>(elem_size)),
+        piece_(std::max<int64_t>(1, int64_t(64 << 10) / esize_)) {}
+  void reduce(void* dst, const void* src, int64_t count) override;
+  void divide(void* data, int64_t count, int64_t divisor) override { inner_->divide(data, count, divisor); }
+
+ private:
+  std::unique_ptr<RingReducer> inner_;
+  PeerIo& io_;
+  int64_t esize_;
+  int64_t piece_;  // elements reduced between two pokes (64 KiB)
+};
+
 /// The ring transport over a PeerIo: sends go to rank + 1, receives come from rank - 1.
 class TcpRingTransport final : public RingTransport {
  public:
   TcpRingTransport(PeerIo& io, int rank, int world_size)
       : io_(io), next_((rank + 1) % world_size), prev_((rank + world_size - 1) % world_size) {}
   void post(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override;
-  void wait_oldest() override;
+  void wait_recv() override;
+  void wait_sent(int64_t count) override;
 
  private:
   PeerIo& io_;
   int next_, prev_;
-  std::deque<std::pair<uint64_t, uint64_t>> tickets_;  // (send, recv) per posted exchange
+  std::vector<uint64_t> send_tickets_;  // per posted exchange
+  std::deque<uint64_t> recv_tickets_;  // exchanges not yet waited for
 };
 
 }  // namespace ember::parallel

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -23,8 +24,18 @@ namespace ember::parallel {
 namespace {
 
 constexpr uint32_t kHandshakeMagic = 0x454d4252;  // "EMBR"
-constexpr int64_t kDefaultSliceBytes = int64_t(256) << 10;
-constexpr int kRingDepth = 3;
+// Ring slices: about a quarter of a chunk, so that several are in flight, between 32 KiB (fewer
+// system calls per byte) and 1 MiB (the sender stays close to the receiver in the caches).
+constexpr int64_t kMinSliceBytes = int64_t(32) << 10;
+constexpr int64_t kMaxSliceBytes = int64_t(1) << 20;
+// Two exchanges in flight: one slice on the wire while the previous one is reduced (more only
+// lets the sender run further ahead of the receiver; measured slower on one machine).
+constexpr int kRingDepth = 2;
+// SO_SNDBUF of connections between ranks on one machine. There the "wire" is a memory copy, and a
+// large send buffer (autotuning grows it to megabytes) lets a sender run far ahead of its
+// receiver: the bytes go cold in the caches before they are read, and the copies slow down by
+// half (measured in docs/benchmarks.md). EMBER_TCP_SEND_BUFFER overrides it for every connection.
+constexpr int kSameHostSendBuffer = 256 << 10;
 
 // The host memory a collective works on: `t` itself on the CPU; for a CUDA tensor a pinned host
 // buffer, filled from `t` when `copy_in` (the copy is complete when this returns).
@@ -87,7 +98,7 @@ class TcpProcessGroup final : public ProcessGroup {
   void check_reported_failure();
   std::string explain(const CollectiveCall& c, const LinkError& e);
   std::string who_is_missing(const CollectiveCall& c);
-  RingConfig ring_config(DType dtype);
+  RingConfig ring_config(DType dtype, int64_t numel);
   void* staging(const RingConfig& cfg);
 
   std::shared_ptr<Store> store_;  // this group's own connection
@@ -177,7 +188,16 @@ void TcpProcessGroup::connect_mesh(const std::shared_ptr<Store>& store) {
                 ", rank ", hello[2], "; expected group ", gid, " and a rank in (", me, ", ", n, "))");
     peers[static_cast<size_t>(from)] = std::move(s);
   }
-  io_ = std::make_unique<PeerIo>(std::move(peers), me);
+  const char* env = std::getenv("EMBER_TCP_SEND_BUFFER");
+  if (env == nullptr || *env == '\0') {
+    io_ = std::make_unique<PeerIo>(std::move(peers), me, kSameHostSendBuffer, false);
+  } else {
+    char* end = nullptr;
+    const long bytes = std::strtol(env, &end, 10);
+    EMBER_CHECK(*end == '\0' && bytes >= 0 && bytes <= (1l << 30), "EMBER_TCP_SEND_BUFFER=", env,
+                " is not a number of bytes in [0, 2^30] (0: the kernel's autotuning)");
+    io_ = std::make_unique<PeerIo>(std::move(peers), me, static_cast<int>(bytes), true);
+  }
 }
 
 std::shared_ptr<Work> TcpProcessGroup::enqueue(CollectiveCall call, Body body) {
@@ -335,9 +355,11 @@ void TcpProcessGroup::debug_check(const CollectiveCall& c) {
   }
 }
 
-RingConfig TcpProcessGroup::ring_config(DType dtype) {
-  const int64_t slice_bytes = options().slice_bytes > 0 ? options().slice_bytes : kDefaultSliceBytes;
+RingConfig TcpProcessGroup::ring_config(DType dtype, int64_t numel) {
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t chunk_bytes = (numel + world_size() - 1) / world_size() * esize;
+  const int64_t slice_bytes =
+      options().slice_bytes > 0 ? options().slice_bytes : std::clamp(chunk_bytes / 4, kMinSliceBytes, kMaxSliceBytes);
   return RingConfig{rank(), world_size(), dtype, std::max<int64_t>(1, slice_bytes / esize), kRingDepth};
 }
 
@@ -350,10 +372,10 @@ std::shared_ptr<Work> TcpProcessGroup::all_reduce(const Tensor& t, ReduceOp op) 
   check_collective_tensor(t, "all_reduce", "tensor", true);
   Tensor host = host_side(t, true);
   return enqueue({OpKind::all_reduce, 0, t.shape(), t.dtype(), op, -1}, [this, t, host, op](const CollectiveCall&) {
-    const RingConfig cfg = ring_config(t.dtype());
+    const RingConfig cfg = ring_config(t.dtype(), t.numel());
     TcpRingTransport tr(*io_, rank(), world_size());
-    auto red = make_host_reducer(t.dtype(), op);
-    ring_all_reduce(tr, *red, host.data_ptr(), t.numel(), op == ReduceOp::avg, cfg, staging(cfg));
+    InterleavedReducer red(make_host_reducer(t.dtype(), op), *io_, t.element_size());
+    ring_all_reduce(tr, red, host.data_ptr(), t.numel(), op == ReduceOp::avg, cfg, staging(cfg));
     copy_back(t, host);
   });
 }
@@ -365,8 +387,7 @@ std::shared_ptr<Work> TcpProcessGroup::broadcast(const Tensor& t, int root) {
   return enqueue({OpKind::broadcast, 0, t.shape(), t.dtype(), ReduceOp::sum, root},
                  [this, t, host, root](const CollectiveCall&) {
                    TcpRingTransport tr(*io_, rank(), world_size());
-                   RingConfig cfg = ring_config(t.dtype());
-                   cfg.slice_elems *= 4;  // nothing to reduce: larger slices, fewer system calls
+                   const RingConfig cfg = ring_config(t.dtype(), t.numel());
                    ring_broadcast(tr, host.data_ptr(), t.numel(), root, cfg);
                    if (rank() != root) copy_back(t, host);
                  });
@@ -382,7 +403,7 @@ std::shared_ptr<Work> TcpProcessGroup::all_gather(const Tensor& out, const Tenso
                    char* base = static_cast<char*>(out_h.data_ptr());
                    std::memmove(base + nbytes(in_h) * static_cast<size_t>(rank()), in_h.data_ptr(), nbytes(in_h));
                    TcpRingTransport tr(*io_, rank(), world_size());
-                   RingConfig cfg = ring_config(out_h.dtype());
+                   RingConfig cfg = ring_config(out_h.dtype(), out_h.numel());
                    ring_all_gather(tr, base, out_h.numel(), cfg);
                    copy_back(out, out_h);
                  });
@@ -398,10 +419,10 @@ std::shared_ptr<Work> TcpProcessGroup::reduce_scatter(const Tensor& out, const T
     // The ring reduces in place; the caller's input stays untouched.
     std::vector<char> work(nbytes(in_h));
     std::memcpy(work.data(), in_h.data_ptr(), work.size());
-    const RingConfig cfg = ring_config(in_h.dtype());
+    const RingConfig cfg = ring_config(in_h.dtype(), in_h.numel());
     TcpRingTransport tr(*io_, rank(), world_size());
-    auto red = make_host_reducer(in_h.dtype(), op);
-    ring_reduce_scatter(tr, *red, work.data(), in_h.numel(), op == ReduceOp::avg, cfg, staging(cfg));
+    InterleavedReducer red(make_host_reducer(in_h.dtype(), op), *io_, in_h.element_size());
+    ring_reduce_scatter(tr, red, work.data(), in_h.numel(), op == ReduceOp::avg, cfg, staging(cfg));
     std::memcpy(out_h.data_ptr(), work.data() + nbytes(out_h) * static_cast<size_t>(rank()), nbytes(out_h));
     copy_back(out, out_h);
   });

@@ -73,16 +73,22 @@ void run_schedule(RingTransport& tr, RingReducer* red, char* data, int64_t numel
   for (int64_t done = 0; done < stages; ++done) {
     for (; posted < stages && posted < done + window; ++posted) {
       const auto [st, snd, rcv] = stage_parts(posted);
+      // A receive straight into the data may land where an earlier stage sent from (all-gather
+      // overwrites the chunks sent during reduce-scatter, at least P stages earlier). The data
+      // arriving there already includes what this rank sent from it, so those sends have left in
+      // practice; waiting for them makes it a guarantee. Staging slots are never sent from.
+      if (!st.reduce && posted >= per_chunk) tr.wait_sent(posted - per_chunk + 1);
       char* dst = st.reduce ? slot(posted) : data + rcv.first * esize;
       tr.post(data + snd.first * esize, snd.second * esize, dst, rcv.second * esize);
     }
-    tr.wait_oldest();
+    tr.wait_recv();
     const auto [st, snd, rcv] = stage_parts(done);
     if (st.reduce && rcv.second > 0) {
       red->reduce(data + rcv.first * esize, slot(done), rcv.second);
       if (avg && st.last_reduce) red->divide(data + rcv.first * esize, rcv.second, n);
     }
   }
+  tr.wait_sent(stages);  // the caller may change the data once the collective returns
 }
 
 // Reduce-scatter steps starting from chunk `first` (rank r sends chunk first - s at step s and
@@ -150,8 +156,9 @@ void ring_broadcast(RingTransport& tr, void* data, int64_t numel, int root, cons
       const int64_t s = posted - lag;  // slice sent by this stage
       tr.post(at(s), sends ? bytes_of(s) : 0, at(posted), receives ? bytes_of(posted) : 0);
     }
-    tr.wait_oldest();
+    tr.wait_recv();
   }
+  tr.wait_sent(stages);
 }
 
 namespace {

@@ -23,16 +23,20 @@
 
 namespace ember::parallel {
 
-/// Moves bytes around the ring. Exchanges complete in the order they were posted.
+/// Moves bytes around the ring. One transport serves one collective; its exchanges are numbered
+/// 0, 1, ... in the order posted, and each half (send, receive) completes in that order.
 class RingTransport {
  public:
   virtual ~RingTransport() = default;
   /// Starts sending `send_bytes` at `send` to the next rank and receiving `recv_bytes` from the
   /// previous rank into `recv`; both proceed together (either count may be 0). Returns at once;
-  /// the memory must stay untouched until the exchange completes.
+  /// the send memory must stay unchanged until wait_sent covers it, the receive memory untouched
+  /// until wait_recv does.
   virtual void post(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) = 0;
-  /// Waits until the oldest exchange not yet waited for has completed (both halves).
-  virtual void wait_oldest() = 0;
+  /// Waits until the receive of the oldest exchange not yet waited for has completed.
+  virtual void wait_recv() = 0;
+  /// Waits until the sends of exchanges 0 .. count-1 have completed (their memory may change).
+  virtual void wait_sent(int64_t count) = 0;
 };
 
 /// Combines received data into local data (runs where the data lives).

@@ -216,6 +216,23 @@ bool recv_all(const Socket& s, void* data, size_t n, Clock::time_point deadline,
   return true;
 }
 
+bool is_same_host(const Socket& s) {
+  sockaddr_storage mine{}, theirs{};
+  socklen_t a = sizeof mine, b = sizeof theirs;
+  if (::getsockname(s.fd(), reinterpret_cast<sockaddr*>(&mine), &a) != 0 ||
+      ::getpeername(s.fd(), reinterpret_cast<sockaddr*>(&theirs), &b) != 0) {
+    return false;
+  }
+  const std::string peer = numeric_host(reinterpret_cast<sockaddr*>(&theirs), b);
+  return peer == numeric_host(reinterpret_cast<sockaddr*>(&mine), a) || peer.rfind("127.", 0) == 0 || peer == "::1" ||
+         peer.rfind("::ffff:127.", 0) == 0;
+}
+
+void set_send_buffer(const Socket& s, int bytes) {
+  EMBER_CHECK(::setsockopt(s.fd(), SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes) == 0, "setsockopt(SO_SNDBUF, ", bytes,
+              ") failed: ", error_text(errno));
+}
+
 void set_no_delay(const Socket& s) {
   const int one = 1;
   ::setsockopt(s.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);

@@ -55,6 +55,11 @@ void send_all(const Socket& s, const void* data, size_t n, const std::string& pe
 /// EOF or a reset.
 bool recv_all(const Socket& s, void* data, size_t n, Clock::time_point deadline, const std::string& peer);
 
+/// True when both ends of a connected socket are on this machine (a loopback address, or the
+/// peer's address is this end's own).
+bool is_same_host(const Socket& s);
+/// SO_SNDBUF (the kernel doubles the value; setting it turns off the send buffer's autotuning).
+void set_send_buffer(const Socket& s, int bytes);
 /// TCP_NODELAY on (small control messages go out at once).
 void set_no_delay(const Socket& s);
 /// O_NONBLOCK on or off.

@@ -110,7 +110,8 @@ class NcclRingTransport final : public RingTransport {
     if (recv_bytes > 0) NCCL_CHECK(ncclRecv(recv, recv_bytes, ncclUint8, prev_, comm_, stream_));
     NCCL_CHECK(ncclGroupEnd());
   }
-  void wait_oldest() override {}
+  void wait_recv() override {}
+  void wait_sent(int64_t) override {}
 
  private:
   ncclComm_t comm_;
@@ -429,7 +430,7 @@ void nccl_ring_self_exchange(const Tensor& src, const Tensor& dst, ReduceOp op) 
   DataPtr staging = cuda_caching_allocator(dev).allocate(bytes, s);
   NcclRingTransport tr(comm, s, 0, 0);  // this rank is its own next and previous rank
   tr.post(src.data_ptr(), bytes, staging.get(), bytes);
-  tr.wait_oldest();
+  tr.wait_recv();
   CudaRingReducer red(src.dtype(), op, s);
   red.reduce(dst.data_ptr(), staging.get(), src.numel());
   CUDA_CHECK(cudaStreamSynchronize(s));

@@ -1,10 +1,10 @@
 // The ring schedules on N threads over an in-memory transport, for every world size 1..5, sizes
 // 0, 1, N-1, N+1 and odd ones, tiny and large slices, pipeline depths 1..3, every dtype and op.
 //
-// The transport is deliberately lazy: a posted send reads its memory only when it completes (at a
-// random later point, at the latest when it is waited for), and a posted receive writes only when
-// waited for. A schedule that touched a buffer before its exchange completed would therefore send
-// or read wrong values, and the element-by-element checks would fail.
+// The transport is deliberately lazy: a posted send reads its memory only when it leaves (at a
+// random later point: at the latest when wait_sent covers it or the rank is about to block), and a
+// posted receive writes only when waited for. A schedule that touched a buffer before its exchange completed would
+// therefore send or read wrong values, and the element-by-element checks would fail.
 #include <catch2/catch.hpp>
 
 #include <condition_variable>
@@ -41,38 +41,46 @@ class LazyTransport final : public RingTransport {
       : pipes_(pipes), next_((rank + 1) % world), me_(rank), rng_(seed) {}
 
   void post(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override {
-    pending_.push_back({static_cast<const char*>(send), send_bytes, static_cast<char*>(recv), recv_bytes, false});
-    // Sometimes complete older sends right away, sometimes much later.
-    if (rng_() % 3 == 0) flush_sends(pending_.size());
+    sends_.push_back({static_cast<const char*>(send), send_bytes, false});
+    recvs_.push_back({static_cast<char*>(recv), recv_bytes});
+    // Sometimes the posted sends leave right away, sometimes much later.
+    if (rng_() % 3 == 0) flush(sends_.size());
   }
-  void wait_oldest() override {
-    REQUIRE(!pending_.empty());
-    flush_sends(1);
-    Exchange e = pending_.front();
-    pending_.pop_front();
+  void wait_recv() override {
+    REQUIRE(!recvs_.empty());
+    const auto [dst, bytes] = recvs_.front();
+    recvs_.pop_front();
     std::unique_lock<std::mutex> lock(pipes_.mu[size_t(me_)]);
     auto& in = pipes_.bytes[size_t(me_)];
-    pipes_.cv[size_t(me_)].wait(lock, [&] { return in.size() >= e.recv_bytes; });
-    std::copy(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(e.recv_bytes), e.recv);
-    in.erase(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(e.recv_bytes));
+    if (in.size() < bytes) {
+      // About to block: a real transport keeps sending while it waits, so the ring never stalls.
+      lock.unlock();
+      flush(sends_.size());
+      lock.lock();
+    }
+    pipes_.cv[size_t(me_)].wait(lock, [&] { return in.size() >= bytes; });
+    std::copy(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(bytes), dst);
+    in.erase(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(bytes));
+  }
+  void wait_sent(int64_t count) override {
+    REQUIRE(count <= static_cast<int64_t>(sends_.size()));
+    flush(static_cast<size_t>(count));
   }
 
  private:
-  struct Exchange {
-    const char* send;
-    size_t send_bytes;
-    char* recv;
-    size_t recv_bytes;
+  struct Send {
+    const char* p;
+    size_t bytes;
     bool sent;
   };
-  // Completes the sends of the first `count` pending exchanges (in order: the stream is ordered).
-  void flush_sends(size_t count) {
-    for (size_t k = 0; k < count && k < pending_.size(); ++k) {
-      Exchange& e = pending_[k];
+  // Sends exchanges 0 .. count-1 that have not left yet, in order, reading their memory now.
+  void flush(size_t count) {
+    for (size_t k = 0; k < count; ++k) {
+      Send& e = sends_[k];
       if (e.sent) continue;
       {
         std::lock_guard<std::mutex> lock(pipes_.mu[size_t(next_)]);
-        pipes_.bytes[size_t(next_)].insert(pipes_.bytes[size_t(next_)].end(), e.send, e.send + e.send_bytes);
+        pipes_.bytes[size_t(next_)].insert(pipes_.bytes[size_t(next_)].end(), e.p, e.p + e.bytes);
       }
       pipes_.cv[size_t(next_)].notify_all();
       e.sent = true;
@@ -81,7 +89,8 @@ class LazyTransport final : public RingTransport {
   Pipes& pipes_;
   int next_, me_;
   std::mt19937_64 rng_;
-  std::deque<Exchange> pending_;
+  std::vector<Send> sends_;  // every exchange's send, by number
+  std::deque<std::pair<char*, size_t>> recvs_;  // receives not yet waited for
 };
 
 // Runs fn(rank, transport, config) on `world` threads and returns each rank's failure text.
@@ -123,7 +132,7 @@ void require_clean(const std::vector<std::string>& errors) {
 
 }  // namespace
 
-TEST_CASE("ring_chunk: N chunks cover [0, n) in order, lengths differ by at most one", "[cpu][parallel]") {
+TEST_CASE("ring_chunk: N chunks cover 0..n-1 in order, lengths differ by at most one", "[cpu][parallel]") {
   for (int parts : {1, 2, 3, 4, 7}) {
     for (int64_t n : {0, 1, 2, 5, 6, 7, 100, 1000003}) {
       int64_t at = 0, lo = n, hi = 0;

@@ -151,11 +151,12 @@ TEST_CASE("store_barrier: passes when all arrive; a timeout names the missing ra
   std::string one_err;  // rank 1 times out too (Catch assertions stay on the test's thread)
   std::thread one([&] {
     try {
-      store_barrier(*make_client(*server), "partial", 1, 4, 0.4);
+      store_barrier(*make_client(*server), "partial", 1, 4, 1.0);
     } catch (const Error& e) {
       one_err = e.what();
     }
   });
+  server->wait({"barrier/partial/1"}, 5.0);  // rank 1 has arrived before rank 0 starts waiting
   const auto t0 = std::chrono::steady_clock::now();
   const std::string err = error_of([&] { store_barrier(*server, "partial", 0, 4, 0.4); });
   CHECK_THAT(err, Catch::Contains("barrier 'partial' timed out after 0.4 s on rank 0") &&

@@ -66,23 +66,6 @@ void PeerIo::abort() {
                                                                            // next wait within a poll period
 }
 
-void PeerIo::poke() {
-  for (size_t r = 0; r < peers_.size(); ++r) {
-    const Peer& p = peers_[r];
-    if (!p.sends.empty() || !p.recvs.empty()) try_io(static_cast<int>(r), true, true);
-  }
-}
-
-void InterleavedReducer::reduce(void* dst, const void* src, int64_t count) {
-  char* d = static_cast<char*>(dst);
-  const char* s = static_cast<const char*>(src);
-  for (int64_t at = 0; at < count; at += piece_) {
-    const int64_t n = std::min(piece_, count - at);
-    inner_->reduce(d + at * esize_, s + at * esize_, n);
-    io_.poke();
-  }
-}
-
 void PeerIo::clear() {
   for (Peer& p : peers_) {
     p.sends_done = p.sends_posted;

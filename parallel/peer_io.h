@@ -54,9 +54,6 @@ class PeerIo {
   void set_deadline(net::Clock::time_point d) { deadline_ = d; }
   /// Runs about once a second while a wait makes no progress; may throw LinkError.
   void set_stall_hook(std::function<void()> hook) { stall_hook_ = std::move(hook); }
-  /// Moves whatever bytes can move now on every connection with queued transfers, without
-  /// waiting (called between pieces of a long reduction, so the sockets keep flowing).
-  void poke();
   /// Makes every current and future wait throw LinkError(aborted) (thread-safe).
   void abort();
   /// Drops every queued transfer (after a failure, the streams are out of step anyway).
@@ -83,26 +80,6 @@ class PeerIo {
   std::atomic<bool> aborted_{false};
   net::Clock::time_point deadline_ = net::Clock::time_point::max();
   std::function<void()> stall_hook_;
-};
-
-/// A host reducer that keeps the sockets flowing while it works: it reduces in pieces and lets
-/// the PeerIo move bytes between them (one thread does both, so without this the next rank would
-/// wait for our sends, and our receive buffer would fill, for as long as a slice takes to reduce).
-class InterleavedReducer final : public RingReducer {
- public:
-  InterleavedReducer(std::unique_ptr<RingReducer> inner, PeerIo& io, size_t elem_size)
-      : inner_(std::move(inner)),
-        io_(io),
-        esize_(static_cast<int64_t>(elem_size)),
-        piece_(std::max<int64_t>(1, int64_t(64 << 10) / esize_)) {}
-  void reduce(void* dst, const void* src, int64_t count) override;
-  void divide(void* data, int64_t count, int64_t divisor) override { inner_->divide(data, count, divisor); }
-
- private:
-  std::unique_ptr<RingReducer> inner_;
-  PeerIo& io_;
-  int64_t esize_;
-  int64_t piece_;  // elements reduced between two pokes (64 KiB)
 };
 
 /// The ring transport over a PeerIo: sends go to rank + 1, receives come from rank - 1.

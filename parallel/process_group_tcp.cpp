@@ -374,8 +374,8 @@ std::shared_ptr<Work> TcpProcessGroup::all_reduce(const Tensor& t, ReduceOp op) 
   return enqueue({OpKind::all_reduce, 0, t.shape(), t.dtype(), op, -1}, [this, t, host, op](const CollectiveCall&) {
     const RingConfig cfg = ring_config(t.dtype(), t.numel());
     TcpRingTransport tr(*io_, rank(), world_size());
-    InterleavedReducer red(make_host_reducer(t.dtype(), op), *io_, t.element_size());
-    ring_all_reduce(tr, red, host.data_ptr(), t.numel(), op == ReduceOp::avg, cfg, staging(cfg));
+    auto red = make_host_reducer(t.dtype(), op);
+    ring_all_reduce(tr, *red, host.data_ptr(), t.numel(), op == ReduceOp::avg, cfg, staging(cfg));
     copy_back(t, host);
   });
 }
@@ -421,8 +421,8 @@ std::shared_ptr<Work> TcpProcessGroup::reduce_scatter(const Tensor& out, const T
     std::memcpy(work.data(), in_h.data_ptr(), work.size());
     const RingConfig cfg = ring_config(in_h.dtype(), in_h.numel());
     TcpRingTransport tr(*io_, rank(), world_size());
-    InterleavedReducer red(make_host_reducer(in_h.dtype(), op), *io_, in_h.element_size());
-    ring_reduce_scatter(tr, red, work.data(), in_h.numel(), op == ReduceOp::avg, cfg, staging(cfg));
+    auto red = make_host_reducer(in_h.dtype(), op);
+    ring_reduce_scatter(tr, *red, work.data(), in_h.numel(), op == ReduceOp::avg, cfg, staging(cfg));
     std::memcpy(out_h.data_ptr(), work.data() + nbytes(out_h) * static_cast<size_t>(rank()), nbytes(out_h));
     copy_back(out, out_h);
   });

@@ -140,7 +140,7 @@ TEST_CASE("TcpStore: timeouts name the keys, the time waited and the store", "[c
   CHECK(client->get("present") == "1");
 }
 
-TEST_CASE("store_barrier: passes when all arrive; a timeout names the missing ranks", "[cpu][parallel][store]") {
+TEST_CASE("store_barrier: passes when all arrive, and a timeout names the missing ranks", "[cpu][parallel][store]") {
   auto server = make_server();
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {

@@ -102,7 +102,7 @@ TEST_CASE("nccl ring: send/recv through ncclSend/ncclRecv and the CUDA reduction
   }
 }
 
-TEST_CASE("auto backend: CUDA tensors to nccl, CPU tensors to tcp; tcp stages CUDA tensors", "[cuda][parallel]") {
+TEST_CASE("auto backend: CUDA tensors to nccl, CPU tensors to tcp, and tcp stages CUDA tensors", "[cuda][parallel]") {
   auto pg = group_of_one("auto");
   CHECK(pg->backend() == "auto");
   Tensor cpu = filled_cpu(100, DType::f32, 6, 0), gpu = cpu.to(kGpu);

@@ -9,8 +9,8 @@
 //
 // Flags: --quick (2 processes, 4 KiB and 1 MiB; the CTest smoke run); --slice-kib N (the ring's
 // slice size; default: the tcp backend's); --world N (only N processes); --only ember|gloo (time
-// one library, for profiling). The program starts its own
-// worker processes (this binary with --worker); Gloo's column appears when the build found Gloo.
+// one library, for profiling). The program starts its own worker processes (this binary with
+// --worker); Gloo's columns hold figures when the build found Gloo, nan otherwise.
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>

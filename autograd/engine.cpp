@@ -16,6 +16,22 @@ struct NodeTask {
   TensorList grads;  // one summed gradient per output of the node
 };
 
+// Callbacks of the backward pass running on this thread (null outside one).
+thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
+
+// Installs a pass's callback list for its duration (a nested backward, e.g. one run from a hook,
+// gets its own list and restores the outer one).
+class CallbackScope {
+ public:
+  explicit CallbackScope(std::vector<std::function<void()>>* list) : saved_(t_callbacks) { t_callbacks = list; }
+  ~CallbackScope() { t_callbacks = saved_; }
+  CallbackScope(const CallbackScope&) = delete;
+  CallbackScope& operator=(const CallbackScope&) = delete;
+
+ private:
+  std::vector<std::function<void()>>* saved_;
+};
+
 // Ready-queue order: accumulators first, then the most recently created node.
 struct ReadyOrder {
   bool operator()(const Node* a, const Node* b) const {
@@ -40,6 +56,8 @@ void add_into(Tensor& slot, Tensor g) {
 void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> grads, bool retain_graph) {
   EMBER_ASSERT(roots.size() == grads.size(), "run_backward: ", roots.size(), " roots but ", grads.size(), " gradients");
   NoGradGuard no_grad;
+  std::vector<std::function<void()>> callbacks;
+  CallbackScope callback_scope(&callbacks);
 
   // 1. Discover the graph reachable from the roots and count the edges into each node.
   std::unordered_map<Node*, NodeTask> tasks;
@@ -116,6 +134,20 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> grads, boo
       }
     }
   }
+
+  // 4. End-of-pass callbacks (by index: a callback may queue more).
+  for (size_t i = 0; i < callbacks.size(); ++i) {
+    std::function<void()> fn = std::move(callbacks[i]);
+    fn();
+  }
 }
+
+void queue_callback(std::function<void()> fn) {
+  EMBER_CHECK(t_callbacks != nullptr, "queue_callback: no backward pass is running on this thread");
+  EMBER_CHECK(fn != nullptr, "queue_callback: empty function");
+  t_callbacks->push_back(std::move(fn));
+}
+
+bool in_backward() { return t_callbacks != nullptr; }
 
 }  // namespace ember::autograd

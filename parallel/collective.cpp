@@ -158,9 +158,21 @@ bool HostWork::is_completed() {
   return done_;
 }
 
+double HostWork::busy_seconds() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!done_ || started_ == std::chrono::steady_clock::time_point{}) return 0;
+  return std::chrono::duration<double>(finished_ - started_).count();
+}
+
+void HostWork::start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  started_ = std::chrono::steady_clock::now();
+}
+
 void HostWork::finish(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    finished_ = std::chrono::steady_clock::now();
     done_ = true;
     error_ = std::move(error);
   }

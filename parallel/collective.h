@@ -1,6 +1,7 @@
 #pragma once
 // Internal: what backends share about a collective call: its description for errors and for the
 // debug-mode cross-rank check, argument validation, and the Work handle of host-side collectives.
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -66,6 +67,9 @@ class HostWork : public Work {
  public:
   void wait() override;
   bool is_completed() override;
+  double busy_seconds() override;
+  /// The thread started running the collective (busy_seconds counts from here).
+  void start();
   /// Marks the work done; `error` (if any) is rethrown by wait().
   void finish(std::exception_ptr error = nullptr);
 
@@ -74,6 +78,7 @@ class HostWork : public Work {
   std::condition_variable cv_;
   bool done_ = false;
   std::exception_ptr error_;
+  std::chrono::steady_clock::time_point started_{}, finished_{};
 };
 
 }  // namespace ember::parallel

@@ -243,6 +243,7 @@ void TcpProcessGroup::execute(Task& t) {
     return;
   }
   const bool collective = c.kind != OpKind::send && c.kind != OpKind::recv;
+  t.work->start();
   try {
     io_->set_deadline(net::deadline_in(timeout_s()));
     if (collective) {

@@ -75,7 +75,9 @@ class NcclWork final : public Work {
   void wait() override;
   bool is_completed() override;
 
-  Event done;
+  double busy_seconds() override { return is_completed() && error().empty() ? started.elapsed_ms(done) / 1e3 : 0; }
+
+  Event started, done;
   const CollectiveCall& call() const { return call_; }
   std::chrono::steady_clock::time_point start() const { return start_; }
   void fail(const std::string& why) {
@@ -317,6 +319,7 @@ std::shared_ptr<Work> NcclProcessGroup::launch(CollectiveCall call, std::initial
   Event ready;
   ready.record(current_stream(device_));
   ready.wait(comm_stream_);
+  work->started.record(comm_stream_);
   fn(raw(comm_stream_));
   // Their memory must not be reused by the caller's stream while NCCL still uses it.
   for (const Tensor* t : tensors) record_stream(t->storage(), comm_stream_);

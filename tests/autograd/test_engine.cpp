@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include <ember/autograd/engine.h>
 #include <ember/autograd/function.h>
 #include <ember/autograd/grad_mode.h>
 #include <ember/autograd/node.h>
@@ -322,4 +323,22 @@ TEST_CASE("multi-output nodes receive one gradient per output", "[cpu][autograd]
   // Only the second output is used: the first slot arrives undefined.
   sum(outs[1] * 3.0).backward();
   check_close(x.grad(), {0.0, 0.0, 3.0, 3.0}, 0.0);
+}
+
+TEST_CASE("engine: end-of-backward callbacks", "[cpu][autograd]") {
+  Tensor w = tensor({1.0f, 2.0f}).requires_grad_();
+  std::vector<std::string> order;
+  w.register_grad_accumulated_hook([&](const Tensor&) {
+    order.push_back("hook");
+    autograd::queue_callback([&] {
+      order.push_back("first callback, grad " + std::to_string(w.grad().to_vector<float>()[1]));
+      autograd::queue_callback([&] { order.push_back("queued by a callback"); });
+    });
+    autograd::queue_callback([&] { order.push_back("second callback"); });
+  });
+  sum(w * w).backward();
+  CHECK(order ==
+        std::vector<std::string>{"hook", "first callback, grad 4.000000", "second callback", "queued by a callback"});
+  CHECK_FALSE(autograd::in_backward());
+  CHECK_THAT(error_of([] { autograd::queue_callback([] {}); }), Catch::Contains("no backward pass is running"));
 }

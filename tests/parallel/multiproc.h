@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include <ember/parallel/init.h>
 #include <ember/parallel/store.h>
 
 #include "support/spawn_self.h"
@@ -53,6 +54,18 @@ inline std::shared_ptr<parallel::TcpStore> store_from_env(double timeout_s) {
   o.is_server = std::atoi(std::getenv("RANK")) == 0;
   o.timeout_s = timeout_s;
   return std::make_shared<parallel::TcpStore>(o);
+}
+
+/// InitOptions for a tcp group of one process (rank 0 of 1) on a free port of 127.0.0.1.
+inline parallel::InitOptions group_of_one_options(double timeout_s) {
+  parallel::InitOptions o;
+  o.backend = "tcp";
+  o.rank.rank = 0;
+  o.rank.world_size = 1;
+  o.rank.master_addr = "127.0.0.1";
+  o.rank.master_port = free_port();
+  o.timeout_s = timeout_s;
+  return o;
 }
 
 /// The ranks of one job, each a child process running `filter`.

@@ -164,13 +164,7 @@ TEST_CASE("tcp process group: every collective, size, dtype and op on 2, 3 and 4
 }
 
 TEST_CASE("tcp process group: a group of one, and argument errors", "[cpu][parallel]") {
-  InitOptions o;
-  o.backend = "tcp";
-  o.rank.rank = 0;
-  o.rank.world_size = 1;
-  o.rank.master_addr = "127.0.0.1";
-  o.rank.master_port = testing::free_port();
-  o.timeout_s = 10;
+  const InitOptions o = testing::group_of_one_options(10);
   auto pg = init_process_group(o);
   CHECK(is_initialized());
   CHECK(pg->info().source == "options");

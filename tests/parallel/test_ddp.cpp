@@ -1,0 +1,274 @@
+// DistributedDataParallel on 2 and 3 CPU processes over the tcp backend: after every SGD-with-
+// momentum step, every rank's parameters equal those of one process training on the concatenated
+// batch (plain, and with no_sync gradient accumulation); with BatchNorm, parameters stay identical
+// across ranks and buffers come from rank 0; unused parameters are an error naming them, or zeros
+// with find_unused_parameters; ranks holding different models get an error naming the difference.
+// Plus in-process checks on a group of one: buckets, stats, no_sync.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <ember/ember.h>
+#include <ember/parallel/ddp.h>
+
+#include "parallel/multiproc.h"
+#include "support/error_of.h"
+
+using namespace ember;
+using namespace ember::parallel;
+using ember::testing::error_of;
+
+namespace {
+
+constexpr int64_t kBatch = 4;  // per rank and micro-batch
+constexpr int kSteps = 5;
+
+// Conv2d(1, 4, 3) ReLU [BatchNorm2d(4)] MaxPool2d(2) Flatten Linear(36, 5): x (N, 1, 8, 8).
+layers::ModulePtr small_cnn(uint64_t seed, bool batchnorm, int64_t classes = 5) {
+  Generator gen(seed);
+  auto m = std::make_shared<layers::Sequential>();
+  m->push_back(std::make_shared<layers::Conv2d>(1, 4, 3, layers::Conv2dOptions{}, gen));
+  m->push_back(std::make_shared<layers::ReLU>());
+  if (batchnorm) m->push_back(std::make_shared<layers::BatchNorm2d>(4));
+  m->push_back(std::make_shared<layers::MaxPool2d>(2));
+  m->push_back(std::make_shared<layers::Flatten>());
+  m->push_back(std::make_shared<layers::Linear>(36, classes, true, gen));
+  return m;
+}
+
+// Two heads; forward uses only the first (head2 gets no gradient).
+class TwoHeads : public layers::Module {
+ public:
+  explicit TwoHeads(uint64_t seed) {
+    Generator gen(seed);
+    body_ = register_module("body", small_cnn(seed, false));
+    head2_ = register_module("head2", std::make_shared<layers::Linear>(5, 5, true, gen));
+  }
+  Tensor forward(const Tensor& x) override { return body_->forward(x); }
+  std::string name() const override { return "TwoHeads"; }
+
+ private:
+  layers::ModulePtr body_, head2_;
+};
+
+// The global batch of one step: (world * n, 1, 8, 8) inputs and targets in [0, 5).
+struct Batch {
+  Tensor x, y;
+  Batch rows(int64_t start, int64_t n) const { return {x.narrow(0, start, n), y.narrow(0, start, n)}; }
+};
+Batch global_batch(int step, int64_t n) {
+  Generator gen(1000 + static_cast<uint64_t>(step));
+  Tensor x = randn({n, 1, 8, 8}, {}, gen);
+  std::vector<int64_t> y;
+  for (int64_t i = 0; i < n; ++i) y.push_back((i * 7 + step) % 5);
+  return {x, from_vector(y, {n})};
+}
+
+// Largest |a - b| relative to 1 + |b| over two parameter lists.
+double max_rel_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto va = a[i].to_vector<double>(), vb = b[i].to_vector<double>();
+    REQUIRE(va.size() == vb.size());
+    for (size_t k = 0; k < va.size(); ++k) worst = std::max(worst, std::abs(va[k] - vb[k]) / (1 + std::abs(vb[k])));
+  }
+  return worst;
+}
+
+// f32 results that differ only in the order of a reduction over a few hundred terms, carried
+// through five optimizer steps.
+const double kTol = 256 * std::numeric_limits<float>::epsilon();
+
+// True when `t` is the same on every rank (bitwise: max and min over the ranks agree).
+bool same_on_all_ranks(ProcessGroup& pg, const Tensor& t) {
+  Tensor hi = t.detach().clone(), lo = t.detach().clone();
+  pg.all_reduce(hi, ReduceOp::max)->wait();
+  pg.all_reduce(lo, ReduceOp::min)->wait();
+  return hi.to_vector<double>() == lo.to_vector<double>();
+}
+
+std::shared_ptr<ProcessGroup> child_group() {
+  InitOptions o;
+  o.backend = "tcp";
+  o.timeout_s = 60;
+  return init_process_group(o);
+}
+
+// Training against the single-process reference. accumulation > 1: no_sync on all micro-batches
+// but the last, each loss scaled by 1 / accumulation.
+void train_and_compare(int accumulation, bool find_unused) {
+  auto pg = child_group();
+  const int rank = pg->rank(), world = pg->world_size();
+  // Ranks start from different values: the constructor must hand them all rank 0's.
+  layers::ModulePtr local = find_unused ? layers::ModulePtr(std::make_shared<TwoHeads>(100 + rank))
+                                        : small_cnn(100 + static_cast<uint64_t>(rank), false);
+  layers::ModulePtr ref = find_unused ? layers::ModulePtr(std::make_shared<TwoHeads>(100)) : small_cnn(100, false);
+  DistributedDataParallel ddp(local, pg, {.bucket_cap_mb = 0.0005, .find_unused_parameters = find_unused});
+  CHECK(ddp.buckets().size() > 1);  // several buckets: tests the launch order
+  CHECK(max_rel_diff(local->parameters(), ref->parameters()) == 0);
+
+  optim::SGD opt(ddp.parameters(), {.lr = 0.05, .momentum = 0.9});
+  optim::SGD ref_opt(ref->parameters(), {.lr = 0.05, .momentum = 0.9});
+  for (int step = 0; step < kSteps; ++step) {
+    const Batch all = global_batch(step, world * accumulation * kBatch);
+    opt.zero_grad();
+    for (int m = 0; m < accumulation; ++m) {
+      // Micro-batch m of this rank: rows of the global batch no other rank or micro-batch uses.
+      const Batch mine = all.rows((m * world + rank) * kBatch, kBatch);
+      auto step_loss = [&] { return layers::cross_entropy(ddp(mine.x), mine.y) * (1.0 / accumulation); };
+      if (m + 1 < accumulation) {
+        auto guard = ddp.no_sync();
+        step_loss().backward();
+      } else {
+        step_loss().backward();
+      }
+    }
+    opt.step();
+    ref_opt.zero_grad();
+    layers::cross_entropy(ref->forward(all.x), all.y).backward();
+    ref_opt.step();
+    INFO("rank " << rank << " step " << step);
+    CHECK(max_rel_diff(local->parameters(), ref->parameters()) <= kTol);
+    for (const Tensor& p : local->parameters()) CHECK(same_on_all_ranks(*pg, p));
+  }
+  const CommStats s = ddp.take_comm_stats();
+  CHECK(s.syncs == kSteps);
+  CHECK(s.all_reduces == kSteps * static_cast<int64_t>(ddp.buckets().size()));
+  CHECK(s.comm_seconds > 0);
+  if (find_unused) {
+    const Tensor g = static_cast<TwoHeads&>(*local).named_parameters().back().second.grad();
+    REQUIRE(g.defined());
+    for (double v : g.to_vector<double>()) CHECK(v == 0);
+  }
+}
+
+// BatchNorm: parameters identical on all ranks; after an eval forward (which takes rank 0's
+// buffers), every rank's buffers are rank 0's, and rank 0's are what its own training left.
+void batchnorm_child() {
+  auto pg = child_group();
+  const int rank = pg->rank(), world = pg->world_size();
+  layers::ModulePtr local = small_cnn(100 + static_cast<uint64_t>(rank), true);
+  DistributedDataParallel ddp(local, pg);
+  optim::SGD opt(ddp.parameters(), {.lr = 0.05, .momentum = 0.9});
+  for (int step = 0; step < kSteps; ++step) {
+    const Batch mine = global_batch(step, world * kBatch).rows(rank * kBatch, kBatch);
+    ddp.train();
+    opt.zero_grad();
+    layers::cross_entropy(ddp(mine.x), mine.y).backward();
+    opt.step();
+    INFO("rank " << rank << " step " << step);
+    for (const Tensor& p : local->parameters()) CHECK(same_on_all_ranks(*pg, p));
+    std::vector<Tensor> before;
+    for (auto& [n, b] : local->named_buffers()) before.push_back(b.clone());
+    // Right after a training step each rank's running statistics saw only its own batch.
+    if (world > 1) CHECK_FALSE(same_on_all_ranks(*pg, local->named_buffers()[0].second));
+    ddp.eval();
+    NoGradGuard no_grad;
+    ddp(mine.x);
+    for (auto& [n, b] : local->named_buffers()) CHECK(same_on_all_ranks(*pg, b));
+    if (rank == 0) {
+      size_t i = 0;
+      for (auto& [n, b] : local->named_buffers()) CHECK(b.to_vector<double>() == before[i++].to_vector<double>());
+    }
+  }
+}
+
+void unused_error_child() {
+  auto pg = child_group();
+  DistributedDataParallel ddp(std::make_shared<TwoHeads>(7), pg);
+  const Batch mine = global_batch(0, kBatch);
+  const std::string err = error_of([&] { layers::cross_entropy(ddp(mine.x), mine.y).backward(); });
+  CHECK_THAT(err, Catch::Contains("head2.weight, head2.bias") && Catch::Contains("find_unused_parameters"));
+  // The reducer recovers: a forward over the same module with head2 excluded is not possible
+  // here, so check that the next failing pass reports the same and does not hang.
+  const std::string again = error_of([&] { layers::cross_entropy(ddp(mine.x), mine.y).backward(); });
+  CHECK(again == err);
+}
+
+void mismatch_child() {
+  auto pg = child_group();
+  const int rank = pg->rank();
+  const std::string err = error_of([&] { DistributedDataParallel ddp(small_cnn(1, false, rank == 1 ? 6 : 5), pg); });
+  CHECK_THAT(err, Catch::Contains("parameter 2 is '4.weight' f32 [5, 36] on rank 0 but '4.weight' f32 [6, 36] on "
+                                  "rank 1"));
+}
+
+}  // namespace
+
+TEST_CASE("ddp child", "[.ddp_child]") {
+  const std::string scenario = std::getenv("EMBER_DDP_SCENARIO") ? std::getenv("EMBER_DDP_SCENARIO") : "";
+  if (scenario == "match") train_and_compare(1, false);
+  if (scenario == "no_sync") train_and_compare(2, false);
+  if (scenario == "unused_zeros") train_and_compare(1, true);
+  if (scenario == "batchnorm") batchnorm_child();
+  if (scenario == "unused_error") unused_error_child();
+  if (scenario == "mismatch") mismatch_child();
+}
+
+TEST_CASE("ddp: 2 and 3 processes train like one process on the whole batch", "[multiproc][parallel][ddp]") {
+  for (const char* scenario : {"match", "no_sync", "unused_zeros"}) {
+    for (int world : {2, 3}) {
+      INFO(scenario << " on " << world << " processes");
+      testing::Ranks job("[.ddp_child]", world, {std::string("EMBER_DDP_SCENARIO=") + scenario});
+      if (job.wait_all(120)) job.check_all_passed();
+    }
+  }
+}
+
+TEST_CASE("ddp: BatchNorm buffers come from rank 0", "[multiproc][parallel][ddp]") {
+  testing::Ranks job("[.ddp_child]", 2, {"EMBER_DDP_SCENARIO=batchnorm"});
+  if (job.wait_all(120)) job.check_all_passed();
+}
+
+TEST_CASE("ddp: unused parameters and different models are errors naming them", "[multiproc][parallel][ddp]") {
+  for (const char* scenario : {"unused_error", "mismatch"}) {
+    INFO(scenario);
+    testing::Ranks job("[.ddp_child]", 2, {std::string("EMBER_DDP_SCENARIO=") + scenario});
+    if (job.wait_all(120)) job.check_all_passed();
+  }
+}
+
+TEST_CASE("ddp: a group of one - buckets, no_sync and stats", "[cpu][parallel][ddp]") {
+  const InitOptions o = testing::group_of_one_options(10);
+  auto pg = init_process_group(o);
+  layers::ModulePtr m = small_cnn(3, false);
+  // Parameters: 0.weight (36 floats), 0.bias (4), 4.weight (180), 4.bias (5). A cap of 600 bytes
+  // (first bucket: the same) closes a bucket once it holds >= 150 floats.
+  DistributedDataParallel ddp(m, pg, {.bucket_cap_mb = 600.0 / (1024 * 1024)});
+  REQUIRE(ddp.buckets().size() == 2);
+  CHECK(ddp.buckets()[0].names == std::vector<std::string>{"4.bias", "4.weight"});
+  CHECK(ddp.buckets()[1].names == std::vector<std::string>{"0.bias", "0.weight"});
+  CHECK(ddp.buckets()[0].numel == 185);
+  CHECK(ddp.named_parameters()[0].first == "module.0.weight");
+
+  const Batch b = global_batch(0, kBatch);
+  layers::cross_entropy(ddp(b.x), b.y).backward();
+  std::vector<Tensor> once;
+  for (const Tensor& p : m->parameters()) once.push_back(p.grad().clone());
+  {
+    auto guard = ddp.no_sync();
+    layers::cross_entropy(ddp(b.x), b.y).backward();
+  }
+  CommStats s = ddp.take_comm_stats();
+  CHECK(s.syncs == 1);
+  CHECK(s.all_reduces == 2);
+  CHECK(s.bytes == (36 + 4 + 180 + 5) * 4);
+  CHECK(s.exposed_seconds >= 0);
+  CHECK(ddp.take_comm_stats().syncs == 0);
+  // Under no_sync the gradient accumulated: twice the first.
+  std::vector<Tensor> twice;
+  for (const Tensor& g : once) twice.push_back(g * 2.0);
+  std::vector<Tensor> now;
+  for (const Tensor& p : m->parameters()) now.push_back(p.grad());
+  CHECK(max_rel_diff(now, twice) <= 4 * std::numeric_limits<float>::epsilon());
+
+  CHECK_THAT(error_of([&] { DistributedDataParallel bad(m, pg, {.bucket_cap_mb = 0}); }),
+             Catch::Contains("bucket_cap_mb"));
+  destroy_process_group();
+}

@@ -12,11 +12,6 @@ namespace ember::parallel {
 
 namespace {
 
-// Where small bookkeeping tensors of a collective live: CUDA for the nccl backend, else the CPU.
-Device message_device(ProcessGroup& group) {
-  return group.backend() == "nccl" ? group.options().device : Device::cpu();
-}
-
 struct Entry {
   std::string name, dtype, shape;
   std::string str() const { return "'" + name + "' " + dtype + " " + shape; }
@@ -35,7 +30,7 @@ std::vector<Entry> parse_entries(const std::string& text) {
 
 // Every rank's `text`, in rank order (an all_gather of the lengths, then of the padded bytes).
 std::vector<std::string> all_gather_text(ProcessGroup& group, const std::string& text) {
-  const Device dev = message_device(group);
+  const Device dev = group.message_device();
   const int world = group.world_size();
   Tensor len = from_vector(std::vector<int64_t>{static_cast<int64_t>(text.size())}, {1}).to(dev);
   Tensor lens = empty({world}, {.dtype = DType::i64, .device = dev});

@@ -68,6 +68,9 @@ class ProcessGroup {
   /// Timeout of each collective, in seconds.
   double timeout_s() const { return opts_.timeout_s; }
   const GroupOptions& options() const { return opts_; }
+  /// Where small tensors of bookkeeping collectives go: the group's CUDA device for nccl, else
+  /// the CPU.
+  virtual Device message_device() const { return Device::cpu(); }
 
   /// In place: every rank's `t` becomes the elementwise reduction of all ranks' `t` (same shape
   /// and dtype on every rank; contiguous). Dtypes f32, f64, f16, bf16, i32, i64 (avg of an

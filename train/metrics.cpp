@@ -115,6 +115,8 @@ constexpr NumberField kEpochFields[] = {
     {"forward_seconds", &EpochMetrics::forward_seconds, true},
     {"backward_seconds", &EpochMetrics::backward_seconds, true},
     {"optimizer_seconds", &EpochMetrics::optimizer_seconds, true},
+    {"comm_seconds", &EpochMetrics::comm_seconds, true},
+    {"comm_exposed_seconds", &EpochMetrics::comm_exposed_seconds, true},
 };
 
 }  // namespace

@@ -18,6 +18,9 @@ struct EpochMetrics {
   double eval_seconds = 0;
   // Phase times summed over the epoch (train/phase_timer.h).
   double data_wait_seconds = 0, h2d_seconds = 0, forward_seconds = 0, backward_seconds = 0, optimizer_seconds = 0;
+  // Gradient all-reduce under DDP (parallel/reducer.h), rank 0's: time the backend spent in the
+  // all-reduces, and the part of it the step waited for (not hidden behind backward). 0 otherwise.
+  double comm_seconds = 0, comm_exposed_seconds = 0;
   friend bool operator==(const EpochMetrics&, const EpochMetrics&) = default;
 };
 
@@ -25,7 +28,7 @@ struct EpochMetrics {
 struct RunSummary {
   std::string name;
   std::string device;  // "cpu", "cuda:0", ...
-  int64_t world_size = 1;  // devices/processes the run trained on (parallel runs later)
+  int64_t world_size = 1;  // devices (DataParallel) or processes (DDP) the run trained on
   int64_t epochs_run = 0;  // epochs completed, including ones before a resume
   double best_test_acc = 0;
   int64_t best_epoch = 0;

@@ -143,6 +143,7 @@ class NcclProcessGroup final : public ProcessGroup {
   ~NcclProcessGroup() override;
 
   std::string backend() const override { return "nccl"; }
+  Device message_device() const override { return device_; }
   std::shared_ptr<Work> all_reduce(const Tensor& t, ReduceOp op) override;
   std::shared_ptr<Work> broadcast(const Tensor& t, int root) override;
   std::shared_ptr<Work> all_gather(const Tensor& out, const Tensor& input) override;

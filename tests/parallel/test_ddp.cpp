@@ -6,6 +6,7 @@
 // Plus in-process checks on a group of one: buckets, stats, no_sync.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 
 #include <ember/ember.h>
 #include <ember/parallel/ddp.h>
+#include <ember/parallel/sharded_eval.h>
 
 #include "parallel/multiproc.h"
 #include "support/error_of.h"
@@ -199,6 +201,29 @@ void mismatch_child() {
                                   "rank 1"));
 }
 
+// A test set of 7 split over the ranks (padded to a multiple of the world size): the summed
+// totals count every example once; "correct" here is the example's index being odd.
+void sharded_eval_child() {
+  auto pg = child_group();
+  const int64_t n = 7;
+  data::DistributedSampler shard(n, pg->rank(), pg->world_size(), {.shuffle = false});
+  const std::vector<int64_t> idx = shard.indices(0);
+  EvalTotals mine;
+  for (int64_t seen = 0; seen < static_cast<int64_t>(idx.size()); seen += 2) {  // batches of 2
+    const int64_t rows = std::min<int64_t>(2, static_cast<int64_t>(idx.size()) - seen);
+    const int64_t keep = count_real_rows(seen, rows, shard.real_size());
+    for (int64_t i = 0; i < keep; ++i) {
+      mine.correct += idx[static_cast<size_t>(seen + i)] % 2;
+      mine.loss_sum += static_cast<double>(idx[static_cast<size_t>(seen + i)]);
+      mine.count += 1;
+    }
+  }
+  const EvalTotals all = all_reduce_totals(*pg, mine);
+  CHECK(all.count == n);
+  CHECK(all.correct == 3);  // 1, 3, 5
+  CHECK(all.loss_sum == 21);  // 0 + 1 + ... + 6
+}
+
 }  // namespace
 
 TEST_CASE("ddp child", "[.ddp_child]") {
@@ -209,6 +234,7 @@ TEST_CASE("ddp child", "[.ddp_child]") {
   if (scenario == "batchnorm") batchnorm_child();
   if (scenario == "unused_error") unused_error_child();
   if (scenario == "mismatch") mismatch_child();
+  if (scenario == "sharded_eval") sharded_eval_child();
 }
 
 TEST_CASE("ddp: 2 and 3 processes train like one process on the whole batch", "[multiproc][parallel][ddp]") {
@@ -224,6 +250,17 @@ TEST_CASE("ddp: 2 and 3 processes train like one process on the whole batch", "[
 TEST_CASE("ddp: BatchNorm buffers come from rank 0", "[multiproc][parallel][ddp]") {
   testing::Ranks job("[.ddp_child]", 2, {"EMBER_DDP_SCENARIO=batchnorm"});
   if (job.wait_all(120)) job.check_all_passed();
+}
+
+TEST_CASE("sharded evaluation counts every test example once", "[multiproc][parallel][ddp]") {
+  for (int world : {2, 3, 4}) {
+    INFO(world << " processes");
+    testing::Ranks job("[.ddp_child]", world, {"EMBER_DDP_SCENARIO=sharded_eval"});
+    if (job.wait_all(60)) job.check_all_passed();
+  }
+  CHECK(count_real_rows(0, 4, 3) == 3);
+  CHECK(count_real_rows(4, 4, 3) == 0);
+  CHECK(count_real_rows(2, 4, 9) == 4);
 }
 
 TEST_CASE("ddp: unused parameters and different models are errors naming them", "[multiproc][parallel][ddp]") {

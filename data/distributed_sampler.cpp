@@ -53,7 +53,6 @@ std::vector<std::pair<std::string, int64_t>> DistributedSampler::extra_state() c
   return {{"seed", static_cast<int64_t>(options_.seed)},
           {"shuffle", options_.shuffle ? 1 : 0},
           {"drop_last", options_.drop_last ? 1 : 0},
-          {"rank", rank_},
           {"world_size", world_size_}};
 }
 

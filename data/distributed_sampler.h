@@ -44,7 +44,8 @@ class DistributedSampler : public Sampler {
   const DistributedSamplerOptions& options() const { return options_; }
 
  protected:
-  /// seed, shuffle, drop_last, rank and world_size: a resume must use the same split.
+  /// seed, shuffle, drop_last and world_size: a resume must use the same split. Not the rank: the
+  /// position is the same on every rank, so rank 0's checkpoint resumes every rank.
   std::vector<std::pair<std::string, int64_t>> extra_state() const override;
 
  private:

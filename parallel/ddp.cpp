@@ -7,6 +7,7 @@
 #include <ember/autograd/grad_mode.h>
 #include <ember/core/error.h>
 #include <ember/kernels/factory.h>
+#include <ember/parallel/object_collectives.h>
 
 namespace ember::parallel {
 
@@ -28,36 +29,13 @@ std::vector<Entry> parse_entries(const std::string& text) {
   return out;
 }
 
-// Every rank's `text`, in rank order (an all_gather of the lengths, then of the padded bytes).
-std::vector<std::string> all_gather_text(ProcessGroup& group, const std::string& text) {
-  const Device dev = group.message_device();
-  const int world = group.world_size();
-  Tensor len = from_vector(std::vector<int64_t>{static_cast<int64_t>(text.size())}, {1}).to(dev);
-  Tensor lens = empty({world}, {.dtype = DType::i64, .device = dev});
-  group.all_gather(lens, len)->wait();
-  const std::vector<int64_t> sizes = lens.to_vector<int64_t>();
-  int64_t longest = 1;
-  for (int64_t s : sizes) longest = std::max(longest, s);
-  std::vector<uint8_t> mine(static_cast<size_t>(longest), 0);
-  std::copy(text.begin(), text.end(), mine.begin());
-  Tensor all = empty({world * longest}, {.dtype = DType::u8, .device = dev});
-  group.all_gather(all, from_vector(mine, {longest}).to(dev))->wait();
-  const std::vector<uint8_t> bytes = all.to_vector<uint8_t>();
-  std::vector<std::string> out;
-  for (int r = 0; r < world; ++r) {
-    const auto* p = reinterpret_cast<const char*>(bytes.data()) + r * longest;
-    out.emplace_back(p, p + sizes[static_cast<size_t>(r)]);
-  }
-  return out;
-}
-
 }  // namespace
 
 void check_same_across_ranks(ProcessGroup& group, const std::vector<std::pair<std::string, Tensor>>& named,
                              const std::string& what) {
   std::string text;
   for (const auto& [name, t] : named) text += name + "\t" + dtype_name(t.dtype()) + "\t" + t.shape_str() + "\n";
-  const std::vector<std::string> all = all_gather_text(group, text);
+  const std::vector<std::string> all = all_gather_strings(group, text);
   const std::vector<Entry> ref = parse_entries(all[0]);
   // Every rank runs the same comparison on the same data, so all of them raise the same error.
   for (size_t r = 1; r < all.size(); ++r) {
@@ -121,12 +99,12 @@ DistributedDataParallel::DistributedDataParallel(layers::ModulePtr module, std::
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
-  if (opts_.broadcast_buffers && group_->world_size() > 1) broadcast_buffers();
+  if (opts_.broadcast_buffers && group_->world_size() > 1) sync_buffers();
   if (GradMode::is_enabled()) reducer_->prepare_for_backward(sync_);
   return module_->forward(input);
 }
 
-void DistributedDataParallel::broadcast_buffers() {
+void DistributedDataParallel::sync_buffers() {
   std::vector<Tensor> buffers;
   for (const auto& [n, b] : module_->named_buffers()) buffers.push_back(b);
   if (!buffers.empty()) broadcast_coalesced(*group_, buffers, 0);

@@ -49,6 +49,10 @@ class DistributedDataParallel : public layers::Module {
   layers::Module& module() const { return *module_; }
   const std::shared_ptr<ProcessGroup>& group() const { return group_; }
   const Options& options() const { return opts_; }
+  /// Every rank takes rank 0's buffers now (forward does it itself with broadcast_buffers; call
+  /// this before evaluating module() directly, so every rank evaluates with the same statistics).
+  /// Collective.
+  void sync_buffers();
   /// The gradient buckets, in launch order.
   const std::vector<BucketInfo>& buckets() const { return reducer_->buckets(); }
   /// Communication totals since the last call (then reset): for phase timers and reports.
@@ -71,8 +75,6 @@ class DistributedDataParallel : public layers::Module {
   [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
 
  private:
-  void broadcast_buffers();
-
   layers::ModulePtr module_;
   std::shared_ptr<ProcessGroup> group_;
   Options opts_;

@@ -16,6 +16,7 @@
 
 #include <ember/ember.h>
 #include <ember/parallel/ddp.h>
+#include <ember/parallel/object_collectives.h>
 #include <ember/parallel/sharded_eval.h>
 
 #include "parallel/multiproc.h"
@@ -224,6 +225,22 @@ void sharded_eval_child() {
   CHECK(all.loss_sum == 21);  // 0 + 1 + ... + 6
 }
 
+// String collectives: lengths differ per rank (rank 1's is empty), and a failure on the root
+// reaches every rank as an error.
+void strings_child() {
+  auto pg = child_group();
+  const int rank = pg->rank(), world = pg->world_size();
+  const std::string mine = rank == 1 ? "" : std::string(static_cast<size_t>(3 + rank), char('a' + rank));
+  const std::vector<std::string> all = all_gather_strings(*pg, mine);
+  REQUIRE(static_cast<int>(all.size()) == world);
+  for (int r = 0; r < world; ++r) CHECK(all[size_t(r)] == (r == 1 ? "" : std::string(size_t(3 + r), char('a' + r))));
+  CHECK(broadcast_string(*pg, rank == world - 1 ? "from the last" : "x", world - 1) == "from the last");
+  CHECK(run_on_root(*pg, [] { return std::string("runs/a"); }) == "runs/a");
+  const std::string err =
+      error_of([&] { run_on_root(*pg, []() -> std::string { throw Error("disk full writing last.ckpt"); }); });
+  CHECK_THAT(err, Catch::Contains("disk full writing last.ckpt") && Catch::Contains("on rank 0"));
+}
+
 }  // namespace
 
 TEST_CASE("ddp child", "[.ddp_child]") {
@@ -235,6 +252,7 @@ TEST_CASE("ddp child", "[.ddp_child]") {
   if (scenario == "unused_error") unused_error_child();
   if (scenario == "mismatch") mismatch_child();
   if (scenario == "sharded_eval") sharded_eval_child();
+  if (scenario == "strings") strings_child();
 }
 
 TEST_CASE("ddp: 2 and 3 processes train like one process on the whole batch", "[multiproc][parallel][ddp]") {
@@ -250,6 +268,11 @@ TEST_CASE("ddp: 2 and 3 processes train like one process on the whole batch", "[
 TEST_CASE("ddp: BatchNorm buffers come from rank 0", "[multiproc][parallel][ddp]") {
   testing::Ranks job("[.ddp_child]", 2, {"EMBER_DDP_SCENARIO=batchnorm"});
   if (job.wait_all(120)) job.check_all_passed();
+}
+
+TEST_CASE("string collectives and run_on_root on 3 processes", "[multiproc][parallel][ddp]") {
+  testing::Ranks job("[.ddp_child]", 3, {"EMBER_DDP_SCENARIO=strings"});
+  if (job.wait_all(60)) job.check_all_passed();
 }
 
 TEST_CASE("sharded evaluation counts every test example once", "[multiproc][parallel][ddp]") {

@@ -1,13 +1,18 @@
 // ember-report: turns run directories (written by ember-train) into a Markdown table and SVG plots.
 //
 //   ember-report RUN_DIR... [--out DIR]
+//   ember-report --scaling RUN_DIR... [--out DIR]
 //
 // Writes DIR/report.md (the table, one line per run, the plots linked), DIR/loss.svg (train and
 // test loss per epoch), DIR/accuracy.svg (test accuracy per epoch) and DIR/throughput.svg
 // (images/s per run); DIR defaults to report/ in the current directory. Prints the table.
+// With --scaling: DIR/scaling.md (runs by world size: epoch time, images/s, speedup, efficiency,
+// exposed communication, accuracy, a verdict per run; report/scaling.h), DIR/scaling.svg and
+// DIR/scaling-efficiency.svg; prints the table, its notes and the verdicts.
 //
-// Exit status: 0 done, 1 a run directory could not be read (the message names the file) or the
-// report could not be written, 2 bad command line.
+// Exit status: 0 done, 1 a run directory could not be read (the message names the file), the
+// report could not be written, or --scaling runs that cannot be compared (all of one world size,
+// or one without summary.json), 2 bad command line (including --scaling with fewer than two runs).
 #include <ember/ember.h>
 
 #include <cstdio>
@@ -16,6 +21,7 @@
 #include <vector>
 
 #include "report/report.h"
+#include "report/scaling.h"
 
 namespace {
 
@@ -24,6 +30,7 @@ constexpr int kExitUsage = 2;
 
 const char* const kUsage =
     "usage: ember-report RUN_DIR... [--out DIR]\n"
+    "       ember-report --scaling RUN_DIR... [--out DIR]\n"
     "\n"
     "Reads each run directory (summary.json and metrics.jsonl, as ember-train writes them; a run\n"
     "without summary.json is read from metrics.jsonl alone) and writes into DIR:\n"
@@ -35,7 +42,18 @@ const char* const kUsage =
     "  throughput.svg   images/s per run\n"
     "The table is also printed.\n"
     "\n"
+    "With --scaling, for runs of one experiment on different world sizes (processes or devices):\n"
+    "  scaling.md              runs sorted by world size: mean epoch time and images/s (epoch 1 left\n"
+    "                          out as warm-up when a run has 3 or more), speedup and efficiency\n"
+    "                          against the smallest world, gradient all-reduce time per epoch and\n"
+    "                          the part the step waited for (exposed), the part hidden behind\n"
+    "                          backward, final and best test accuracy, and a verdict per run\n"
+    "  scaling.svg             speedup over world size, with the ideal line\n"
+    "  scaling-efficiency.svg  parallel efficiency over world size\n"
+    "docs/scaling.md explains how to read it.\n"
+    "\n"
     "options:\n"
+    "  --scaling   the scaling report instead of the run report\n"
     "  --out DIR   output directory (default: report)\n"
     "  -h, --help  this text\n";
 
@@ -49,6 +67,7 @@ int usage_error(const std::string& message) {
 int main(int argc, char** argv) {
   std::vector<std::string> run_dirs;
   std::string out_dir = "report";
+  bool scaling = false;
   bool flags_done = false;  // after "--" every argument is a run directory
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -59,6 +78,8 @@ int main(int argc, char** argv) {
     } else if (arg == "-h" || arg == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
+    } else if (arg == "--scaling") {
+      scaling = true;
     } else if (arg == "--out") {
       if (i + 1 >= argc) return usage_error("--out needs a directory");
       out_dir = argv[++i];
@@ -70,12 +91,20 @@ int main(int argc, char** argv) {
   }
   if (run_dirs.empty()) return usage_error("no run directories given");
   if (out_dir.empty()) return usage_error("--out needs a non-empty directory");
+  if (scaling && run_dirs.size() < 2)
+    return usage_error("--scaling compares runs on different world sizes: give two or more run directories");
 
   try {
     const std::vector<ember::report::RunRecord> runs = ember::report::read_runs(run_dirs);
+    const std::string d = out_dir.back() == '/' ? out_dir : out_dir + "/";
+    if (scaling) {
+      const std::string text = ember::report::write_scaling_report(runs, out_dir);
+      std::fputs(text.c_str(), stdout);
+      std::printf("wrote %sscaling.md, %sscaling.svg, %sscaling-efficiency.svg\n", d.c_str(), d.c_str(), d.c_str());
+      return 0;
+    }
     const std::string table = ember::report::write_report(runs, out_dir);
     std::fputs(table.c_str(), stdout);
-    const std::string d = out_dir.back() == '/' ? out_dir : out_dir + "/";
     std::printf("wrote %sreport.md, %sloss.svg, %saccuracy.svg, %sthroughput.svg\n", d.c_str(), d.c_str(), d.c_str(),
                 d.c_str());
   } catch (const ember::Error& e) {  // a bad run directory: the message alone, without the check's location

@@ -8,7 +8,9 @@ set(_report_out ${CMAKE_CURRENT_BINARY_DIR}/report-out)
 # bad_run: a malformed metrics.jsonl -> exit 1 naming the file and line, nothing written.
 # missing_dir: a run directory that does not exist -> exit 1 naming it.
 # usage: no run directories, an unknown flag, --out without a value -> exit 2 with usage; --help -> 0.
-foreach(_mode ok default_out bad_run missing_dir usage)
+# scaling: --scaling on the 4-, 1- and 2-device runs -> sorted table, scaling.md and two SVGs; runs of
+# one world size or without summary.json -> exit 1; fewer than two runs -> exit 2.
+foreach(_mode ok default_out bad_run missing_dir usage scaling)
   add_test(NAME tools/report/${_mode}
            COMMAND ${CMAKE_COMMAND} -DPROGRAM=$<TARGET_FILE:ember-report> -DRUNS=${_report_runs}
                    -DOUT=${_report_out}/${_mode} -DMODE=${_mode}

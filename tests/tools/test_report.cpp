@@ -1,9 +1,11 @@
-// ember-report's library (train/report.h, train/svg.h): run directories read from the fixtures in
-// tests/train/fixtures/runs, the table's numbers recomputed here from the fixture values, SVG
-// output checked for well-formed XML and parsed back (points map to the data through the axis
-// ticks), and the report files.
+// ember-report's library (tools/report/report.h, scaling.h, svg.h): run directories read from the
+// fixtures in tests/train/fixtures/runs, the table's numbers recomputed here from the fixture
+// values, SVG output checked for well-formed XML and parsed back (points map to the data through
+// the axis ticks), and the report files. The scaling report reads run directories written here
+// with known figures (world sizes 1, 2, 4).
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +18,7 @@
 
 #include <ember/core/error.h>
 #include "report/report.h"
+#include "report/scaling.h"
 #include "report/svg.h"
 #include "support/error_of.h"
 #include "support/temp_dir.h"
@@ -39,13 +42,15 @@ std::string fmt(const char* format, double v) {
   return buf;
 }
 
-// The table's body rows as trimmed cells (header and separator dropped).
+// The table's body rows as trimmed cells (header and separator dropped); the table ends at the
+// first line that is not a table row.
 std::vector<std::vector<std::string>> table_rows(const std::string& table) {
   std::vector<std::vector<std::string>> rows;
   std::istringstream in(table);
   std::string line;
   int n = 0;
   while (std::getline(in, line)) {
+    if (line.empty() || line[0] != '|') break;
     if (n++ < 2) continue;
     std::vector<std::string> cells;
     std::string cell;
@@ -169,6 +174,26 @@ size_t count_of(const std::string& s, const std::string& what) {
 
 // Coordinates are written with 2 decimals: a parsed pixel is within 0.005 of the exact one.
 constexpr double kPixelTol = 0.0051;
+
+// Pixel -> data through the first and last tick of each axis of a line chart.
+struct Axes {
+  std::vector<std::pair<double, double>> xt, yt;  // (pixel, value) per tick
+  explicit Axes(const std::string& svg) : xt(ticks(svg, "x-ticks", true)), yt(ticks(svg, "y-ticks", false)) {
+    REQUIRE(xt.size() >= 2);
+    REQUIRE(yt.size() >= 2);
+  }
+  double x(double px) const { return through(xt, px); }
+  double y(double py) const { return through(yt, py); }
+  // What one pixel of rounding is worth in data units along each axis of `box`.
+  double tol_x(double box_w) const { return 2 * kPixelTol * (xt.back().second - xt.front().second) / box_w; }
+  double tol_y(double box_h) const { return 2 * kPixelTol * (yt.back().second - yt.front().second) / box_h; }
+
+ private:
+  static double through(const std::vector<std::pair<double, double>>& t, double p) {
+    return t.front().second +
+           (p - t.front().first) / (t.back().first - t.front().first) * (t.back().second - t.front().second);
+  }
+};
 
 }  // namespace
 
@@ -381,9 +406,9 @@ TEST_CASE("svg_line_chart draws each non-empty series inside the plot box on tic
   CHECK(count_of(s, "<polyline") == 2);
 
   const Box box = plot_box(s);
-  const auto xt = ticks(s, "x-ticks", true), yt = ticks(s, "y-ticks", false);
-  REQUIRE(xt.size() >= 2);
-  REQUIRE(yt.size() >= 2);
+  const Axes axes(s);
+  const auto& xt = axes.xt;
+  const auto& yt = axes.yt;
   CHECK(xt.front().second <= 0);
   CHECK(xt.back().second >= 10);
   CHECK(yt.front().second <= 0);
@@ -394,16 +419,7 @@ TEST_CASE("svg_line_chart draws each non-empty series inside the plot box on tic
   CHECK(yt.back().first == Approx(box.y).margin(kPixelTol));
 
   // Pixel -> data through the first and last ticks; every drawn point must come back.
-  auto data_x = [&](double px) {
-    return xt.front().second +
-           (px - xt.front().first) / (xt.back().first - xt.front().first) * (xt.back().second - xt.front().second);
-  };
-  auto data_y = [&](double py) {
-    return yt.front().second +
-           (py - yt.front().first) / (yt.back().first - yt.front().first) * (yt.back().second - yt.front().second);
-  };
-  const double tol_x = 2 * kPixelTol * (xt.back().second - xt.front().second) / box.w;
-  const double tol_y = 2 * kPixelTol * (yt.back().second - yt.front().second) / box.h;
+  const double tol_x = axes.tol_x(box.w), tol_y = axes.tol_y(box.h);
   const auto lines = polylines(s);
   REQUIRE(lines.size() == 2);
   const std::vector<const Series*> drawn = {&series[0], &series[3]};
@@ -418,8 +434,8 @@ TEST_CASE("svg_line_chart draws each non-empty series inside the plot box on tic
       CHECK(px <= box.x + box.w + kPixelTol);
       CHECK(py >= box.y - kPixelTol);
       CHECK(py <= box.y + box.h + kPixelTol);
-      CHECK(data_x(px) == Approx(expected[i].first).margin(tol_x));
-      CHECK(data_y(py) == Approx(expected[i].second).margin(tol_y));
+      CHECK(axes.x(px) == Approx(expected[i].first).margin(tol_x));
+      CHECK(axes.y(py) == Approx(expected[i].second).margin(tol_y));
     }
   }
   // The extremes of the first series sit on the box's edges.
@@ -509,4 +525,262 @@ TEST_CASE("write_report writes the table, the plots and links them", "[cpu]") {
   const fs::path file = tmp.path() / "file";
   std::ofstream(file) << "x";
   CHECK_THAT(error_of([&] { write_report(runs, file.string()); }), Catch::Contains(file.string()));
+}
+
+// ---- ember-report --scaling ----
+
+namespace {
+
+// One metrics.jsonl line: `images` training images in `seconds`, gradient all-reduce `comm` of
+// which `exposed` waited for, and phase times {data wait, forward, backward, optimizer}.
+EpochMetrics scaling_epoch(int64_t n, double seconds, double images, double comm, double exposed, double acc,
+                           std::array<double, 4> phases) {
+  EpochMetrics e;
+  e.epoch = n;
+  e.train_loss = e.test_loss = 1.0 / static_cast<double>(n);
+  e.test_acc = acc;
+  e.epoch_seconds = seconds;
+  e.images_per_second = images / seconds;
+  e.eval_seconds = 1;
+  e.data_wait_seconds = phases[0];
+  e.forward_seconds = phases[1];
+  e.backward_seconds = phases[2];
+  e.optimizer_seconds = phases[3];
+  e.comm_seconds = comm;
+  e.comm_exposed_seconds = exposed;
+  return e;
+}
+
+// A run directory as ember-train writes one.
+std::string write_run(const fs::path& dir, const std::string& name, int64_t world, double best,
+                      const std::vector<EpochMetrics>& epochs) {
+  fs::create_directories(dir);
+  RunSummary s;
+  s.name = name;
+  s.device = "cpu";
+  s.world_size = world;
+  s.epochs_run = static_cast<int64_t>(epochs.size());
+  s.best_test_acc = best;
+  s.images_per_second = 12345;  // deliberately not the epochs' figure: the table must use the epochs
+  std::ofstream(dir / "summary.json") << to_json(s);
+  std::ofstream metrics(dir / "metrics.jsonl");
+  for (const EpochMetrics& e : epochs) metrics << to_json_line(e) << "\n";
+  return dir.string();
+}
+
+// Three runs of 50000 images per epoch, 4 epochs each; the first epoch is slow (warm-up) and has
+// figures that would change every mean if it were counted.
+//   world 1: 50 s per epoch -> 1000 images/s; no communication; data wait 1 of 50 s.
+//   world 2: 27.5 s -> 1818.18 images/s, speedup 1.818, efficiency 90.9%; comm 5 s, exposed 2 s
+//            (7.27% of the epoch, 60% hidden); data wait 10 of 27.5 s: input-bound (36%).
+//   world 4: 19, 20, 21 s -> 150000 images / 60 s = 2500 images/s (the mean of the epochs' rates
+//            would be 2504), speedup 2.5, efficiency 62.5%; comm 9, 10, 11 s, exposed 5, 6, 7 s
+//            (30% of the epoch, 40% hidden): communication-bound.
+// Given in the order 4, 1, 2.
+std::vector<std::string> write_scaling_runs(const fs::path& root) {
+  const double kImages = 50000;
+  std::vector<std::string> dirs;
+  dirs.push_back(write_run(root / "w4", "mnist-4", 4, 0.921,
+                           {scaling_epoch(1, 40, kImages, 20, 20, 0.85, {30, 4, 4, 2}),
+                            scaling_epoch(2, 19, kImages, 9, 5, 0.90, {1, 4, 12, 3}),
+                            scaling_epoch(3, 20, kImages, 10, 6, 0.921, {1, 4, 12, 3}),
+                            scaling_epoch(4, 21, kImages, 11, 7, 0.919, {1, 4, 12, 3})}));
+  dirs.push_back(write_run(root / "w1", "mnist-1", 1, 0.92,
+                           {scaling_epoch(1, 100, kImages, 0, 0, 0.85, {50, 15, 30, 5}),
+                            scaling_epoch(2, 50, kImages, 0, 0, 0.90, {1, 15, 30, 4}),
+                            scaling_epoch(3, 50, kImages, 0, 0, 0.92, {1, 15, 30, 4}),
+                            scaling_epoch(4, 50, kImages, 0, 0, 0.915, {1, 15, 30, 4})}));
+  dirs.push_back(write_run(root / "w2", "mnist-2", 2, 0.925,
+                           {scaling_epoch(1, 60, kImages, 8, 8, 0.86, {5, 20, 30, 5}),
+                            scaling_epoch(2, 27.5, kImages, 5, 2, 0.90, {10, 5, 10, 2.5}),
+                            scaling_epoch(3, 27.5, kImages, 5, 2, 0.925, {10, 5, 10, 2.5}),
+                            scaling_epoch(4, 27.5, kImages, 5, 2, 0.91, {10, 5, 10, 2.5})}));
+  return dirs;
+}
+
+enum ScalingCol {
+  kSRun,
+  kSWorld,
+  kSDevice,
+  kSEpochs,
+  kSEpochTime,
+  kSImages,
+  kSSpeedup,
+  kSEfficiency,
+  kSComm,
+  kSExposed,
+  kSShare,
+  kSHidden,
+  kSFinal,
+  kSBest
+};
+
+// The data points of the k-th polyline of a chart, read back through its axes.
+std::vector<std::pair<double, double>> chart_points(const std::string& svg, size_t k) {
+  const Axes axes(svg);
+  const auto lines = polylines(svg);
+  REQUIRE(k < lines.size());
+  std::vector<std::pair<double, double>> out;
+  for (const auto& [px, py] : lines[k]) out.emplace_back(axes.x(px), axes.y(py));
+  return out;
+}
+
+void check_points(const std::string& svg, size_t k, const std::vector<std::pair<double, double>>& expected) {
+  const Box box = plot_box(svg);
+  const Axes axes(svg);
+  const auto got = chart_points(svg, k);
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("point " << i);
+    CHECK(got[i].first == Approx(expected[i].first).margin(axes.tol_x(box.w)));
+    CHECK(got[i].second == Approx(expected[i].second).margin(axes.tol_y(box.h)));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("scaling table: runs by world size, means after warm-up, speedup, efficiency, exposed and hidden comm",
+          "[cpu]") {
+  TempDir tmp;
+  const std::vector<RunRecord> runs = read_runs(write_scaling_runs(tmp.path()));
+  const std::vector<ScalingRow> rows = scaling_rows(runs);
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0].world_size == 1);
+  CHECK(rows[1].world_size == 2);
+  CHECK(rows[2].world_size == 4);
+  CHECK(rows[2].images_per_second == Approx(2500).epsilon(1e-12));
+  CHECK(rows[1].speedup == Approx(50000 / 27.5 / 1000).epsilon(1e-12));
+  CHECK(rows[2].efficiency == Approx(0.625).epsilon(1e-12));
+  CHECK(rows[2].exposed_share == Approx(0.3).epsilon(1e-12));
+  CHECK(rows[2].hidden_fraction == Approx(0.4).epsilon(1e-12));
+  CHECK(std::isnan(rows[0].hidden_fraction));
+
+  const std::string table = scaling_table(rows);
+  INFO(table);
+  const auto cells = table_rows(table);
+  REQUIRE(cells.size() == 3);
+  const std::vector<std::vector<std::string>> expected = {
+      {"mnist-1", "1", "cpu", "2-4", "50.00", "1000", "1.00x", "100.0%", "0.00", "0.00", "0.0%", "-", "0.9150",
+       "0.9200"},
+      {"mnist-2", "2", "cpu", "2-4", "27.50", "1818", "1.82x", "90.9%", "5.00", "2.00", "7.3%", "60.0%", "0.9100",
+       "0.9250"},
+      {"mnist-4", "4", "cpu", "2-4", "20.00", "2500", "2.50x", "62.5%", "10.00", "6.00", "30.0%", "40.0%", "0.9190",
+       "0.9210"},
+  };
+  for (size_t i = 0; i < 3; ++i) CHECK(cells[i] == expected[i]);
+  CHECK_THAT(table,
+             Catch::StartsWith("| run ") && Catch::Contains("| exposed share |") && Catch::Contains("| hidden |"));
+
+  CHECK_THAT(rows[2].verdict, Catch::StartsWith("communication-bound: 30% of the epoch waits for the gradient "
+                                                "all-reduce"));
+  CHECK(rows[1].verdict == "input-bound: data wait is 36% of the step; raise data.workers or set data.resident");
+  CHECK(rows[0].verdict == "not communication- or input-bound (data wait 2.0% of the step)");
+  const std::string text = scaling_text(rows);
+  CHECK_THAT(text, Catch::StartsWith(table) && Catch::Contains("left out as warm-up") &&
+                       Catch::Contains("that of 'mnist-1' (world 1)") &&
+                       Catch::Contains("- mnist-4 (world 4): communication-bound: 30%"));
+  CHECK(text.find("Warning") == std::string::npos);  // every run saw 50000 images per epoch
+}
+
+TEST_CASE("scaling table: runs of one or two epochs are averaged whole and ties keep the given order", "[cpu]") {
+  TempDir tmp;
+  const auto e = [](int64_t n, double seconds, double images) {
+    return scaling_epoch(n, seconds, images, 0, 0, 0.5, {1, 1, 1, 1});
+  };
+  const std::string a = write_run(tmp.path() / "a", "a", 2, 0.5, {e(1, 30, 30000), e(2, 10, 30000)});
+  const std::string b = write_run(tmp.path() / "b", "b", 1, 0.5, {e(1, 60, 30000)});
+  const std::string c = write_run(tmp.path() / "c", "c", 2, 0.5, {e(1, 20, 30000), e(2, 20, 30000)});
+  const auto rows = scaling_rows(read_runs({a, b, c}));
+  const auto cells = table_rows(scaling_table(rows));
+  REQUIRE(cells.size() == 3);
+  CHECK(cells[0][kSRun] == "b");
+  CHECK(cells[0][kSEpochs] == "1");
+  CHECK(cells[1][kSRun] == "a");  // a before c: both world 2, given in that order
+  CHECK(cells[2][kSRun] == "c");
+  CHECK(cells[1][kSEpochs] == "1-2");
+  CHECK(cells[1][kSEpochTime] == "20.00");  // (30 + 10) / 2: both epochs count
+  CHECK(cells[1][kSImages] == "1500");  // 60000 images / 40 s
+  CHECK(cells[1][kSSpeedup] == "3.00x");  // against 500 images/s
+  CHECK(cells[1][kSEfficiency] == "150.0%");
+  CHECK(cells[2][kSSpeedup] == "3.00x");
+  CHECK(cells[1][kSHidden] == "-");
+}
+
+TEST_CASE("scaling against a smallest world of 2: efficiency and the ideal line use the world-size ratio", "[cpu]") {
+  TempDir tmp;
+  const auto e = [](double seconds) { return scaling_epoch(1, seconds, 40000, 0, 0, 0.5, {1, 1, 1, 1}); };
+  const std::string two = write_run(tmp.path() / "two", "two", 2, 0.5, {e(20)});  // 2000 images/s
+  const std::string eight = write_run(tmp.path() / "eight", "eight", 8, 0.5, {e(8)});  // 5000 images/s
+  const std::vector<RunRecord> runs = read_runs({eight, two});
+  const auto cells = table_rows(scaling_table(scaling_rows(runs)));
+  REQUIRE(cells.size() == 2);
+  CHECK(cells[0][kSRun] == "two");
+  CHECK(cells[1][kSSpeedup] == "2.50x");
+  CHECK(cells[1][kSEfficiency] == "62.5%");  // 2.5 / (8 / 2)
+  const fs::path out = tmp.path() / "out";
+  write_scaling_report(runs, out.string());
+  const std::string speedup = read_text(out / "scaling.svg");
+  CHECK_THAT(speedup, Catch::Contains("Speedup vs world size (baseline: world 2)"));
+  check_points(speedup, 0, {{2, 1}, {8, 2.5}});
+  check_points(speedup, 1, {{2, 1}, {8, 4}});
+  check_points(read_text(out / "scaling-efficiency.svg"), 0, {{2, 100}, {8, 62.5}});
+}
+
+TEST_CASE("scaling report warns when runs saw different numbers of images per epoch", "[cpu]") {
+  // World 2 counted one process's images: 25000 per epoch instead of 50000.
+  TempDir tmp;
+  const auto e = [](int64_t n, double images) { return scaling_epoch(n, 10, images, 0, 0, 0.5, {1, 1, 1, 1}); };
+  const std::string one = write_run(tmp.path() / "one", "one", 1, 0.5, {e(1, 50000)});
+  const std::string two = write_run(tmp.path() / "two", "two", 2, 0.5, {e(1, 25000)});
+  const std::string text = scaling_text(scaling_rows(read_runs({one, two})));
+  CHECK_THAT(text, Catch::Contains("Warning: the runs trained on different numbers of images per epoch (one 50000; "
+                                   "two 25000)"));
+}
+
+TEST_CASE("scaling report refuses runs of one world size and runs without a summary", "[cpu]") {
+  TempDir tmp;
+  const auto e = scaling_epoch(1, 10, 1000, 0, 0, 0.5, {1, 1, 1, 1});
+  const std::string a = write_run(tmp.path() / "a", "a", 2, 0.5, {e});
+  const std::string b = write_run(tmp.path() / "b", "b", 2, 0.5, {e});
+  const fs::path out = tmp.path() / "out";
+  CHECK_THAT(error_of([&] {
+               write_scaling_report(read_runs({a, b}), out.string());
+             }),
+             Catch::Contains("different world sizes, but all 2 runs trained on world size 2"));
+  CHECK_FALSE(fs::exists(out));  // nothing written
+  CHECK_THAT(error_of([&] { scaling_rows(read_runs({a})); }), Catch::Contains("two or more runs, got 1"));
+  const std::string incomplete = (tmp.path() / "c").string();
+  fs::create_directories(incomplete);
+  std::ofstream(tmp.path() / "c" / "metrics.jsonl") << to_json_line(e) << "\n";
+  CHECK_THAT(error_of([&] {
+               scaling_rows(read_runs({a, incomplete}));
+             }),
+             Catch::Contains("run '" + incomplete + "' has no summary.json"));
+}
+
+TEST_CASE("write_scaling_report writes the table and plots speedup and efficiency over world size", "[cpu]") {
+  TempDir tmp;
+  const std::vector<RunRecord> runs = read_runs(write_scaling_runs(tmp.path() / "runs"));
+  const fs::path out = tmp.path() / "report";
+  const std::string text = write_scaling_report(runs, out.string());
+  CHECK(text == scaling_text(scaling_rows(runs)));
+  const std::string md = read_text(out / "scaling.md");
+  CHECK_THAT(
+      md, Catch::Contains(text) && Catch::Contains("](scaling.svg)") && Catch::Contains("](scaling-efficiency.svg)"));
+
+  const std::string speedup = read_text(out / "scaling.svg");
+  check_well_formed(speedup);
+  CHECK(count_of(speedup, "<polyline") == 2);
+  CHECK_THAT(speedup, Catch::Contains(">speedup (measured)</text>") && Catch::Contains(">ideal (linear)</text>") &&
+                          Catch::Contains(">world size (processes or devices)</text>"));
+  check_points(speedup, 0, {{1, 1}, {2, 50000 / 27.5 / 1000}, {4, 2.5}});
+  check_points(speedup, 1, {{1, 1}, {2, 2}, {4, 4}});
+
+  const std::string efficiency = read_text(out / "scaling-efficiency.svg");
+  check_well_formed(efficiency);
+  CHECK(count_of(efficiency, "<polyline") == 2);
+  CHECK_THAT(efficiency,
+             Catch::Contains(">parallel efficiency (measured)</text>") && Catch::Contains(">ideal (100%)</text>"));
+  check_points(efficiency, 0, {{1, 100}, {2, 100 * 50000 / 27.5 / 2000}, {4, 62.5}});
+  check_points(efficiency, 1, {{1, 100}, {2, 100}, {4, 100}});
 }

@@ -1,5 +1,5 @@
-// ember-report's library side (train/report.h): reading run directories, the Markdown table with
-// speedup and parallel efficiency, and the report files. The charts are in train/svg.cpp.
+// ember-report's library side (tools/report/report.h): reading run directories, the Markdown table with
+// speedup and parallel efficiency, and the report files. The charts are in svg.cpp, the scaling table in scaling.cpp.
 #include "report/report.h"
 
 #include <algorithm>
@@ -72,6 +72,8 @@ RunSummary derive_summary(const std::string& dir, const std::vector<EpochMetrics
   return s;
 }
 
+}  // namespace
+
 std::string fixed(double v, int decimals) {
   if (!std::isfinite(v)) return "-";
   char buf[64];
@@ -79,7 +81,6 @@ std::string fixed(double v, int decimals) {
   return buf;
 }
 
-// A label inside a Markdown table cell: '|' would end the cell, a newline the row.
 std::string cell_text(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -92,7 +93,48 @@ std::string cell_text(const std::string& s) {
 
 bool device_count_known(const RunRecord& r) { return r.summary.stop_reason != kIncomplete; }
 
-}  // namespace
+std::string render_table(const std::vector<std::string>& header, const std::vector<bool>& right_aligned,
+                         const std::vector<std::vector<std::string>>& rows) {
+  EMBER_ASSERT(right_aligned.size() == header.size(), "render_table: ", header.size(), " columns but ",
+               right_aligned.size(), " alignments");
+  // Pad every column to its widest cell, so the table reads as well on a terminal as rendered.
+  std::vector<size_t> width(header.size(), 3);
+  for (size_t c = 0; c < header.size(); ++c) {
+    width[c] = std::max(width[c], header[c].size());
+    for (const auto& row : rows) width[c] = std::max(width[c], row[c].size());
+  }
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string out = "|";
+    for (size_t c = 0; c < cells.size(); ++c) {
+      const size_t pad = width[c] - cells[c].size();
+      out += ' ';
+      if (right_aligned[c]) out.append(pad, ' ');
+      out += cells[c];
+      if (!right_aligned[c]) out.append(pad, ' ');
+      out += " |";
+    }
+    out += '\n';
+    return out;
+  };
+  // The separator row: "---:" right-aligns the numeric columns when rendered.
+  std::string out = line(header);
+  out += '|';
+  for (size_t c = 0; c < header.size(); ++c) {
+    out += ' ';
+    out.append(right_aligned[c] ? width[c] - 1 : width[c], '-');
+    out += right_aligned[c] ? ": |" : " |";
+  }
+  out += '\n';
+  for (const auto& row : rows) out += line(row);
+  return out;
+}
+
+void make_report_dir(const std::string& out_dir) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  EMBER_CHECK(!ec, "cannot create the report directory '", out_dir, "': ", ec.message());
+  EMBER_CHECK(fs::is_directory(out_dir, ec), "report directory '", out_dir, "' exists but is not a directory");
+}
 
 RunRecord read_run(const std::string& dir) {
   std::error_code ec;
@@ -169,43 +211,11 @@ std::string markdown_table(const std::vector<RunRecord>& runs) {
                     fixed(s.best_test_acc, 4), fixed(epoch_time, 2), fixed(s.images_per_second, 0), speedup,
                     efficiency});
   }
-  // Pad every column to its widest cell, so the table reads as well on a terminal as rendered.
-  std::vector<size_t> width(header.size(), 3);
-  for (size_t c = 0; c < header.size(); ++c) {
-    width[c] = std::max(width[c], header[c].size());
-    for (const auto& row : rows) width[c] = std::max(width[c], row[c].size());
-  }
-  auto line = [&](const std::vector<std::string>& cells) {
-    std::string out = "|";
-    for (size_t c = 0; c < cells.size(); ++c) {
-      const size_t pad = width[c] - cells[c].size();
-      out += ' ';
-      if (right_aligned[c]) out.append(pad, ' ');
-      out += cells[c];
-      if (!right_aligned[c]) out.append(pad, ' ');
-      out += " |";
-    }
-    out += '\n';
-    return out;
-  };
-  // The separator row: "---:" right-aligns the numeric columns when rendered.
-  std::string out = line(header);
-  out += '|';
-  for (size_t c = 0; c < header.size(); ++c) {
-    out += ' ';
-    out.append(right_aligned[c] ? width[c] - 1 : width[c], '-');
-    out += right_aligned[c] ? ": |" : " |";
-  }
-  out += '\n';
-  for (const auto& row : rows) out += line(row);
-  return out;
+  return render_table(header, right_aligned, rows);
 }
 
 std::string write_report(const std::vector<RunRecord>& runs, const std::string& out_dir) {
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  EMBER_CHECK(!ec, "cannot create the report directory '", out_dir, "': ", ec.message());
-  EMBER_CHECK(fs::is_directory(out_dir, ec), "report directory '", out_dir, "' exists but is not a directory");
+  make_report_dir(out_dir);
 
   std::vector<Series> loss, accuracy;
   std::vector<std::string> labels;

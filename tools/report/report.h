@@ -27,6 +27,20 @@ RunRecord read_run(const std::string& dir);
 /// " (<directory name>)" appended (or " (<dir as given>)", then " #k", when that does not separate them).
 std::vector<RunRecord> read_runs(const std::vector<std::string>& dirs);
 
+/// True unless the run has no summary.json (its device count, world_size, is then unknown).
+bool device_count_known(const RunRecord& r);
+
+/// `v` with `decimals` decimals; "-" for NaN and infinities.
+std::string fixed(double v, int decimals);
+/// `s` fit for a Markdown table cell: '|' escaped, newlines turned into spaces.
+std::string cell_text(const std::string& s);
+/// A Markdown table, every column padded to its widest cell (so it reads on a terminal too);
+/// right_aligned columns get "---:" in the separator row. Every row has header.size() cells.
+std::string render_table(const std::vector<std::string>& header, const std::vector<bool>& right_aligned,
+                         const std::vector<std::vector<std::string>>& rows);
+/// Creates out_dir (and its parents); an error naming it when that fails or it is not a directory.
+void make_report_dir(const std::string& out_dir);
+
 /// The table: | run | device | devices | epochs | best acc | epoch time (s) | images/s | speedup |
 /// efficiency |. Epoch time is the mean epoch_seconds; images/s the summary's. Speedup and
 /// parallel efficiency are relative to the run with the fewest devices (ties: the first given):

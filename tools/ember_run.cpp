@@ -5,7 +5,9 @@
 //
 // Each child gets MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE, which
 // parallel::discover_rank reads before any Slurm or Open MPI variable the child inherits (those
-// describe the launcher's own place in an outer job, and are left alone). Each output line of a
+// describe the launcher's own place in an outer job, and are left alone), plus EMBER_NUM_THREADS,
+// OPENBLAS_NUM_THREADS and OMP_NUM_THREADS = cores / N where the user left them unset (the ranks of
+// a node share its cores). Each output line of a
 // child is copied with a "[rank k] " prefix to ember-run's stdout or stderr, whichever the child
 // wrote it to (or each rank writes DIR/rank_k.log). SIGINT and SIGTERM are passed to every child
 // (a second one kills them). When a child exits non-zero or dies by a signal, the others get half
@@ -39,6 +41,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #ifdef EMBER_WITH_CUDA
@@ -70,7 +73,8 @@ void print_usage(std::FILE* out) {
       "\n"
       "Starts --nproc-per-node copies of PROGRAM on this node, one per rank, with MASTER_ADDR, MASTER_PORT,\n"
       "RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE set for each (what parallel::init_process_group\n"
-      "reads, as under torchrun). Flags are torchrun's (--nproc_per_node spellings work too).\n"
+      "reads, as under torchrun), and EMBER_NUM_THREADS, OPENBLAS_NUM_THREADS and OMP_NUM_THREADS set to\n"
+      "cores / nproc-per-node unless already set. Flags are torchrun's (--nproc_per_node spellings work too).\n"
       "\n"
       "  --nproc-per-node N|gpu  ranks on this node (default 1); 'gpu': one per visible CUDA device\n"
       "  --nnodes M              nodes in the job (default 1); run ember-run once on each node\n"
@@ -342,7 +346,16 @@ struct Child {
   std::string log_path;
 };
 
-/// The child's environment: ours without the six rank variables, then those for this rank.
+constexpr const char* kThreadVars[] = {"EMBER_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"};
+
+/// This machine's cores shared among `nproc` ranks (at least 1 each).
+int threads_per_rank(int nproc) {
+  const unsigned cores = std::thread::hardware_concurrency();
+  return std::max(1, static_cast<int>(cores == 0 ? 1 : cores) / std::max(1, nproc));
+}
+
+/// The child's environment: ours without the six rank variables, then those for this rank, and
+/// kThreadVars that the user left unset.
 std::vector<std::string> child_env(const Args& a, const std::string& addr, int port, int rank, int local_rank) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -357,6 +370,11 @@ std::vector<std::string> child_env(const Args& a, const std::string& addr, int p
   env.push_back("WORLD_SIZE=" + std::to_string(a.nnodes * a.nproc));
   env.push_back("LOCAL_RANK=" + std::to_string(local_rank));
   env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(a.nproc));
+  // The ranks of a node share its cores: unless the user chose, each gets cores / nproc threads
+  // for ember's kernels, OpenBLAS and OpenMP (a rank each using every core slows all of them).
+  const std::string threads = std::to_string(threads_per_rank(a.nproc));
+  for (const char* var : kThreadVars)
+    if (std::getenv(var) == nullptr) env.push_back(std::string(var) + "=" + threads);
   return env;
 }
 

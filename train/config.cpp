@@ -115,6 +115,14 @@ void set_value(const KeySpec& s, const json& v, ExperimentConfig& cfg, const std
             out.push_back(*i);
           }
           field(cfg) = std::move(out);
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          if (!v.is_array()) bad();
+          std::vector<std::string> out;
+          for (const auto& e : v) {
+            if (!e.is_string()) bad();
+            out.push_back(e.get<std::string>());
+          }
+          field(cfg) = std::move(out);
         } else if constexpr (std::is_same_v<T, std::pair<double, double>>) {
           if (!v.is_array() || v.size() != 2) bad();
           const auto a = as_ranged_number(s, v[0]), b = as_ranged_number(s, v[1]);
@@ -208,6 +216,13 @@ json override_value(const KeySpec& s, const std::string& text, const std::string
     if (v.is_discarded() || !v.is_string())
       fail(origin + ": " + s.path + ": expected a JSON string literal after '\"', found " + text);
     return v;
+  }
+  if (s.kind == KeyKind::StringList && trim(text).rfind('[', 0) != 0) {
+    // parallel.devices=cpu,cpu: bare comma-separated items.
+    json list = json::array();
+    std::string item;
+    for (std::istringstream in(text); std::getline(in, item, ',');) list.push_back(trim(item));
+    return list;
   }
   json v = json::parse(trim(text), nullptr, /*allow_exceptions=*/false);
   return v.is_discarded() ? json(text) : v;

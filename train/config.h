@@ -127,6 +127,33 @@ struct OutputConfig {
   friend bool operator==(const OutputConfig&, const OutputConfig&) = default;
 };
 
+/// train.*
+struct LoopConfig {
+  /// Batches whose gradients are summed before each optimizer step (each loss scaled by 1/N;
+  /// under DDP all but the last are run under no_sync, so gradients are reduced once per step).
+  int64_t accumulation_steps = 1;
+  friend bool operator==(const LoopConfig&, const LoopConfig&) = default;
+};
+
+/// parallel.*
+struct ParallelConfig {
+  /// none | dp (parallel::DataParallel: one process, the devices below) | ddp
+  /// (parallel::DistributedDataParallel: one process per device, started by ember-run, torchrun,
+  /// srun or mpirun; data.batch_size is per process).
+  std::string mode = "none";
+  /// dp: the devices ("cpu", "cuda:1", repeats allowed); empty: every visible GPU.
+  std::vector<std::string> devices;
+  /// ddp: auto (nccl for CUDA tensors when usable, else tcp) | nccl | tcp.
+  std::string backend = "auto";
+  /// ddp with nccl: native (ncclAllReduce) | ring (ember's ring over ncclSend/ncclRecv).
+  std::string algorithm = "native";
+  /// ddp: gradient bucket size in MiB (> 0).
+  double bucket_cap_mb = 25;
+  /// ddp: seconds a collective may take before it is an error naming the missing rank (> 0).
+  double timeout_s = 300;
+  friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
+};
+
 struct ExperimentConfig {
   /// What the experiment shows (free text; configs/ files carry one).
   std::string description;
@@ -143,6 +170,8 @@ struct ExperimentConfig {
   EarlyStopConfig early_stop;
   CheckpointConfig checkpoint;
   OutputConfig output;
+  LoopConfig train;
+  ParallelConfig parallel;
   friend bool operator==(const ExperimentConfig&, const ExperimentConfig&) = default;
 };
 

@@ -44,6 +44,14 @@ bool valid_milestones(const ExperimentConfig& c) {
 
 bool non_empty_dir(const ExperimentConfig& c) { return !c.output.dir.empty(); }
 
+bool valid_devices(const ExperimentConfig& c) {
+  return std::all_of(c.parallel.devices.begin(), c.parallel.devices.end(), [&](const std::string& d) {
+    ExperimentConfig one;
+    one.device = d;
+    return d != "auto" && valid_device(one);
+  });
+}
+
 std::vector<KeySpec> build_schema() {
   using K = KeyKind;
   return {
@@ -321,6 +329,52 @@ std::vector<KeySpec> build_schema() {
        .default_json = "10.0",
        .doc = "Seconds between progress lines in log.txt.",
        .field = EMBER_CONFIG_FIELD(double, output.log_interval)},
+
+      {.path = "train.accumulation_steps",
+       .kind = K::Int,
+       .lo = ge(1),
+       .default_json = "1",
+       .doc = "Batches per optimizer step (gradients summed, each loss scaled by 1/N; ddp reduces once per step).",
+       .field = EMBER_CONFIG_FIELD(int64_t, train.accumulation_steps)},
+
+      {.path = "parallel.mode",
+       .kind = K::Enum,
+       .choices = {"none", "dp", "ddp"},
+       .default_json = "\"none\"",
+       .doc = "dp: DataParallel over parallel.devices in one process; ddp: one process per device (run under "
+              "ember-run, torchrun or srun); data.batch_size is per process.",
+       .field = EMBER_CONFIG_FIELD(std::string, parallel.mode)},
+      {.path = "parallel.devices",
+       .kind = K::StringList,
+       .default_json = "[]",
+       .doc = "dp: the devices, repeats allowed ([\"cpu\", \"cpu\"]); empty: every visible GPU.",
+       .field = EMBER_CONFIG_FIELD(std::vector<std::string>, parallel.devices),
+       .valid = valid_devices,
+       .rule = "a list of devices, each cpu, cuda or cuda:N"},
+      {.path = "parallel.backend",
+       .kind = K::Enum,
+       .choices = {"auto", "nccl", "tcp"},
+       .default_json = "\"auto\"",
+       .doc = "ddp: auto (nccl for CUDA tensors when usable, else tcp), nccl or tcp.",
+       .field = EMBER_CONFIG_FIELD(std::string, parallel.backend)},
+      {.path = "parallel.algorithm",
+       .kind = K::Enum,
+       .choices = {"native", "ring"},
+       .default_json = "\"native\"",
+       .doc = "ddp over nccl: native (ncclAllReduce) or ring (ember's ring over ncclSend/ncclRecv).",
+       .field = EMBER_CONFIG_FIELD(std::string, parallel.algorithm)},
+      {.path = "parallel.bucket_cap_mb",
+       .kind = K::Float,
+       .lo = gt(0),
+       .default_json = "25.0",
+       .doc = "ddp: gradient bucket size in MiB (smaller: more overlap with backward, more all-reduces).",
+       .field = EMBER_CONFIG_FIELD(double, parallel.bucket_cap_mb)},
+      {.path = "parallel.timeout_s",
+       .kind = K::Float,
+       .lo = gt(0),
+       .default_json = "300.0",
+       .doc = "ddp: seconds a collective may take before it is an error naming the rank that is missing.",
+       .field = EMBER_CONFIG_FIELD(double, parallel.timeout_s)},
   };
 }
 
@@ -421,6 +475,8 @@ std::string expected_text(const KeySpec& s) {
       return "a list of two numbers, each" + range_text(s);
     case KeyKind::OptionalFloat:
       return "null or a number" + range_text(s);
+    case KeyKind::StringList:
+      return "a list of strings";
   }
   return "";
 }

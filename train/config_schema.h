@@ -18,8 +18,9 @@ namespace ember::train {
 
 /// What a key's value is. Int: int64 (3.0 accepted, 3.5 not); UInt64: non-negative integer up to
 /// 2^64-1; Float: any finite number; Enum: a string out of `choices`; IntList: JSON array of
-/// integers; FloatPair: JSON array of exactly two numbers; OptionalFloat: null or a number.
-enum class KeyKind { Int, UInt64, Float, Bool, String, Enum, IntList, FloatPair, OptionalFloat };
+/// integers; FloatPair: JSON array of exactly two numbers; OptionalFloat: null or a number;
+/// StringList: JSON array of strings (an override may also say a,b,c).
+enum class KeyKind { Int, UInt64, Float, Bool, String, Enum, IntList, FloatPair, OptionalFloat, StringList };
 
 /// One end of a numeric range; `open` excludes the value itself.
 struct Bound {
@@ -33,7 +34,7 @@ using FieldRef =
     std::variant<int64_t& (*)(ExperimentConfig&), uint64_t& (*)(ExperimentConfig&), double& (*)(ExperimentConfig&),
                  bool& (*)(ExperimentConfig&), std::string& (*)(ExperimentConfig&),
                  std::vector<int64_t>& (*)(ExperimentConfig&), std::pair<double, double>& (*)(ExperimentConfig&),
-                 std::optional<double>& (*)(ExperimentConfig&)>;
+                 std::optional<double>& (*)(ExperimentConfig&), std::vector<std::string>& (*)(ExperimentConfig&)>;
 
 /// One key of the schema.
 struct KeySpec {

@@ -126,7 +126,7 @@ Datasets make_datasets(const DataConfig& data, uint64_t seed) {
 }
 
 std::unique_ptr<data::DataLoader> make_train_loader(const Datasets& d, const DataConfig& data, Device device,
-                                                    uint64_t seed) {
+                                                    uint64_t seed, std::shared_ptr<data::Sampler> sampler) {
   const Shape chw = d.train->image_shape();
   std::vector<std::shared_ptr<const data::Transform>> ts;
   // Crops and mirror images suit natural 3-channel images; flipping digits or garments
@@ -136,24 +136,26 @@ std::unique_ptr<data::DataLoader> make_train_loader(const Datasets& d, const Dat
     ts.push_back(std::make_shared<data::RandomHorizontalFlip>());
   }
   ts.push_back(std::make_shared<data::Normalize>(d.mean, d.std));
-  return std::make_unique<data::DataLoader>(d.train,
-                                            data::DataLoaderOptions{.batch_size = data.batch_size,
-                                                                    .shuffle = true,
-                                                                    .workers = static_cast<int>(data.workers),
-                                                                    .device = device,
-                                                                    .seed = seed,
-                                                                    .resident = data.resident,
-                                                                    .transform = data::Compose(std::move(ts))});
+  return std::make_unique<data::DataLoader>(d.train, data::DataLoaderOptions{.batch_size = data.batch_size,
+                                                                             .shuffle = sampler == nullptr,
+                                                                             .workers = static_cast<int>(data.workers),
+                                                                             .device = device,
+                                                                             .seed = seed,
+                                                                             .resident = data.resident,
+                                                                             .transform = data::Compose(std::move(ts)),
+                                                                             .sampler = std::move(sampler)});
 }
 
-std::unique_ptr<data::DataLoader> make_test_loader(const Datasets& d, const DataConfig& data, Device device) {
+std::unique_ptr<data::DataLoader> make_test_loader(const Datasets& d, const DataConfig& data, Device device,
+                                                   std::shared_ptr<data::Sampler> sampler) {
   return std::make_unique<data::DataLoader>(
       d.test, data::DataLoaderOptions{.batch_size = data.test_batch_size,
                                       .shuffle = false,
                                       .workers = static_cast<int>(data.workers),
                                       .device = device,
                                       .resident = data.resident,
-                                      .transform = data::Compose(data::Normalize(d.mean, d.std))});
+                                      .transform = data::Compose(data::Normalize(d.mean, d.std)),
+                                      .sampler = std::move(sampler)});
 }
 
 std::shared_ptr<layers::Module> make_model(const ModelConfig& model, int64_t num_classes,

@@ -27,12 +27,14 @@ struct Datasets {
 /// the data (see check_data_available).
 Datasets make_datasets(const DataConfig& data, uint64_t seed);
 
-/// Training loader: shuffled with `seed`, normalization plus augmentation when data.augment
-/// (CIFAR-shaped images: RandomCrop(32, 4) + RandomHorizontalFlip), data.workers, data.resident.
+/// Training loader: shuffled with `seed` (or in `sampler`'s order: a rank's DistributedSampler
+/// share), normalization plus augmentation when data.augment (CIFAR-shaped images:
+/// RandomCrop(32, 4) + RandomHorizontalFlip), data.workers, data.resident.
 std::unique_ptr<data::DataLoader> make_train_loader(const Datasets& d, const DataConfig& data, Device device,
-                                                    uint64_t seed);
-/// Test loader: in order, normalization only, data.test_batch_size.
-std::unique_ptr<data::DataLoader> make_test_loader(const Datasets& d, const DataConfig& data, Device device);
+                                                    uint64_t seed, std::shared_ptr<data::Sampler> sampler = nullptr);
+/// Test loader: in order (or `sampler`'s), normalization only, data.test_batch_size.
+std::unique_ptr<data::DataLoader> make_test_loader(const Datasets& d, const DataConfig& data, Device device,
+                                                   std::shared_ptr<data::Sampler> sampler = nullptr);
 
 /// The configured model for `num_classes` classes, initialised from `gen`. A model that does
 /// not fit the data (mnist_cnn on 3-channel images, the CIFAR models on 1-channel ones) is an

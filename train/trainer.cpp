@@ -11,7 +11,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -23,11 +25,15 @@
 #include <ember/core/error.h>
 #include <ember/core/rng.h>
 #include <ember/core/stream.h>
+#include <ember/data/distributed_sampler.h>
 #include <ember/kernels/factory.h>
 #include <ember/layers/loss.h>
+#include <ember/parallel/object_collectives.h>
+#include <ember/parallel/sharded_eval.h>
 #include <ember/serialize/checkpoint.h>
 #include <ember/train/early_stop.h>
 #include <ember/train/factories.h>
+#include <ember/train/parallel_setup.h>
 #include <ember/train/phase_timer.h>
 #include <ember/train/progress.h>
 #include <ember/train/run_dir.h>
@@ -82,20 +88,26 @@ class Session {
 
  private:
   void open_run_dir();
+  void open_run_dir_on_root();
   void build();
   void resume();
+  void prune_after_resume(const Checkpoint& ck);
+  void write_run_files(const std::string& note);
   bool train_epoch(int64_t epoch, EpochMetrics& m);
   EvalResult evaluate();
   Checkpoint checkpoint() const;
   void end_epoch(EpochMetrics& m);
   RunSummary summary() const;
-  /// Writes summary.json and returns what it wrote.
-  RunSummary write_summary() const {
-    RunSummary s = summary();
-    write_file_atomic(paths_.summary, to_json(s));
-    return s;
+  void write_summary() const { write_file_atomic(paths_.summary, to_json(summary())); }
+  TrainOutcome stop_for_signal(int64_t epoch, int64_t step, int sig);
+  /// Runs rank 0's file writes; under ddp every rank learns whether they failed (run_on_root).
+  void on_root(const std::function<void()>& fn) const {
+    if (!par_.distributed()) return fn();
+    parallel::run_on_root(*par_.group, [&] {
+      fn();
+      return std::string();
+    });
   }
-  TrainOutcome stop_for_signal(int64_t epoch, int64_t step);
   void log_final(const RunSummary& s);
   double total_seconds() const { return total_before_ + seconds_since(session_start_); }
 
@@ -103,11 +115,19 @@ class Session {
   const std::vector<std::string>& overrides_;
   RunPaths paths_;
   std::string resume_from_;
+  ParallelRun par_;
   Device dev_;
   std::unique_ptr<RunLog> log_;
   Datasets data_;
   std::unique_ptr<data::DataLoader> train_loader_, test_loader_;
-  std::shared_ptr<layers::Module> model_;
+  std::shared_ptr<layers::Module> model_;  // what checkpoints hold and the optimizer steps
+  std::shared_ptr<layers::Module> net_;  // what the loop calls: model_, or model_ in DataParallel / DDP
+  std::shared_ptr<data::DistributedSampler> test_shard_;  // ddp: this rank's share of the test split
+  parallel::DistributedDataParallel* ddp_ = nullptr;  // net_ under ddp
+  int stop_sig_ = 0;  // the stop signal the ranks agreed on (max_over_ranks)
+  int64_t optimizer_steps_per_epoch() const {
+    return (train_loader_->len() + c_.train.accumulation_steps - 1) / c_.train.accumulation_steps;
+  }
   std::unique_ptr<optim::Optimizer> opt_;
   std::unique_ptr<optim::LRScheduler> sched_;
   EarlyStopping stopper_;
@@ -121,7 +141,17 @@ class Session {
 };
 
 // Decides where the run lives and whether it continues an earlier one, before anything is written.
+// Under ddp rank 0 alone looks at and writes the directory, and tells the others where to resume.
 void Session::open_run_dir() {
+  if (!par_.distributed()) return open_run_dir_on_root();
+  resume_from_ = parallel::run_on_root(*par_.group, [this] {
+    open_run_dir_on_root();
+    return resume_from_;
+  });
+  if (!par_.is_root()) log_ = std::make_unique<RunLog>("", nullptr);  // rank 0 speaks for the run
+}
+
+void Session::open_run_dir_on_root() {
   const std::string& resume = c_.checkpoint.resume;
   std::error_code ec;
   if (resume == "auto") {
@@ -145,14 +175,24 @@ void Session::open_run_dir() {
 void Session::build() {
   manual_seed(c_.seed);
   data_ = make_datasets(c_.data, c_.seed);
-  train_loader_ = make_train_loader(data_, c_.data, dev_, c_.seed);
-  test_loader_ = make_test_loader(data_, c_.data, dev_);
+  std::shared_ptr<data::Sampler> train_shard;
+  if (par_.mode == "ddp") {
+    // Every rank its own share of one permutation per epoch; of the test split, in order.
+    train_shard = std::make_shared<data::DistributedSampler>(data_.train->size(), par_.rank, par_.world_size,
+                                                             data::DistributedSamplerOptions{.seed = c_.seed});
+    test_shard_ = std::make_shared<data::DistributedSampler>(data_.test->size(), par_.rank, par_.world_size,
+                                                             data::DistributedSamplerOptions{.shuffle = false});
+  }
+  train_loader_ = make_train_loader(data_, c_.data, dev_, c_.seed, train_shard);
+  test_loader_ = make_test_loader(data_, c_.data, dev_, test_shard_);
   // The default generator initialises the model and feeds its dropout, so capture_rng() in every
   // checkpoint covers all randomness of the model (the loaders' streams are pure functions).
   model_ = make_model(c_.model, data_.num_classes, *data_.train, default_generator());
   model_->to(dev_);
+  net_ = wrap_model(par_, c_.parallel, model_);
+  ddp_ = dynamic_cast<parallel::DistributedDataParallel*>(net_.get());
   opt_ = make_optimizer(c_.optim, model_->parameters());
-  sched_ = make_schedule(c_.schedule, *opt_, train_loader_->len(), c_.epochs);
+  sched_ = make_schedule(c_.schedule, *opt_, optimizer_steps_per_epoch(), c_.epochs);
   timers_ = std::make_unique<PhaseTimers>(dev_);
   progress_ = std::make_unique<Progress>(*log_, log_->console_is_terminal(), c_.output.log_interval);
   int64_t n_params = 0;
@@ -160,40 +200,63 @@ void Session::build() {
   log_->line("ember-train: " + c_.name + ": " + c_.model.name + " (" + std::to_string(n_params) + " parameters) on " +
              c_.data.dataset + " (" + std::to_string(data_.train->size()) + " training, " +
              std::to_string(data_.test->size()) + " test images), device " + dev_.str() + ", " +
-             count(c_.epochs, "epoch") + " of " + count(train_loader_->len(), "step"));
+             count(c_.epochs, "epoch") + " of " + count(optimizer_steps_per_epoch(), "step"));
+  if (par_.mode != "none" || c_.train.accumulation_steps > 1) {
+    std::string how = par_.batch_text(c_.data.batch_size);
+    if (par_.mode == "ddp")
+      how += " (DistributedDataParallel over " + par_.group->backend() + ", world size " +
+             std::to_string(par_.world_size) + ")";
+    if (par_.mode == "dp") how += " (DataParallel)";
+    if (c_.train.accumulation_steps > 1)
+      how += "; " + std::to_string(c_.train.accumulation_steps) + " batches per optimizer step";
+    log_->line("ember-train: " + how);
+  }
   log_->line("ember-train: run directory " + paths_.dir + ", git " + build_git_commit());
 }
 
+// Every rank loads the checkpoint; rank 0 alone rewrites the run directory's files.
 void Session::resume() {
-  std::string note;
   if (resume_from_.empty()) {
     // resume=auto without a checkpoint: a fresh start, without lines an earlier attempt left.
-    metric_lines_ = metrics_lines_up_to(paths_.metrics, 0, note);
+    on_root([&] {
+      std::string note;
+      metric_lines_ = metrics_lines_up_to(paths_.metrics, 0, note);
+      write_run_files(note);
+    });
+    return;
+  }
+  const Checkpoint ck = load_checkpoint(resume_from_, dev_);
+  for (const auto& [key, want] : {std::pair<std::string, std::string>{"model", c_.model.name},
+                                  std::pair<std::string, std::string>{"dataset", c_.data.dataset}}) {
+    auto it = ck.metadata.find(key);
+    EMBER_CHECK(it != ck.metadata.end() && it->second == want, "checkpoint.resume: '", resume_from_, "' holds ", key,
+                " \"", it == ck.metadata.end() ? std::string("?") : it->second, "\", but the config says ",
+                key == "model" ? "model.name" : "data.dataset", " = \"", want, "\"");
+  }
+  st_ = RunState::from_metadata(ck.metadata, resume_from_);
+  if (!par_.is_root()) st_.partial.loss_sum = 0, st_.partial.images = 0;  // rank 0 holds the epoch's sums
+  model_->load_state_dict(ck.model);
+  opt_->load_state_dict(ck.optimizer);
+  if (sched_) {
+    sched_->load_state_dict(ck.scheduler);
   } else {
-    const Checkpoint ck = load_checkpoint(resume_from_, dev_);
-    for (const auto& [key, want] : {std::pair<std::string, std::string>{"model", c_.model.name},
-                                    std::pair<std::string, std::string>{"dataset", c_.data.dataset}}) {
-      auto it = ck.metadata.find(key);
-      EMBER_CHECK(it != ck.metadata.end() && it->second == want, "checkpoint.resume: '", resume_from_, "' holds ", key,
-                  " \"", it == ck.metadata.end() ? std::string("?") : it->second, "\", but the config says ",
-                  key == "model" ? "model.name" : "data.dataset", " = \"", want, "\"");
-    }
-    st_ = RunState::from_metadata(ck.metadata, resume_from_);
-    model_->load_state_dict(ck.model);
-    opt_->load_state_dict(ck.optimizer);
-    if (sched_) {
-      sched_->load_state_dict(ck.scheduler);
-    } else {
-      EMBER_CHECK(ck.scheduler.empty(), "checkpoint.resume: '", resume_from_,
-                  "' holds a learning-rate schedule, but the config's schedule.name is none");
-    }
-    train_loader_->load_state_dict(ck.sampler);
-    restore_rng(ck);
-    st_.epochs_done = ck.epoch;
-    st_.global_step = ck.global_step;
-    stopper_.set_state(st_.stopper);
-    // Metrics of epochs after the checkpoint belong to a timeline that is being replaced. A
-    // checkpoint from another directory brings that run's earlier lines along.
+    EMBER_CHECK(ck.scheduler.empty(), "checkpoint.resume: '", resume_from_,
+                "' holds a learning-rate schedule, but the config's schedule.name is none");
+  }
+  train_loader_->load_state_dict(ck.sampler);
+  restore_rng(ck);
+  st_.epochs_done = ck.epoch;
+  st_.global_step = ck.global_step;
+  stopper_.set_state(st_.stopper);
+  total_before_ = st_.total_seconds;
+  on_root([&] { prune_after_resume(ck); });
+}
+
+// Metrics of epochs after the checkpoint belong to a timeline that is being replaced. A
+// checkpoint from another directory brings that run's earlier lines along.
+void Session::prune_after_resume(const Checkpoint& ck) {
+  std::string note;
+  {
     std::error_code ec;
     const fs::path other = fs::path(resume_from_).parent_path().parent_path() / "metrics.jsonl";
     const std::string source =
@@ -209,11 +272,14 @@ void Session::resume() {
                     : std::string()) +
                ", global step " + std::to_string(ck.global_step));
   }
+  write_run_files(note);
+}
+
+// Only once the checkpoint has loaded: a failed resume leaves the directory as it was.
+void Session::write_run_files(const std::string& note) {
   if (!note.empty()) log_->line("ember-train: " + note);
-  // Only now that the checkpoint has loaded: a failed resume leaves the directory as it was.
   write_file_atomic(paths_.config, config_json_with_provenance(c_, overrides_, resume_from_));
   write_file_atomic(paths_.metrics, join_lines(metric_lines_));
-  total_before_ = st_.total_seconds;
 }
 
 // One training pass over the rest of the epoch. Returns false when a stop signal ended it early
@@ -224,7 +290,7 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
     part = {};
     part.lr = opt_->lr();
   }
-  model_->train();
+  net_->train();
   // The running loss stays on the device: reading it would synchronise every step.
   Tensor loss_sum = full({}, part.loss_sum, {.dtype = DType::f64, .device = dev_});
   int64_t step = part.steps, images = part.images;
@@ -249,24 +315,31 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
       if (input.device() != dev_) input = input.to(dev_);
       if (target.device() != dev_) target = target.to(dev_);
     }
+    // Gradient accumulation: the optimizer steps after every accumulation_steps-th batch and after
+    // the epoch's last; under DDP the batches before are run under no_sync (reduced once, at the
+    // step). Stops happen only at optimizer steps.
+    const int64_t accumulate = c_.train.accumulation_steps;
+    const bool steps_now = (step + 1) % accumulate == 0 || sampler.position() >= sampler.size();
     Tensor loss;
     {
-      auto scope = timers_->scope(Phase::Forward);
-      loss = layers::cross_entropy(model_->forward(input), target);  // 0-d
-    }
-    {
+      std::optional<parallel::DistributedDataParallel::NoSyncGuard> local_only;
+      if (ddp_ && !steps_now) local_only.emplace(*ddp_);
+      {
+        auto scope = timers_->scope(Phase::Forward);
+        loss = layers::cross_entropy(net_->forward(input), target);  // 0-d
+      }
       auto scope = timers_->scope(Phase::Backward);
-      loss.backward();
+      (accumulate > 1 ? loss * (1.0 / static_cast<double>(accumulate)) : loss).backward();
     }
-    {
+    if (steps_now) {
       auto scope = timers_->scope(Phase::OptimizerStep);
       opt_->step();
       opt_->zero_grad();
       if (sched_) sched_->step();
+      ++st_.global_step;
     }
     timers_->step_done();
     ++step;
-    ++st_.global_step;
     images += batch.size();
     {
       NoGradGuard no_grad;
@@ -274,9 +347,13 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
     }
     if (progress_->due()) progress_->update(step, images, loss_sum.item<double>() / static_cast<double>(images));
     // A stop during the last step lets the epoch finish: its checkpoint is then a clean boundary.
-    if (stop_requested() && sampler.position() < sampler.size()) {
-      interrupted = true;
-      break;
+    // Under ddp the ranks agree (a signal to any rank stops all after this step).
+    if (steps_now && sampler.position() < sampler.size()) {
+      stop_sig_ = max_over_ranks(par_, stop_requested() ? stop_signal() : 0);
+      if (stop_sig_ != 0) {
+        interrupted = true;
+        break;
+      }
     }
     timers_->begin(Phase::DataWait);
     ++it;
@@ -287,16 +364,23 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
   const double loss_total = loss_sum.item<double>();
   progress_->end_epoch();
   if (interrupted) {
-    part.loss_sum = loss_total;
-    part.images = images;
+    // Rank 0's checkpoint carries the partial sums of every rank (the others restart from 0).
+    parallel::EvalTotals so_far{.loss_sum = loss_total, .correct = 0, .count = images};
+    if (par_.distributed()) so_far = parallel::all_reduce_totals(*par_.group, so_far);
+    part.loss_sum = so_far.loss_sum;
+    part.images = so_far.count;
     part.steps = step;
     part.seconds = seconds;
     part.phases = phases;
     return false;
   }
+  // Under ddp: the loss and images of every rank (rank 0 reports the run's).
+  parallel::EvalTotals all{.loss_sum = loss_total, .correct = 0, .count = images};
+  if (par_.distributed()) all = parallel::all_reduce_totals(*par_.group, all);
+  images = all.count;
   m = {};
   m.epoch = epoch;
-  m.train_loss = images > 0 ? loss_total / static_cast<double>(images) : 0.0;
+  m.train_loss = all.mean_loss();
   m.epoch_seconds = seconds;
   m.images_per_second = seconds > 0 ? static_cast<double>(images) / seconds : 0.0;
   m.lr = part.lr;
@@ -305,6 +389,11 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
   m.forward_seconds = phases[Phase::Forward];
   m.backward_seconds = phases[Phase::Backward];
   m.optimizer_seconds = phases[Phase::OptimizerStep];
+  if (ddp_) {
+    const parallel::CommStats comm = ddp_->take_comm_stats();  // this session's part of the epoch
+    m.comm_seconds = comm.comm_seconds;
+    m.comm_exposed_seconds = comm.exposed_seconds;
+  }
   st_.train_seconds += seconds;
   st_.train_images += images;
   part = {};
@@ -312,23 +401,35 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
   return true;
 }
 
-// Mean cross-entropy and accuracy over the test split (eval mode, no graph, one host read).
+// Mean cross-entropy and accuracy over the test split (eval mode, no graph, one host read). Under
+// ddp each rank evaluates its share with rank 0's buffers, counting padding rows not at all, and
+// the totals are summed over the ranks: every test image counts once.
 EvalResult Session::evaluate() {
-  model_->eval();
+  net_->eval();
   NoGradGuard no_grad;
+  if (ddp_) ddp_->sync_buffers();
+  layers::Module& net = ddp_ ? *model_ : *net_;  // DDP's forward would sync buffers per batch
   Tensor loss_sum = zeros({}, {.dtype = DType::f64, .device = dev_}),
          correct = zeros({}, {.dtype = DType::i64, .device = dev_});
-  int64_t n = 0;
+  int64_t n = 0, seen = 0;
   for (auto& batch : *test_loader_) {
-    Tensor logits = model_->forward(batch.input);  // (B, classes)
-    loss_sum =
-        loss_sum + layers::cross_entropy(logits, batch.target).to(DType::f64) * static_cast<double>(batch.size());
-    correct = correct + sum(eq(argmax(logits, 1), batch.target));
-    n += batch.size();
+    Tensor logits = net.forward(batch.input), target = batch.target;  // (B, classes), (B)
+    int64_t rows = batch.size();
+    if (test_shard_) {
+      rows = parallel::count_real_rows(seen, batch.size(), test_shard_->real_size());
+      seen += batch.size();
+      if (rows == 0) continue;
+      logits = logits.narrow(0, 0, rows);
+      target = target.narrow(0, 0, rows);
+    }
+    loss_sum = loss_sum + layers::cross_entropy(logits, target).to(DType::f64) * static_cast<double>(rows);
+    correct = correct + sum(eq(argmax(logits, 1), target));
+    n += rows;
   }
-  model_->train();
-  const double denom = static_cast<double>(std::max<int64_t>(n, 1));
-  return {loss_sum.item<double>() / denom, static_cast<double>(correct.item<int64_t>()) / denom};
+  net_->train();
+  parallel::EvalTotals all{.loss_sum = loss_sum.item<double>(), .correct = correct.item<int64_t>(), .count = n};
+  if (par_.distributed()) all = parallel::all_reduce_totals(*par_.group, all);
+  return {all.mean_loss(), all.accuracy()};
 }
 
 Checkpoint Session::checkpoint() const {
@@ -368,21 +469,23 @@ void Session::end_epoch(EpochMetrics& m) {
     st_.early_stop_reason = stopper_.reason();
   }
 
-  metric_lines_.push_back(to_json_line(m));
-  write_file_atomic(paths_.metrics, join_lines(metric_lines_));
-
-  const Checkpoint ck = checkpoint();
-  if (c_.checkpoint.every_epochs > 0 && epoch % c_.checkpoint.every_epochs == 0) {
-    save_checkpoint(ck, paths_.epoch_ckpt(epoch));
-    prune_epoch_checkpoints(paths_.checkpoints, c_.checkpoint.keep_last, epoch);  // after the new one is safe
-  }
-  if (new_best && c_.checkpoint.keep_best) save_checkpoint(ck, paths_.best_ckpt);
-  save_checkpoint(ck, paths_.last_ckpt);
   if (!st_.early_stop_rule.empty()) {
     stop_reason_ = st_.early_stop_rule == "target" ? "target_accuracy" : "patience";
     stop_detail_ = st_.early_stop_reason;
   }
-  write_summary();
+  // Every rank saw the same test accuracy (all-reduced), so all decide the same early stop.
+  on_root([&] {
+    metric_lines_.push_back(to_json_line(m));
+    write_file_atomic(paths_.metrics, join_lines(metric_lines_));
+    const Checkpoint ck = checkpoint();
+    if (c_.checkpoint.every_epochs > 0 && epoch % c_.checkpoint.every_epochs == 0) {
+      save_checkpoint(ck, paths_.epoch_ckpt(epoch));
+      prune_epoch_checkpoints(paths_.checkpoints, c_.checkpoint.keep_last, epoch);  // after the new one is safe
+    }
+    if (new_best && c_.checkpoint.keep_best) save_checkpoint(ck, paths_.best_ckpt);
+    save_checkpoint(ck, paths_.last_ckpt);
+    write_summary();
+  });
 
   log_->line(
       format("epoch %lld/%lld  train_loss %.4f  test_loss %.4f  test_acc %.4f%s  lr %.4g  %.1f s  %.0f img/s  "
@@ -391,16 +494,16 @@ void Session::end_epoch(EpochMetrics& m) {
              new_best ? " (best)" : "", m.lr, m.epoch_seconds, m.images_per_second, m.eval_seconds));
   log_->file_line(
       format("epoch %lld phases: data wait %.3f s, h2d %.3f s, forward %.3f s, backward %.3f s, "
-             "optimizer %.3f s",
+             "optimizer %.3f s; all-reduce %.3f s, of it exposed %.3f s",
              static_cast<long long>(epoch), m.data_wait_seconds, m.h2d_seconds, m.forward_seconds, m.backward_seconds,
-             m.optimizer_seconds));
+             m.optimizer_seconds, m.comm_seconds, m.comm_exposed_seconds));
 }
 
 RunSummary Session::summary() const {
   RunSummary s;
   s.name = c_.name;
   s.device = dev_.str();
-  s.world_size = 1;
+  s.world_size = par_.device_count();
   s.epochs_run = st_.epochs_done;
   s.best_test_acc = std::max(st_.best_acc, 0.0);
   s.best_epoch = st_.best_epoch;
@@ -415,12 +518,14 @@ RunSummary Session::summary() const {
 }
 
 // SIGTERM/SIGINT: last.ckpt at the current position, summary "signal", exit 128 + signal.
-TrainOutcome Session::stop_for_signal(int64_t epoch, int64_t step) {
-  const int sig = stop_signal();
-  save_checkpoint(checkpoint(), paths_.last_ckpt);
+TrainOutcome Session::stop_for_signal(int64_t epoch, int64_t step, int sig) {
   stop_reason_ = "signal";
   stop_detail_ = std::string(signal_name(sig)) + " received: stopped after step " + std::to_string(st_.global_step);
-  const RunSummary s = write_summary();
+  const RunSummary s = summary();
+  on_root([&] {
+    save_checkpoint(checkpoint(), paths_.last_ckpt);
+    write_file_atomic(paths_.summary, to_json(s));
+  });
   std::string how = "checkpoint.resume=auto";
   if (c_.output.run_dir.empty()) how += " output.run_dir=" + paths_.dir;
   log_->line(std::string("received ") + signal_name(sig) + ": wrote checkpoints/last.ckpt at epoch " +
@@ -452,8 +557,9 @@ TrainOutcome Session::run() {
   StopSignalGuard guard;
   check_data_available(c_);
   // The device before the run directory: a config naming a missing GPU writes nothing.
-  dev_ = c_.device == "auto" ? Device::best() : Device(c_.device);
-  dev_.validate();
+  par_ = start_parallel(c_);
+  dev_ = par_.device;
+  if (par_.distributed()) paths_ = RunPaths(parallel::broadcast_string(*par_.group, paths_.dir));  // rank 0's
   // On cuda:N, N stays the current device for the whole run: every launcher sets its own guard,
   // but a CUDA call that relies on the current device (a context-bound library call, a launch
   // that misses its guard) would otherwise run on cuda:0 with cuda:N pointers.
@@ -473,9 +579,10 @@ TrainOutcome Session::run() {
                " epochs are done and epochs = " + std::to_string(c_.epochs) + ": nothing to train");
   }
   for (int64_t epoch = st_.epochs_done + 1; epoch <= c_.epochs && st_.early_stop_rule.empty(); ++epoch) {
-    if (stop_requested()) return stop_for_signal(epoch, st_.partial.steps);
+    if (const int sig = max_over_ranks(par_, stop_requested() ? stop_signal() : 0))
+      return stop_for_signal(epoch, st_.partial.steps, sig);
     EpochMetrics m;
-    if (!train_epoch(epoch, m)) return stop_for_signal(epoch, st_.partial.steps);
+    if (!train_epoch(epoch, m)) return stop_for_signal(epoch, st_.partial.steps, stop_sig_);
     const auto t_eval = Clock::now();
     const EvalResult r = evaluate();
     m.eval_seconds = seconds_since(t_eval);
@@ -483,7 +590,8 @@ TrainOutcome Session::run() {
     m.test_acc = r.accuracy;
     end_epoch(m);
   }
-  const RunSummary s = write_summary();
+  const RunSummary s = summary();
+  on_root([&] { write_file_atomic(paths_.summary, to_json(s)); });
   log_final(s);
   return {paths_.dir, s, 0};
 }

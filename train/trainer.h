@@ -12,6 +12,12 @@
 // step; progress bar), evaluate on the test split, append metrics, checkpoint, early-stop check.
 // SIGTERM/SIGINT: the current step finishes, last.ckpt is written (mid-epoch: the sampler position
 // is saved, so resume continues that epoch), and run() returns with stop_reason "signal".
+//
+// parallel.mode (train/parallel_setup.h): dp wraps the model in DataParallel; ddp runs one process
+// per device under a launcher, each on its DistributedSampler share, with gradients averaged by
+// DistributedDataParallel. Under ddp rank 0 alone writes the run directory (the others learn of a
+// failed write at once), every rank resumes from its checkpoints, train loss, images/s and test
+// accuracy are over all ranks, and a stop signal to any rank stops all after the same step.
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -4,6 +4,8 @@
 #   tools/train/bad_config    unknown key, mistyped override, missing data -> exit 2 naming them
 #   tools/train/print_config  --print-config output is a config that reads back to itself
 #   tools/train/sigterm       SIGTERM -> exit 143 + last.ckpt; resume=auto = the uninterrupted run
+#   tools/train/ddp_sigterm   the same with parallel.mode=ddp on 2 processes under ember-run
+#   tools/train/ddp_accuracy  DDP on 2 processes within 1% of one process (Fashion-MNIST slice)
 if(NOT TARGET ember-train)
   return()
 endif()
@@ -18,3 +20,11 @@ foreach(_case usage bad_config print_config sigterm)
                    ${CMAKE_CURRENT_BINARY_DIR}/train-cli/${_case})
   set_tests_properties(tools/train/${_case} PROPERTIES LABELS "cpu;tools" TIMEOUT 300)
 endforeach()
+if(TARGET ember-run)
+  foreach(_case ddp_sigterm ddp_accuracy)
+    add_test(NAME tools/train/${_case}
+             COMMAND ${EMBER_BASH} ${CMAKE_CURRENT_LIST_DIR}/train_cli.sh ${_case} $<TARGET_FILE:ember-train>
+                     ${CMAKE_CURRENT_BINARY_DIR}/train-cli/${_case} $<TARGET_FILE:ember-run>)
+    set_tests_properties(tools/train/${_case} PROPERTIES LABELS "cpu;tools;multiproc" TIMEOUT 300 SKIP_RETURN_CODE 77)
+  endforeach()
+endif()

@@ -11,10 +11,17 @@
 # sigterm        SIGTERM once epoch 1 is in metrics.jsonl -> exit 143, checkpoints/last.ckpt and a
 #                summary with stop_reason "signal"; checkpoint.resume=auto then finishes with the
 #                same per-epoch losses, accuracies and learning rates as an uninterrupted run
+# ddp_sigterm    the same with parallel.mode=ddp on 2 processes under ember-run (EMBER_RUN): one run
+#                directory, written by rank 0; SIGTERM to ember-run reaches both ranks, which stop
+#                after the same step; resume=auto on 2 processes matches the uninterrupted DDP run
+# ddp_accuracy   mnist_cnn on a Fashion-MNIST slice: DDP on 2 processes (batch 32 each) reaches the
+#                test accuracy of one process at batch 64 within 1%; rank 1 prints no epoch lines
+#                (skipped, exit 77, without the dataset)
 set -u
 case_name=$1
 prog=$2
 work=$3
+ember_run=${4:-}
 rm -rf "$work"
 mkdir -p "$work"
 cd "$work" || exit 1
@@ -120,6 +127,61 @@ sigterm)
   cat straight.txt resumed.txt
   [ "$(cut -d' ' -f1 resumed.txt | tr '\n' ' ')" = "1 2 " ] || fail "metrics.jsonl epochs are not exactly 1 2"
   cmp -s straight.txt resumed.txt || fail "the resumed run's metrics differ from the uninterrupted run's"
+  ;;
+ddp_sigterm)
+  write_tiny_config c.json
+  ddp=(parallel.mode=ddp epochs=3 data.limit_train=192)
+  "$ember_run" --nproc-per-node 2 "$prog" c.json "${ddp[@]}" output.run_dir=straight >straight.out 2>&1 ||
+    fail "the uninterrupted DDP run exited with $?"
+  "$ember_run" --nproc-per-node 2 "$prog" c.json "${ddp[@]}" output.run_dir=run >interrupted.out 2>&1 &
+  pid=$!
+  for _ in $(seq 1 2400); do
+    [ -s run/metrics.jsonl ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  [ -s run/metrics.jsonl ] || fail "no metrics line appeared before the run ended or 120 s passed"
+  kill -TERM "$pid"
+  wait "$pid"
+  rc=$?
+  cat interrupted.out
+  [ "$rc" -eq 143 ] || fail "after SIGTERM ember-run exited with $rc, expected 143"
+  grep -q '\[rank 0\] received SIGTERM: wrote checkpoints/last.ckpt' interrupted.out || fail "rank 0 did not checkpoint"
+  grep -qE '"stop_reason": "signal"' run/summary.json || fail "summary.json does not say stop_reason signal"
+  "$ember_run" --nproc-per-node 2 "$prog" c.json "${ddp[@]}" output.run_dir=run checkpoint.resume=auto >resumed.out 2>&1 ||
+    fail "the resumed DDP run exited with $?"
+  cat resumed.out
+  grep -q '\[rank 0\] ember-train: resumed from' resumed.out || fail "the second run did not resume"
+  grep -qE '"world_size": 2' run/summary.json || fail "summary.json does not say world_size 2"
+  ! grep -qE '^\[rank 1\] (epoch|ember-train)' straight.out resumed.out || fail "rank 1 printed run lines"
+  [ "$(ls -A | grep -cv '\.out$\|c\.json')" -eq 2 ] || fail "directories other than straight/ and run/: $(ls -A)"
+  numbers straight/metrics.jsonl >straight.txt
+  numbers run/metrics.jsonl >resumed.txt
+  cat straight.txt resumed.txt
+  [ "$(cut -d' ' -f1 resumed.txt | tr '\n' ' ')" = "1 2 3 " ] || fail "metrics.jsonl epochs are not exactly 1 2 3"
+  cmp -s straight.txt resumed.txt || fail "the resumed DDP run's metrics differ from the uninterrupted run's"
+  ;;
+ddp_accuracy)
+  data=/usr/share/datasets/fashion-mnist
+  [ -e "$data/t10k-labels-idx1-ubyte" ] || [ -e "$data/t10k-labels-idx1-ubyte.gz" ] || {
+    echo "SKIP: no Fashion-MNIST in $data (apt-get install dataset-fashion-mnist)"
+    exit 77
+  }
+  slice=(device=cpu epochs=2 data.limit_train=4000 data.limit_test=1000 early_stop.target_accuracy=null)
+  cfg=$(dirname "$0")/../../configs/mnist_cnn.json
+  "$prog" "$cfg" "${slice[@]}" data.batch_size=64 output.run_dir=single >single.out 2>&1 ||
+    fail "the single-process run exited with $?"
+  "$ember_run" --nproc-per-node 2 "$prog" "$cfg" "${slice[@]}" data.batch_size=32 parallel.mode=ddp \
+    output.run_dir=ddp >ddp.out 2>&1 || fail "the DDP run exited with $?"
+  cat single.out ddp.out
+  grep -q '\[rank 0\] ember-train: batch 32 per rank x 2 ranks = 64' ddp.out || fail "no global batch line"
+  ! grep -qE '^\[rank 1\] epoch' ddp.out || fail "rank 1 printed epoch lines"
+  acc() { tail -n 1 "$1" | sed -E 's/.*"test_acc":([^,]*),.*/\1/'; }
+  a=$(acc single/metrics.jsonl)
+  b=$(acc ddp/metrics.jsonl)
+  echo "test accuracy after 2 epochs: one process $a, DDP on 2 processes $b"
+  awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.01) }' ||
+    fail "DDP test accuracy $b is not within 0.01 of the single process's $a"
   ;;
 *)
   fail "unknown case '$case_name'"

@@ -78,6 +78,13 @@ ExperimentConfig all_non_default() {
   c.output.dir = "out/runs";
   c.output.run_dir = "out/runs/wrn";
   c.output.log_interval = 2.5;
+  c.train.accumulation_steps = 4;
+  c.parallel.mode = "ddp";
+  c.parallel.devices = {"cuda:0", "cpu"};
+  c.parallel.backend = "tcp";
+  c.parallel.algorithm = "ring";
+  c.parallel.bucket_cap_mb = 4.5;
+  c.parallel.timeout_s = 60;
   return c;
 }
 
@@ -458,4 +465,24 @@ TEST_CASE("config: docs/config.md documents every key with its default", "[cpu]"
   const ExperimentConfig c = parse_config(example, {}, "docs/config.md");
   CHECK(c.model.name == "resnet18");
   CHECK(c.schedule.milestones == std::vector<int64_t>{80, 120});
+}
+
+TEST_CASE("config: parallel keys - device lists from a file or a bare override, and their errors", "[cpu]") {
+  CHECK(parse_config("{}", {"parallel.devices=cpu,cpu"}).parallel.devices == std::vector<std::string>{"cpu", "cpu"});
+  CHECK(parse_config("{}", {"parallel.devices=[\"cuda:0\", \"cuda:1\"]"}).parallel.devices ==
+        std::vector<std::string>{"cuda:0", "cuda:1"});
+  const ExperimentConfig f = parse_config(
+      R"({"parallel": {"mode": "dp", "devices": ["cpu", "cpu", "cpu"]}, "train": {"accumulation_steps": 2}})");
+  CHECK(f.parallel.mode == "dp");
+  CHECK(f.parallel.devices.size() == 3);
+  CHECK(f.train.accumulation_steps == 2);
+  CHECK_THAT(error_of([] { parse_config("{}", {"parallel.devices=cpu,gpu"}); }),
+             Catch::Contains("parallel.devices: expected a list of devices, each cpu, cuda or cuda:N, found "
+                             "[\"cpu\",\"gpu\"]"));
+  CHECK_THAT(error_of([] { parse_config(R"({"parallel": {"devices": "cpu"}})", {}, "runs.json"); }),
+             Catch::Contains("runs.json: parallel.devices: expected a list of devices"));
+  CHECK_THAT(error_of([] { parse_config("{}", {"parallel.mode=ddpp"}); }),
+             Catch::Contains("parallel.mode: expected one of none, dp, ddp"));
+  CHECK_THAT(error_of([] { parse_config("{}", {"train.accumulation_steps=0"}); }),
+             Catch::Contains("train.accumulation_steps: expected an integer >= 1, found 0"));
 }

@@ -1,0 +1,86 @@
+// ParallelRun (see parallel_setup.h).
+#include <ember/train/parallel_setup.h>
+
+#include <vector>
+
+#include <ember/core/error.h>
+#include <ember/kernels/factory.h>
+#include <ember/parallel/data_parallel.h>
+#include <ember/parallel/init.h>
+
+namespace ember::train {
+
+std::string ParallelRun::batch_text(int64_t batch_size) const {
+  const std::string b = "batch " + std::to_string(batch_size);
+  if (mode == "ddp") {
+    return b + " per rank x " + std::to_string(world_size) + " rank" + (world_size == 1 ? "" : "s") + " = " +
+           std::to_string(batch_size * world_size);
+  }
+  if (mode == "dp") {
+    std::string list;
+    for (const Device& d : devices) list += (list.empty() ? "" : ", ") + d.str();
+    return b + " split over " + list;
+  }
+  return b;
+}
+
+ParallelRun start_parallel(const ExperimentConfig& c) {
+  ParallelRun run;
+  run.mode = c.parallel.mode;
+  if (run.mode == "dp") {
+    for (const std::string& d : c.parallel.devices) run.devices.push_back(Device(d));
+    if (run.devices.empty()) {
+      const int n = cuda_device_count();
+      EMBER_CHECK(n > 0, "parallel.mode dp with parallel.devices [] uses every visible GPU, but there is none (",
+                  cuda_unavailable_reason(), "); list devices, e.g. parallel.devices=cpu,cpu");
+      for (int i = 0; i < n; ++i) run.devices.push_back(Device::cuda(i));
+    }
+    for (const Device& d : run.devices) d.validate();
+    run.device = run.devices[0];
+    return run;
+  }
+  if (run.mode == "ddp") {
+    const parallel::RankInfo info = parallel::discover_rank({});
+    const std::string& want = c.device;
+    if (want == "cpu" || (want == "auto" && cuda_device_count() == 0)) {
+      run.device = Device::cpu();
+    } else if (want == "auto" || want == "cuda") {
+      const int n = cuda_device_count();
+      EMBER_CHECK(n > 0, "device cuda with parallel.mode ddp: no usable GPU (", cuda_unavailable_reason(), ")");
+      run.device = Device::cuda(info.local_rank % n);
+    } else {
+      run.device = Device(want);
+    }
+    run.device.validate();
+    parallel::InitOptions o;
+    o.backend = c.parallel.backend;
+    o.algorithm = c.parallel.algorithm;
+    o.timeout_s = c.parallel.timeout_s;
+    if (run.device.is_cuda()) o.device = run.device;
+    run.group = parallel::init_process_group(o);
+    run.rank = run.group->rank();
+    run.world_size = run.group->world_size();
+    return run;
+  }
+  run.device = c.device == "auto" ? Device::best() : Device(c.device);
+  run.device.validate();
+  return run;
+}
+
+std::shared_ptr<layers::Module> wrap_model(const ParallelRun& run, const ParallelConfig& config,
+                                           const std::shared_ptr<layers::Module>& model) {
+  if (run.mode == "dp") return std::make_shared<parallel::DataParallel>(model, run.devices, run.device);
+  if (run.mode == "ddp")
+    return std::make_shared<parallel::DistributedDataParallel>(
+        model, run.group, parallel::DdpOptions{.bucket_cap_mb = config.bucket_cap_mb});
+  return model;
+}
+
+int max_over_ranks(const ParallelRun& run, int value) {
+  if (!run.distributed()) return value;
+  Tensor t = from_vector(std::vector<int64_t>{value}, {1}).to(run.group->message_device());
+  run.group->all_reduce(t, parallel::ReduceOp::max)->wait();
+  return static_cast<int>(t.item<int64_t>());
+}
+
+}  // namespace ember::train

@@ -1,0 +1,54 @@
+#pragma once
+// The parallel side of an ember-train run (config key `parallel`): the process group and this
+// rank's device under ddp, the device list under dp, and the module the training loop calls.
+//
+//   none  one process, one device (`device`).
+//   dp    one process; parallel::DataParallel splits every batch over `parallel.devices`.
+//   ddp   one process per device, started by a launcher (ember-run, torchrun, srun, mpirun);
+//         parallel::DistributedDataParallel averages gradients; each rank reads its own share of
+//         the data (data::DistributedSampler); rank 0 alone writes the run directory.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ember/core/device.h>
+#include <ember/layers/module.h>
+#include <ember/parallel/ddp.h>
+#include <ember/parallel/process_group.h>
+#include <ember/train/config.h>
+
+namespace ember::train {
+
+struct ParallelRun {
+  std::string mode = "none";
+  /// ddp only.
+  std::shared_ptr<parallel::ProcessGroup> group;
+  /// ddp: this process's rank and the number of processes; otherwise 0 and 1.
+  int rank = 0, world_size = 1;
+  /// Where this process keeps its model and batches (dp: the output device).
+  Device device = Device::cpu();
+  /// dp: the replicas' devices.
+  std::vector<Device> devices;
+
+  bool is_root() const { return rank == 0; }
+  bool distributed() const { return group != nullptr && world_size > 1; }
+  /// How many devices train: processes under ddp, replicas under dp, else 1.
+  int64_t device_count() const { return mode == "dp" ? static_cast<int64_t>(devices.size()) : world_size; }
+  /// "batch 32 per rank x 4 ranks = 128", "batch 64 split over cpu, cpu", or "batch 64".
+  std::string batch_text(int64_t batch_size) const;
+};
+
+/// Chooses the device(s) and, under ddp, joins the process group (rank, world size and master
+/// from the launcher's environment; see parallel::init_process_group). ddp's device: `device`
+/// auto or cuda means cuda:<local_rank % GPUs> when GPUs are usable, cpu otherwise.
+ParallelRun start_parallel(const ExperimentConfig& config);
+
+/// The module the loop calls: `model` itself, or wrapped in DataParallel / DDP.
+std::shared_ptr<layers::Module> wrap_model(const ParallelRun& run, const ParallelConfig& config,
+                                           const std::shared_ptr<layers::Module>& model);
+
+/// Under ddp: the largest `value` of all ranks, on every rank (one small all-reduce); else
+/// `value`. A stop signal that reached any rank thereby ends every rank after the same step.
+int max_over_ranks(const ParallelRun& run, int value);
+
+}  // namespace ember::train

@@ -12,6 +12,7 @@ class ReLU : public Module {
  public:
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "ReLU"; }
+  std::shared_ptr<Module> clone_structure() const override;
 };
 
 /// Flattens dims [start_dim, end_dim] into one: (N, C, H, W) -> (N, C*H*W) with the defaults.
@@ -21,6 +22,7 @@ class Flatten : public Module {
   explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_(start_dim), end_(end_dim) {}
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "Flatten"; }
+  std::shared_ptr<Module> clone_structure() const override;
   std::string extra_repr() const override;
 
  private:

@@ -36,6 +36,10 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   return y;
 }
 
+std::shared_ptr<Module> BatchNorm2d::clone_structure() const {
+  return std::make_shared<BatchNorm2d>(c_, eps_, momentum_, weight_.defined());
+}
+
 std::string BatchNorm2d::extra_repr() const {
   std::ostringstream os;
   os << c_ << ", eps=" << eps_ << ", momentum=" << momentum_ << ", affine=" << (weight_.defined() ? "True" : "False");

@@ -17,6 +17,7 @@ class BatchNorm2d : public Module {
   /// x (N, C, H, W) -> (N, C, H, W).
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "BatchNorm2d"; }
+  std::shared_ptr<Module> clone_structure() const override;
   std::string extra_repr() const override;
 
   int64_t num_features() const { return c_; }

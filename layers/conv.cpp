@@ -46,6 +46,11 @@ Tensor Conv2d::forward(const Tensor& x) {
   return conv2d(x, weight_, bias_, {opts_.stride, opts_.padding, opts_.dilation, opts_.groups});
 }
 
+std::shared_ptr<Module> Conv2d::clone_structure() const {
+  Generator scratch;  // the values are overwritten by clone(); the default generator stays put
+  return std::make_shared<Conv2d>(in_, out_, kernel_, opts_, scratch);
+}
+
 std::string Conv2d::extra_repr() const {
   std::ostringstream os;
   os << in_ << ", " << out_ << ", kernel_size=" << pair_str(kernel_) << ", stride=" << pair_str(opts_.stride);

@@ -28,6 +28,7 @@ class Conv2d : public Module {
   /// x (N, in, H, W) -> (N, out, Ho, Wo), Ho = (H + 2 pad - dilation (kh - 1) - 1) / stride + 1.
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "Conv2d"; }
+  std::shared_ptr<Module> clone_structure() const override;
   /// "1, 32, kernel_size=(3, 3), stride=(1, 1)" plus padding, dilation, groups and bias when not
   /// the defaults (as PyTorch prints it).
   std::string extra_repr() const override;

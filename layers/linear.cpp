@@ -30,6 +30,11 @@ Tensor Linear::forward(const Tensor& x) {
   return y;
 }
 
+std::shared_ptr<Module> Linear::clone_structure() const {
+  Generator scratch;  // the values are overwritten by clone(); the default generator stays put
+  return std::make_shared<Linear>(in_, out_, bias_.defined(), scratch);
+}
+
 std::string Linear::extra_repr() const {
   return "in_features=" + std::to_string(in_) + ", out_features=" + std::to_string(out_) +
          ", bias=" + (bias_.defined() ? "True" : "False");

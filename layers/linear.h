@@ -18,6 +18,7 @@ class Linear : public Module {
   /// weight (no copy); the CPU GEMM and cuBLAS take the transpose as a layout flag.
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "Linear"; }
+  std::shared_ptr<Module> clone_structure() const override;
   std::string extra_repr() const override;
 
   int64_t in_features() const { return in_; }

@@ -208,6 +208,75 @@ void Module::load_state_dict(const StateDict& state) {
   }
 }
 
+// ---- replication ----
+
+std::shared_ptr<Module> Module::clone_structure() const {
+  EMBER_FAIL(name(), ": clone_structure() is not implemented; DataParallel needs it to build replicas");
+}
+
+namespace {
+
+// Copies src's value into dst's own new storage (same dtype and device as src); dst keeps its
+// TensorImpl and autograd record, so the module's cached handles see the copy.
+template <typename L> void copy_entries(const char* what, const L& src, const L& dst, const std::string& module_name) {
+  EMBER_CHECK(src.size() == dst.size(), module_name, ".clone(): clone_structure() made ", dst.size(), " ", what,
+              "s, the module has ", src.size(), " (tied weights are not supported)");
+  for (size_t i = 0; i < src.size(); ++i) {
+    const auto& [name, s] = src[i];
+    Tensor d = dst[i].second;
+    EMBER_CHECK(dst[i].first == name && d.sizes() == s.sizes(), module_name, ".clone(): clone_structure() made ", what,
+                " '", dst[i].first, "' of shape ", d.shape_str(), " where the module has '", name, "' of shape ",
+                s.shape_str());
+    rebind_in_place(d, s.detach().clone());
+  }
+}
+
+}  // namespace
+
+// train() is recursive, so each level is set top-down, after its parent.
+void copy_training_modes(const Module& from, Module& to) {
+  to.train(from.is_training());
+  const auto fc = from.named_children(), tc = to.named_children();
+  EMBER_CHECK(fc.size() == tc.size(), "copy_training_modes: ", from.name(), " has ", fc.size(), " children, ",
+              to.name(), " has ", tc.size());
+  for (size_t i = 0; i < fc.size(); ++i) copy_training_modes(*fc[i].second, *tc[i].second);
+}
+
+std::shared_ptr<Module> Module::clone() const {
+  std::shared_ptr<Module> c = clone_structure();
+  EMBER_CHECK(c != nullptr, name(), ": clone_structure() returned null");
+  NoGradGuard no_grad;
+  const auto src_params = named_parameters(), dst_params = c->named_parameters();
+  copy_entries("parameter", src_params, dst_params, name());
+  for (size_t i = 0; i < src_params.size(); ++i) {
+    Tensor d = dst_params[i].second;
+    d.requires_grad_(src_params[i].second.requires_grad());
+  }
+  copy_entries("buffer", named_buffers(), c->named_buffers(), name());
+  copy_training_modes(*this, *c);
+  return c;
+}
+
+void Module::bind_parameters_for_replica(const std::vector<Tensor>& values) {
+  const auto params = named_parameters();
+  EMBER_CHECK(values.size() == params.size(), name(), ".bind_parameters_for_replica: got ", values.size(),
+              " values for ", params.size(), " parameters");
+  for (size_t i = 0; i < params.size(); ++i) {  // all checked before any is bound
+    const Tensor& v = values[i];
+    EMBER_CHECK(v.defined() && v.sizes() == params[i].second.sizes(), name(),
+                ".bind_parameters_for_replica: parameter '", params[i].first, "' has shape ",
+                params[i].second.shape_str(), ", the value has ",
+                v.defined() ? v.shape_str() : std::string("no tensor (undefined)"));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& v = values[i];
+    Tensor p = params[i].second;
+    if (v.is_same(p)) continue;
+    rebind_in_place(p, v);
+    p.impl()->autograd = v.is_leaf() ? nullptr : v.impl()->autograd;
+  }
+}
+
 // ---- printing ----
 
 std::string Module::str() const {

@@ -55,6 +55,30 @@ class Module : public std::enable_shared_from_this<Module> {
   /// is modified unless every entry matches.
   void load_state_dict(const StateDict& state);
 
+  // ---- replication (DataParallel builds its replicas with these) ----
+
+  /// A new module of the same type and configuration, freshly constructed: the values of its
+  /// parameters and buffers are irrelevant (clone() overwrites them) and constructing it must not
+  /// advance the default generator (built-in layers initialise from a local scratch Generator).
+  /// Containers clone their children's structure. The default throws an error naming name(): a
+  /// user module overrides it to be usable with DataParallel.
+  virtual std::shared_ptr<Module> clone_structure() const;
+  /// A deep copy sharing nothing with this module: clone_structure(), then every parameter and
+  /// buffer copied into storage of its own (same values, dtype and device per tensor; parameters
+  /// stay leaves with this module's requires_grad), and every module's training mode copied.
+  /// Gradients are not copied. Weight tying is not preserved: a structure whose parameter names
+  /// differ from this module's is an error naming both lists' sizes.
+  std::shared_ptr<Module> clone() const;
+  /// Replication hook, for DataParallel only: points parameter i (in parameters() order) at
+  /// values[i] for the next forward. Each parameter's TensorImpl takes the value's storage and
+  /// geometry and, when the value is the output of an op (not a leaf), its autograd record, so
+  /// the handles layers keep (Linear's weight_) act as that value in the graph and the gradient
+  /// flows back through the op that made it (DataParallel's Broadcast). A leaf value is bound as a
+  /// plain tensor (no autograd). Shapes must match (checked for all before any is bound). The
+  /// TensorImpls are rewritten in place, so a graph recorded through the previous binding would
+  /// see the new values: DataParallel rebinds only replicas that no live graph holds.
+  void bind_parameters_for_replica(const std::vector<Tensor>& values);
+
   /// One line per module, indented by depth, like PyTorch's repr.
   std::string str() const;
   /// Extra text inside the parentheses of str(), e.g. "1, 32, kernel_size=3".
@@ -80,5 +104,10 @@ class Module : public std::enable_shared_from_this<Module> {
 };
 
 using ModulePtr = std::shared_ptr<Module>;
+
+/// Sets the training mode of every module of `to` to that of its counterpart in `from`, which
+/// must have the same structure (a clone): DataParallel passes per-module modes (a BatchNorm put
+/// in eval mode inside a training model) on to its replicas.
+void copy_training_modes(const Module& from, Module& to);
 
 }  // namespace ember::layers

@@ -51,6 +51,10 @@ Tensor MaxPool2d::forward(const Tensor& x) {
   return max_pool2d(x, opts_);
 }
 
+std::shared_ptr<Module> MaxPool2d::clone_structure() const {
+  return std::make_shared<MaxPool2d>(opts_.kernel, opts_.stride, opts_.padding, opts_.ceil_mode);
+}
+
 std::string MaxPool2d::extra_repr() const {
   return window_repr(opts_) + ", dilation=1, ceil_mode=" + (opts_.ceil_mode ? "True" : "False");
 }
@@ -61,6 +65,11 @@ AvgPool2d::AvgPool2d(Size2 kernel_size, Size2 stride, Size2 padding, bool ceil_m
 Tensor AvgPool2d::forward(const Tensor& x) {
   check_input("AvgPool2d", x);
   return avg_pool2d(x, opts_);
+}
+
+std::shared_ptr<Module> AvgPool2d::clone_structure() const {
+  return std::make_shared<AvgPool2d>(opts_.kernel, opts_.stride, opts_.padding, opts_.ceil_mode,
+                                     opts_.count_include_pad);
 }
 
 std::string AvgPool2d::extra_repr() const {
@@ -78,6 +87,8 @@ Tensor AdaptiveAvgPool2d::forward(const Tensor& x) {
   check_input("AdaptiveAvgPool2d", x);
   return adaptive_avg_pool2d(x, out_.h, out_.w);
 }
+
+std::shared_ptr<Module> AdaptiveAvgPool2d::clone_structure() const { return std::make_shared<AdaptiveAvgPool2d>(out_); }
 
 std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + size_str(out_); }
 

@@ -16,6 +16,7 @@ class MaxPool2d : public Module {
   /// ceil_mode, as long as the last window starts inside the input or its left padding).
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "MaxPool2d"; }
+  std::shared_ptr<Module> clone_structure() const override;
   std::string extra_repr() const override;
   const Pool2dFuncOptions& options() const { return opts_; }
 
@@ -31,6 +32,7 @@ class AvgPool2d : public Module {
   /// x (N, C, H, W) -> (N, C, Ho, Wo), sizes as for MaxPool2d.
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "AvgPool2d"; }
+  std::shared_ptr<Module> clone_structure() const override;
   std::string extra_repr() const override;
   const Pool2dFuncOptions& options() const { return opts_; }
 
@@ -46,6 +48,7 @@ class AdaptiveAvgPool2d : public Module {
   /// x (N, C, H, W) -> (N, C, out_h, out_w).
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "AdaptiveAvgPool2d"; }
+  std::shared_ptr<Module> clone_structure() const override;
   std::string extra_repr() const override;
   Size2 output_size() const { return out_; }
 

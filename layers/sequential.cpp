@@ -24,6 +24,12 @@ Tensor Sequential::forward(const Tensor& x) {
   return y;
 }
 
+std::shared_ptr<Module> Sequential::clone_structure() const {
+  auto c = std::make_shared<Sequential>();
+  for (const ModulePtr& m : modules_) c->push_back(m->clone_structure());
+  return c;
+}
+
 const ModulePtr& Sequential::operator[](int64_t i) const {
   const int64_t n = size();
   EMBER_CHECK(i >= -n && i < n, "Sequential[", i, "]: index out of range for ", n, " modules");

@@ -19,6 +19,8 @@ class Sequential : public Module {
   /// Input of the first child -> output of the last (the input itself when empty).
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "Sequential"; }
+  /// A Sequential of the children's clone_structure(), in order.
+  std::shared_ptr<Module> clone_structure() const override;
 
   int64_t size() const { return static_cast<int64_t>(modules_.size()); }
   /// Child i (negative counts from the end).

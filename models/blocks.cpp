@@ -50,6 +50,12 @@ Tensor NamedSequential::forward(const Tensor& x) {
   return y;
 }
 
+std::shared_ptr<layers::Module> NamedSequential::clone_structure() const {
+  auto c = std::make_shared<NamedSequential>(type_name_);
+  for (const auto& [child_name, m] : named_children()) c->add(child_name, m->clone_structure());
+  return c;
+}
+
 // ---- BasicBlock ----
 
 BasicBlock::BasicBlock(int64_t in_channels, int64_t out_channels, int64_t stride, Generator& gen)
@@ -78,6 +84,11 @@ Tensor BasicBlock::forward(const Tensor& x) {
   return relu(f + s);
 }
 
+std::shared_ptr<layers::Module> BasicBlock::clone_structure() const {
+  Generator scratch;  // the values are overwritten by clone(); the default generator stays put
+  return std::make_shared<BasicBlock>(in_, out_, stride_, scratch);
+}
+
 std::string BasicBlock::extra_repr() const { return block_repr(in_, out_, stride_); }
 
 // ---- PreActBlock ----
@@ -102,6 +113,13 @@ Tensor PreActBlock::forward(const Tensor& x) {
   const Tensor a = relu(bn1_->forward(x));
   Tensor f = conv2_->forward(dropout_->forward(relu(bn2_->forward(conv1_->forward(a)))));
   return f + (shortcut_ ? shortcut_->forward(a) : x);
+}
+
+std::shared_ptr<layers::Module> PreActBlock::clone_structure() const {
+  Generator scratch;  // initial values only: clone() overwrites them
+  auto c = std::make_shared<PreActBlock>(in_, out_, stride_, dropout_->p(), scratch);
+  c->dropout_->own_generator_forked_from(*dropout_);  // scratch dies here: the dropout must not keep it
+  return c;
 }
 
 std::string PreActBlock::extra_repr() const {

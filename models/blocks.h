@@ -26,6 +26,8 @@ class NamedSequential : public layers::Module {
   /// Input of the first child -> output of the last (the input itself when empty).
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return type_name_; }
+  /// The same type name and child names, each child's clone_structure().
+  std::shared_ptr<layers::Module> clone_structure() const override;
 
  private:
   std::string type_name_;
@@ -44,6 +46,7 @@ class BasicBlock : public layers::Module {
   /// x (N, in, H, W) -> (N, out, Ho, Wo), Ho = (H - 1) / stride + 1.
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "BasicBlock"; }
+  std::shared_ptr<layers::Module> clone_structure() const override;
   std::string extra_repr() const override;
   /// True when the shortcut is a projection (1x1 conv + BN), false for the identity.
   bool has_projection() const { return shortcut_ != nullptr; }
@@ -71,6 +74,8 @@ class PreActBlock : public layers::Module {
   /// x (N, in, H, W) -> (N, out, Ho, Wo), Ho = (H - 1) / stride + 1.
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "PreActBlock"; }
+  /// Its dropout draws from a generator of its own (layers::Dropout::clone_structure).
+  std::shared_ptr<layers::Module> clone_structure() const override;
   std::string extra_repr() const override;
   /// True when the shortcut is a 1x1 projection, false for the identity.
   bool has_projection() const { return shortcut_ != nullptr; }

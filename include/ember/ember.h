@@ -41,6 +41,8 @@
 #include <ember/optim/optimizer.h>
 #include <ember/optim/schedule.h>
 #include <ember/optim/sgd.h>
+#include <ember/parallel/comm_ops.h>
+#include <ember/parallel/data_parallel.h>
 #include <ember/parallel/init.h>
 #include <ember/parallel/process_group.h>
 #include <ember/parallel/store.h>

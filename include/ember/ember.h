@@ -43,8 +43,12 @@
 #include <ember/optim/sgd.h>
 #include <ember/parallel/comm_ops.h>
 #include <ember/parallel/data_parallel.h>
+#include <ember/parallel/ddp.h>
 #include <ember/parallel/init.h>
+#include <ember/parallel/object_collectives.h>
 #include <ember/parallel/process_group.h>
+#include <ember/parallel/reducer.h>
+#include <ember/parallel/sharded_eval.h>
 #include <ember/parallel/store.h>
 #include <ember/serialize/checkpoint.h>
 #include <ember/train/config.h>

@@ -14,6 +14,8 @@
 # ddp_sigterm    the same with parallel.mode=ddp on 2 processes under ember-run (EMBER_RUN): one run
 #                directory, written by rank 0; SIGTERM to ember-run reaches both ranks, which stop
 #                after the same step; resume=auto on 2 processes matches the uninterrupted DDP run
+# dp             parallel.mode=dp over cpu,cpu: trains, says how the batch is split, world_size 2;
+#                a bad device in the list -> exit 2 naming the key
 # ddp_accuracy   mnist_cnn on a Fashion-MNIST slice: DDP on 2 processes (batch 32 each) reaches the
 #                test accuracy of one process at batch 64 within 1%; rank 1 prints no epoch lines
 #                (skipped, exit 77, without the dataset)
@@ -160,6 +162,13 @@ ddp_sigterm)
   cat straight.txt resumed.txt
   [ "$(cut -d' ' -f1 resumed.txt | tr '\n' ' ')" = "1 2 3 " ] || fail "metrics.jsonl epochs are not exactly 1 2 3"
   cmp -s straight.txt resumed.txt || fail "the resumed DDP run's metrics differ from the uninterrupted run's"
+  ;;
+dp)
+  write_tiny_config c.json
+  expect 0 'batch 16 split over cpu, cpu \(DataParallel\)' "$prog" c.json parallel.mode=dp parallel.devices=cpu,cpu \
+    output.run_dir=run
+  grep -qE '"world_size": 2' run/summary.json || fail "summary.json does not say world_size 2"
+  expect 2 'parallel.devices: expected a list of devices' "$prog" c.json parallel.mode=dp parallel.devices=cpu,tpu
   ;;
 ddp_accuracy)
   data=/usr/share/datasets/fashion-mnist

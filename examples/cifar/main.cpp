@@ -5,7 +5,7 @@
 //   cifar [--data DIR] [--dataset cifar10|cifar100|synthetic] [--model cifar_cnn|resnet18|wide_resnet]
 //         [--depth N] [--widen N] [--epochs N] [--batch-size N] [--lr X] [--device D] [--seed N]
 //         [--limit-train N] [--limit-test N] [--workers N] [--checkpoint-dir DIR] [--resume FILE]
-//         [--metrics-out FILE]
+//         [--metrics-out FILE] [--accumulation-steps N] [--data-parallel [--devices LIST]]
 //
 // The recipe is the common CIFAR one: random crop 32 with 4 pixels of zero padding and random
 // horizontal flips on the training images (CIFAR only), per-channel normalization; SGD with Nesterov momentum
@@ -14,8 +14,17 @@
 // BatchNorm uses its running statistics (eval mode) on the test split. Each epoch prints one line
 // and, with --metrics-out, appends one JSON line (the fields of build/bin/mnist's).
 //
+// On several devices (examples/common/example_parallel.h): --data-parallel splits each batch over
+// the GPUs (or --devices cpu,cpu) of this process; started by a launcher as one rank of several
+// (build/bin/ember-run --nproc-per-node 2 build/bin/cifar, torchrun, srun, mpirun), each process
+// trains with DistributedDataParallel on its share of the data, --batch-size images per rank
+// (BatchNorm's running statistics are rank 0's, broadcast before every forward), and rank 0
+// reports the test accuracy over the whole test split. With --accumulation-steps N the cosine
+// counts optimizer steps (one per N batches).
+//
 // What examples/mnist does the same way (flag parsing, evaluation, the epoch and JSON lines,
-// checkpoints) lives in examples/common/example_cli.h; the training loop is below.
+// checkpoints, several devices) lives in examples/common/example_cli.h and example_parallel.h;
+// the training loop is below.
 //
 // Exit status: 0 done, 1 runtime error (missing or unreadable data, failed checkpoint), 2 bad
 // command line.
@@ -25,7 +34,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,6 +42,7 @@
 #include <vector>
 
 #include "example_cli.h"  // examples/common: flags, evaluate(), epoch lines, checkpoints
+#include "example_parallel.h"  // examples/common: DataParallel, DDP, gradient accumulation
 
 using namespace ember;
 namespace ex = ember_examples;
@@ -71,9 +80,10 @@ struct Options {
   int64_t limit_train = 0, limit_test = 0;  // 0: the whole split
   int64_t workers = 2;
   std::string checkpoint_dir, resume, metrics_out;
+  ex::ParallelFlags parallel;
 };
 
-const char* kUsage =
+const std::string kUsage =
     "usage: cifar [options]\n"
     "  --dataset NAME        cifar10 | cifar100 | synthetic (generated CIFAR-10-shaped images, no files,\n"
     "                        trained without augmentation; default cifar10)\n"
@@ -82,7 +92,7 @@ const char* kUsage =
     "  --model NAME          cifar_cnn | resnet18 | wide_resnet (default cifar_cnn)\n"
     "  --depth N, --widen N  wide_resnet's depth (6k+4) and widening factor (default 28 and 10)\n"
     "  --epochs N            train until epoch N; the cosine schedule spans N epochs (default 30)\n"
-    "  --batch-size N        training batch size (default 128)\n"
+    "  --batch-size N        training batch size (default 128; per rank under a launcher)\n"
     "  --lr X                initial learning rate (default 0.05 for cifar_cnn, 0.1 for the ResNets)\n"
     "  --device D            auto|cpu|cuda|cuda:N (default auto: the first GPU when usable, else cpu)\n"
     "  --seed N              seeds initialization, shuffling, augmentation and dropout (default 1)\n"
@@ -92,8 +102,8 @@ const char* kUsage =
     "                        dataset stays on the device and batches are built there)\n"
     "  --checkpoint-dir DIR  write DIR/epoch_N.ckpt and DIR/last.ckpt after every epoch\n"
     "  --resume FILE         continue from a checkpoint written by --checkpoint-dir\n"
-    "  --metrics-out FILE    append one JSON line per epoch to FILE\n"
-    "  --help                print this and exit\n";
+    "  --metrics-out FILE    append one JSON line per epoch to FILE\n" +
+    ex::parallel_usage("cifar");
 
 std::string one_of(const std::string& flag, const std::string& v, const std::vector<std::string>& allowed) {
   std::string list;
@@ -115,31 +125,32 @@ double parse_lr(const std::string& flag, const std::string& v) {
 // Each handler gets (flag, value) and stores the checked value; bad values are UsageErrors.
 Options parse(int argc, char** argv) {
   Options o;
-  ex::parse_flags(argc, argv, kUsage,
-                  {
-                      {"--data", [&](auto&, auto& v) { o.data = v; }},
-                      {"--dataset",
-                       [&](auto& f, auto& v) {
-                         o.dataset = one_of(f, v, {"cifar10", "cifar100", "synthetic"});
-                       }},
-                      {"--model",
-                       [&](auto& f, auto& v) {
-                         o.model = one_of(f, v, {"cifar_cnn", "resnet18", "wide_resnet"});
-                       }},
-                      {"--depth", [&](auto& f, auto& v) { o.depth = ex::parse_int(f, v, 10); }},
-                      {"--widen", [&](auto& f, auto& v) { o.widen = ex::parse_int(f, v, 1); }},
-                      {"--epochs", [&](auto& f, auto& v) { o.epochs = ex::parse_int(f, v, 1); }},
-                      {"--batch-size", [&](auto& f, auto& v) { o.batch_size = ex::parse_int(f, v, 1); }},
-                      {"--lr", [&](auto& f, auto& v) { o.lr = parse_lr(f, v); }},
-                      {"--device", [&](auto&, auto& v) { o.device = ex::parse_device_flag(v); }},
-                      {"--seed", [&](auto& f, auto& v) { o.seed = static_cast<uint64_t>(ex::parse_int(f, v, 0)); }},
-                      {"--limit-train", [&](auto& f, auto& v) { o.limit_train = ex::parse_int(f, v, 1); }},
-                      {"--limit-test", [&](auto& f, auto& v) { o.limit_test = ex::parse_int(f, v, 1); }},
-                      {"--workers", [&](auto& f, auto& v) { o.workers = ex::parse_int(f, v, 0); }},
-                      {"--checkpoint-dir", [&](auto&, auto& v) { o.checkpoint_dir = v; }},
-                      {"--resume", [&](auto&, auto& v) { o.resume = v; }},
-                      {"--metrics-out", [&](auto&, auto& v) { o.metrics_out = v; }},
-                  });
+  std::vector<ex::Flag> flags = {
+      {"--data", [&](auto&, auto& v) { o.data = v; }},
+      {"--dataset",
+       [&](auto& f, auto& v) {
+         o.dataset = one_of(f, v, {"cifar10", "cifar100", "synthetic"});
+       }},
+      {"--model",
+       [&](auto& f, auto& v) {
+         o.model = one_of(f, v, {"cifar_cnn", "resnet18", "wide_resnet"});
+       }},
+      {"--depth", [&](auto& f, auto& v) { o.depth = ex::parse_int(f, v, 10); }},
+      {"--widen", [&](auto& f, auto& v) { o.widen = ex::parse_int(f, v, 1); }},
+      {"--epochs", [&](auto& f, auto& v) { o.epochs = ex::parse_int(f, v, 1); }},
+      {"--batch-size", [&](auto& f, auto& v) { o.batch_size = ex::parse_int(f, v, 1); }},
+      {"--lr", [&](auto& f, auto& v) { o.lr = parse_lr(f, v); }},
+      {"--device", [&](auto&, auto& v) { o.device = ex::parse_device_flag(v); }},
+      {"--seed", [&](auto& f, auto& v) { o.seed = static_cast<uint64_t>(ex::parse_int(f, v, 0)); }},
+      {"--limit-train", [&](auto& f, auto& v) { o.limit_train = ex::parse_int(f, v, 1); }},
+      {"--limit-test", [&](auto& f, auto& v) { o.limit_test = ex::parse_int(f, v, 1); }},
+      {"--workers", [&](auto& f, auto& v) { o.workers = ex::parse_int(f, v, 0); }},
+      {"--checkpoint-dir", [&](auto&, auto& v) { o.checkpoint_dir = v; }},
+      {"--resume", [&](auto&, auto& v) { o.resume = v; }},
+      {"--metrics-out", [&](auto&, auto& v) { o.metrics_out = v; }},
+  };
+  ex::add_parallel_flags(flags, o.parallel);
+  ex::parse_flags(argc, argv, kUsage, flags);
   if (o.model == "wide_resnet" && (o.depth - 4) % 6 != 0)
     throw ex::UsageError("--depth must be 6k+4 (10, 16, 22, 28, 40, ...), got " + std::to_string(o.depth));
   if (o.data.empty() && o.dataset != "synthetic") o.data = "data/" + o.dataset;
@@ -211,25 +222,18 @@ std::shared_ptr<layers::Module> make_model(const Options& o, int64_t classes) {
   return models::wide_resnet(o.depth, o.widen, classes, kWideResnetDropout);
 }
 
-// Creates FILE's folder and checks that FILE can be appended to, so that a bad --metrics-out
-// fails before training rather than after the first epoch.
-void check_metrics_out(const std::string& file) {
-  const std::filesystem::path parent = std::filesystem::path(file).parent_path();
-  std::error_code ec;
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  std::ofstream m(file, std::ios::app);
-  if (!m) throw Error("--metrics-out " + file + ": cannot open it for appending" + (ec ? ": " + ec.message() : ""));
-}
-
 int run(const Options& o) {
-  const Device dev = ex::pick_device(o.device);
-  if (!o.metrics_out.empty()) check_metrics_out(o.metrics_out);
+  // One device, DataParallel, or one rank of a DDP job (then this joins the job first).
+  ex::ParallelRun par = ex::setup_parallel(o.device, o.parallel);
+  const Device dev = par.device;
+  if (par.is_main() && !o.metrics_out.empty()) ex::check_metrics_out(o.metrics_out);
   manual_seed(o.seed);
   const Data d = load_data(o);
   const int64_t classes = d.train->num_classes();
 
   // On a GPU the whole (u8) dataset stays on the device and batches, augmentation included, are
-  // built there; on the CPU worker threads collate and augment the next batches meanwhile.
+  // built there; on the CPU worker threads collate and augment the next batches meanwhile. Under
+  // DDP each rank loads its own share of either split (ex::sharded).
   const bool resident = dev.is_cuda();
   const int workers = resident ? 0 : static_cast<int>(o.workers);
   const data::Normalize normalize(d.mean, d.std);
@@ -239,32 +243,38 @@ int run(const Options& o) {
       o.dataset == "synthetic"
           ? data::Compose(normalize)
           : data::Compose(data::RandomCrop(32, kCropPadding), data::RandomHorizontalFlip(), normalize);
-  data::DataLoader train_loader(d.train, {.batch_size = o.batch_size,
-                                          .shuffle = true,
-                                          .workers = workers,
-                                          .device = dev,
-                                          .seed = o.seed,
-                                          .resident = resident,
-                                          .transform = train_transform});
-  data::DataLoader test_loader(d.test, {.batch_size = kTestBatch,
-                                        .shuffle = false,
-                                        .workers = workers,
-                                        .device = dev,
-                                        .resident = resident,
-                                        .transform = normalize});
+  data::DataLoader train_loader(d.train, ex::sharded({.batch_size = o.batch_size,
+                                                      .shuffle = true,
+                                                      .workers = workers,
+                                                      .device = dev,
+                                                      .seed = o.seed,
+                                                      .resident = resident,
+                                                      .transform = train_transform},
+                                                     par, d.train->size()));
+  data::DataLoader test_loader(d.test, ex::sharded({.batch_size = kTestBatch,
+                                                    .shuffle = false,
+                                                    .workers = workers,
+                                                    .device = dev,
+                                                    .resident = resident,
+                                                    .transform = normalize},
+                                                   par, d.test->size()));
 
   auto model = make_model(o, classes);
   model->to(dev);
+  // What the loop calls: the model, or its DataParallel / DDP wrapper. The optimizer and the
+  // checkpoints use the model itself (the wrappers share its parameters).
+  const layers::ModulePtr net = ex::wrap_model(model, par);
   optim::SGD opt(model->parameters(),
                  {.lr = o.lr, .momentum = kMomentum, .weight_decay = kWeightDecay, .nesterov = true});
-  const int64_t steps_per_epoch = train_loader.len();
+  const ex::Accumulation accumulation(o.parallel.accumulation_steps, train_loader.len());
+  const int64_t steps_per_epoch = accumulation.steps_per_epoch();  // optimizer steps
   optim::CosineAnnealingLR sched(opt, {.T_max = o.epochs * steps_per_epoch});
 
   // What a checkpoint saves and --resume restores.
   const ex::TrainingState state{*model, opt, sched, train_loader};
 
   int64_t done_epochs = 0, global_step = 0;
-  if (!o.resume.empty()) {
+  if (!o.resume.empty()) {  // every rank reads it
     serialize::Checkpoint ck = serialize::load_checkpoint(o.resume, dev);
     for (const auto& [key, want] :
          {std::pair<std::string, std::string>{"model", model_label(o)}, {"dataset", o.dataset}}) {
@@ -273,70 +283,81 @@ int run(const Options& o) {
         throw Error("--resume " + o.resume + ": checkpoint of " + key + " '" + found + "', this run's is '" + want +
                     "'");
     }
-    ex::restore_checkpoint(state, ck);
+    const std::string note = ex::restore_checkpoint(state, ck);
     done_epochs = ck.epoch;
     global_step = ck.global_step;
-    ex::print_resumed(o.resume, ck, opt.lr());
+    if (par.is_main()) {
+      if (!note.empty()) std::fprintf(stderr, "cifar: note: %s\n", note.c_str());
+      ex::print_resumed(o.resume, ck, opt.lr());
+    }
   }
 
-  std::printf("cifar: %s (%lld parameters) on %s; %s: train %lld images, test %lld%s%s\n", model_label(o).c_str(),
-              static_cast<long long>(ex::count_parameters(*model)), dev.str().c_str(), o.dataset.c_str(),
-              static_cast<long long>(d.train->size()), static_cast<long long>(d.test->size()),
-              o.data.empty() ? "" : " from ", o.data.c_str());
-  std::printf("cifar: SGD lr %.6g nesterov momentum %.1f wd %.0e, cosine over %lld epochs (%lld steps); batch %lld\n",
-              o.lr, kMomentum, kWeightDecay, static_cast<long long>(o.epochs),
-              static_cast<long long>(o.epochs * steps_per_epoch), static_cast<long long>(o.batch_size));
-  if (done_epochs >= o.epochs) {
-    std::printf("cifar: the checkpoint has %lld epochs done, --epochs %lld: nothing to train\n",
-                static_cast<long long>(done_epochs), static_cast<long long>(o.epochs));
-    return 0;
+  ex::print_parallel_setup("cifar", par);
+  if (par.is_main()) {
+    std::printf("cifar: %s (%lld parameters) on %s; %s: train %lld images, test %lld%s%s\n", model_label(o).c_str(),
+                static_cast<long long>(ex::count_parameters(*model)), dev.str().c_str(), o.dataset.c_str(),
+                static_cast<long long>(d.train->size()), static_cast<long long>(d.test->size()),
+                o.data.empty() ? "" : " from ", o.data.c_str());
+    std::printf("cifar: SGD lr %.6g nesterov momentum %.1f wd %.0e, cosine over %lld epochs (%lld steps); batch %s\n",
+                o.lr, kMomentum, kWeightDecay, static_cast<long long>(o.epochs),
+                static_cast<long long>(o.epochs * steps_per_epoch),
+                ex::batch_text(par, o.batch_size, o.parallel.accumulation_steps).c_str());
+    if (done_epochs >= o.epochs)
+      std::printf("cifar: the checkpoint has %lld epochs done, --epochs %lld: nothing to train\n",
+                  static_cast<long long>(done_epochs), static_cast<long long>(o.epochs));
+    std::fflush(stdout);
   }
-  std::fflush(stdout);
 
   ex::ProgressLine progress;  // on stderr, only when it is a terminal
   for (int64_t epoch = done_epochs + 1; epoch <= o.epochs; ++epoch) {
     const double lr = opt.lr();  // at the epoch's first step
-    model->train();
+    if (par.distributed()) manual_seed(ex::rank_epoch_seed(o.seed, par.rank(), epoch));  // dropout per rank
+    net->train();
     const auto t0 = ex::Clock::now();
-    progress.start(epoch, d.train->size());
+    if (par.is_main()) progress.start(epoch, train_loader.num_examples());
     Tensor loss_sum = zeros({}, {.dtype = DType::f64, .device = dev});
-    int64_t seen = 0;
+    int64_t seen = 0, i = 0;
     for (auto& batch : train_loader) {
-      Tensor loss = layers::cross_entropy(model->forward(batch.input), batch.target);  // 0-d
-      opt.zero_grad();
-      loss.backward();
-      opt.step();
-      sched.step();  // per step: the cosine is smooth within an epoch
-      ++global_step;
+      // Zero the gradients, forward, backward (averaged over the ranks under DDP), and every
+      // --accumulation-steps batches an optimizer step (ex::train_batch).
+      const auto [loss, stepped] = ex::train_batch(*net, opt, par, accumulation, i++, batch);
+      if (stepped) {
+        sched.step();  // per step: the cosine is smooth within an epoch
+        ++global_step;
+      }
       seen += batch.size();
       {
         NoGradGuard no_grad;  // accumulate on the device: no host sync per step
         loss_sum = loss_sum + loss.detach().to(DType::f64) * static_cast<double>(batch.size());
       }
-      progress.update(seen);
+      if (par.is_main()) progress.update(seen);
     }
-    const double train_loss = loss_sum.item<double>() / static_cast<double>(seen > 0 ? seen : 1);  // syncs
+    const auto [train_loss, trained] = ex::epoch_train_loss(par, loss_sum, seen);  // syncs; all ranks
     const double seconds = ex::seconds_since(t0);
     progress.clear();
     const auto t1 = ex::Clock::now();
-    const ex::EvalResult test = ex::evaluate(*model, test_loader, dev);
+    const ex::EvalResult test = ex::evaluate(*net, test_loader, dev, par.eval_group());
     const double eval_seconds = ex::seconds_since(t1);
 
     const ex::EpochResult result{.epoch = epoch,
                                  .train_loss = train_loss,
                                  .test = test,
                                  .seconds = seconds,
-                                 .images_per_second = static_cast<double>(seen) / seconds,
+                                 .images_per_second = static_cast<double>(trained) / seconds,
                                  .lr = lr,
                                  .eval_seconds = eval_seconds};
-    ex::report_epoch(result, o.epochs, /*epoch_width=*/3, o.metrics_out, o.checkpoint_dir, state, global_step,
-                     {{"model", model_label(o)},
-                      {"dataset", o.dataset},
-                      {"batch_size", std::to_string(o.batch_size)},
-                      {"seed", std::to_string(o.seed)},
-                      {"limit_train", std::to_string(o.limit_train)},
-                      {"data", o.data}});
+    if (par.is_main())
+      ex::report_epoch(result, o.epochs, /*epoch_width=*/3, o.metrics_out, o.checkpoint_dir, state, global_step,
+                       {{"model", model_label(o)},
+                        {"dataset", o.dataset},
+                        {"batch_size", std::to_string(o.batch_size)},
+                        {"world_size", std::to_string(par.world_size())},
+                        {"accumulation_steps", std::to_string(o.parallel.accumulation_steps)},
+                        {"seed", std::to_string(o.seed)},
+                        {"limit_train", std::to_string(o.limit_train)},
+                        {"data", o.data}});
   }
+  ex::finish_parallel(par);
   return 0;
 }
 

@@ -1,7 +1,9 @@
 #pragma once
 // example_cli.h: the parts of ember's example programs (examples/mnist, examples/cifar) that are
 // the same in each: command-line parsing and usage errors, device choice, evaluation on the test
-// split, the per-epoch text and JSON lines, the progress line, and saving/restoring a checkpoint.
+// split (sharded over the ranks of a multi-process run), the per-epoch text and JSON lines, the
+// progress line, and saving/restoring a checkpoint. How a run uses several devices (DataParallel,
+// DDP under a launcher, gradient accumulation) is in example_parallel.h beside it.
 // Header-only and written against the public API <ember/ember.h> only, so that an example still
 // builds on its own against an installed ember (its CMakeLists.txt adds this folder to the include
 // path). The training loop itself is not here: each example keeps its own, in view.
@@ -82,16 +84,23 @@ inline std::string parse_device_flag(const std::string& v) {
 /// Called with (flag, value) for one flag of the command line; throws UsageError on a bad value.
 using FlagHandler = std::function<void(const std::string& flag, const std::string& value)>;
 
+/// One flag of the command line: its name ("--epochs"), its handler, and whether it takes a value
+/// (a switch such as --data-parallel does not; its handler gets an empty value).
+struct Flag {
+  std::string name;
+  FlagHandler handler;
+  bool takes_value = true;
+};
+
 /// Walks argv[1..argc): --help or -h prints USAGE to stdout and exits 0; every other argument must
-/// be one of HANDLERS' flags, with its value either inline (--flag=value) or as the next argument,
-/// and goes to that flag's handler. Unknown flags, missing values and empty values are
-/// UsageErrors naming the flag. Every example flag takes a value, so there are no switches.
-inline void parse_flags(int argc, char** argv, const char* usage,
-                        const std::vector<std::pair<std::string, FlagHandler>>& handlers) {
+/// be one of FLAGS, with its value either inline (--flag=value) or as the next argument (none for
+/// a switch), and goes to that flag's handler. Unknown flags, missing values, empty values and a
+/// value given to a switch are UsageErrors naming the flag.
+inline void parse_flags(int argc, char** argv, const std::string& usage, const std::vector<Flag>& flags) {
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i], value;
     if (flag == "--help" || flag == "-h") {
-      std::fputs(usage, stdout);
+      std::fputs(usage.c_str(), stdout);
       std::exit(0);
     }
     const auto eq = flag.find('=');
@@ -100,17 +109,22 @@ inline void parse_flags(int argc, char** argv, const char* usage,
       value = flag.substr(eq + 1);
       flag = flag.substr(0, eq);
     }
-    const FlagHandler* handler = nullptr;
-    for (const auto& [name, h] : handlers)
-      if (name == flag) handler = &h;
-    if (handler == nullptr) throw UsageError("unknown flag '" + flag + "'");
+    const Flag* f = nullptr;
+    for (const Flag& candidate : flags)
+      if (candidate.name == flag) f = &candidate;
+    if (f == nullptr) throw UsageError("unknown flag '" + flag + "'");
+    if (!f->takes_value) {
+      if (has_inline) throw UsageError(flag + " takes no value, got '" + value + "'");
+      f->handler(flag, value);
+      continue;
+    }
     if (!has_inline) {
       if (i + 1 >= argc) throw UsageError(flag + " needs a value");
       value = argv[++i];
     }
     // The handler first: a numeric or enumerated flag says what it expects, which is more useful
     // than "needs a non-empty value"; only the free-text flags (paths) reach the check below.
-    (*handler)(flag, value);
+    f->handler(flag, value);
     if (value.empty()) throw UsageError(flag + " needs a non-empty value");
   }
 }
@@ -131,11 +145,11 @@ inline ember::Device pick_device(const std::string& spec) {
 /// Runs BODY (parsing and training) and turns its exceptions into the examples' exit statuses:
 /// 2 for a UsageError (message, blank line, USAGE), 1 for a DataError (message) or any other
 /// error ("error: " and the message); each message goes to stderr prefixed with "PROGRAM: ".
-template <class Body> int run_main(const char* program, const char* usage, Body&& body) {
+template <class Body> int run_main(const char* program, const std::string& usage, Body&& body) {
   try {
     return body();
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "%s: %s\n\n%s", program, e.what(), usage);
+    std::fprintf(stderr, "%s: %s\n\n%s", program, e.what(), usage.c_str());
     return 2;
   } catch (const DataError& e) {
     std::fprintf(stderr, "%s: %s\n", program, e.what());
@@ -166,27 +180,45 @@ struct EvalResult {
   double loss = 0, accuracy = 0;
 };
 
-/// Mean cross-entropy and accuracy over every batch of LOADER, in eval mode (BatchNorm's running
+/// Mean cross-entropy and accuracy over LOADER's examples, in eval mode (BatchNorm's running
 /// statistics, no dropout) and without a graph; MODEL is back in train mode afterwards. DEV is
 /// where LOADER's batches live. Logits are (B, classes), targets (B) i64.
-inline EvalResult evaluate(ember::layers::Module& model, ember::data::DataLoader& loader, ember::Device dev) {
+///
+/// Sharded evaluation: when LOADER's sampler is a data::DistributedSampler (this rank's share of
+/// the test split) and GROUP is given, each rank counts only the real rows of its share (the
+/// padding that evens out the shares comes last and is skipped) and one all-reduce of the totals
+/// gives every rank the result over the whole split, each example counted exactly once. Every rank
+/// of GROUP must call it (MODEL may be a DistributedDataParallel: its forwards are collective).
+inline EvalResult evaluate(ember::layers::Module& model, ember::data::DataLoader& loader, ember::Device dev,
+                           ember::parallel::ProcessGroup* group = nullptr) {
   using namespace ember;
+  const auto* shard = dynamic_cast<const data::DistributedSampler*>(&loader.sampler());
+  const int64_t real = shard != nullptr ? shard->real_size() : loader.num_examples();
   model.eval();
   NoGradGuard no_grad;
   Tensor loss_sum = zeros({}, {.dtype = DType::f64, .device = dev}),
          correct = zeros({}, {.dtype = DType::i64, .device = dev});
-  int64_t n = 0;
+  int64_t seen = 0, counted = 0;
   for (auto& batch : loader) {
     Tensor logits = model.forward(batch.input);  // (B, classes)
-    const Tensor batch_loss = layers::cross_entropy(logits, batch.target).to(DType::f64);  // 0-d mean
-    loss_sum = loss_sum + batch_loss * static_cast<double>(batch.size());
-    correct = correct + sum(eq(argmax(logits, 1), batch.target));
-    n += batch.size();
+    const int64_t rows = parallel::count_real_rows(seen, batch.size(), real);
+    seen += batch.size();
+    if (rows == 0) continue;  // padding only
+    Tensor target = batch.target;
+    if (rows < batch.size()) {
+      logits = logits.narrow(0, 0, rows);
+      target = target.narrow(0, 0, rows);
+    }
+    const Tensor batch_loss = layers::cross_entropy(logits, target).to(DType::f64);  // 0-d mean
+    loss_sum = loss_sum + batch_loss * static_cast<double>(rows);
+    correct = correct + sum(eq(argmax(logits, 1), target));
+    counted += rows;
   }
   model.train();
   // One device-to-host read per evaluation, not one per batch.
-  return {loss_sum.item<double>() / static_cast<double>(n),
-          static_cast<double>(correct.item<int64_t>()) / static_cast<double>(n)};
+  const parallel::EvalTotals mine{loss_sum.item<double>(), correct.item<int64_t>(), counted};
+  const parallel::EvalTotals all = group != nullptr ? parallel::all_reduce_totals(*group, mine) : mine;
+  return {all.mean_loss(), all.accuracy()};
 }
 
 /// What one epoch measured: the examples print it as a line and append it as JSON.
@@ -227,6 +259,17 @@ inline void append_metrics_line(const std::string& file, const std::string& line
   std::ofstream m(file, std::ios::app);
   m << line << "\n";
   if (!m) throw ember::Error("cannot append to --metrics-out " + file);
+}
+
+/// Creates FILE's folder and checks that FILE can be appended to, so that a bad --metrics-out
+/// fails before training rather than after the first epoch.
+inline void check_metrics_out(const std::string& file) {
+  const std::filesystem::path parent = std::filesystem::path(file).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  std::ofstream m(file, std::ios::app);
+  if (!m)
+    throw ember::Error("--metrics-out " + file + ": cannot open it for appending" + (ec ? ": " + ec.message() : ""));
 }
 
 /// "  epoch E: SEEN/TOTAL images, N images/s" rewritten in place on stderr at most once a second,
@@ -294,14 +337,55 @@ inline ember::serialize::Checkpoint capture_checkpoint(const TrainingState& s, i
   return ck;
 }
 
+/// The value of SAVED's entry KEY (an i64 tensor of shape [1], as samplers save them), or
+/// FALLBACK when there is none.
+inline int64_t sampler_entry(const ember::StateDict& saved, const std::string& key, int64_t fallback) {
+  auto it = saved.find(key);
+  return it == saved.end() ? fallback : it->second.to_vector<int64_t>().at(0);
+}
+
+/// Loads SAVED, a sampler's state from a checkpoint, into LOADER. A checkpoint of a
+/// multi-process run holds rank 0's DistributedSampler state (with the world size), which resumes
+/// every rank of a run of as many processes; one of a single-process run a RandomSampler's. When
+/// the number of processes differs, only the epoch is carried over: the examples checkpoint at
+/// epoch ends, so the next epoch starts from its beginning, each rank taking its own share of
+/// that epoch's order. Returns a note for the user when the number of processes changed, else "".
+inline std::string restore_sampler(ember::data::DataLoader& loader, const ember::StateDict& saved) {
+  const auto* shard = dynamic_cast<const ember::data::DistributedSampler*>(&loader.sampler());
+  const bool saved_shard = saved.count("world_size") != 0;
+  if (!saved_shard && shard == nullptr) {
+    loader.load_state_dict(saved);  // checks every setting (dataset size, seed)
+    return "";
+  }
+  const int64_t saved_world = sampler_entry(saved, "world_size", 1), world = shard ? shard->world_size() : 1;
+  if (saved_shard && shard != nullptr && saved_world == world) {
+    loader.load_state_dict(saved);  // rank 0's state resumes every rank: the position is the same
+    return "";
+  }
+  const int64_t position = sampler_entry(saved, "position", 0);
+  if (position != 0)
+    throw ember::Error("the checkpoint stopped " + std::to_string(position) + " examples into an epoch of a run with " +
+                       std::to_string(saved_world) +
+                       " process(es); only checkpoints taken at an epoch's end can continue on " +
+                       std::to_string(world));
+  loader.set_epoch(sampler_entry(saved, "epoch", 0));
+  if (saved_world == world) return "";
+  return "the checkpoint was written by a run of " + std::to_string(saved_world) + " process(es), this one has " +
+         std::to_string(world) + ": the examples are shuffled and shared out differently from here on";
+}
+
 /// Loads CK into S and the default RNG: the next epoch then runs as it would have without the
-/// interruption. The caller checks CK's metadata first (model, dataset) to give a clear message.
-inline void restore_checkpoint(const TrainingState& s, const ember::serialize::Checkpoint& ck) {
+/// interruption (in a multi-process run, on every rank: the model and optimizer state are the
+/// plain model's, the same on every rank, and each rank takes its own share of the next epoch).
+/// The caller checks CK's metadata first (model, dataset) to give a clear message. Returns
+/// restore_sampler()'s note ("" when there is none).
+inline std::string restore_checkpoint(const TrainingState& s, const ember::serialize::Checkpoint& ck) {
   s.model.load_state_dict(ck.model);
   s.optimizer.load_state_dict(ck.optimizer);
   s.scheduler.load_state_dict(ck.scheduler);
-  s.train_loader.load_state_dict(ck.sampler);
+  std::string note = restore_sampler(s.train_loader, ck.sampler);
   ember::serialize::restore_rng(ck);
+  return note;
 }
 
 /// Writes CK as DIR/epoch_<ck.epoch>.ckpt and DIR/last.ckpt, creating DIR when needed.

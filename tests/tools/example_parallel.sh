@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# Runs the examples on several devices, and their Slurm and HTCondor job files, as a user would, on
+# this machine's CPU; one scenario per call (tests/tools/example_parallel.cmake).
+#
+#   example_parallel.sh CASE BIN_DIR SOURCE_DIR WORK_DIR
+#
+# BIN_DIR holds mnist, cifar and ember-run. Every run is small (512 training and 500 test images of
+# Fashion-MNIST, one epoch), bounded by `timeout`, and its ranks talk over 127.0.0.1 only. Exit 77
+# (skipped) when Fashion-MNIST is not installed (Debian package dataset-fashion-mnist).
+#
+# mnist_data_parallel   mnist --data-parallel --devices cpu,cpu trains and reports a test accuracy
+# mnist_flags           bad combinations of the parallel flags are usage errors (exit 2) saying why
+# mnist_ember_run       ember-run --nproc-per-node 2 mnist: DDP, world size 2, only rank 0 prints
+#                       the epoch line and writes metrics and checkpoints; that checkpoint resumes
+#                       in a single-process run
+# cifar_ember_run       the same for cifar (cifar_cnn, with BatchNorm; --accumulation-steps 2) on
+#                       generated images, 2 epochs; resuming from epoch 1's checkpoint under
+#                       ember-run repeats epoch 2 exactly
+# slurm_one_node        examples/slurm/mnist_1node_4gpu.sbatch itself, run by bash with the variables
+#                       sbatch would set (2 tasks instead of 4), a stand-in srun that starts the
+#                       tasks here with SLURM_PROCID, SLURM_LOCALID, ... as srun does, and a
+#                       stand-in scontrol; so the file's own commands and run_task.sh are what runs
+# slurm_two_nodes       mnist_2nodes.sbatch the same way, as 2 nodes of 1 task
+# slurm_two_nodes_ember_run  mnist_2nodes_ember_run.sbatch: one ember-run per "node", 1 rank each
+# htcondor_job_script   examples/htcondor/mnist_job.sh with EMBER_BIN and NPROC_PER_NODE=2
+set -u
+case_name=$1
+bin=$2
+src=$3
+work=$4
+rm -rf "$work"
+mkdir -p "$work"
+cd "$work" || exit 1
+
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+
+# Nothing from an outer job may leak in (a CI runner inside Slurm, a launcher's variables).
+unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT EMBER_NUM_THREADS
+for v in $(compgen -e | grep -E '^(SLURM_|OMPI_)'); do unset "$v"; done
+export OPENBLAS_NUM_THREADS=1  # the ranks share this machine's cores
+export EMBER_COLLECTIVE_TIMEOUT=60  # a rank that dies ends the others within a minute
+
+data=${EMBER_TEST_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+needs_fashion_mnist() {
+  if [ ! -f "$data/train-images-idx3-ubyte.gz" ] && [ ! -f "$data/train-images-idx3-ubyte" ]; then
+    echo "SKIPPED: no Fashion-MNIST in $data (Debian package dataset-fashion-mnist)"
+    exit 77
+  fi
+}
+common=(--data "$data" --epochs 1 --limit-train 512 --limit-test 500 --batch-size 16)
+small=("${common[@]}" --device cpu)
+
+# run RC CMD...: runs CMD (at most 150 s) with its output in $out, and checks its exit status.
+run() {
+  local want=$1 rc
+  shift
+  out=$(timeout -k 5 150 "$@" 2>&1)
+  rc=$?
+  printf '%s\n' "$out" | head -n 40
+  [ "$rc" -eq "$want" ] || fail "exit status $rc, expected $want: $*"
+}
+# has REGEX [TEXT]: TEXT (default: the last run's output) matches the extended REGEX.
+has() { grep -qE -- "$1" <<<"${2-$out}" || fail "the output lacks /$1/"; }
+hasnt() { ! grep -qE -- "$1" <<<"${2-$out}" || fail "the output has /$1/"; }
+epoch_line='epoch +1/1  train_loss [0-9.]+  test_loss [0-9.]+  test_acc [01][.][0-9]{4} '
+
+# A DDP run's outputs: one metrics line and epoch_1.ckpt in $1, written by rank 0.
+check_rank0_files() {
+  [ "$(wc -l <"$1/metrics.jsonl")" -eq 1 ] || fail "metrics.jsonl does not have one line: $(cat "$1/metrics.jsonl")"
+  grep -qE '"epoch": 1, .*"test_acc": [01][.][0-9]{4}' "$1/metrics.jsonl" || fail "metrics.jsonl: $(cat "$1/metrics.jsonl")"
+  [ -f "$1/checkpoints/epoch_1.ckpt" ] || fail "no $1/checkpoints/epoch_1.ckpt"
+}
+
+# Stand-ins for srun and scontrol, in $work/fake-slurm (put first on PATH). The srun starts
+# SLURM_NTASKS copies of its command, block-distributed over SLURM_NNODES "nodes" (all here), each
+# with the per-task variables srun sets, its output in $FAKE_SRUN_LOGS/task_<rank>.log; when one
+# fails it stops the others (as --kill-on-bad-exit does) and exits with that status.
+make_fake_slurm() {
+  mkdir -p fake-slurm
+  cat >fake-slurm/srun <<'EOF'
+#!/usr/bin/env bash
+while [ $# -gt 0 ] && [[ $1 == -* ]]; do shift; done
+n=$SLURM_NTASKS nodes=${SLURM_NNODES:-1}
+per=$((n / nodes)) pids=() rc=0
+for ((i = 0; i < n; i++)); do
+  SLURM_PROCID=$i SLURM_LOCALID=$((i % per)) SLURM_NODEID=$((i / per)) SLURM_STEP_NODELIST=$SLURM_JOB_NODELIST \
+    SLURM_STEP_NUM_TASKS=$n SLURM_STEP_TASKS_PER_NODE="$per(x$nodes)" "$@" >"$FAKE_SRUN_LOGS/task_$i.log" 2>&1 &
+  pids+=($!)
+done
+for ((k = 0; k < n; k++)); do
+  wait -n
+  r=$?
+  if [ "$r" -ne 0 ] && [ "$rc" -eq 0 ]; then
+    rc=$r
+    kill "${pids[@]}" 2>/dev/null
+  fi
+done
+exit "$rc"
+EOF
+  cat >fake-slurm/scontrol <<'EOF'
+#!/usr/bin/env bash
+[ "$1 $2" = "show hostnames" ] || { echo "fake scontrol: only 'show hostnames LIST'" >&2; exit 1; }
+tr ',' '\n' <<<"$3"
+EOF
+  chmod +x fake-slurm/srun fake-slurm/scontrol
+}
+
+# A job id whose port (15000 + id % 20000, what the job files use) nothing listens on here.
+free_job_id() {
+  local id
+  for _ in $(seq 100); do
+    id=$((RANDOM % 20000 + 100000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$((15000 + id % 20000))") 2>/dev/null || { echo "$id"; return; }
+  done
+  echo 100000
+}
+
+# run_sbatch FILE NODES TASKS_PER_NODE [VAR=VALUE...]: runs examples/slurm/FILE with bash as sbatch
+# would on NODES nodes (all 127.0.0.1), with the small run's flags as the script's arguments.
+run_sbatch() {
+  local file=$1 nodes=$2 per=$3
+  shift 3
+  make_fake_slurm
+  mkdir -p logs
+  run 0 env PATH="$work/fake-slurm:$PATH" FAKE_SRUN_LOGS="$work/logs" SLURM_JOB_ID="$(free_job_id)" \
+    SLURM_JOB_NODELIST="$(seq -s, -f '127.0.0.%g' 1 "$nodes")" SLURM_NNODES="$nodes" \
+    SLURM_NTASKS=$((nodes * per)) SLURM_NTASKS_PER_NODE="$per" SLURM_TASKS_PER_NODE="$per(x$nodes)" \
+    SLURM_CPUS_PER_TASK=1 SLURM_SUBMIT_DIR="$src" SLURM_PROCID=0 EMBER_BUILD="$(dirname "$bin")" \
+    DATA="$data" RUN_DIR="$work/run" "$@" bash "$src/examples/slurm/$file" --limit-train 512 --limit-test 500 \
+    --epochs 1 --batch-size 16 --device cpu
+  for f in logs/task_*.log; do
+    echo "--- $f"
+    cat "$f"
+  done
+}
+
+case $case_name in
+  mnist_data_parallel)
+    needs_fashion_mnist
+    run 0 "$bin/mnist" "${common[@]}" --data-parallel --devices cpu,cpu
+    has '^mnist: DataParallel over 2 devices: cpu, cpu'
+    has 'batch 16 split over 2 devices;'
+    has "^$epoch_line"
+    ;;
+
+  mnist_flags)
+    run 2 "$bin/mnist" --devices cpu,cpu
+    has '^mnist: --devices lists the devices of --data-parallel: add --data-parallel'
+    has '^usage: mnist'
+    run 2 "$bin/mnist" --data-parallel=yes
+    has "^mnist: --data-parallel takes no value, got 'yes'"
+    run 2 "$bin/mnist" --data-parallel --devices cpu,tpu
+    has "^mnist: --devices expects devices separated by commas .* got 'cpu,tpu'"
+    run 2 "$bin/mnist" --data-parallel --device cpu
+    has '^mnist: --device cpu and --data-parallel: give DataParallel.s devices with --devices'
+    run 2 "$bin/mnist" --accumulation-steps 0
+    has '^mnist: --accumulation-steps must be at least 1, got 0'
+    # Under a launcher the process is a DDP rank: DataParallel on top is refused before any rendezvous.
+    run 2 env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 "$bin/mnist" --data-parallel --devices cpu,cpu
+    has '^mnist: --data-parallel splits batches over the devices of one process, but this process is rank 0 of 2 [(]torchrun variables[)]'
+    # Without a GPU, --data-parallel alone says how to try it on the CPU (with one, it trains).
+    needs_fashion_mnist
+    out=$(timeout -k 5 150 "$bin/mnist" --data "$data" --data-parallel --epochs 1 --limit-train 64 --limit-test 64 2>&1)
+    rc=$?
+    printf '%s\n' "$out"
+    if [ "$rc" -eq 2 ]; then
+      has 'none is usable here .*pass --devices cpu,cpu to try it on the CPU'
+    else
+      [ "$rc" -eq 0 ] || fail "--data-parallel alone exited with $rc"
+      has '^mnist: DataParallel over [0-9]+ devices: cuda:0'
+    fi
+    run 0 "$bin/mnist" --help
+    has '^  --data-parallel  '
+    has 'ember-run --nproc-per-node 2 build/bin/mnist'
+    ;;
+
+  mnist_ember_run)
+    needs_fashion_mnist
+    run 0 "$bin/ember-run" --nproc-per-node 2 "$bin/mnist" "${small[@]}" --metrics-out run/metrics.jsonl \
+      --checkpoint-dir run/checkpoints
+    has '^\[rank 0\] mnist: DistributedDataParallel, world size 2 [(]torchrun variables; master 127[.]0[.]0[.]1:'
+    has '^\[rank 0\] mnist: .*batch 16 per rank x 2 ranks = 32;'
+    has '^\[rank 1\] mnist: rank 1 of 2 on cpu'
+    has "^\[rank 0\] $epoch_line"
+    [ "$(grep -cE "^\[rank [0-9]\] epoch " <<<"$out")" -eq 1 ] || fail "not exactly one epoch line"
+    has 'mnist: mnist_cnn on cpu; train 512 images, test 500'
+    check_rank0_files run
+    # The checkpoint holds the plain model: a single-process run continues from it.
+    run 0 "$bin/mnist" "${small[@]}" --epochs 2 --resume run/checkpoints/epoch_1.ckpt
+    has 'note: the checkpoint was written by a run of 2 process[(]es[)], this one has 1'
+    has '^resumed from run/checkpoints/epoch_1.ckpt: 1 epochs done, 16 steps'
+    has '^epoch +2/2 .* test_acc [01][.][0-9]{4} '
+    ;;
+
+  cifar_ember_run)
+    cifar=("$bin/ember-run" --nproc-per-node 2 "$bin/cifar" --dataset synthetic --limit-train 256 --limit-test 128
+      --epochs 2 --batch-size 32 --device cpu --workers 1 --accumulation-steps 2)
+    run 0 "${cifar[@]}" --metrics-out run/metrics.jsonl --checkpoint-dir run/checkpoints
+    has '^\[rank 0\] cifar: DistributedDataParallel, world size 2 '
+    has '^\[rank 0\] cifar: .*cosine over 2 epochs [(]4 steps[)]; batch 32 per rank x 2 ranks x 2 accumulation steps = 128'
+    has '^\[rank 0\] epoch +1/2  train_loss [0-9.]+  test_loss [0-9.]+  test_acc [01][.][0-9]{4} '
+    hasnt '^\[rank 1\] epoch'
+    [ "$(wc -l <run/metrics.jsonl)" -eq 2 ] || fail "metrics.jsonl does not have two lines: $(cat run/metrics.jsonl)"
+    [ -f run/checkpoints/epoch_1.ckpt ] || fail "no run/checkpoints/epoch_1.ckpt"
+    # Every rank resumes from rank 0's checkpoint: epoch 2 comes out as in the run that never stopped.
+    run 0 "${cifar[@]}" --resume run/checkpoints/epoch_1.ckpt --metrics-out resumed.jsonl
+    has '^\[rank 0\] resumed from run/checkpoints/epoch_1.ckpt: 1 epochs done, 2 steps'
+    strip() { sed -E 's/, "(epoch_seconds|images_per_second|eval_seconds)": [0-9.]+//g' "$1"; }
+    [ "$(strip resumed.jsonl)" = "$(strip run/metrics.jsonl | tail -n 1)" ] ||
+      fail "the resumed epoch 2 differs: $(cat run/metrics.jsonl resumed.jsonl)"
+    ;;
+
+  slurm_one_node)
+    needs_fashion_mnist
+    run_sbatch mnist_1node_4gpu.sbatch 1 2
+    log0=$(cat logs/task_0.log) log1=$(cat logs/task_1.log)
+    has '^run_task.sh: task 0 of 2 .*master 127[.]0[.]0[.]1:' "$log0"
+    has '^mnist: DistributedDataParallel, world size 2 [(]slurm variables; master 127[.]0[.]0[.]1:' "$log0"
+    has '^mnist: rank 0 of 2 on cpu [(]local rank 0 of 2, 1 kernel thread[(]s[)] from EMBER_NUM_THREADS[)]' "$log0"
+    has "^$epoch_line" "$log0"
+    has '^mnist: rank 1 of 2 on cpu [(]local rank 1 of 2' "$log1"
+    hasnt '^epoch' "$log1"
+    check_rank0_files run
+    ;;
+
+  slurm_two_nodes)
+    needs_fashion_mnist
+    run_sbatch mnist_2nodes.sbatch 2 1
+    log0=$(cat logs/task_0.log) log1=$(cat logs/task_1.log)
+    has '^mnist: DistributedDataParallel, world size 2 [(]slurm variables; master 127[.]0[.]0[.]1:' "$log0"
+    has "^$epoch_line" "$log0"
+    has '^mnist: rank 1 of 2 on cpu [(]local rank 0 of 1' "$log1"
+    hasnt '^epoch' "$log1"
+    check_rank0_files run
+    ;;
+
+  slurm_two_nodes_ember_run)
+    needs_fashion_mnist
+    run_sbatch mnist_2nodes_ember_run.sbatch 2 1 NPROC_PER_NODE=1
+    log0=$(cat logs/task_0.log) log1=$(cat logs/task_1.log)
+    has '^\[rank 0\] mnist: DistributedDataParallel, world size 2 [(]torchrun variables; master 127[.]0[.]0[.]1:' "$log0"
+    has "^\[rank 0\] $epoch_line" "$log0"
+    has '^\[rank 1\] mnist: rank 1 of 2 on cpu [(]local rank 0 of 1' "$log1"
+    hasnt 'epoch +1/1' "$log1"
+    check_rank0_files run
+    ;;
+
+  htcondor_job_script)
+    needs_fashion_mnist
+    run 0 env EMBER_BIN="$bin" NPROC_PER_NODE=2 "$src/examples/htcondor/mnist_job.sh" "${small[@]}" \
+      --metrics-out run/metrics.jsonl --checkpoint-dir run/checkpoints
+    has '^mnist_job.sh: on .*, programs in '
+    has '^\[rank 0\] mnist: DistributedDataParallel, world size 2 '
+    has "^\[rank 0\] $epoch_line"
+    hasnt '^\[rank 1\] epoch'
+    check_rank0_files run
+    ;;
+
+  *) fail "unknown case '$case_name'" ;;
+esac
+echo "PASS: $case_name"

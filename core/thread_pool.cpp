@@ -8,6 +8,8 @@
 // in a queue and workers take chunks from whichever job is at its front.
 #include <ember/core/thread_pool.h>
 
+#include <sched.h>
+
 #include <pthread.h>
 
 #include <algorithm>
@@ -150,8 +152,7 @@ int default_num_threads() {
                 "' is not valid (expected an integer from 1 to 4096)");
     return static_cast<int>(v);
   }
-  unsigned hc = std::thread::hardware_concurrency();
-  return hc == 0 ? 1 : static_cast<int>(hc);
+  return available_cores();
 }
 
 // The pool is created on first parallel use and replaced by set_num_threads. Callers hold a
@@ -188,6 +189,15 @@ std::shared_ptr<Pool> get_pool() {
 }
 
 }  // namespace
+
+int available_cores() {
+  // Slurm, HTCondor, taskset and cgroup cpusets restrict a process to some of the machine's cores.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  const unsigned hc = std::thread::hardware_concurrency();
+  return hc == 0 ? 1 : static_cast<int>(hc);
+}
 
 int num_threads() {
   int n = g_num_threads.load(std::memory_order_relaxed);

@@ -1,10 +1,13 @@
 #pragma once
-// A fixed CPU thread pool for kernels. Size: EMBER_NUM_THREADS, default all cores.
+// A fixed CPU thread pool for kernels. Size: EMBER_NUM_THREADS, default the cores this process may
+// run on (its CPU affinity: what Slurm, HTCondor or taskset allow, not every core of the machine).
 #include <cstdint>
 #include <functional>
 
 namespace ember {
 
+/// The cores this process may run on (its CPU affinity), at least 1.
+int available_cores();
 /// Number of threads kernels use (including the calling thread).
 int num_threads();
 /// Overrides EMBER_NUM_THREADS for this process (recreates the pool).

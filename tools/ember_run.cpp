@@ -41,8 +41,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
+
+#include <ember/core/thread_pool.h>
 
 #ifdef EMBER_WITH_CUDA
 #include <cuda_runtime.h>
@@ -349,10 +350,7 @@ struct Child {
 constexpr const char* kThreadVars[] = {"EMBER_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"};
 
 /// This machine's cores shared among `nproc` ranks (at least 1 each).
-int threads_per_rank(int nproc) {
-  const unsigned cores = std::thread::hardware_concurrency();
-  return std::max(1, static_cast<int>(cores == 0 ? 1 : cores) / std::max(1, nproc));
-}
+int threads_per_rank(int nproc) { return std::max(1, ember::available_cores() / std::max(1, nproc)); }
 
 /// The child's environment: ours without the six rank variables, then those for this rank, and
 /// kThreadVars that the user left unset.

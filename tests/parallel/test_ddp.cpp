@@ -19,137 +19,16 @@
 #include <ember/parallel/object_collectives.h>
 #include <ember/parallel/sharded_eval.h>
 
+#include "parallel/ddp_check.h"
 #include "parallel/multiproc.h"
 #include "support/error_of.h"
 
 using namespace ember;
 using namespace ember::parallel;
 using ember::testing::error_of;
+using namespace ember::testing;  // ddp_check.h: small_cnn, global_batch, train_and_compare, ...
 
 namespace {
-
-constexpr int64_t kBatch = 4;  // per rank and micro-batch
-constexpr int kSteps = 5;
-
-// Conv2d(1, 4, 3) ReLU [BatchNorm2d(4)] MaxPool2d(2) Flatten Linear(36, 5): x (N, 1, 8, 8).
-layers::ModulePtr small_cnn(uint64_t seed, bool batchnorm, int64_t classes = 5) {
-  Generator gen(seed);
-  auto m = std::make_shared<layers::Sequential>();
-  m->push_back(std::make_shared<layers::Conv2d>(1, 4, 3, layers::Conv2dOptions{}, gen));
-  m->push_back(std::make_shared<layers::ReLU>());
-  if (batchnorm) m->push_back(std::make_shared<layers::BatchNorm2d>(4));
-  m->push_back(std::make_shared<layers::MaxPool2d>(2));
-  m->push_back(std::make_shared<layers::Flatten>());
-  m->push_back(std::make_shared<layers::Linear>(36, classes, true, gen));
-  return m;
-}
-
-// Two heads; forward uses only the first (head2 gets no gradient).
-class TwoHeads : public layers::Module {
- public:
-  explicit TwoHeads(uint64_t seed) {
-    Generator gen(seed);
-    body_ = register_module("body", small_cnn(seed, false));
-    head2_ = register_module("head2", std::make_shared<layers::Linear>(5, 5, true, gen));
-  }
-  Tensor forward(const Tensor& x) override { return body_->forward(x); }
-  std::string name() const override { return "TwoHeads"; }
-
- private:
-  layers::ModulePtr body_, head2_;
-};
-
-// The global batch of one step: (world * n, 1, 8, 8) inputs and targets in [0, 5).
-struct Batch {
-  Tensor x, y;
-  Batch rows(int64_t start, int64_t n) const { return {x.narrow(0, start, n), y.narrow(0, start, n)}; }
-};
-Batch global_batch(int step, int64_t n) {
-  Generator gen(1000 + static_cast<uint64_t>(step));
-  Tensor x = randn({n, 1, 8, 8}, {}, gen);
-  std::vector<int64_t> y;
-  for (int64_t i = 0; i < n; ++i) y.push_back((i * 7 + step) % 5);
-  return {x, from_vector(y, {n})};
-}
-
-// Largest |a - b| relative to 1 + |b| over two parameter lists.
-double max_rel_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const auto va = a[i].to_vector<double>(), vb = b[i].to_vector<double>();
-    REQUIRE(va.size() == vb.size());
-    for (size_t k = 0; k < va.size(); ++k) worst = std::max(worst, std::abs(va[k] - vb[k]) / (1 + std::abs(vb[k])));
-  }
-  return worst;
-}
-
-// f32 results that differ only in the order of a reduction over a few hundred terms, carried
-// through five optimizer steps.
-const double kTol = 256 * std::numeric_limits<float>::epsilon();
-
-// True when `t` is the same on every rank (bitwise: max and min over the ranks agree).
-bool same_on_all_ranks(ProcessGroup& pg, const Tensor& t) {
-  Tensor hi = t.detach().clone(), lo = t.detach().clone();
-  pg.all_reduce(hi, ReduceOp::max)->wait();
-  pg.all_reduce(lo, ReduceOp::min)->wait();
-  return hi.to_vector<double>() == lo.to_vector<double>();
-}
-
-std::shared_ptr<ProcessGroup> child_group() {
-  InitOptions o;
-  o.backend = "tcp";
-  o.timeout_s = 60;
-  return init_process_group(o);
-}
-
-// Training against the single-process reference. accumulation > 1: no_sync on all micro-batches
-// but the last, each loss scaled by 1 / accumulation.
-void train_and_compare(int accumulation, bool find_unused) {
-  auto pg = child_group();
-  const int rank = pg->rank(), world = pg->world_size();
-  // Ranks start from different values: the constructor must hand them all rank 0's.
-  layers::ModulePtr local = find_unused ? layers::ModulePtr(std::make_shared<TwoHeads>(100 + rank))
-                                        : small_cnn(100 + static_cast<uint64_t>(rank), false);
-  layers::ModulePtr ref = find_unused ? layers::ModulePtr(std::make_shared<TwoHeads>(100)) : small_cnn(100, false);
-  DistributedDataParallel ddp(local, pg, {.bucket_cap_mb = 0.0005, .find_unused_parameters = find_unused});
-  CHECK(ddp.buckets().size() > 1);  // several buckets: tests the launch order
-  CHECK(max_rel_diff(local->parameters(), ref->parameters()) == 0);
-
-  optim::SGD opt(ddp.parameters(), {.lr = 0.05, .momentum = 0.9});
-  optim::SGD ref_opt(ref->parameters(), {.lr = 0.05, .momentum = 0.9});
-  for (int step = 0; step < kSteps; ++step) {
-    const Batch all = global_batch(step, world * accumulation * kBatch);
-    opt.zero_grad();
-    for (int m = 0; m < accumulation; ++m) {
-      // Micro-batch m of this rank: rows of the global batch no other rank or micro-batch uses.
-      const Batch mine = all.rows((m * world + rank) * kBatch, kBatch);
-      auto step_loss = [&] { return layers::cross_entropy(ddp(mine.x), mine.y) * (1.0 / accumulation); };
-      if (m + 1 < accumulation) {
-        auto guard = ddp.no_sync();
-        step_loss().backward();
-      } else {
-        step_loss().backward();
-      }
-    }
-    opt.step();
-    ref_opt.zero_grad();
-    layers::cross_entropy(ref->forward(all.x), all.y).backward();
-    ref_opt.step();
-    INFO("rank " << rank << " step " << step);
-    CHECK(max_rel_diff(local->parameters(), ref->parameters()) <= kTol);
-    for (const Tensor& p : local->parameters()) CHECK(same_on_all_ranks(*pg, p));
-  }
-  const CommStats s = ddp.take_comm_stats();
-  CHECK(s.syncs == kSteps);
-  CHECK(s.all_reduces == kSteps * static_cast<int64_t>(ddp.buckets().size()));
-  CHECK(s.comm_seconds > 0);
-  if (find_unused) {
-    const Tensor g = static_cast<TwoHeads&>(*local).named_parameters().back().second.grad();
-    REQUIRE(g.defined());
-    for (double v : g.to_vector<double>()) CHECK(v == 0);
-  }
-}
 
 // BatchNorm: parameters identical on all ranks; after an eval forward (which takes rank 0's
 // buffers), every rank's buffers are rank 0's, and rank 0's are what its own training left.

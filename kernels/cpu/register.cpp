@@ -12,6 +12,7 @@ void register_cpu_kernels() {
   cpu::register_softmax();
   cpu::register_index();
   cpu::register_optim();
+  cpu::register_amp();
   cpu::register_conv();
   cpu::register_pool();
   cpu::register_norm();

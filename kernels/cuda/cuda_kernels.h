@@ -12,4 +12,5 @@ void register_conv();  // conv2d forward, backward-input, backward-weight (cuDNN
 void register_pool();  // max/avg/adaptive-avg pool2d and their backwards
 void register_norm();  // batch_norm(+backward) (cuDNN), dropout
 void register_optim();  // sgd_step, adam_step, global_norm, clip_by_norm
+void register_amp();  // non_finite_check_and_unscale
 }  // namespace ember::kernels::cuda

@@ -15,6 +15,7 @@ void register_cuda_kernels() {
   cuda::register_pool();
   cuda::register_norm();
   cuda::register_optim();
+  cuda::register_amp();
 }
 
 }  // namespace ember::kernels

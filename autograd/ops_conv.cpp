@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include <ember/autograd/autocast.h>
 #include <ember/autograd/function.h>
 #include <ember/autograd/ops_util.h>
 #include <ember/kernels/reduce.h>
@@ -15,10 +16,13 @@ using autograd::tensor_requires_grad;
 using autograd::TensorList;
 using autograd::detail::check_defined;
 
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dFuncOptions& options) {
+Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, const Conv2dFuncOptions& options) {
   const kernels::Conv2dParams params = options.params();
-  check_defined("conv2d", x, "x");
-  check_defined("conv2d", w, "weight");
+  check_defined("conv2d", x_in, "x");
+  check_defined("conv2d", w_in, "weight");
+  // Autocast (autograd/autocast.h): inside a guard input, weight and bias run in the low dtype.
+  const Tensor x = amp::cast_for(amp::OpClass::LowPrecision, x_in), w = amp::cast_for(amp::OpClass::LowPrecision, w_in),
+               bias = amp::cast_for(amp::OpClass::LowPrecision, bias_in);
   Tensor out = kernels::conv2d(x, w, bias, params);  // checks shapes, devices and dtypes
   if (needs_grad(x, w, bias)) {
     const bool need_x = tensor_requires_grad(x), need_w = tensor_requires_grad(w);

@@ -1,6 +1,7 @@
 // Differentiable matmul, softmax / log_softmax, cross-entropy and index_select.
 #include <algorithm>
 
+#include <ember/autograd/autocast.h>
 #include <ember/autograd/grad_mode.h>
 #include <ember/autograd/ops.h>
 #include <ember/autograd/ops_util.h>
@@ -56,10 +57,12 @@ Tensor mT(const Tensor& t) { return t.transpose(-1, -2); }
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
-  check_defined("matmul", a, "a");
-  check_defined("matmul", b, "b");
-  check_same_device("matmul", a, b);
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  check_defined("matmul", a_in, "a");
+  check_defined("matmul", b_in, "b");
+  check_same_device("matmul", a_in, b_in);
+  // Autocast (autograd/autocast.h): inside a guard both operands run in the low dtype.
+  const Tensor a = amp::cast_for(amp::OpClass::LowPrecision, a_in), b = amp::cast_for(amp::OpClass::LowPrecision, b_in);
   EMBER_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: expected operands with at least 1 dim, got shapes ", a.shape_str(),
               " and ", b.shape_str());
   EMBER_CHECK(a.dtype() == b.dtype(), "matmul: dtypes differ: a (shape ", a.shape_str(), ") is ", dtype_name(a.dtype()),
@@ -105,9 +108,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 namespace {
 
-Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
+Tensor softmax_impl(const Tensor& x_in, int64_t dim, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
-  check_defined(name, x, "x");
+  check_defined(name, x_in, "x");
+  const Tensor x = amp::cast_for(amp::OpClass::Float32, x_in);  // autocast: softmax runs in f32
   const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), name);
   Tensor out = kernels::softmax(x, d, log);
   if (needs_grad(x)) {
@@ -124,8 +128,9 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
 Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false); }
 Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, true); }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing) {
-  check_defined("cross_entropy", logits, "logits");
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, double label_smoothing) {
+  check_defined("cross_entropy", logits_in, "logits");
+  const Tensor logits = amp::cast_for(amp::OpClass::Float32, logits_in);  // autocast: the loss runs in f32
   check_defined("cross_entropy", target, "target");
   check_same_device("cross_entropy", logits, target, "logits", "target");
   EMBER_CHECK(logits.dim() == 2 && target.dim() == 1 && target.size(0) == logits.size(0),

@@ -1,6 +1,7 @@
 // Differentiable batch norm and dropout over kernels/norm.h.
 #include <ember/autograd/ops_norm.h>
 
+#include <ember/autograd/autocast.h>
 #include <ember/autograd/grad_mode.h>
 #include <ember/autograd/ops.h>
 #include <ember/autograd/ops_util.h>
@@ -13,9 +14,10 @@ using autograd::record;
 using autograd::TensorList;
 using autograd::detail::check_defined;
 
-Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+Tensor batch_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                   const Tensor& running_var, bool training, double momentum, double eps) {
-  check_defined("batch_norm", x, "x");
+  check_defined("batch_norm", x_in, "x");
+  const Tensor x = amp::cast_for(amp::OpClass::Float32, x_in);  // autocast: norms run in f32
   kernels::BatchNormResult r = kernels::batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
   Tensor out = r.out;
   if (needs_grad(x, weight, bias)) {

@@ -1,5 +1,6 @@
 // Differentiable reductions: sum, mean, max/min along a dim (gradient to the arg position),
 // amax/amin over dims (gradient shared among ties), and argmax (not differentiable).
+#include <ember/autograd/autocast.h>
 #include <ember/autograd/ops.h>
 #include <ember/autograd/ops_util.h>
 #include <ember/kernels/elementwise.h>
@@ -21,8 +22,9 @@ using kernels::ReduceOp;
 namespace {
 
 // sum/mean: the gradient (result shape) is broadcast back over the reduced dims, scaled by `scale`.
-Tensor sum_like(ReduceOp op, const char* name, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  autograd::detail::check_defined(name, x, "x");
+Tensor sum_like(ReduceOp op, const char* name, const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
+  autograd::detail::check_defined(name, x_in, "x");
+  const Tensor x = amp::cast_for(amp::OpClass::Float32, x_in);  // autocast: sums and means accumulate in f32
   Tensor out = kernels::reduce(op, x, dims, keepdim);
   if (!needs_grad(x)) return out;
   std::vector<int64_t> nd = normalize_dims(name, dims, x.dim());

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include <ember/autograd/autocast.h>
 #include <ember/autograd/ops.h>
 #include <ember/core/error.h>
 #include <ember/kernels/factory.h>
@@ -25,8 +26,11 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Generator& 
 Tensor Linear::forward(const Tensor& x) {
   EMBER_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_, "Linear(", in_, ", ", out_, "): expected input (..., ",
               in_, "), got ", x.defined() ? x.shape_str() : "an undefined tensor");
-  Tensor y = matmul(x, weight_.t());  // (..., in) @ (in, out)
-  if (bias_.defined()) y = y + bias_;  // bias (out) broadcasts over the rows
+  // Autocast: cast the weight before the transposing view (so the cached cast of the parameter is
+  // reused) and the bias with it (so the bias add stays in the low dtype); no-ops outside a guard.
+  using amp::OpClass;
+  Tensor y = matmul(x, amp::cast_for(OpClass::LowPrecision, weight_).t());  // (..., in) @ (in, out)
+  if (bias_.defined()) y = y + amp::cast_for(OpClass::LowPrecision, bias_);  // bias (out) broadcasts over the rows
   return y;
 }
 

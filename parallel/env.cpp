@@ -332,4 +332,12 @@ double collective_timeout_from_env(double fallback_s) {
   return v;
 }
 
+std::optional<RankInfo> launcher_rank() {
+  for (const char* v : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
+    const char* value = std::getenv(v);
+    if (value != nullptr && *value != '\0') return discover_rank();
+  }
+  return std::nullopt;
+}
+
 }  // namespace ember::parallel

@@ -4,6 +4,7 @@
 // (SLURM_PROCID, ...). init_process_group() calls discover_rank(); docs/launch.md describes the
 // variables, their order and the errors.
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,11 @@ struct RankOptions {
 /// ember::Error naming the variable and its value ("RANK=3 is not below WORLD_SIZE=2",
 /// "MASTER_PORT=abc is not an integer").
 RankInfo discover_rank(const RankOptions& opts = {}, const std::function<const char*(const char*)>& getenv_fn = {});
+
+/// The rank this process has when a launcher started it (one of RANK, OMPI_COMM_WORLD_RANK or
+/// SLURM_PROCID is set: then discover_rank()), or nothing for a plain start. A program that trains
+/// alone by default uses it to notice it is one rank of several (world_size > 1).
+std::optional<RankInfo> launcher_rank();
 
 /// Slurm's compact host list -> hosts, in order: "gpu[01-04,07],cpu1" -> gpu01 gpu02 gpu03 gpu04
 /// gpu07 cpu1. A range keeps the zero padding of its first bound ("[08-10]" -> 08 09 10); several

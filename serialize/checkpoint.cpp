@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iomanip>
+#include <iterator>
 #include <sstream>
 
 #include <ember/autograd/grad_mode.h>
@@ -260,7 +261,7 @@ class TableReader {
 };
 
 // ---- checkpoint sections ----
-constexpr const char* kSections[] = {"model/", "optimizer/", "scheduler/", "sampler/"};
+constexpr const char* kSections[] = {"model/", "optimizer/", "scheduler/", "sampler/", "grad_scaler/"};
 
 Tensor i64_tensor(const std::vector<int64_t>& values, const Shape& sizes) {
   Tensor t = empty(sizes, {.dtype = DType::i64});
@@ -455,8 +456,8 @@ StateDict load_tensors(const std::string& path, Device device) {
 
 void save_checkpoint(const Checkpoint& ckpt, const std::string& path) {
   StateDict all;
-  const StateDict* sections[] = {&ckpt.model, &ckpt.optimizer, &ckpt.scheduler, &ckpt.sampler};
-  for (int s = 0; s < 4; ++s) {
+  const StateDict* sections[] = {&ckpt.model, &ckpt.optimizer, &ckpt.scheduler, &ckpt.sampler, &ckpt.grad_scaler};
+  for (size_t s = 0; s < std::size(kSections); ++s) {
     for (const auto& [name, t] : *sections[s]) all.emplace(kSections[s] + name, t);
   }
   for (const auto& [name, st] : ckpt.rng) {
@@ -481,11 +482,11 @@ Checkpoint load_checkpoint(const std::string& path, Device device) {
   ck.epoch = scalar_i64(all, path, "epoch");
   ck.global_step = scalar_i64(all, path, "global_step");
   ck.sampler_position = scalar_i64(all, path, "sampler_position");
-  StateDict* sections[] = {&ck.model, &ck.optimizer, &ck.scheduler, &ck.sampler};
+  StateDict* sections[] = {&ck.model, &ck.optimizer, &ck.scheduler, &ck.sampler, &ck.grad_scaler};
   for (auto& [name, t] : all) {
     if (name == "epoch" || name == "global_step" || name == "sampler_position") continue;
     bool placed = false;
-    for (int s = 0; s < 4 && !placed; ++s) {
+    for (size_t s = 0; s < std::size(kSections) && !placed; ++s) {
       const std::string prefix = kSections[s];
       if (name.compare(0, prefix.size(), prefix) == 0 && name.size() > prefix.size()) {
         sections[s]->emplace(name.substr(prefix.size()), device.is_cpu() ? t : t.to(device));
@@ -506,7 +507,7 @@ Checkpoint load_checkpoint(const std::string& path, Device device) {
     } else {
       EMBER_FAIL("checkpoint '", path, "': unexpected entry '", name,
                  "' (expected model/, optimizer/, scheduler/, "
-                 "sampler/, rng/, meta/ entries, epoch, global_step, sampler_position)");
+                 "sampler/, grad_scaler/, rng/, meta/ entries, epoch, global_step, sampler_position)");
     }
   }
   return ck;

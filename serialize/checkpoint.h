@@ -44,13 +44,14 @@ constexpr uint32_t kCheckpointVersion = 1;
 constexpr uint64_t kCheckpointHeaderBytes = 48;
 
 /// Everything one checkpoint holds. Sections are saved under prefixed entry names ("model/...",
-/// "optimizer/...", "scheduler/...", "sampler/...", "rng/<name>", "meta/<key>", plus the scalars
+/// "optimizer/...", "scheduler/...", "sampler/...", "grad_scaler/...", "rng/<name>", "meta/<key>", plus the scalars
 /// "epoch", "global_step" and "sampler_position").
 struct Checkpoint {
   StateDict model;  // Module::state_dict()
   StateDict optimizer;  // the optimizer's state dict
   StateDict scheduler;  // the LR schedule's state dict
   StateDict sampler;  // the sampler's/loader's own state (seed, epoch, ...), when it has one
+  StateDict grad_scaler;  // amp::GradScaler::state_dict() under mixed precision (empty otherwise)
   /// Generator states by name; capture_rng() fills "default" from default_generator().
   std::map<std::string, RngState> rng;
   int64_t epoch = 0;  // epochs completed

@@ -6,6 +6,7 @@
 #include <ember/core/error.h>
 #include <ember/kernels/factory.h>
 #include <ember/parallel/data_parallel.h>
+#include <ember/parallel/env.h>
 #include <ember/parallel/init.h>
 
 namespace ember::train {
@@ -61,6 +62,12 @@ ParallelRun start_parallel(const ExperimentConfig& c) {
     run.rank = run.group->rank();
     run.world_size = run.group->world_size();
     return run;
+  }
+  // One rank of several that would train alone: every rank would write the same run directory.
+  if (const auto info = parallel::launcher_rank(); info && info->world_size > 1) {
+    throw Error("this process is rank " + std::to_string(info->rank) + " of " + std::to_string(info->world_size) +
+                " (" + info->source + " variables) but parallel.mode is " + run.mode +
+                ": set parallel.mode=ddp to train with DistributedDataParallel, or start one process");
   }
   run.device = c.device == "auto" ? Device::best() : Device(c.device);
   run.device.validate();

@@ -130,16 +130,6 @@ struct ParallelRun {
   }
 };
 
-/// True when a launcher's rank variable is set (ember-run / torchrun, Open MPI, Slurm): then the
-/// process may be one rank of several, which parallel::discover_rank tells.
-inline bool launcher_variables_set() {
-  for (const char* v : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
-    const char* value = std::getenv(v);
-    if (value != nullptr && *value != '\0') return true;
-  }
-  return false;
-}
-
 /// Kernel threads for one CPU rank described by INFO: the cores this process may run on (its CPU
 /// affinity, which Slurm and HTCondor may narrow), divided among the ranks on this machine when
 /// they all share them, as the ranks of ember-run and torchrun do ("torchrun" variables). srun
@@ -163,8 +153,7 @@ inline ParallelRun setup_parallel(const std::string& device_flag, const Parallel
   if (!flags.devices.empty() && !flags.data_parallel)
     throw UsageError("--devices lists the devices of --data-parallel: add --data-parallel");
 
-  std::optional<parallel::RankInfo> info;
-  if (launcher_variables_set()) info = parallel::discover_rank();
+  const std::optional<parallel::RankInfo> info = parallel::launcher_rank();
   if (info && info->world_size > 1) {
     if (flags.data_parallel)
       throw UsageError("--data-parallel splits batches over the devices of one process, but this process is rank " +

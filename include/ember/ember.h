@@ -1,5 +1,6 @@
 #pragma once
 // ember: one include for the public API.
+#include <ember/autograd/autocast.h>
 #include <ember/autograd/grad_mode.h>
 #include <ember/autograd/ops.h>
 #include <ember/autograd/ops_conv.h>
@@ -38,12 +39,14 @@
 #include <ember/models/wide_resnet.h>
 #include <ember/optim/adam.h>
 #include <ember/optim/clip.h>
+#include <ember/optim/grad_scaler.h>
 #include <ember/optim/optimizer.h>
 #include <ember/optim/schedule.h>
 #include <ember/optim/sgd.h>
 #include <ember/parallel/comm_ops.h>
 #include <ember/parallel/data_parallel.h>
 #include <ember/parallel/ddp.h>
+#include <ember/parallel/found_inf.h>
 #include <ember/parallel/init.h>
 #include <ember/parallel/object_collectives.h>
 #include <ember/parallel/process_group.h>

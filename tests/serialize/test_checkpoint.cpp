@@ -87,6 +87,7 @@ serialize::Checkpoint small_checkpoint() {
   ck.optimizer["param_groups.0.lr"] = random_tensor({}, DType::f64, 5);
   ck.scheduler["last_epoch"] = random_tensor({}, DType::i64, 6, 0, 10);
   ck.sampler["seed"] = random_tensor({}, DType::i64, 7, 0, 1000);
+  ck.grad_scaler["scale"] = full({}, 32768.0);
   ck.rng["default"] = {0x0123456789abcdefULL, 0xfedcba9876543210ULL};
   ck.rng["dropout"] = {42, 7};
   ck.epoch = 3;
@@ -237,6 +238,7 @@ TEST_CASE("checkpoint: every section, the RNG states, counters and metadata roun
   check_same_dict(back.optimizer, ck.optimizer);
   check_same_dict(back.scheduler, ck.scheduler);
   check_same_dict(back.sampler, ck.sampler);
+  check_same_dict(back.grad_scaler, ck.grad_scaler);
   CHECK(back.rng == ck.rng);
   CHECK(back.epoch == 3);
   CHECK(back.global_step == 12345678901LL);

@@ -11,7 +11,8 @@
 # sigterm        SIGTERM once epoch 1 is in metrics.jsonl -> exit 143, checkpoints/last.ckpt and a
 #                summary with stop_reason "signal"; checkpoint.resume=auto then finishes with the
 #                same per-epoch losses, accuracies and learning rates as an uninterrupted run
-# ddp_sigterm    the same with parallel.mode=ddp on 2 processes under ember-run (EMBER_RUN): one run
+# ddp_sigterm    the same with parallel.mode=ddp on 2 processes under ember-run (EMBER_RUN; without
+#                parallel.mode=ddp the ranks refuse to train alone): one run
 #                directory, written by rank 0; SIGTERM to ember-run reaches both ranks, which stop
 #                after the same step; resume=auto on 2 processes matches the uninterrupted DDP run
 # dp             parallel.mode=dp over cpu,cpu: trains, says how the batch is split, world_size 2;
@@ -133,6 +134,12 @@ sigterm)
 ddp_sigterm)
   write_tiny_config c.json
   ddp=(parallel.mode=ddp epochs=3 data.limit_train=192)
+  # Two ranks that would each train alone (and write one directory twice) are refused.
+  out=$("$ember_run" --nproc-per-node 2 "$prog" c.json output.run_dir=alone 2>&1)
+  [ $? -ne 0 ] || fail "ember-train without parallel.mode=ddp under ember-run --nproc-per-node 2 succeeded"
+  grep -qE 'rank [01] of 2 \(torchrun variables\) but parallel.mode is none: set parallel.mode=ddp' <<<"$out" ||
+    fail "no error naming parallel.mode: $out"
+  rm -rf alone
   "$ember_run" --nproc-per-node 2 "$prog" c.json "${ddp[@]}" output.run_dir=straight >straight.out 2>&1 ||
     fail "the uninterrupted DDP run exited with $?"
   "$ember_run" --nproc-per-node 2 "$prog" c.json "${ddp[@]}" output.run_dir=run >interrupted.out 2>&1 &

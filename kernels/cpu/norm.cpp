@@ -1,14 +1,16 @@
-// CPU batch norm (f32, f64) and dropout (all floating dtypes).
+// CPU batch norm and dropout (all floating dtypes).
 //
 // Batch norm: x is a contiguous (N, C, S) view; each task owns whole channels, so per-channel sums
 // never cross tasks and results do not depend on the thread count. Sums accumulate in double;
 // the variance is two-pass (sum of squared deviations from the mean), which stays accurate when
-// |mean| >> std, where E[x^2] - E[x]^2 cancels.
+// |mean| >> std, where E[x^2] - E[x]^2 cancels. f16 / bf16 inputs keep f32 parameters and
+// statistics (kernels/norm.h); their outputs are computed in f32 and rounded once, as cuDNN does.
 // Dropout: one Philox block per 4 consecutive elements (the layout of core/rng.h), the keep test
 // in integers (dropout_threshold), so CUDA's kernel reproduces the mask exactly. f32 draws four
 // blocks at a time with SSE2 (philox_x4.h): Philox was most of dropout's cost.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include <ember/core/half.h>
 #include <ember/core/rng.h>
@@ -29,18 +31,22 @@ void for_channels(int64_t C, int64_t per_channel, const std::function<void(int64
   });
 }
 
+/// Parameter type of input type T: double for double, else float.
+template <typename T> using param_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
 template <typename T>
 void batch_norm_typed(const Tensor& xt, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                       const Tensor& running_var, bool training, double momentum, double eps, const BatchNormResult& r) {
   const int64_t N = xt.size(0), C = xt.size(1), S = xt.size(2), M = N * S;
   const T* x = static_cast<const T*>(xt.data_ptr());
   T* out = static_cast<T*>(r.out.data_ptr());
-  const T* w = weight.defined() ? weight.data<T>() : nullptr;
-  const T* b = bias.defined() ? bias.data<T>() : nullptr;
-  T* rm = running_mean.defined() ? running_mean.data<T>() : nullptr;
-  T* rv = running_var.defined() ? running_var.data<T>() : nullptr;
-  T* save_mean = training ? r.save_mean.data<T>() : nullptr;
-  T* save_invstd = training ? r.save_invstd.data<T>() : nullptr;
+  using P = param_t<T>;
+  const P* w = weight.defined() ? weight.data<P>() : nullptr;
+  const P* b = bias.defined() ? bias.data<P>() : nullptr;
+  P* rm = running_mean.defined() ? running_mean.data<P>() : nullptr;
+  P* rv = running_var.defined() ? running_var.data<P>() : nullptr;
+  P* save_mean = training ? r.save_mean.data<P>() : nullptr;
+  P* save_invstd = training ? r.save_invstd.data<P>() : nullptr;
   for_channels(C, M, [&](int64_t c) {
     double mean, invstd;
     if (training) {
@@ -60,12 +66,12 @@ void batch_norm_typed(const Tensor& xt, const Tensor& weight, const Tensor& bias
       }
       const double var = sq / static_cast<double>(M);  // biased: what normalizes the batch
       invstd = 1.0 / std::sqrt(var + eps);
-      save_mean[c] = static_cast<T>(mean);
-      save_invstd[c] = static_cast<T>(invstd);
+      save_mean[c] = static_cast<P>(mean);
+      save_invstd[c] = static_cast<P>(invstd);
       if (rm != nullptr) {
         const double unbiased = sq / static_cast<double>(M - 1);
-        rm[c] = static_cast<T>((1.0 - momentum) * static_cast<double>(rm[c]) + momentum * mean);
-        rv[c] = static_cast<T>((1.0 - momentum) * static_cast<double>(rv[c]) + momentum * unbiased);
+        rm[c] = static_cast<P>((1.0 - momentum) * static_cast<double>(rm[c]) + momentum * mean);
+        rv[c] = static_cast<P>((1.0 - momentum) * static_cast<double>(rv[c]) + momentum * unbiased);
       }
     } else {
       mean = static_cast<double>(rm[c]);
@@ -74,11 +80,11 @@ void batch_norm_typed(const Tensor& xt, const Tensor& weight, const Tensor& bias
     // y = (x - mean) * invstd * w + b = x * scale + shift
     const double scale_d = invstd * (w ? static_cast<double>(w[c]) : 1.0);
     const double shift_d = (b ? static_cast<double>(b[c]) : 0.0) - mean * scale_d;
-    const T scale = static_cast<T>(scale_d), shift = static_cast<T>(shift_d);
+    const P scale = static_cast<P>(scale_d), shift = static_cast<P>(shift_d);
     for (int64_t n = 0; n < N; ++n) {
       const T* xs = x + (n * C + c) * S;
       T* os = out + (n * C + c) * S;
-      for (int64_t s = 0; s < S; ++s) os[s] = xs[s] * scale + shift;
+      for (int64_t s = 0; s < S; ++s) os[s] = static_cast<T>(static_cast<P>(xs[s]) * scale + shift);
     }
   });
 }
@@ -90,9 +96,13 @@ void batch_norm_cpu(const Tensor& x, const Tensor& weight, const Tensor& bias, c
       return batch_norm_typed<float>(x, weight, bias, running_mean, running_var, training, momentum, eps, out);
     case DType::f64:
       return batch_norm_typed<double>(x, weight, bias, running_mean, running_var, training, momentum, eps, out);
+    case DType::f16:
+      return batch_norm_typed<Half>(x, weight, bias, running_mean, running_var, training, momentum, eps, out);
+    case DType::bf16:
+      return batch_norm_typed<BFloat16>(x, weight, bias, running_mean, running_var, training, momentum, eps, out);
     default:
-      EMBER_FAIL("batch_norm (CPU): expected dtype f32 or f64, got ", dtype_name(x.dtype()), " for input ",
-                 x.shape_str());
+      EMBER_FAIL("batch_norm (CPU): expected a floating dtype (f32, f64, f16, bf16), got ", dtype_name(x.dtype()),
+                 " for input ", x.shape_str());
   }
 }
 
@@ -102,12 +112,13 @@ void batch_norm_backward_typed(const Tensor& got, const Tensor& xt, const Tensor
   const int64_t N = xt.size(0), C = xt.size(1), S = xt.size(2), M = N * S;
   const T* x = static_cast<const T*>(xt.data_ptr());
   const T* g = static_cast<const T*>(got.data_ptr());
-  const T* w = weight.defined() ? weight.data<T>() : nullptr;
-  const T* sm = save_mean.data<T>();
-  const T* si = save_invstd.data<T>();
+  using P = param_t<T>;
+  const P* w = weight.defined() ? weight.data<P>() : nullptr;
+  const P* sm = save_mean.data<P>();
+  const P* si = save_invstd.data<P>();
   T* gx = static_cast<T*>(r.grad_x.data_ptr());
-  T* gw = r.grad_weight.data<T>();
-  T* gb = r.grad_bias.data<T>();
+  P* gw = r.grad_weight.data<P>();
+  P* gb = r.grad_bias.data<P>();
   for_channels(C, M, [&](int64_t c) {
     const double mean = static_cast<double>(sm[c]), invstd = static_cast<double>(si[c]);
     double sum_g = 0.0, sum_gd = 0.0;  // sum(g), sum(g * (x - mean))
@@ -121,8 +132,8 @@ void batch_norm_backward_typed(const Tensor& got, const Tensor& xt, const Tensor
       }
     }
     const double sum_g_xhat = sum_gd * invstd;
-    gb[c] = static_cast<T>(sum_g);
-    gw[c] = static_cast<T>(sum_g_xhat);
+    gb[c] = static_cast<P>(sum_g);
+    gw[c] = static_cast<P>(sum_g_xhat);
     const double wi = (w ? static_cast<double>(w[c]) : 1.0) * invstd;
     // training: dx = w * invstd * (g - mean(g) - xhat * mean(g * xhat)); eval: dx = w * invstd * g
     const double k = training ? sum_g_xhat * invstd / static_cast<double>(M) : 0.0;  // per (x - mean)
@@ -146,9 +157,13 @@ void batch_norm_backward_cpu(const Tensor& grad_out, const Tensor& x, const Tens
       return batch_norm_backward_typed<float>(grad_out, x, weight, save_mean, save_invstd, training, out);
     case DType::f64:
       return batch_norm_backward_typed<double>(grad_out, x, weight, save_mean, save_invstd, training, out);
+    case DType::f16:
+      return batch_norm_backward_typed<Half>(grad_out, x, weight, save_mean, save_invstd, training, out);
+    case DType::bf16:
+      return batch_norm_backward_typed<BFloat16>(grad_out, x, weight, save_mean, save_invstd, training, out);
     default:
-      EMBER_FAIL("batch_norm_backward (CPU): expected dtype f32 or f64, got ", dtype_name(x.dtype()), " for input ",
-                 x.shape_str());
+      EMBER_FAIL("batch_norm_backward (CPU): expected a floating dtype (f32, f64, f16, bf16), got ",
+                 dtype_name(x.dtype()), " for input ", x.shape_str());
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -222,6 +223,8 @@ template <typename T, typename Windows> void avg_pool_impl(const Tensor& x, cons
 }
 
 /// gx (N, C, H, W): each output's gradient gout (N, C, Ho, Wo) / count, added over its window.
+/// The sums run in A and f16 / bf16 round once per element at the end, as the CUDA kernel (which
+/// gathers each element's sum in f32) does.
 template <typename T, typename Windows>
 void avg_pool_backward_impl(const Tensor& gout, const Tensor& gx, const Windows& win) {
   using A = acc_t<T>;
@@ -230,17 +233,25 @@ void avg_pool_backward_impl(const Tensor& gout, const Tensor& gx, const Windows&
   T* xp = gx.data<T>();
   for_planes(gx.size(0) * gx.size(1), H * W, [&](int64_t pl) {
     T* d = xp + pl * H * W;
-    std::fill(d, d + H * W, T(0));
+    std::vector<A> scratch(std::is_same_v<T, A> ? 0 : static_cast<size_t>(H * W), A(0));
+    A* acc;
+    if constexpr (std::is_same_v<T, A>) {
+      std::fill(d, d + H * W, T(0));
+      acc = d;
+    } else {
+      acc = scratch.data();
+    }
     for (int64_t oh = 0; oh < Ho; ++oh) {
       const Window wh = win.rows(oh);
       for (int64_t ow = 0; ow < Wo; ++ow) {
         const Window ww = win.cols(ow);
         const A g = static_cast<A>(gp[(pl * Ho + oh) * Wo + ow]) / static_cast<A>(win.count(wh, ww));
         for (int64_t ih = wh.start; ih < wh.end; ++ih)
-          for (int64_t iw = ww.start; iw < ww.end; ++iw)
-            d[ih * W + iw] = static_cast<T>(static_cast<A>(d[ih * W + iw]) + g);
+          for (int64_t iw = ww.start; iw < ww.end; ++iw) acc[ih * W + iw] += g;
       }
     }
+    if constexpr (!std::is_same_v<T, A>)
+      for (int64_t i = 0; i < H * W; ++i) d[i] = static_cast<T>(acc[i]);
   });
 }
 

@@ -69,6 +69,9 @@ struct OptimConfig {
   double weight_decay = 0.0;  // >= 0
   std::pair<double, double> betas = {0.9, 0.999};  // adam/adamw, each in [0, 1); JSON [b1, b2]
   double eps = 1e-8;  // adam/adamw, > 0
+  /// Clip the gradients' global L2 norm to this before each step (0: no clipping); under fp16 the
+  /// gradients are unscaled first.
+  double clip_grad_norm = 0.0;
   friend bool operator==(const OptimConfig&, const OptimConfig&) = default;
 };
 
@@ -163,6 +166,9 @@ struct ExperimentConfig {
   /// auto | cpu | cuda | cuda:N
   std::string device = "auto";
   int64_t epochs = 10;  // >= 1
+  /// fp32 | bf16 (autocast to bfloat16) | fp16 (autocast to float16 with a gradient scaler). The
+  /// parameters stay f32 either way (amp::Autocast, amp::GradScaler; docs/amp.md).
+  std::string precision = "fp32";
   ModelConfig model;
   DataConfig data;
   OptimConfig optim;

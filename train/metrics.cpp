@@ -117,6 +117,8 @@ constexpr NumberField kEpochFields[] = {
     {"optimizer_seconds", &EpochMetrics::optimizer_seconds, true},
     {"comm_seconds", &EpochMetrics::comm_seconds, true},
     {"comm_exposed_seconds", &EpochMetrics::comm_exposed_seconds, true},
+    {"loss_scale", &EpochMetrics::loss_scale, true},
+    {"skipped_steps", &EpochMetrics::skipped_steps, true},
 };
 
 }  // namespace

@@ -21,6 +21,9 @@ struct EpochMetrics {
   // Gradient all-reduce under DDP (parallel/reducer.h), rank 0's: time the backend spent in the
   // all-reduces, and the part of it the step waited for (not hidden behind backward). 0 otherwise.
   double comm_seconds = 0, comm_exposed_seconds = 0;
+  // Mixed precision with fp16 (amp::GradScaler): the loss scale at the end of the epoch, and the
+  // optimizer steps skipped in the epoch because a gradient was not finite. 0 otherwise.
+  double loss_scale = 0, skipped_steps = 0;
   friend bool operator==(const EpochMetrics&, const EpochMetrics&) = default;
 };
 

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include <ember/autograd/autocast.h>
 #include <ember/autograd/grad_mode.h>
 #include <ember/autograd/ops.h>
 #include <ember/core/build_info.h>
@@ -28,6 +29,9 @@
 #include <ember/data/distributed_sampler.h>
 #include <ember/kernels/factory.h>
 #include <ember/layers/loss.h>
+#include <ember/optim/clip.h>
+#include <ember/optim/grad_scaler.h>
+#include <ember/parallel/found_inf.h>
 #include <ember/parallel/object_collectives.h>
 #include <ember/parallel/sharded_eval.h>
 #include <ember/serialize/checkpoint.h>
@@ -125,11 +129,13 @@ class Session {
   std::shared_ptr<data::DistributedSampler> test_shard_;  // ddp: this rank's share of the test split
   parallel::DistributedDataParallel* ddp_ = nullptr;  // net_ under ddp
   int stop_sig_ = 0;  // the stop signal the ranks agreed on (max_over_ranks)
+  int64_t skipped_before_epoch_ = 0;  // the scaler's skipped steps before this epoch
   int64_t optimizer_steps_per_epoch() const {
     return (train_loader_->len() + c_.train.accumulation_steps - 1) / c_.train.accumulation_steps;
   }
   std::unique_ptr<optim::Optimizer> opt_;
   std::unique_ptr<optim::LRScheduler> sched_;
+  std::unique_ptr<amp::GradScaler> scaler_;  // enabled under precision fp16 only
   EarlyStopping stopper_;
   std::unique_ptr<PhaseTimers> timers_;
   std::unique_ptr<Progress> progress_;
@@ -193,6 +199,9 @@ void Session::build() {
   ddp_ = dynamic_cast<parallel::DistributedDataParallel*>(net_.get());
   opt_ = make_optimizer(c_.optim, model_->parameters());
   sched_ = make_schedule(c_.schedule, *opt_, optimizer_steps_per_epoch(), c_.epochs);
+  // fp16's narrow range needs the loss scaled (and the step skipped on overflow); bf16 does not.
+  scaler_ = std::make_unique<amp::GradScaler>(amp::GradScalerOptions{.enabled = c_.precision == "fp16"});
+  if (scaler_->is_enabled() && par_.distributed()) scaler_->set_found_inf_sync(parallel::found_inf_sync(par_.group));
   timers_ = std::make_unique<PhaseTimers>(dev_);
   progress_ = std::make_unique<Progress>(*log_, log_->console_is_terminal(), c_.output.log_interval);
   int64_t n_params = 0;
@@ -201,6 +210,9 @@ void Session::build() {
              c_.data.dataset + " (" + std::to_string(data_.train->size()) + " training, " +
              std::to_string(data_.test->size()) + " test images), device " + dev_.str() + ", " +
              count(c_.epochs, "epoch") + " of " + count(optimizer_steps_per_epoch(), "step"));
+  if (c_.precision != "fp32")
+    log_->line("ember-train: mixed precision " + c_.precision + " (autocast; parameters in f32" +
+               (scaler_->is_enabled() ? "; loss scale " + format("%g", scaler_->scale()) + ")" : ")"));
   if (par_.mode != "none" || c_.train.accumulation_steps > 1) {
     std::string how = par_.batch_text(c_.data.batch_size);
     if (par_.mode == "ddp")
@@ -244,6 +256,8 @@ void Session::resume() {
                 "' holds a learning-rate schedule, but the config's schedule.name is none");
   }
   train_loader_->load_state_dict(ck.sampler);
+  if (scaler_->is_enabled() && !ck.grad_scaler.empty()) scaler_->load_state_dict(ck.grad_scaler);
+  skipped_before_epoch_ = scaler_->skipped_steps();
   restore_rng(ck);
   st_.epochs_done = ck.epoch;
   st_.global_step = ck.global_step;
@@ -326,14 +340,22 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
       if (ddp_ && !steps_now) local_only.emplace(*ddp_);
       {
         auto scope = timers_->scope(Phase::Forward);
-        loss = layers::cross_entropy(net_->forward(input), target);  // 0-d
+        std::optional<amp::Autocast> low_precision;  // forward and loss only (docs/amp.md)
+        if (c_.precision != "fp32")
+          low_precision.emplace(dev_.type(), c_.precision == "bf16" ? DType::bf16 : DType::f16);
+        loss = layers::cross_entropy(net_->forward(input), target);  // 0-d, f32
       }
       auto scope = timers_->scope(Phase::Backward);
-      (accumulate > 1 ? loss * (1.0 / static_cast<double>(accumulate)) : loss).backward();
+      scaler_->scale(accumulate > 1 ? loss * (1.0 / static_cast<double>(accumulate)) : loss).backward();
     }
     if (steps_now) {
       auto scope = timers_->scope(Phase::OptimizerStep);
-      opt_->step();
+      if (c_.optim.clip_grad_norm > 0) {
+        scaler_->unscale_(*opt_);  // clip the true gradients (a no-op without fp16)
+        optim::clip_grad_norm_(model_->parameters(), c_.optim.clip_grad_norm);
+      }
+      scaler_->step(*opt_);  // opt_->step(), skipped under fp16 when a gradient is not finite
+      scaler_->update();
       opt_->zero_grad();
       if (sched_) sched_->step();
       ++st_.global_step;
@@ -389,6 +411,11 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
   m.forward_seconds = phases[Phase::Forward];
   m.backward_seconds = phases[Phase::Backward];
   m.optimizer_seconds = phases[Phase::OptimizerStep];
+  if (scaler_->is_enabled()) {
+    m.loss_scale = scaler_->scale();
+    m.skipped_steps = static_cast<double>(scaler_->skipped_steps() - skipped_before_epoch_);
+    skipped_before_epoch_ = scaler_->skipped_steps();
+  }
   if (ddp_) {
     const parallel::CommStats comm = ddp_->take_comm_stats();  // this session's part of the epoch
     m.comm_seconds = comm.comm_seconds;
@@ -438,6 +465,7 @@ Checkpoint Session::checkpoint() const {
   ck.optimizer = opt_->state_dict();
   if (sched_) ck.scheduler = sched_->state_dict();
   ck.sampler = train_loader_->state_dict();
+  if (scaler_->is_enabled()) ck.grad_scaler = scaler_->state_dict();
   capture_rng(ck);
   ck.epoch = st_.epochs_done;
   ck.global_step = st_.global_step;
@@ -487,11 +515,13 @@ void Session::end_epoch(EpochMetrics& m) {
     write_summary();
   });
 
+  const std::string amp_text =
+      scaler_->is_enabled() ? format("  scale %g, %.0f skipped", m.loss_scale, m.skipped_steps) : std::string();
   log_->line(
       format("epoch %lld/%lld  train_loss %.4f  test_loss %.4f  test_acc %.4f%s  lr %.4g  %.1f s  %.0f img/s  "
-             "(eval %.1f s)",
+             "(eval %.1f s)%s",
              static_cast<long long>(epoch), static_cast<long long>(c_.epochs), m.train_loss, m.test_loss, m.test_acc,
-             new_best ? " (best)" : "", m.lr, m.epoch_seconds, m.images_per_second, m.eval_seconds));
+             new_best ? " (best)" : "", m.lr, m.epoch_seconds, m.images_per_second, m.eval_seconds, amp_text.c_str()));
   log_->file_line(
       format("epoch %lld phases: data wait %.3f s, h2d %.3f s, forward %.3f s, backward %.3f s, "
              "optimizer %.3f s; all-reduce %.3f s, of it exposed %.3f s",

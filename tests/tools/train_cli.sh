@@ -20,6 +20,8 @@
 # ddp_accuracy   mnist_cnn on a Fashion-MNIST slice: DDP on 2 processes (batch 32 each) reaches the
 #                test accuracy of one process at batch 64 within 1%; rank 1 prints no epoch lines
 #                (skipped, exit 77, without the dataset)
+# amp_accuracy   the same slice in precision fp32, bf16 and fp16 (loss scaler): bf16 and fp16 reach
+#                fp32's test accuracy within 1%; fp16 reports its loss scale (skipped without data)
 set -u
 case_name=$1
 prog=$2
@@ -198,6 +200,31 @@ ddp_accuracy)
   echo "test accuracy after 2 epochs: one process $a, DDP on 2 processes $b"
   awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.01) }' ||
     fail "DDP test accuracy $b is not within 0.01 of the single process's $a"
+  ;;
+amp_accuracy)
+  data=/usr/share/datasets/fashion-mnist
+  [ -e "$data/t10k-labels-idx1-ubyte" ] || [ -e "$data/t10k-labels-idx1-ubyte.gz" ] || {
+    echo "SKIP: no Fashion-MNIST in $data (apt-get install dataset-fashion-mnist)"
+    exit 77
+  }
+  slice=(device=cpu epochs=2 data.limit_train=4000 data.limit_test=1000 early_stop.target_accuracy=null)
+  cfg=$(dirname "$0")/../../configs/mnist_cnn.json
+  for p in fp32 bf16 fp16; do
+    "$prog" "$cfg" "${slice[@]}" precision=$p output.run_dir=$p >$p.out 2>&1 || { cat $p.out; fail "precision=$p exited with $?"; }
+    cat $p.out
+  done
+  grep -q 'mixed precision fp16 (autocast; parameters in f32; loss scale 65536)' fp16.out || fail "no fp16 line"
+  grep -qE 'scale [0-9]+, [0-9]+ skipped' fp16.out || fail "fp16 epoch lines lack the loss scale"
+  grep -qE '"loss_scale":[1-9]' fp16/metrics.jsonl || fail "fp16 metrics lack loss_scale"
+  grep -qE '"loss_scale":0' bf16/metrics.jsonl || fail "bf16 metrics should have no loss scale"
+  acc() { tail -n 1 "$1" | sed -E 's/.*"test_acc":([^,]*),.*/\1/'; }
+  a=$(acc fp32/metrics.jsonl)
+  for p in bf16 fp16; do
+    b=$(acc $p/metrics.jsonl)
+    echo "test accuracy after 2 epochs: fp32 $a, $p $b"
+    awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.01) }' ||
+      fail "$p test accuracy $b is not within 0.01 of fp32's $a"
+  done
   ;;
 *)
   fail "unknown case '$case_name'"

@@ -79,6 +79,8 @@ ExperimentConfig all_non_default() {
   c.output.run_dir = "out/runs/wrn";
   c.output.log_interval = 2.5;
   c.train.accumulation_steps = 4;
+  c.precision = "fp16";
+  c.optim.clip_grad_norm = 1.5;
   c.parallel.mode = "ddp";
   c.parallel.devices = {"cuda:0", "cpu"};
   c.parallel.backend = "tcp";
@@ -115,8 +117,8 @@ TEST_CASE("config: bad configs name the source, the key path, what was expected 
         "eps"}},
       {R"({"zzz": 1})",
        {},
-       {"runs.json: zzz: unknown key; valid top-level keys: description, name, seed, device, epochs, model, data, "
-        "optim"}},
+       {"runs.json: zzz: unknown key; valid top-level keys: description, name, seed, device, epochs, precision, "
+        "model, data, optim, schedule, early_stop, checkpoint, output, train, parallel"}},
       {R"({"optim.lr": 0.1})", {}, {"runs.json: \"optim.lr\": unknown key", "{\"optim\": {...}}"}},
       {"{}", {"optim.lrr=0.1"}, {"override 'optim.lrr=0.1': optim.lrr: unknown key; did you mean optim.lr?"}},
       {"{}", {"optm.lr=0.1"}, {"override 'optm.lr=0.1': optm.lr: unknown key; did you mean optim.lr?"}},

@@ -14,7 +14,7 @@ hide the others.
 phases
   build              configure (CUDA on, this GPU's architecture only) and build only what the
                      GPU run needs: ember_cuda_tests, bench_cuda_ops, bench_mnist_train,
-                     ember-train. Incremental: a no-op when nothing changed.
+                     bench_data_parallel, ember-train. Incremental: a no-op when nothing changed.
   test [GROUP...]    the [cuda] tests, one process per group, so an illegal address or a hang in
                      one group leaves the others running. A group is a test file:
                      core stream copy elementwise reduce random index softmax matmul conv pool
@@ -22,7 +22,8 @@ phases
                      shows them; a new file is a new group). No GROUP: every group. A GROUP
                      starting with '[' is a Catch2 tag expression run as one group. Catch2
                      arguments after `--` go to every group (e.g. -- "cuda softmax*" -s).
-  bench              bench_cuda_ops, bench_mnist_train and a 2-epoch ember-train on cuda:0.
+  bench              bench_cuda_ops, bench_mnist_train, bench_data_parallel ({cuda:0, cuda:0}) and a
+                     2-epoch ember-train on cuda:0.
   list               the groups and their test counts.
   test and bench build first what they need (a fresh machine starts bare; an up-to-date build
   costs a second). Phases run in the order given; each stops starting new work once the call's
@@ -249,9 +250,10 @@ run_program() {  # NAME CMD...
 }
 
 phase_bench() {
-  build_targets build-bench bench_cuda_ops bench_mnist_train ember-train || return
+  build_targets build-bench bench_cuda_ops bench_mnist_train bench_data_parallel ember-train || return
   run_program bench_cuda_ops "$build/bin/bench_cuda_ops"
   run_program bench_mnist_train "$build/bin/bench_mnist_train"
+  run_program bench_data_parallel "$build/bin/bench_data_parallel"
   local data_dir=/usr/share/datasets/fashion-mnist
   [ -d .gpu-deps/data/fashion-mnist ] && data_dir=$PWD/.gpu-deps/data/fashion-mnist
   rm -rf "$build/gpu-run"
@@ -270,7 +272,7 @@ for p in "${phases[@]}"; do
   name=${words[0]}
   args=("${words[@]:1}")
   case $name in
-    build) build_targets build ember_cuda_tests bench_cuda_ops bench_mnist_train ember-train ;;
+    build) build_targets build ember_cuda_tests bench_cuda_ops bench_mnist_train bench_data_parallel ember-train ;;
     test) phase_test "${args[@]}" ;;
     bench) phase_bench ;;
     list) phase_list ;;
@@ -294,6 +296,10 @@ summary() {
   if [ -f "$logdir/bench_mnist_train.log" ]; then
     echo "-- bench_mnist_train (GPU part)"
     grep -iE 'gpu|cudnn|epoch|step' "$logdir/bench_mnist_train.log" | tail -n 12 || true
+  fi
+  if [ -f "$logdir/bench_data_parallel.log" ]; then
+    echo "-- bench_data_parallel"
+    cat "$logdir/bench_data_parallel.log"
   fi
 }
 summary_text=$(summary)

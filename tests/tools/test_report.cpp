@@ -527,6 +527,34 @@ TEST_CASE("write_report writes the table, the plots and links them", "[cpu]") {
   CHECK_THAT(error_of([&] { write_report(runs, file.string()); }), Catch::Contains(file.string()));
 }
 
+TEST_CASE("write_report plots the fp16 loss scale and counts skipped steps", "[cpu]") {
+  TempDir tmp;
+  RunRecord fp16{"runs/a", "fp16", {}, {}}, fp32{"runs/b", "fp32", {}, {}};
+  fp16.summary.name = "fp16";
+  fp32.summary.name = "fp32";
+  for (int e = 1; e <= 3; ++e) {
+    EpochMetrics m;
+    m.epoch = e;
+    fp32.epochs.push_back(m);
+    m.loss_scale = e == 1 ? 16384 : 32768;  // log2: 14, 15, 15
+    m.skipped_steps = e == 1 ? 2 : (e == 3 ? 1 : 0);
+    fp16.epochs.push_back(m);
+  }
+  write_report({fp16, fp32}, tmp.str());
+  const std::string md = read_text(tmp.path() / "report.md");
+  CHECK_THAT(md, Catch::Contains("](loss_scale.svg)") &&
+                     Catch::Contains("fp16 loss scale 32768 after the last epoch, 3 steps skipped"));
+  const std::string svg = read_text(tmp.path() / "loss_scale.svg");
+  check_well_formed(svg);
+  CHECK(count_of(svg, "<polyline") == 1);  // the fp32 run has no loss scale
+  CHECK_THAT(svg, Catch::Contains(">log2(loss scale)</text>") && Catch::Contains(">fp16</text>"));
+  // Without fp16 runs there is no loss-scale plot.
+  TempDir none;
+  write_report({fp32}, none.str());
+  CHECK_FALSE(fs::exists(none.path() / "loss_scale.svg"));
+  CHECK_THAT(read_text(none.path() / "report.md"), !Catch::Contains("loss_scale.svg"));
+}
+
 // ---- ember-report --scaling ----
 
 namespace {

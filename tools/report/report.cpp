@@ -217,7 +217,7 @@ std::string markdown_table(const std::vector<RunRecord>& runs) {
 std::string write_report(const std::vector<RunRecord>& runs, const std::string& out_dir) {
   make_report_dir(out_dir);
 
-  std::vector<Series> loss, accuracy;
+  std::vector<Series> loss, accuracy, scale;  // scale: fp16 runs' log2(loss scale) per epoch
   std::vector<std::string> labels;
   std::vector<double> throughput;
   for (const RunRecord& r : runs) {
@@ -231,6 +231,13 @@ std::string write_report(const std::vector<RunRecord>& runs, const std::string& 
       acc.x.push_back(x);
       acc.y.push_back(e.test_acc);
     }
+    Series s{r.label, {}, {}};
+    for (const EpochMetrics& e : r.epochs) {
+      if (e.loss_scale <= 0) continue;
+      s.x.push_back(static_cast<double>(e.epoch));
+      s.y.push_back(std::log2(e.loss_scale));
+    }
+    if (!s.x.empty()) scale.push_back(std::move(s));
     loss.push_back(std::move(train));
     loss.push_back(std::move(test));
     accuracy.push_back(std::move(acc));
@@ -250,10 +257,19 @@ std::string write_report(const std::vector<RunRecord>& runs, const std::string& 
     if (r.summary.time_to_target_seconds && r.summary.target_accuracy)
       md << "; reached " << fixed(*r.summary.target_accuracy, 4) << " after "
          << fixed(*r.summary.time_to_target_seconds, 1) << " s of training";
+    double skipped = 0, last_scale = 0;
+    for (const EpochMetrics& e : r.epochs) {
+      skipped += e.skipped_steps;
+      if (e.loss_scale > 0) last_scale = e.loss_scale;
+    }
+    if (last_scale > 0)
+      md << "; fp16 loss scale " << fixed(last_scale, 0) << " after the last epoch, " << fixed(skipped, 0)
+         << " steps skipped";
     md << "\n";
   }
   md << "\n## Plots\n\n![loss per epoch](loss.svg)\n\n![test accuracy per epoch](accuracy.svg)\n\n"
         "![throughput per run](throughput.svg)\n";
+  if (!scale.empty()) md << "\n![fp16 loss scale per epoch](loss_scale.svg)\n";
 
   const fs::path out(out_dir);
   write_file_atomic((out / "loss.svg").string(), svg_line_chart("Loss per epoch", "epoch", "loss", loss));
@@ -261,6 +277,9 @@ std::string write_report(const std::vector<RunRecord>& runs, const std::string& 
                     svg_line_chart("Test accuracy per epoch", "epoch", "test accuracy", accuracy));
   write_file_atomic((out / "throughput.svg").string(),
                     svg_bar_chart("Training throughput per run", "images/s", labels, throughput));
+  if (!scale.empty())
+    write_file_atomic((out / "loss_scale.svg").string(),
+                      svg_line_chart("fp16 loss scale at the end of each epoch", "epoch", "log2(loss scale)", scale));
   write_file_atomic((out / "report.md").string(), md.str());
   return table;
 }

@@ -61,8 +61,10 @@ std::string svg_bar_chart(const std::string& title, const std::string& y_label, 
                           const std::vector<double>& values);
 
 /// Writes out_dir/report.md (the table and the plots linked), loss.svg (train and test loss per
-/// epoch, per run), accuracy.svg (test accuracy per epoch) and throughput.svg (images/s per run);
-/// creates out_dir. Returns the table.
+/// epoch, per run), accuracy.svg (test accuracy per epoch), throughput.svg (images/s per run) and,
+/// when a run trained in fp16 (metrics with loss_scale), loss_scale.svg (log2 of the loss scale per
+/// epoch; report.md also gives each such run's last scale and skipped steps); creates out_dir.
+/// Returns the table.
 std::string write_report(const std::vector<RunRecord>& runs, const std::string& out_dir);
 
 }  // namespace ember::report

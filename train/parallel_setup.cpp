@@ -40,6 +40,13 @@ ParallelRun start_parallel(const ExperimentConfig& c) {
     run.device = run.devices[0];
     return run;
   }
+  if (run.mode == "ddp" && !parallel::launcher_rank()) {
+    // A config written for DDP also runs as it is without a launcher: as one plain process.
+    run.mode = "none";
+    run.note =
+        "parallel.mode ddp without a launcher: training as one process (start it with "
+        "ember-run --nproc-per-node N, torchrun, srun or mpirun for DistributedDataParallel)";
+  }
   if (run.mode == "ddp") {
     const parallel::RankInfo info = parallel::discover_rank({});
     const std::string& want = c.device;

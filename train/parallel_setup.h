@@ -29,6 +29,8 @@ struct ParallelRun {
   Device device = Device::cpu();
   /// dp: the replicas' devices.
   std::vector<Device> devices;
+  /// What the run should say about how it was set up ("" when nothing).
+  std::string note;
 
   bool is_root() const { return rank == 0; }
   bool distributed() const { return group != nullptr && world_size > 1; }
@@ -40,7 +42,8 @@ struct ParallelRun {
 
 /// Chooses the device(s) and, under ddp, joins the process group (rank, world size and master
 /// from the launcher's environment; see parallel::init_process_group). ddp's device: `device`
-/// auto or cuda means cuda:<local_rank % GPUs> when GPUs are usable, cpu otherwise.
+/// auto or cuda means cuda:<local_rank % GPUs> when GPUs are usable, cpu otherwise. ddp without a
+/// launcher trains as one plain process (mode "none", with a note saying so).
 ParallelRun start_parallel(const ExperimentConfig& config);
 
 /// The module the loop calls: `model` itself, or wrapped in DataParallel / DDP.

@@ -210,6 +210,7 @@ void Session::build() {
              c_.data.dataset + " (" + std::to_string(data_.train->size()) + " training, " +
              std::to_string(data_.test->size()) + " test images), device " + dev_.str() + ", " +
              count(c_.epochs, "epoch") + " of " + count(optimizer_steps_per_epoch(), "step"));
+  if (!par_.note.empty()) log_->line("ember-train: " + par_.note);
   if (c_.precision != "fp32")
     log_->line("ember-train: mixed precision " + c_.precision + " (autocast; parameters in f32" +
                (scaler_->is_enabled() ? "; loss scale " + format("%g", scaler_->scale()) + ")" : ")"));

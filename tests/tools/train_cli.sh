@@ -136,6 +136,10 @@ sigterm)
 ddp_sigterm)
   write_tiny_config c.json
   ddp=(parallel.mode=ddp epochs=3 data.limit_train=192)
+  # Without a launcher a ddp config trains as one process and says so.
+  expect 0 'parallel.mode ddp without a launcher: training as one process' "$prog" c.json parallel.mode=ddp epochs=1 \
+    output.run_dir=plain
+  rm -rf plain
   # Two ranks that would each train alone (and write one directory twice) are refused.
   out=$("$ember_run" --nproc-per-node 2 "$prog" c.json output.run_dir=alone 2>&1)
   [ $? -ne 0 ] || fail "ember-train without parallel.mode=ddp under ember-run --nproc-per-node 2 succeeded"

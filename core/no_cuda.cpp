@@ -33,6 +33,7 @@ namespace {
 }  // namespace
 
 int cuda_driver_version() noexcept { return 0; }
+bool cuda_runtime_unloading() noexcept { return false; }
 int cuda_get_device() { no_cuda("cuda_get_device"); }
 void cuda_set_device(int) { no_cuda("DeviceGuard(cuda)"); }
 void* cuda_pool_stream(int) { no_cuda("new_stream(cuda)"); }

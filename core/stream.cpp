@@ -101,7 +101,9 @@ DeviceGuard::~DeviceGuard() {
   try {
     detail::cuda_set_device(prev_);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ember: ~DeviceGuard could not restore cuda:%d: %s\n", prev_, e.what());
+    // During process exit, once the CUDA runtime is unloading, there is no device to restore.
+    if (!detail::cuda_runtime_unloading())
+      std::fprintf(stderr, "ember: ~DeviceGuard could not restore cuda:%d: %s\n", prev_, e.what());
   }
 }
 

@@ -98,6 +98,14 @@ std::array<EventPool, kMaxDevices> g_event_pools;
 
 }  // namespace
 
+bool cuda_runtime_unloading() noexcept {
+  int d = 0;
+  const cudaError_t err = cudaGetDevice(&d);
+  if (err == cudaSuccess) return false;
+  (void)cudaGetLastError();
+  return err == cudaErrorCudartUnloading;
+}
+
 int cuda_get_device() {
   int d = 0;
   CUDA_CHECK(cudaGetDevice(&d));

@@ -9,6 +9,12 @@ namespace ember::detail {
 /// when no driver is installed or the build has no CUDA. Never throws.
 int cuda_driver_version() noexcept;
 
+/// True when the CUDA runtime is shutting down (cudaErrorCudartUnloading: the process is exiting
+/// and the runtime's exit-time teardown has begun), so no CUDA call can succeed any more; false
+/// otherwise and in builds without CUDA. For destructors and threads that may run during exit,
+/// which then stop quietly instead of reporting an error. Never throws.
+bool cuda_runtime_unloading() noexcept;
+
 /// cudaGetDevice / cudaSetDevice (set is skipped when already current).
 int cuda_get_device();
 void cuda_set_device(int device);

@@ -6,13 +6,16 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <list>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <ember/core/caching_allocator.h>
+#include <ember/core/cuda/runtime.h>
 #include <ember/core/cuda_check.h>
 #include <ember/core/stream.h>
 #include <ember/parallel/collective.h>
@@ -162,6 +165,9 @@ class NcclProcessGroup final : public ProcessGroup {
     std::lock_guard<std::mutex> lock(mu_);
     return failed_;
   }
+  /// Stops the watchdog and destroys (or, with work still queued, aborts) the communicator; later
+  /// collectives throw. Idempotent and never throws: called by the destructor and at process exit.
+  void shut_down(const char* why) noexcept;
 
  private:
   using Launch = std::function<void(cudaStream_t)>;
@@ -183,7 +189,39 @@ class NcclProcessGroup final : public ProcessGroup {
   bool aborted_ = false, stop_ = false;
   std::list<std::shared_ptr<NcclWork>> in_flight_;
   std::thread watchdog_;
+  std::mutex shut_down_mu_;  // serializes shut_down() (the destructor and the exit handler)
+  bool shut_down_ = false;  // under shut_down_mu_
 };
+
+// ---- process exit ----
+// A group may still be alive when the program ends: init_process_group keeps the default group in
+// a static, and a program need not call destroy_process_group. That static was constructed when
+// libember was loaded, so it is destroyed after the CUDA runtime's exit-time teardown (whose
+// handlers are registered at load or first use, after it): the watchdog's event queries and the
+// destructor's NCCL and CUDA calls then fail with cudaErrorCudartUnloading, and before this handler
+// existed an exception from the destructor terminated the process. So every live group is
+// registered here, and a handler that std::atexit registers once the first communicator exists
+// (after the CUDA runtime and NCCL were initialized, hence run before their teardown: exit handlers
+// run in reverse order of registration) shuts them all down while CUDA still works. The registry is
+// never destroyed: groups unregister from their destructors, which may run during static
+// destruction.
+struct LiveGroups {
+  std::mutex mu;
+  std::set<NcclProcessGroup*> groups;
+  std::once_flag exit_handler;
+};
+
+LiveGroups& live_groups() {
+  static LiveGroups* g = new LiveGroups;
+  return *g;
+}
+
+void shut_down_live_groups() noexcept {
+  LiveGroups& live = live_groups();
+  std::lock_guard<std::mutex> lock(live.mu);  // a destructor running meanwhile waits, then finds it done
+  for (NcclProcessGroup* g : live.groups) g->shut_down("the process is exiting");
+  live.groups.clear();
+}
 
 void NcclWork::wait() {
   std::string err = error();
@@ -230,22 +268,62 @@ NcclProcessGroup::NcclProcessGroup(const std::shared_ptr<Store>& store, const Ra
               " bytes, expected ", sizeof id);
   std::memcpy(&id, bytes.data(), sizeof id);
   NCCL_CHECK(ncclCommInitRank(&comm_, info.world_size, id, info.rank));
+  // Registered after the CUDA runtime and NCCL were initialized above, so it runs before their
+  // exit-time teardown (see LiveGroups).
+  LiveGroups& live = live_groups();
+  std::call_once(live.exit_handler, [] {
+    if (std::atexit(&shut_down_live_groups) != 0)
+      std::fprintf(stderr, "ember: nccl process group: could not register the exit handler\n");
+  });
   watchdog_ = std::thread([this] { watchdog(); });
+  std::lock_guard<std::mutex> lock(live.mu);  // last: only a fully constructed group is registered
+  live.groups.insert(this);
 }
 
 NcclProcessGroup::~NcclProcessGroup() {
+  {
+    LiveGroups& live = live_groups();
+    std::lock_guard<std::mutex> lock(live.mu);
+    live.groups.erase(this);
+  }
+  shut_down("the process group was destroyed");
+}
+
+void NcclProcessGroup::shut_down(const char* why) noexcept {
+  std::lock_guard<std::mutex> once(shut_down_mu_);
+  if (shut_down_) return;
+  shut_down_ = true;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
-  watchdog_.join();
+  if (watchdog_.joinable()) watchdog_.join();
+  std::list<std::shared_ptr<NcclWork>> works;
+  std::lock_guard<std::mutex> lock(mu_);
+  works.swap(in_flight_);
+  const bool aborted = aborted_;
+  try {
+    if (failed_.empty()) failed_ = std::string("the nccl process group was shut down (") + why + ")";
+  } catch (...) {  // out of memory for the message: NCCL then rejects the null communicator of later calls
+  }
+  if (aborted || comm_ == nullptr) return;
+  // Defensive: a group the exit handler did not shut down, destroyed after the CUDA runtime began
+  // unloading. NCCL cannot be called any more and the process is ending: the communicator is left
+  // to the operating system.
+  if (ember::detail::cuda_runtime_unloading()) return;
   bool pending = false;
-  for (auto& w : in_flight_) pending = pending || !w->is_completed();
-  if (aborted_ || comm_ == nullptr) return;
+  for (auto& w : works) {
+    try {
+      pending = pending || !w->is_completed();
+    } catch (const std::exception&) {  // the event cannot be queried: treat the work as queued
+      pending = true;
+    }
+  }
   // A communicator with work still queued (a rank that never came) cannot be destroyed
-  // gracefully: ncclCommDestroy would wait for it. Abort instead. Never throw from here.
+  // gracefully: ncclCommDestroy would wait for it. Abort instead.
   const ncclResult_t rc = pending ? ncclCommAbort(comm_) : ncclCommDestroy(comm_);
+  comm_ = nullptr;
   if (rc != ncclSuccess)
     std::fprintf(stderr, "ember: nccl process group: %s failed: %s\n", pending ? "ncclCommAbort" : "ncclCommDestroy",
                  ncclGetErrorString(rc));
@@ -267,6 +345,7 @@ void NcclProcessGroup::watchdog() noexcept {
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_ && !aborted_) {
       cv_.wait_for(lock, kWatchdogPeriod);
+      if (stop_) break;
       ncclResult_t async = ncclSuccess;
       const ncclResult_t rc = ncclCommGetAsyncError(comm_, &async);
       if (rc != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
@@ -292,7 +371,9 @@ void NcclProcessGroup::watchdog() noexcept {
       }
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ember: nccl watchdog stopped: %s\n", e.what());
+    // The CUDA runtime unloading under a group that outlived the exit handler: the process is
+    // ending, which is no failure worth a message.
+    if (!ember::detail::cuda_runtime_unloading()) std::fprintf(stderr, "ember: nccl watchdog stopped: %s\n", e.what());
   }
 }
 

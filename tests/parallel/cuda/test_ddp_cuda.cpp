@@ -1,11 +1,15 @@
 // DistributedDataParallel on a GPU: 2 processes sharing cuda:0 over the tcp backend (CUDA tensors
 // staged through pinned host memory) and 1 process over nccl. As on the CPU
 // (tests/parallel/test_ddp.cpp), after every SGD-with-momentum step each rank's parameters equal
-// those of one process trained on the whole batch. Runs only where a GPU is usable.
+// those of one process trained on the whole batch. Runs only where a GPU is usable. Every child
+// ends with its default group alive (no destroy_process_group) and must still exit with 0; a
+// dedicated test also checks that such an exit is quiet.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
 #include <string>
+
+#include <ember/ember.h>
 
 #include "parallel/ddp_check.h"
 #include "parallel/multiproc.h"
@@ -27,5 +31,33 @@ TEST_CASE("ddp on cuda:0: 2 processes over tcp, 1 over nccl, like one process", 
     testing::Ranks nccl("[.ddp_cuda_child]", 1,
                         {"EMBER_DDP_BACKEND=nccl", std::string("EMBER_DDP_ACCUMULATION=") + accumulation});
     if (nccl.wait_all(180)) nccl.check_all_passed();
+  }
+}
+
+TEST_CASE("nccl exit child", "[.nccl_exit_child]") {
+  // A program that ends with its default group alive (held in init_process_group's static, never
+  // destroyed) and its last collective not waited for.
+  const char* backend = std::getenv("EMBER_EXIT_BACKEND");
+  if (backend == nullptr) return;
+  auto pg = testing::child_group(backend, Device::cuda(0));
+  Tensor t = ones({1000}, {.device = Device::cuda(0)});
+  pg->all_reduce(t, parallel::ReduceOp::sum)->wait();
+  CHECK(t.to(Device::cpu()).to_vector<float>()[999] == 1.0f);
+  pg->all_reduce(t, parallel::ReduceOp::sum);
+}
+
+TEST_CASE("a process that ends with a live nccl group exits with 0, quietly", "[cuda][parallel][ddp]") {
+  // The default group outlives main; its communicator and watchdog must be shut down before the
+  // CUDA runtime unloads (once this ended in std::terminate from the group's destructor).
+  for (const char* backend : {"nccl", "auto"}) {
+    INFO("backend " << backend);
+    testing::Ranks job("[.nccl_exit_child]", 1, {std::string("EMBER_EXIT_BACKEND=") + backend});
+    if (!job.wait_all(120)) continue;
+    job.check_all_passed();
+    const std::string out = job.output(0);
+    INFO("output:\n" << out);
+    CHECK_THAT(out, Catch::Contains("All tests passed") && !Catch::Contains("cudaErrorCudartUnloading") &&
+                        !Catch::Contains("terminate called") && !Catch::Contains("watchdog stopped") &&
+                        !Catch::Contains("could not restore"));
   }
 }

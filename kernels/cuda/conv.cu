@@ -18,11 +18,26 @@
 //    same switch as the cuBLAS GEMMs — so results agree with the CPU to f32 precision. f16/bf16
 //    keep their storage type and accumulate in f32 (compute type FLOAT, tensor cores allowed);
 //    f64 computes in f64.
+//  * Bias: the output is filled with the bias and the convolution blends onto it (beta = 1), as
+//    the CPU twin does, so that a kernel whose epilogue computes alpha * acc + beta * y in f32
+//    rounds conv + bias once. Adding the bias afterwards rounded twice: the bias-free sum to the
+//    storage type, then the total; the first error, up to u * |conv| (u the unit roundoff), is
+//    unbounded relative to a result where the bias cancels most of the sum (an H200 run: 5 of 224
+//    bf16 outputs 2 to 8 ulps from the CPU). cuDNN does not promise where its epilogue rounds, and
+//    on an H200 with cuDNN 9.14 (every forward algorithm, both math types, f16 and bf16) all of
+//    them rounded once except tensor-op IMPLICIT_PRECOMP_GEMM on the two larger shapes tried
+//    (8x64x16x16 with 3x3, 4x16x24x24 with 5x5 filters), whose results equal the separate add's
+//    bit for bit: it rounds the sum before blending. So the documented bound for f16/bf16 with a
+//    bias is two roundings, |y - (conv + b)| <= u |conv| + u |y| (the GPU test derives its
+//    tolerance from it: tests/support/low_precision_cases.h); without a bias it is one. (Apart
+//    from the bias: WINOGRAD_NONFUSED with a 5x5 filter erred there by up to 1.7 u sum |x w| in
+//    f16 (0.2 in bf16), beyond f32 accumulation; the search does not exclude it yet.)
 //  * cuDNN's legacy descriptors take int sizes and strides, and its kernels index in 32 bits. A
 //    batch whose input or output has 2^31 elements or more is split along N into chunks below
 //    that (the per-sample sizes must fit); the filter gradient sums over the chunks with beta = 1.
-//  * Bias is added by a small grid-stride kernel rather than cudnnAddTensor, whose support for
-//    bf16 varies between cuDNN versions; the add is cheap next to the convolution.
+//  * The bias fill is a small grid-stride kernel rather than cudnnAddTensor, whose support for
+//    bf16 varies between cuDNN versions; it writes y once, and cuDNN reads it once (the traffic of
+//    the separate add it replaces).
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -348,25 +363,23 @@ void run(Direction dir, const Geometry& g, Device dev, cudaStream_t stream, cons
 
 // ---- bias ----
 
-/// y[n, o, s] += bias[o] over y (n, o_count, s_count) contiguous; accumulation type A.
+/// y[n, o, s] = bias[o] over y (n, o_count, s_count) contiguous (a copy: no rounding).
 template <typename T>
 __global__ void __launch_bounds__(kBlock)
-    add_bias_kernel(T* __restrict__ y, const T* __restrict__ bias, int64_t total, int64_t o_count, int64_t s_count) {
-  using A = acc_t<T>;
+    fill_bias_kernel(T* __restrict__ y, const T* __restrict__ bias, int64_t total, int64_t o_count, int64_t s_count) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const int64_t o = (i / s_count) % o_count;
-    y[i] = store_as<T>(load_as<A>(y[i]) + load_as<A>(bias[o]));
-  }
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride)
+    y[i] = bias[(i / s_count) % o_count];
 }
 
-/// y (non-empty) += bias over dim 1; the caller's launch_on checks the launch.
-void add_bias(const Tensor& y, const Tensor& bias, cudaStream_t stream) {
+/// y (non-empty) = bias broadcast over dims 0, 2, 3; the convolution then blends onto it (see the
+/// top comment). The caller's launch_on checks the launch.
+void fill_bias(const Tensor& y, const Tensor& bias, cudaStream_t stream) {
   const int64_t total = y.numel();
   const int64_t o = y.size(1), s = y.size(2) * y.size(3);
   EMBER_DISPATCH_FLOAT(y.dtype(), "conv2d bias", [&]<typename T>() {
-    add_bias_kernel<T><<<grid_for(total), kBlock, 0, stream>>>(static_cast<T*>(y.data_ptr()),
-                                                               static_cast<const T*>(bias.data_ptr()), total, o, s);
+    fill_bias_kernel<T><<<grid_for(total), kBlock, 0, stream>>>(static_cast<T*>(y.data_ptr()),
+                                                                static_cast<const T*>(bias.data_ptr()), total, o, s);
   });
 }
 
@@ -409,16 +422,17 @@ const char* byte_ptr(const Tensor& t, int64_t elem_offset) {
 }
 
 /// Runs `dir` over the batch of x (N, C, H, W) and y (N, O, Ho, Wo) in chunks cuDNN takes (see
-/// chunk_size); w (O, C/g, kh, kw) is whole in every call. beta is 0 for the first chunk and
-/// `beta_after` for the others (1 to accumulate the chunks into a weight gradient).
+/// chunk_size); w (O, C/g, kh, kw) is whole in every call. beta is `beta_first` for the first chunk
+/// (1 to blend the forward onto a bias-filled output) and `beta_after` for the others (1 to
+/// accumulate the chunks into a weight gradient; the forward's chunks write disjoint outputs).
 void run_chunked(Direction dir, const Geometry& full, Device dev, cudaStream_t stream, const Tensor& x, const Tensor& w,
-                 const Tensor& y, double beta_after) {
+                 const Tensor& y, double beta_first, double beta_after) {
   const int64_t chunk = chunk_size(full);
   for (int64_t n0 = 0; n0 < full.n; n0 += chunk) {
     Geometry g = full;
     g.n = std::min(chunk, full.n - n0);
     run(dir, g, dev, stream, byte_ptr(x, n0 * g.c * g.h * g.w), w.data_ptr(), byte_ptr(y, n0 * g.o * g.ho * g.wo),
-        n0 == 0 ? 0.0 : beta_after);
+        n0 == 0 ? beta_first : beta_after);
   }
 }
 
@@ -437,12 +451,15 @@ void conv2d_forward_cuda(const Tensor& x, const Tensor& w, const Tensor& bias, c
         bias.device().str());
   }
   launch_on(out, [&](cudaStream_t stream) {
+    // out = bias, then out = conv + out inside cuDNN (beta = 1): one rounding where the kernel
+    // blends in f32 (see the top comment). Every chunk blends onto its own bias-filled rows.
+    if (bias.defined()) fill_bias(out, bias, stream);
     if (x.numel() == 0 || w.numel() == 0) {  // C == 0: an empty sum (cuDNN rejects zero sizes)
-      zero_fill(out, stream);
+      if (!bias.defined()) zero_fill(out, stream);
     } else {
-      run_chunked(Direction::Forward, full, out.device(), stream, x, w, out, 0.0);
+      const double beta = bias.defined() ? 1.0 : 0.0;
+      run_chunked(Direction::Forward, full, out.device(), stream, x, w, out, beta, beta);
     }
-    if (bias.defined()) add_bias(out, bias, stream);
   });
 }
 
@@ -453,7 +470,7 @@ void conv2d_backward_input_cuda(const Tensor& grad_out, const Tensor& w, const C
       geometry_of(w.dtype(), grad_x.shape(), w.shape(), grad_out.shape(), p, "conv2d_backward_input (cuda)");
   launch_on(grad_x, [&](cudaStream_t stream) {
     if (grad_out.numel() == 0 || w.numel() == 0) return zero_fill(grad_x, stream);  // no output depends on x
-    run_chunked(Direction::BackwardData, full, grad_x.device(), stream, grad_x, w, grad_out, 0.0);
+    run_chunked(Direction::BackwardData, full, grad_x.device(), stream, grad_x, w, grad_out, 0.0, 0.0);
   });
 }
 
@@ -465,7 +482,7 @@ void conv2d_backward_weight_cuda(const Tensor& grad_out, const Tensor& x, const 
       geometry_of(x.dtype(), x.shape(), grad_w.shape(), grad_out.shape(), p, "conv2d_backward_weight (cuda)");
   launch_on(grad_w, [&](cudaStream_t stream) {
     if (grad_out.numel() == 0 || x.numel() == 0) return zero_fill(grad_w, stream);  // empty batch or planes
-    run_chunked(Direction::BackwardFilter, full, grad_w.device(), stream, x, grad_w, grad_out, 1.0);
+    run_chunked(Direction::BackwardFilter, full, grad_w.device(), stream, x, grad_w, grad_out, 0.0, 1.0);
   });
 }
 

@@ -3,6 +3,8 @@
 // same exactly representable inputs. Both devices compute in f32 and round once, so two results
 // may fall on either side of a rounding boundary: one ulp of the low dtype, at most 2 unit
 // roundoffs relative (k = 2), plus the f32 floor of check_lp; exact cases (k = 0) stay exact.
+// Outputs a case lists in cuda_second_rounding (conv2d with a bias: cuDNN may round the bias-free
+// sum first) get the two-rounding bound derived at the top of low_precision_cases.h.
 // Casts of special values (ties, overflow, inf, NaN) must agree bit for bit.
 #include <catch2/catch.hpp>
 
@@ -37,7 +39,14 @@ TEST_CASE("cuda low precision: every CNN op in f16 and bf16 matches the CPU twin
         CHECK(gpu[i].device() == kGpu);
         CHECK(gpu[i].dtype() == cpu[i].dtype());
         const bool floating = is_floating(cpu[i].dtype());
-        check_lp(gpu[i].to(Device::cpu()), cpu[i], dt, floating && c.k != 0.0 ? 2.0 : 0.0);
+        double k = floating && c.k != 0.0 ? 2.0 : 0.0, extra = 0.0;
+        for (const SecondRounding& s : c.cuda_second_rounding) {
+          if (s.output != i) continue;
+          const double u = unit_roundoff(dt);
+          k = (3.0 + u) / (1.0 - u);
+          extra = u * (1.0 + u) * s.addend_bound;
+        }
+        check_lp(gpu[i].to(Device::cpu()), cpu[i], dt, k, extra);
       }
     }
   }

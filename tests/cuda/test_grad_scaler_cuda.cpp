@@ -55,7 +55,7 @@ TEST_CASE("CUDA unscale pass matches the CPU twin bit for bit, 71 tensors, mixed
       CHECK(flag_cpu.item<float>() == (bad_at >= 0 ? 1 : 0));
       for (size_t i = 0; i < cpu.size(); ++i) {
         INFO("tensor " << i);
-        check_same_bits(gpu[i], cpu[i]);
+        check_same_bits(gpu[i], cpu[i], NanBits::AnyPayload);  // the planted NaN went through a multiply
       }
     }
   }

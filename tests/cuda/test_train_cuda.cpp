@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ember/autograd/ops.h>
@@ -53,19 +54,72 @@ ExperimentConfig small_run(const std::string& device, const std::string& run_dir
   return c;
 }
 
-// Every entry of two state dicts: bit for bit when `bitwise`, else within rtol (plus atol).
-void check_state(const StateDict& a, const StateDict& b, bool bitwise, double rtol, double atol, const char* what) {
-  REQUIRE(a.size() == b.size());
-  for (const auto& [name, t] : a) {
-    INFO(what << " entry " << name << (bitwise ? " (bitwise)" : " (close)"));
+// A resumed GPU run can only end close to the uninterrupted one, not on it: cuDNN's backward
+// algorithms may sum with atomics, so two runs of the same steps can differ in the last bit of a
+// gradient, and SGD through six BatchNorms amplifies that chaotically (BatchNorm divides by the
+// batch std, ReLU and max-pool decisions flip, the BatchNorm biases are sums that nearly
+// cancel). No bound built from the f32 unit roundoff survives 8 such steps, so the yardstick is
+// what those steps did: each entry's change over epochs 2-3 in the uninterrupted run,
+// ||a - a@epoch1||, which a correct resume must reproduce and a broken one does not.
+//  * Rounding, amplified: the first run on an H200 ended about 2% of that change away in the
+//    parameters, 0.2% in the running statistics and 6-11% in the momentum buffers. On the CPU,
+//    with half the elements of the epoch-1 model moved by one ulp (8 draws): at most 3.1%, 0.3%
+//    and 14%. A momentum buffer is the last few gradients (0.9-weighted), so it follows the
+//    chaotic per-step gradient where a parameter integrates it.
+//  * A broken resume, on the CPU: zeroed momentum buffers leave every parameter 57-90% of that
+//    change away, another generator offset (other dropout masks) 31-72%, reset BatchNorm
+//    statistics every running statistic 35-42%; a wrong sampler position or learning rate changes
+//    the gradients outright.
+// So model entries must end within kModelShare = 10% of their change (3x the worst rounding seen,
+// a third of the smallest break) and optimizer entries within kOptimizerShare = 30% (2x the worst
+// rounding seen; the parameters carry the sharp check). kU * ||a|| (one f32 rounding per
+// element) only matters for an entry that barely changed.
+constexpr double kModelShare = 0.1;
+constexpr double kOptimizerShare = 0.3;
+constexpr double kU = 0x1p-24;  // f32 unit roundoff
+
+double distance(const std::vector<double>& x, const std::vector<double>& y) {
+  double s = 0.0;
+  for (size_t i = 0; i < x.size(); ++i) s += (x[i] - y[i]) * (x[i] - y[i]);
+  return std::sqrt(s);
+}
+double norm(const std::vector<double>& x) { return distance(x, std::vector<double>(x.size(), 0.0)); }
+
+// Every entry of `resumed` against the uninterrupted run `a`: bit for bit where `a` and its twin
+// `b` (a second uninterrupted run) agree bit for bit (integer entries and hyperparameters, and
+// every entry when this GPU's runs are deterministic); else within share * ||a - a1|| + kU *
+// ||a||, a1 being `a` at the checkpoint the resume started from. Returns the largest
+// ||resumed - a|| / ||a - a1|| seen, with its entry, for the log.
+std::pair<double, std::string> check_resumed(const StateDict& a, const StateDict& b, const StateDict& a1,
+                                             const StateDict& resumed, double share, const char* what) {
+  REQUIRE(b.size() == a.size());
+  REQUIRE(a1.size() == a.size());
+  REQUIRE(resumed.size() == a.size());
+  std::pair<double, std::string> worst{0.0, ""};
+  for (const auto& [name, ta] : a) {
+    INFO(what << " entry " << name << " " << ta.shape_str());
     REQUIRE(b.count(name) == 1);
-    if (bitwise) {
-      const bool same = ember::testing::bytes_of(t) == ember::testing::bytes_of(b.at(name));
+    REQUIRE(a1.count(name) == 1);
+    REQUIRE(resumed.count(name) == 1);
+    const Tensor& tr = resumed.at(name);
+    REQUIRE(tr.dtype() == ta.dtype());
+    REQUIRE(tr.sizes() == ta.sizes());
+    if (!is_floating(ta.dtype()) || ember::testing::bytes_of(ta) == ember::testing::bytes_of(b.at(name))) {
+      INFO("bitwise (the two uninterrupted runs agree on this entry bit for bit)");
+      const bool same = ember::testing::bytes_of(tr) == ember::testing::bytes_of(ta);
       CHECK(same);
-    } else {
-      ember::testing::check_close(b.at(name), ember::testing::to_f64(t), rtol, atol);
+      continue;
     }
+    const std::vector<double> va = ember::testing::to_f64(ta), v1 = ember::testing::to_f64(a1.at(name)),
+                              vr = ember::testing::to_f64(tr);
+    const double change = distance(va, v1), off = distance(vr, va);
+    const double bound = share * change + kU * norm(va);
+    INFO("||resumed - a|| = " << off << ", change over the resumed epochs ||a - a1|| = " << change << ", bound "
+                              << share << " * change + u * ||a|| = " << bound);
+    CHECK(off <= bound);
+    if (off / change > worst.first) worst = {off / change, name};
   }
+  return worst;
 }
 
 }  // namespace
@@ -165,19 +219,22 @@ TEST_CASE("cuda trainer: a run on cuda:0 resumed from an epoch checkpoint ends l
 
   const Checkpoint a = load_checkpoint(dir.file("straight_last.ckpt"));
   const Checkpoint b = load_checkpoint(dir.file("b") + "/checkpoints/last.ckpt");
+  const Checkpoint a1 = load_checkpoint(dir.file("epoch_1.ckpt"));
   const Checkpoint resumed = load_checkpoint(dir.file("a") + "/checkpoints/last.ckpt");
   CHECK(resumed.epoch == 3);
   CHECK(resumed.global_step == a.global_step);
   CHECK(resumed.sampler_position == a.sampler_position);
   CHECK(resumed.rng == a.rng);
-  check_state(a.scheduler, resumed.scheduler, true, 0, 0, "scheduler");
-  check_state(a.sampler, resumed.sampler, true, 0, 0, "sampler");
+  ember::testing::require_identical(a.scheduler, resumed.scheduler, "scheduler");
+  ember::testing::require_identical(a.sampler, resumed.sampler, "sampler");
   // cuDNN may pick non-deterministic (atomic) backward algorithms: when two uninterrupted runs
-  // agree bit for bit, the resumed run must too; otherwise as closely as f32 rounding carried
-  // through 12 SGD steps of lr <= 0.02 allows (the CPU twin of this test is bitwise).
-  bool deterministic = true;
-  for (const auto& [name, t] : a.model)
-    deterministic = deterministic && ember::testing::bytes_of(t) == ember::testing::bytes_of(b.model.at(name));
-  check_state(a.model, resumed.model, deterministic, 1e-4, 1e-6, "model");
-  check_state(a.optimizer, resumed.optimizer, deterministic, 1e-4, 1e-6, "optimizer");
+  // agree bit for bit, the resumed run must too (the CPU twin of this test is bitwise); otherwise
+  // it must end close to `a` measured against what epochs 2-3 did (check_resumed, kModelShare).
+  const auto worst_model = check_resumed(a.model, b.model, a1.model, resumed.model, kModelShare, "model");
+  const auto worst_optim =
+      check_resumed(a.optimizer, b.optimizer, a1.optimizer, resumed.optimizer, kOptimizerShare, "optimizer");
+  if (!worst_model.second.empty() || !worst_optim.second.empty())
+    WARN("runs on this GPU are not bit-reproducible; ||resumed - a|| / ||a - a@epoch1|| at most "
+         << worst_model.first << " (model, " << worst_model.second << "; bound " << kModelShare << "), "
+         << worst_optim.first << " (optimizer, " << worst_optim.second << "; bound " << kOptimizerShare << ")");
 }

@@ -13,8 +13,8 @@ hide the others.
 
 phases
   build              configure (CUDA on, this GPU's architecture only) and build only what the
-                     GPU run needs: ember_cuda_tests, bench_cuda_ops, bench_mnist_train,
-                     bench_data_parallel, ember-train. Incremental: a no-op when nothing changed.
+                     GPU run needs: ember_cuda_tests, bench_cuda_ops, bench_gpu_train,
+                     bench_mnist_train, bench_data_parallel, ember-train. Incremental: a no-op when nothing changed.
   test [GROUP...]    the [cuda] tests, one process per group, so an illegal address or a hang in
                      one group leaves the others running. A group is a test file:
                      core stream copy elementwise reduce random index softmax matmul conv pool
@@ -22,8 +22,9 @@ phases
                      shows them; a new file is a new group). No GROUP: every group. A GROUP
                      starting with '[' is a Catch2 tag expression run as one group. Catch2
                      arguments after `--` go to every group (e.g. -- "cuda softmax*" -s).
-  bench              bench_cuda_ops, bench_mnist_train, bench_data_parallel ({cuda:0, cuda:0}) and a
-                     2-epoch ember-train on cuda:0.
+  bench              bench_cuda_ops and bench_gpu_train (each beside PyTorch on the same GPU, through
+                     bench/peers/torch_gpu.py), bench_mnist_train, bench_data_parallel ({cuda:0,
+                     cuda:0}) and a 2-epoch ember-train on cuda:0.
   list               the groups and their test counts.
   test and bench build first what they need (a fresh machine starts bare; an up-to-date build
   costs a second). Phases run in the order given; each stops starting new work once the call's
@@ -121,7 +122,14 @@ configured=no
 configure() {
   [ $configured = yes ] && return 0
   local args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON -DEMBER_TEST_ONLY=)
-  if [ -d .gpu-deps ]; then args+=(-DCMAKE_PREFIX_PATH="$PWD/.gpu-deps" -DZLIB_ROOT="$PWD/.gpu-deps"); fi
+  if [ -d .gpu-deps ]; then
+    args+=(-DCMAKE_PREFIX_PATH="$PWD/.gpu-deps" -DZLIB_ROOT="$PWD/.gpu-deps")
+    # The staged libz.a is not position-independent and cannot go into libember.so: link the
+    # machine's own libz.so.1 (every distribution has it) with the staged header.
+    local libz
+    libz=$(ldconfig -p 2>/dev/null | grep -m1 -E 'libz\.so\.1 .*x86-64' | sed -E 's/.*=> //')
+    [ -n "$libz" ] && args+=(-DZLIB_LIBRARY="$libz" -DZLIB_INCLUDE_DIR="$PWD/.gpu-deps/include")
+  fi
   # This GPU's architecture only (much faster than the default list).
   local cc
   if cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1) && [ -n "$cc" ]; then
@@ -166,11 +174,17 @@ known_groups() {
     sort -u
 }
 
-tag_of() {  # group name -> Catch2 tag expression
+listed_tags=""
+tag_of() {  # group name -> Catch2 tag expression: the file's tag as the binary lists it
   case "$1" in
-    \[*) echo "$1" ;;
-    *) echo "[#test_$1_cuda]" ;;
+    \[*) echo "$1"; return ;;
   esac
+  [ -n "$listed_tags" ] || listed_tags=$("$tests_bin" -# --list-tags 2>/dev/null)
+  if grep -qF "[#test_$1]" <<<"$listed_tags" && ! grep -qF "[#test_$1_cuda]" <<<"$listed_tags"; then
+    echo "[#test_$1]"  # a file named without the _cuda suffix
+  else
+    echo "[#test_$1_cuda]"
+  fi
 }
 
 # run_group NAME: one process; classifies its exit and counts.
@@ -191,7 +205,8 @@ run_group() {
   last=$(grep -E '^[0-9.]+ s: ' "$log" | tail -n 1 | sed -E 's/^[0-9.]+ s: //' | cut -c1-70)
   last="after \"${last:-(none finished)}\""
   case $rc in
-    0) result=passed ;;
+    0)  # Catch2 exits 0 when its expression matched nothing: that is no evidence
+      if grep -q '^No test cases matched' "$log"; then result="NO TESTS"; else result=passed; fi ;;
     77) result="SKIPPED" detail=$(grep -m1 '^SKIPPED' "$log") ;;
     124|137) result=TIMEOUT detail="killed at ${limit} s, $last" ;;
     *)
@@ -250,12 +265,13 @@ run_program() {  # NAME CMD...
 }
 
 phase_bench() {
-  build_targets build-bench bench_cuda_ops bench_mnist_train bench_data_parallel ember-train || return
-  run_program bench_cuda_ops "$build/bin/bench_cuda_ops"
-  run_program bench_mnist_train "$build/bin/bench_mnist_train"
-  run_program bench_data_parallel "$build/bin/bench_data_parallel"
+  build_targets build-bench bench_cuda_ops bench_gpu_train bench_mnist_train bench_data_parallel ember-train || return
   local data_dir=/usr/share/datasets/fashion-mnist
   [ -d .gpu-deps/data/fashion-mnist ] && data_dir=$PWD/.gpu-deps/data/fashion-mnist
+  run_program bench_cuda_ops "$build/bin/bench_cuda_ops"
+  run_program bench_gpu_train "$build/bin/bench_gpu_train" --data "$data_dir"
+  run_program bench_mnist_train "$build/bin/bench_mnist_train"
+  run_program bench_data_parallel "$build/bin/bench_data_parallel"
   rm -rf "$build/gpu-run"
   run_program ember-train "$build/bin/ember-train" configs/mnist_cnn.json device=cuda data.path="$data_dir" epochs=2 \
     early_stop.target_accuracy=null output.run_dir="$build/gpu-run"
@@ -272,7 +288,8 @@ for p in "${phases[@]}"; do
   name=${words[0]}
   args=("${words[@]:1}")
   case $name in
-    build) build_targets build ember_cuda_tests bench_cuda_ops bench_mnist_train bench_data_parallel ember-train ;;
+    build) build_targets build ember_cuda_tests bench_cuda_ops bench_gpu_train bench_mnist_train bench_data_parallel \
+      ember-train ;;
     test) phase_test "${args[@]}" ;;
     bench) phase_bench ;;
     list) phase_list ;;
@@ -291,7 +308,11 @@ summary() {
   done
   if [ -f "$logdir/bench_cuda_ops.log" ]; then
     echo "-- bench_cuda_ops"
-    grep -E '^(op|-|cuda|add|sum|softmax|caching|alloc|check)' "$logdir/bench_cuda_ops.log" || true
+    grep -E '^(op|-|cuda|add|sum|softmax|cross|adam|caching|alloc|check)' "$logdir/bench_cuda_ops.log" || true
+  fi
+  if [ -f "$logdir/bench_gpu_train.log" ]; then
+    echo "-- bench_gpu_train (ember beside PyTorch)"
+    sed -n '/^workload/,$p' "$logdir/bench_gpu_train.log"
   fi
   if [ -f "$logdir/bench_mnist_train.log" ]; then
     echo "-- bench_mnist_train (GPU part)"

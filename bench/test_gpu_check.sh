@@ -12,7 +12,7 @@ cat >"$work/build/bin/ember_cuda_tests" <<'EOF'
 # Fake Catch2 program: `-# --list-tags`, or `-# --durations yes <tag expression> ...`.
 if [ "$2" = "--list-tags" ]; then
   printf 'All available tags:\n   2  [#test_core_cuda]\n   1  [#test_softmax_cuda]\n   1  [#test_zeta_cuda]\n'
-  printf '   1  [#test_hang_cuda]\n   5  [cuda]\n5 tags\n'
+  printf '   1  [#test_hang_cuda]\n   1  [#test_plain]\n   6  [cuda]\n6 tags\n'
   exit 0
 fi
 echo "blocking=${CUDA_LAUNCH_BLOCKING:-0}"
@@ -21,9 +21,10 @@ case "$4" in
   "[#test_softmax_cuda]") echo "  FAILED:"; echo "test cases: 1 | 1 failed"; exit 1 ;;
   "[#test_zeta_cuda]") echo "0.20 s: zeta first"; kill -SEGV $$ ;;
   "[#test_hang_cuda]") exec sleep 60 ;;
+  "[#test_plain]") echo "All tests passed (3 assertions in 1 test case)"; exit 0 ;;
 esac
 echo "No test cases matched '$4'"
-exit 2
+exit 0  # as Catch2 v2 does
 EOF
 chmod +x "$work/build/bin/ember_cuda_tests"
 
@@ -56,6 +57,10 @@ expect "what did not fit is named" '^test core +NOT RUN .*time budget' "$work/bu
 bash "$here/gpu_check.sh" --no-build --build-dir "$work/build" test core '[cuda]' >"$work/ok" 2>&1 &&
   { echo "FAILED: an unmatched expression counted as passed"; fail=1; }
 expect "selected groups only" '^test core +passed' "$work/ok"
+expect "an expression that matched nothing is no pass" '^test \[cuda\] +NO TESTS' "$work/ok"
+bash "$here/gpu_check.sh" --no-build --build-dir "$work/build" test plain >"$work/plain" 2>&1 ||
+  { echo "FAILED: a file tagged without the _cuda suffix did not run"; fail=1; }
+expect "a file without the _cuda suffix runs by its own tag" '^test plain +passed .*3 assertions' "$work/plain"
 grep -q '^test softmax' "$work/ok" && { echo "FAILED: a group that was not asked for ran"; fail=1; }
 bash "$here/gpu_check.sh" --help | grep -q 'the sequence for a session with a GPU' ||
   { echo "FAILED: --help does not document the sequence"; fail=1; }

@@ -1,10 +1,14 @@
-// GPU bandwidth of ember's elementwise add, sum and softmax beside a device-to-device cudaMemcpy of
-// the same size, and the caching allocator's alloc+free beside cudaMalloc+cudaFree, in one run.
+// GPU bandwidth of ember's elementwise add, sum, softmax, cross-entropy and fused Adam step beside a
+// device-to-device cudaMemcpy of the same size and beside PyTorch's same ops on the same GPU
+// (bench/peers/torch_gpu.py ops), and the caching allocator's alloc+free beside cudaMalloc+cudaFree,
+// in one run.
 //
 // Timing: CUDA events on the current stream around `kIters` back-to-back launches, after a warm-up;
 // the figure is the median over `reps` such windows. GB/s counts bytes read plus bytes written:
 // add 3 * n * 4, sum n * 4 (the scalar written is negligible), softmax 2 * n * 4 (one read, one
-// write: what a fused kernel needs), memcpy 2 * n * 4. The target for every op is >= 80% of memcpy.
+// write: what a fused kernel needs), cross-entropy n * 4 (the logits read once; the per-row loss
+// written is negligible), Adam 7 * n * 4 (p, g, m, v read; p, m, v written), memcpy 2 * n * 4.
+// The target for every op is >= 80% of memcpy.
 // Allocator rows are host wall-clock per alloc+free pair (both are host-side calls).
 // Exits 77 ("skipped" for CTest) with a message when no GPU is usable.
 // Flags: --quick (one size, few repetitions).
@@ -12,6 +16,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <string>
 #include <vector>
 
 #include <ember/core/caching_allocator.h>
@@ -19,6 +25,7 @@
 #include <ember/core/stream.h>
 #include <ember/kernels/elementwise.h>
 #include <ember/kernels/factory.h>
+#include <ember/kernels/optim.h>
 #include <ember/kernels/reduce.h>
 #include <ember/kernels/softmax.h>
 #include "bench_util.h"
@@ -85,6 +92,7 @@ int main(int argc, char** argv) {
 
   bench::Table table({"op", "elements", "time (us)", "GB/s", "vs memcpy", "target >= 80%"});
   bool all_ok = true;
+  std::map<std::string, double> largest_gbs;  // op -> GB/s at the largest size, beside the peer
   const std::vector<int64_t> sizes = quick ? std::vector<int64_t>{1 << 24} : std::vector<int64_t>{1 << 24, 1 << 26};
   for (int64_t n : sizes) {
     manual_seed(7);
@@ -98,10 +106,11 @@ int main(int argc, char** argv) {
       CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), a.data_ptr(), n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
     });
     const double memcpy_gbs = 2.0 * n * elem / (memcpy_ms * 1e-3) / 1e9;
-    auto row = [&](const char* name, double bytes, double ms, bool has_target) {
+    auto row = [&](const std::string& name, double bytes, double ms, bool has_target) {
       const double gbs = bytes / (ms * 1e-3) / 1e9, frac = gbs / memcpy_gbs;
       const bool ok = frac >= 0.8;
       if (has_target) all_ok = all_ok && ok;
+      if (n == sizes.back()) largest_gbs[name] = gbs;
       table.add({name, fmt("%lld", static_cast<long long>(n)), fmt("%.1f", ms * 1e3), fmt("%.0f", gbs),
                  fmt("%.0f%%", 100 * frac), has_target ? (ok ? "yes" : "NO") : "-"});
     };
@@ -115,8 +124,46 @@ int main(int argc, char** argv) {
         median_ms(stream, reps, [&] { keep = kernels::reduce(kernels::ReduceOp::Sum, a); }), true);
     row("softmax (rows of 4096)", 2.0 * n * elem, median_ms(stream, reps, [&] { keep = kernels::softmax(rows, -1); }),
         true);
+    std::vector<int64_t> targets(static_cast<size_t>(n / cols));
+    for (size_t i = 0; i < targets.size(); ++i) targets[i] = static_cast<int64_t>((i * 131) % cols);
+    const Tensor target = from_vector(targets, {n / cols}, {.device = dev});
+    kernels::CrossEntropyRows ce;
+    row("cross_entropy (rows of 4096)", 1.0 * n * elem,
+        median_ms(stream, reps, [&] { ce = kernels::cross_entropy_rows(rows, target); }), true);
+    // Adam over one parameter of n elements: reads p, g, m, v; writes p, m, v.
+    Tensor p = randn({n}, {.device = dev}), g = randn({n}, {.device = dev});
+    Tensor m = zeros({n}, {.device = dev}), v = zeros({n}, {.device = dev});
+    int64_t step = 0;
+    row("adam step (fused)", 7.0 * n * elem,
+        median_ms(stream, reps,
+                  [&] {
+                    kernels::adam_step({{.param = p, .grad = g, .exp_avg = m, .exp_avg_sq = v, .step = ++step}},
+                                       {.lr = 1e-3});
+                  }),
+        true);
   }
   table.print();
+
+  // PyTorch on the same GPU, same sizes (its largest), same byte counts.
+  std::printf("\nPyTorch peer (bench/peers/torch_gpu.py ops), same GPU, same run:\n");
+  const auto peer = bench::run_torch_peer(quick ? "ops --quick" : "ops");
+  bench::Table vs(
+      {"op, 2^" + std::to_string(quick ? 24 : 26) + " f32 elements", "ember GB/s", "PyTorch GB/s", "ember / PyTorch"});
+  const std::vector<std::pair<std::string, std::string>> pairs = {{"cudaMemcpy D2D", "copy_gbs"},
+                                                                  {"add", "add_gbs"},
+                                                                  {"add (into out)", "add_out_gbs"},
+                                                                  {"sum (all)", "sum_gbs"},
+                                                                  {"softmax (rows of 4096)", "softmax_gbs"},
+                                                                  {"cross_entropy (rows of 4096)", "cross_entropy_gbs"},
+                                                                  {"adam step (fused)", "adam_fused_gbs"}};
+  for (const auto& [name, key] : pairs) {
+    const double e = largest_gbs[name];
+    const auto it = peer.find(key);
+    vs.add({name + (key == "copy_gbs" ? " (PyTorch: copy_)" : ""), fmt("%.0f", e),
+            bench::peer_figure(peer, key, "%.0f"), it == peer.end() ? "-" : fmt("%.2f", e / it->second)});
+  }
+  vs.add({"adam step (PyTorch foreach, its default)", "", bench::peer_figure(peer, "adam_foreach_gbs", "%.0f"), ""});
+  vs.print();
 
   // The figures mean nothing if the kernels computed something else: compare with the CPU twins
   // (add exact up to rounding; sum over n terms and softmax with f32 tolerances).

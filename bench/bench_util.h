@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,48 @@ class Table {
  private:
   std::vector<std::vector<std::string>> rows_;
 };
+
+/// Runs the PyTorch peer script bench/peers/torch_gpu.py with `args` (in the same run as ember's
+/// figures) and returns its `peer <key> <value>` lines as a map; its other lines are echoed. An
+/// empty map when the peer cannot run (no python3/torch, no GPU, or EMBER_BENCH_PEER=0).
+/// EMBER_PEER_PYTHON picks the interpreter (default python3).
+inline std::map<std::string, double> run_torch_peer(const std::string& args) {
+  std::map<std::string, double> out;
+  const char* off = std::getenv("EMBER_BENCH_PEER");
+  if (off != nullptr && std::string(off) == "0") return out;
+#ifdef EMBER_SOURCE_DIR
+  const char* py = std::getenv("EMBER_PEER_PYTHON");
+  const std::string cmd = std::string(py != nullptr ? py : "python3") + " " + EMBER_SOURCE_DIR +
+                          "/bench/peers/torch_gpu.py " + args + " 2>&1";
+  std::fflush(stdout);
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return out;
+  char line[512];
+  while (std::fgets(line, sizeof line, pipe) != nullptr) {
+    char key[128];
+    double value = 0;
+    if (std::sscanf(line, "peer %127s %lf", key, &value) == 2) {
+      out[key] = value;
+    } else if (line[0] != '\n') {
+      std::printf("  | %s", line);
+    }
+  }
+  const int status = pclose(pipe);
+  if (status != 0) std::printf("  | (the peer exited with status %d)\n", status);
+#else
+  (void)args;
+#endif
+  return out;
+}
+
+/// A peer's figure as text, or "-" when it has none.
+inline std::string peer_figure(const std::map<std::string, double>& peer, const std::string& key, const char* f) {
+  const auto it = peer.find(key);
+  if (it == peer.end()) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, it->second);
+  return buf;
+}
 
 /// printf-style formatting into a std::string.
 template <typename... Args> std::string fmt(const char* f, Args... args) {

@@ -5,7 +5,8 @@
 //   cifar [--data DIR] [--dataset cifar10|cifar100|synthetic] [--model cifar_cnn|resnet18|wide_resnet]
 //         [--depth N] [--widen N] [--epochs N] [--batch-size N] [--lr X] [--device D] [--seed N]
 //         [--limit-train N] [--limit-test N] [--workers N] [--checkpoint-dir DIR] [--resume FILE]
-//         [--metrics-out FILE] [--accumulation-steps N] [--data-parallel [--devices LIST]]
+//         [--metrics-out FILE] [--precision fp32|bf16|fp16] [--accumulation-steps N]
+//         [--data-parallel [--devices LIST]]
 //
 // The recipe is the common CIFAR one: random crop 32 with 4 pixels of zero padding and random
 // horizontal flips on the training images (CIFAR only), per-channel normalization; SGD with Nesterov momentum
@@ -43,6 +44,7 @@
 
 #include "example_cli.h"  // examples/common: flags, evaluate(), epoch lines, checkpoints
 #include "example_parallel.h"  // examples/common: DataParallel, DDP, gradient accumulation
+#include "example_precision.h"  // examples/common: --precision (autocast, gradient scaler)
 
 using namespace ember;
 namespace ex = ember_examples;
@@ -80,6 +82,7 @@ struct Options {
   int64_t limit_train = 0, limit_test = 0;  // 0: the whole split
   int64_t workers = 2;
   std::string checkpoint_dir, resume, metrics_out;
+  std::string precision = "fp32";  // --precision (examples/common/example_precision.h)
   ex::ParallelFlags parallel;
 };
 
@@ -103,7 +106,7 @@ const std::string kUsage =
     "  --checkpoint-dir DIR  write DIR/epoch_N.ckpt and DIR/last.ckpt after every epoch\n"
     "  --resume FILE         continue from a checkpoint written by --checkpoint-dir\n"
     "  --metrics-out FILE    append one JSON line per epoch to FILE\n" +
-    ex::parallel_usage("cifar");
+    ex::precision_usage() + ex::parallel_usage("cifar");
 
 std::string one_of(const std::string& flag, const std::string& v, const std::vector<std::string>& allowed) {
   std::string list;
@@ -149,6 +152,7 @@ Options parse(int argc, char** argv) {
       {"--resume", [&](auto&, auto& v) { o.resume = v; }},
       {"--metrics-out", [&](auto&, auto& v) { o.metrics_out = v; }},
   };
+  ex::add_precision_flag(flags, o.precision);
   ex::add_parallel_flags(flags, o.parallel);
   ex::parse_flags(argc, argv, kUsage, flags);
   if (o.model == "wide_resnet" && (o.depth - 4) % 6 != 0)
@@ -226,6 +230,8 @@ int run(const Options& o) {
   // One device, DataParallel, or one rank of a DDP job (then this joins the job first).
   ex::ParallelRun par = ex::setup_parallel(o.device, o.parallel);
   const Device dev = par.device;
+  // fp32, or autocast to bf16 / f16 around each forward (fp16 with a gradient scaler).
+  ex::MixedPrecision precision(o.precision, dev.type(), par.group, par.mode == ex::ParallelRun::Mode::data_parallel);
   if (par.is_main() && !o.metrics_out.empty()) ex::check_metrics_out(o.metrics_out);
   manual_seed(o.seed);
   const Data d = load_data(o);
@@ -271,7 +277,7 @@ int run(const Options& o) {
   optim::CosineAnnealingLR sched(opt, {.T_max = o.epochs * steps_per_epoch});
 
   // What a checkpoint saves and --resume restores.
-  const ex::TrainingState state{*model, opt, sched, train_loader};
+  const ex::TrainingState state{*model, opt, sched, train_loader, precision.scaler()};
 
   int64_t done_epochs = 0, global_step = 0;
   if (!o.resume.empty()) {  // every rank reads it
@@ -284,6 +290,7 @@ int run(const Options& o) {
                     "'");
     }
     const std::string note = ex::restore_checkpoint(state, ck);
+    precision.resumed();
     done_epochs = ck.epoch;
     global_step = ck.global_step;
     if (par.is_main()) {
@@ -298,10 +305,10 @@ int run(const Options& o) {
                 static_cast<long long>(ex::count_parameters(*model)), dev.str().c_str(), o.dataset.c_str(),
                 static_cast<long long>(d.train->size()), static_cast<long long>(d.test->size()),
                 o.data.empty() ? "" : " from ", o.data.c_str());
-    std::printf("cifar: SGD lr %.6g nesterov momentum %.1f wd %.0e, cosine over %lld epochs (%lld steps); batch %s\n",
+    std::printf("cifar: SGD lr %.6g nesterov momentum %.1f wd %.0e, cosine over %lld epochs (%lld steps); batch %s%s\n",
                 o.lr, kMomentum, kWeightDecay, static_cast<long long>(o.epochs),
                 static_cast<long long>(o.epochs * steps_per_epoch),
-                ex::batch_text(par, o.batch_size, o.parallel.accumulation_steps).c_str());
+                ex::batch_text(par, o.batch_size, o.parallel.accumulation_steps).c_str(), precision.describe().c_str());
     if (done_epochs >= o.epochs)
       std::printf("cifar: the checkpoint has %lld epochs done, --epochs %lld: nothing to train\n",
                   static_cast<long long>(done_epochs), static_cast<long long>(o.epochs));
@@ -320,7 +327,7 @@ int run(const Options& o) {
     for (auto& batch : train_loader) {
       // Zero the gradients, forward, backward (averaged over the ranks under DDP), and every
       // --accumulation-steps batches an optimizer step (ex::train_batch).
-      const auto [loss, stepped] = ex::train_batch(*net, opt, par, accumulation, i++, batch);
+      const auto [loss, stepped] = ex::train_batch(*net, opt, par, accumulation, precision, i++, batch);
       if (stepped) {
         sched.step();  // per step: the cosine is smooth within an epoch
         ++global_step;
@@ -346,13 +353,15 @@ int run(const Options& o) {
                                  .images_per_second = static_cast<double>(trained) / seconds,
                                  .lr = lr,
                                  .eval_seconds = eval_seconds};
+    const ex::EpochResult reported = precision.end_epoch(result);  // fp16: adds the loss scale, skips
     if (par.is_main())
-      ex::report_epoch(result, o.epochs, /*epoch_width=*/3, o.metrics_out, o.checkpoint_dir, state, global_step,
+      ex::report_epoch(reported, o.epochs, /*epoch_width=*/3, o.metrics_out, o.checkpoint_dir, state, global_step,
                        {{"model", model_label(o)},
                         {"dataset", o.dataset},
                         {"batch_size", std::to_string(o.batch_size)},
                         {"world_size", std::to_string(par.world_size())},
                         {"accumulation_steps", std::to_string(o.parallel.accumulation_steps)},
+                        {"precision", o.precision},
                         {"seed", std::to_string(o.seed)},
                         {"limit_train", std::to_string(o.limit_train)},
                         {"data", o.data}});

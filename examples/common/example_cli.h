@@ -9,6 +9,7 @@
 // path). The training loop itself is not here: each example keeps its own, in view.
 #include <ember/ember.h>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -230,20 +232,29 @@ struct EpochResult {
   double images_per_second = 0;  // training images / seconds
   double lr = 0;  // at the epoch's first step
   double eval_seconds = 0;  // the test pass
+  double loss_scale = 0;  // --precision fp16: the gradient scaler's scale at the epoch's end; 0 otherwise
+  int64_t skipped_steps = 0;  // --precision fp16: optimizer steps skipped in the epoch (a gradient not finite)
 };
 
-/// "epoch  E/EPOCHS  train_loss ...  images/s", E right-aligned in EPOCH_WIDTH characters.
+/// "epoch  E/EPOCHS  train_loss ...  images/s", E right-aligned in EPOCH_WIDTH characters; under
+/// fp16 followed by "  scale S, N skipped".
 inline std::string epoch_line(const EpochResult& r, int64_t epochs, int epoch_width) {
   char buf[512];
   std::snprintf(buf, sizeof(buf),
                 "epoch %*lld/%lld  train_loss %.4f  test_loss %.4f  test_acc %.4f  lr %.4g  %.1f s  %.0f images/s",
                 epoch_width, static_cast<long long>(r.epoch), static_cast<long long>(epochs), r.train_loss, r.test.loss,
                 r.test.accuracy, r.lr, r.seconds, r.images_per_second);
-  return buf;
+  std::string line = buf;
+  if (r.loss_scale > 0) {
+    std::snprintf(buf, sizeof(buf), "  scale %g, %lld skipped", r.loss_scale, static_cast<long long>(r.skipped_steps));
+    line += buf;
+  }
+  return line;
 }
 
 /// The --metrics-out line: epoch, train_loss, test_loss, test_acc, epoch_seconds,
-/// images_per_second, lr, eval_seconds, in that order (tests and scripts read these fields).
+/// images_per_second, lr, eval_seconds, in that order (tests and scripts read these fields); under
+/// fp16 then loss_scale and skipped_steps.
 inline std::string json_line(const EpochResult& r) {
   char buf[512];
   std::snprintf(buf, sizeof(buf),
@@ -251,14 +262,36 @@ inline std::string json_line(const EpochResult& r) {
                 "\"epoch_seconds\": %.3f, \"images_per_second\": %.1f, \"lr\": %.6g, \"eval_seconds\": %.3f}",
                 static_cast<long long>(r.epoch), r.train_loss, r.test.loss, r.test.accuracy, r.seconds,
                 r.images_per_second, r.lr, r.eval_seconds);
-  return buf;
+  std::string line = buf;
+  if (r.loss_scale > 0) {
+    line.pop_back();  // the closing brace
+    std::snprintf(buf, sizeof(buf), ", \"loss_scale\": %g, \"skipped_steps\": %lld}", r.loss_scale,
+                  static_cast<long long>(r.skipped_steps));
+    line += buf;
+  }
+  return line;
 }
 
-/// Appends LINE and a newline to the --metrics-out file FILE; an Error naming FILE if it cannot.
+/// Appends LINE and a newline to the --metrics-out file FILE with one write(2) of the whole line
+/// (a crash leaves the line whole or absent), checking the write and the close: a full disk or a
+/// failing device is an Error naming FILE and the system's reason, not a lost line.
 inline void append_metrics_line(const std::string& file, const std::string& line) {
-  std::ofstream m(file, std::ios::app);
-  m << line << "\n";
-  if (!m) throw ember::Error("cannot append to --metrics-out " + file);
+  const std::string text = line + "\n";
+  const int fd = ::open(file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) throw ember::Error("--metrics-out " + file + ": cannot open it for appending: " + std::strerror(errno));
+  size_t done = 0;
+  int err = 0;
+  while (done < text.size()) {
+    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      err = w < 0 ? errno : EIO;
+      break;
+    }
+    done += static_cast<size_t>(w);
+  }
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) throw ember::Error("--metrics-out " + file + ": cannot append the epoch's line: " + std::strerror(err));
 }
 
 /// Creates FILE's folder and checks that FILE can be appended to, so that a bad --metrics-out
@@ -311,6 +344,7 @@ struct TrainingState {
   ember::optim::Optimizer& optimizer;
   ember::optim::LRScheduler& scheduler;
   ember::data::DataLoader& train_loader;  // its sampler's position and shuffling state
+  ember::amp::GradScaler& scaler;  // saved and restored when enabled (--precision fp16)
 };
 
 /// CK's metadata value for KEY, or FALLBACK when it has none.
@@ -329,6 +363,7 @@ inline ember::serialize::Checkpoint capture_checkpoint(const TrainingState& s, i
   ck.optimizer = s.optimizer.state_dict();
   ck.scheduler = s.scheduler.state_dict();
   ck.sampler = s.train_loader.state_dict();
+  if (s.scaler.is_enabled()) ck.grad_scaler = s.scaler.state_dict();
   ember::serialize::capture_rng(ck);
   ck.epoch = epoch;
   ck.global_step = global_step;
@@ -377,14 +412,23 @@ inline std::string restore_sampler(ember::data::DataLoader& loader, const ember:
 /// Loads CK into S and the default RNG: the next epoch then runs as it would have without the
 /// interruption (in a multi-process run, on every rank: the model and optimizer state are the
 /// plain model's, the same on every rank, and each rank takes its own share of the next epoch).
-/// The caller checks CK's metadata first (model, dataset) to give a clear message. Returns
-/// restore_sampler()'s note ("" when there is none).
+/// The caller checks CK's metadata first (model, dataset) to give a clear message. The gradient
+/// scaler's state is restored when this run scales (fp16) and CK has one (an fp16 run's); a
+/// checkpoint without one (fp32 or bf16) starts the scaler afresh. Returns restore_sampler()'s note,
+/// and a note on a change of precision ("" when there is none).
 inline std::string restore_checkpoint(const TrainingState& s, const ember::serialize::Checkpoint& ck) {
   s.model.load_state_dict(ck.model);
   s.optimizer.load_state_dict(ck.optimizer);
   s.scheduler.load_state_dict(ck.scheduler);
+  if (s.scaler.is_enabled() && !ck.grad_scaler.empty()) s.scaler.load_state_dict(ck.grad_scaler);
   std::string note = restore_sampler(s.train_loader, ck.sampler);
   ember::serialize::restore_rng(ck);
+  if (s.scaler.is_enabled() && ck.grad_scaler.empty()) {
+    char scale[160];
+    std::snprintf(scale, sizeof(scale), "the checkpoint has no loss scale (not an fp16 run): the scale starts at %g",
+                  s.scaler.scale());
+    note += (note.empty() ? "" : "; ") + std::string(scale);
+  }
   return note;
 }
 

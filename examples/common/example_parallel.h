@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "example_cli.h"
+#include "example_precision.h"
 
 namespace ember_examples {
 
@@ -273,21 +274,31 @@ class Accumulation {
 };
 
 /// One training batch (index I of the epoch): zeroes the gradients when it starts an optimizer
-/// step, runs NET on BATCH and backward of the cross-entropy (scaled for accumulation; under DDP
-/// without reducing the gradients unless the batch ends a step), and steps OPT when it ends one.
-/// Returns the batch's loss (0-d, unscaled, still holding its graph) and whether OPT stepped.
+/// step, runs NET on BATCH (under PRECISION's autocast) and backward of the cross-entropy (scaled
+/// for accumulation and, under fp16, by the loss scale; under DDP without reducing the gradients
+/// unless the batch ends a step), and when the batch ends a step, steps OPT through the scaler
+/// (skipped under fp16 when a gradient is not finite) and updates the scale. Returns the batch's
+/// loss (0-d f32, unscaled, still holding its graph) and whether the batch ended a step (skipped
+/// or not: the schedule and the step count follow the batches, as in ember-train).
 inline std::pair<ember::Tensor, bool> train_batch(ember::layers::Module& net, ember::optim::Optimizer& opt,
-                                                  const ParallelRun& run, const Accumulation& accumulation, int64_t i,
+                                                  const ParallelRun& run, const Accumulation& accumulation,
+                                                  MixedPrecision& precision, int64_t i,
                                                   const ember::data::Batch& batch) {
   if (accumulation.starts_step(i)) opt.zero_grad();
   const bool step = accumulation.ends_step(i);
   ember::Tensor loss;
   {
     auto no_sync = run.no_sync_unless(step);  // DDP: reduce the gradients once per step
-    loss = ember::layers::cross_entropy(net.forward(batch.input), batch.target);  // 0-d
-    accumulation.scaled(loss, i).backward();
+    {
+      auto low = precision.autocast();  // the forward and the loss only (docs/amp.md)
+      loss = ember::layers::cross_entropy(net.forward(batch.input), batch.target);  // 0-d, f32
+    }
+    precision.scaler().scale(accumulation.scaled(loss, i)).backward();
   }
-  if (step) opt.step();
+  if (step) {
+    precision.scaler().step(opt);  // opt.step(), or skipped (fp16, a gradient not finite)
+    precision.scaler().update();
+  }
   return {loss, step};
 }
 

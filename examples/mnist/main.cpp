@@ -3,7 +3,8 @@
 //
 //   mnist [--data DIR] [--epochs N] [--batch-size N] [--lr X] [--device auto|cpu|cuda|cuda:N]
 //         [--seed N] [--limit-train N] [--limit-test N] [--checkpoint-dir DIR] [--resume FILE]
-//         [--metrics-out FILE] [--accumulation-steps N] [--data-parallel [--devices LIST]]
+//         [--metrics-out FILE] [--precision fp32|bf16|fp16] [--accumulation-steps N]
+//         [--data-parallel [--devices LIST]]
 //
 // On several devices (examples/common/example_parallel.h): --data-parallel splits each batch over
 // the GPUs (or --devices cpu,cpu) of this process; started by a launcher as one rank of several
@@ -34,6 +35,7 @@
 
 #include "example_cli.h"  // examples/common: flags, evaluate(), epoch lines, checkpoints
 #include "example_parallel.h"  // examples/common: DataParallel, DDP, gradient accumulation
+#include "example_precision.h"  // examples/common: --precision (autocast, gradient scaler)
 
 using namespace ember;
 namespace ex = ember_examples;
@@ -57,6 +59,7 @@ struct Options {
   std::string checkpoint_dir;
   std::string resume;
   std::string metrics_out;
+  std::string precision = "fp32";  // --precision (examples/common/example_precision.h)
   ex::ParallelFlags parallel;
 };
 
@@ -74,7 +77,7 @@ const std::string kUsage =
     "  --checkpoint-dir DIR  write DIR/epoch_N.ckpt and DIR/last.ckpt after every epoch\n"
     "  --resume FILE         continue from a checkpoint written by --checkpoint-dir\n"
     "  --metrics-out FILE    append one JSON line per epoch to FILE\n" +
-    ex::parallel_usage("mnist");
+    ex::precision_usage() + ex::parallel_usage("mnist");
 
 // Each handler gets (flag, value) and stores the checked value; bad values are UsageErrors.
 Options parse(int argc, char** argv) {
@@ -92,6 +95,7 @@ Options parse(int argc, char** argv) {
       {"--resume", [&](auto&, auto& v) { o.resume = v; }},
       {"--metrics-out", [&](auto&, auto& v) { o.metrics_out = v; }},
   };
+  ex::add_precision_flag(flags, o.precision);
   ex::add_parallel_flags(flags, o.parallel);
   ex::parse_flags(argc, argv, kUsage, flags);
   return o;
@@ -101,6 +105,8 @@ int run(const Options& o) {
   // One device, DataParallel, or one rank of a DDP job (then this joins the job first).
   ex::ParallelRun par = ex::setup_parallel(o.device, o.parallel);
   const Device dev = par.device;
+  // fp32, or autocast to bf16 / f16 around each forward (fp16 with a gradient scaler).
+  ex::MixedPrecision precision(o.precision, dev.type(), par.group, par.mode == ex::ParallelRun::Mode::data_parallel);
   if (par.is_main() && !o.metrics_out.empty()) ex::check_metrics_out(o.metrics_out);
   manual_seed(o.seed);
 
@@ -152,7 +158,7 @@ int run(const Options& o) {
   optim::StepLR sched(opt, {.step_size = 1, .gamma = kLrDecay});
 
   // What a checkpoint saves and --resume restores.
-  const ex::TrainingState state{*model, opt, sched, train_loader};
+  const ex::TrainingState state{*model, opt, sched, train_loader, precision.scaler()};
 
   int64_t done_epochs = 0, global_step = 0;
   if (!o.resume.empty()) {  // every rank reads it
@@ -161,6 +167,7 @@ int run(const Options& o) {
     if (model_name != "mnist_cnn")
       throw Error("--resume " + o.resume + ": checkpoint of model '" + model_name + "', expected 'mnist_cnn'");
     const std::string note = ex::restore_checkpoint(state, ck);
+    precision.resumed();
     done_epochs = ck.epoch;
     global_step = ck.global_step;
     if (par.is_main()) {
@@ -176,10 +183,10 @@ int run(const Options& o) {
   if (par.is_main()) {
     std::printf("mnist: %s on %s; train %lld images, test %lld (%s)\n", "mnist_cnn", dev.str().c_str(),
                 static_cast<long long>(train_set->size()), static_cast<long long>(test_set->size()), o.data.c_str());
-    std::printf("mnist: %lld parameters; Adam lr %.6g, x%.1f per epoch; batch %s; epochs %lld\n",
+    std::printf("mnist: %lld parameters; Adam lr %.6g, x%.1f per epoch; batch %s; epochs %lld%s\n",
                 static_cast<long long>(ex::count_parameters(*model)), o.lr, kLrDecay,
                 ex::batch_text(par, o.batch_size, o.parallel.accumulation_steps).c_str(),
-                static_cast<long long>(o.epochs));
+                static_cast<long long>(o.epochs), precision.describe().c_str());
     if (done_epochs >= o.epochs)
       std::printf("mnist: the checkpoint has %lld epochs done, --epochs %lld: nothing to train\n",
                   static_cast<long long>(done_epochs), static_cast<long long>(o.epochs));
@@ -199,7 +206,7 @@ int run(const Options& o) {
     for (auto& batch : train_loader) {
       // Zero the gradients, forward, backward (averaged over the ranks under DDP), and every
       // --accumulation-steps batches an optimizer step (ex::train_batch).
-      const auto [loss, stepped] = ex::train_batch(*net, opt, par, accumulation, i++, batch);
+      const auto [loss, stepped] = ex::train_batch(*net, opt, par, accumulation, precision, i++, batch);
       if (stepped) ++global_step;
       seen += batch.size();
       {
@@ -223,12 +230,14 @@ int run(const Options& o) {
                                  .images_per_second = static_cast<double>(trained) / seconds,
                                  .lr = lr,
                                  .eval_seconds = eval_seconds};
+    const ex::EpochResult reported = precision.end_epoch(result);  // fp16: adds the loss scale, skips
     if (par.is_main())
-      ex::report_epoch(result, o.epochs, /*epoch_width=*/2, o.metrics_out, o.checkpoint_dir, state, global_step,
+      ex::report_epoch(reported, o.epochs, /*epoch_width=*/2, o.metrics_out, o.checkpoint_dir, state, global_step,
                        {{"model", "mnist_cnn"},
                         {"batch_size", std::to_string(o.batch_size)},
                         {"world_size", std::to_string(par.world_size())},
                         {"accumulation_steps", std::to_string(o.parallel.accumulation_steps)},
+                        {"precision", o.precision},
                         {"seed", std::to_string(o.seed)},
                         {"limit_train", std::to_string(o.limit_train)},
                         {"data", o.data}});

@@ -32,6 +32,15 @@ has '^epoch +1/1  train_loss [0-9.]+  test_loss [0-9.]+  test_acc [01][.][0-9]{4
 [ \"$(wc -l < \"$2/metrics.jsonl\")\" -eq 1 ] && grep -qE '^[{]\"epoch\": 1, .*\"test_acc\": [01][.][0-9]{4}, .*\"lr\": 0[.]05,' \"$2/metrics.jsonl\" ||
   { echo 'FAIL: metrics line:'; cat \"$2/metrics.jsonl\"; exit 1; }")
 
+# A full disk under --metrics-out is an error naming the file and the reason, and the run exits
+# non-zero instead of losing the line (issue 15: it used to exit 0).
+_cifar_test(metrics_out_full_disk 300 "${_cifar_expect}
+[ -w /dev/full ] || { echo 'no /dev/full here'; exit 77; }
+expect 1 \"$1\" --dataset synthetic --limit-train 128 --limit-test 64 --epochs 1 --batch-size 64 --model cifar_cnn \
+  --device cpu --metrics-out /dev/full
+has 'metrics-out /dev/full: cannot append the epoch.s line: No space left on device'")
+set_tests_properties(example_cifar/metrics_out_full_disk PROPERTIES SKIP_RETURN_CODE 77)
+
 # A missing data directory fails before any work, naming the directory and how to get the data.
 _cifar_test(missing_data_dir 30 "${_cifar_expect}
 expect 1 \"$1\" --data \"$2/nowhere\" --dataset cifar100 --device cpu

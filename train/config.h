@@ -135,6 +135,9 @@ struct LoopConfig {
   /// Batches whose gradients are summed before each optimizer step (each loss scaled by 1/N;
   /// under DDP all but the last are run under no_sync, so gradients are reduced once per step).
   int64_t accumulation_steps = 1;
+  /// What a training loss that is NaN or inf does: "stop" (the run ends with an error naming the
+  /// epoch and batch, before that epoch's checkpoint) or "skip" (that optimizer step is not taken).
+  std::string on_nonfinite = "stop";
   friend bool operator==(const LoopConfig&, const LoopConfig&) = default;
 };
 

@@ -348,6 +348,14 @@ std::vector<KeySpec> build_schema() {
        .default_json = "1",
        .doc = "Batches per optimizer step (gradients summed, each loss scaled by 1/N; ddp reduces once per step).",
        .field = EMBER_CONFIG_FIELD(int64_t, train.accumulation_steps)},
+      {.path = "train.on_nonfinite",
+       .kind = K::Enum,
+       .choices = {"stop", "skip"},
+       .default_json = "\"stop\"",
+       .doc = "A training loss that is NaN or inf: stop (an error naming the epoch and batch, before that "
+              "epoch's checkpoint; no extra host synchronisation) or skip (that optimizer step is not taken "
+              "on any rank; reads each loss, one host synchronisation per batch).",
+       .field = EMBER_CONFIG_FIELD(std::string, train.on_nonfinite)},
 
       {.path = "parallel.mode",
        .kind = K::Enum,

@@ -119,6 +119,7 @@ constexpr NumberField kEpochFields[] = {
     {"comm_exposed_seconds", &EpochMetrics::comm_exposed_seconds, true},
     {"loss_scale", &EpochMetrics::loss_scale, true},
     {"skipped_steps", &EpochMetrics::skipped_steps, true},
+    {"nonfinite_steps", &EpochMetrics::nonfinite_steps, true},
 };
 
 }  // namespace

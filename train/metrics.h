@@ -24,6 +24,9 @@ struct EpochMetrics {
   // Mixed precision with fp16 (amp::GradScaler): the loss scale at the end of the epoch, and the
   // optimizer steps skipped in the epoch because a gradient was not finite. 0 otherwise.
   double loss_scale = 0, skipped_steps = 0;
+  // train.on_nonfinite = "skip": optimizer steps not taken in the epoch because a training loss was
+  // NaN or inf. 0 otherwise.
+  double nonfinite_steps = 0;
   friend bool operator==(const EpochMetrics&, const EpochMetrics&) = default;
 };
 

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -98,6 +99,7 @@ class Session {
   void prune_after_resume(const Checkpoint& ck);
   void write_run_files(const std::string& note);
   bool train_epoch(int64_t epoch, EpochMetrics& m);
+  void stop_on_nonfinite(int64_t epoch, double first_bad, int64_t steps, bool agreed) const;
   EvalResult evaluate();
   Checkpoint checkpoint() const;
   void end_epoch(EpochMetrics& m);
@@ -314,6 +316,14 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
   progress_->begin_epoch(epoch, c_.epochs, steps);
   const auto t0 = Clock::now();
   bool interrupted = false;
+  // train.on_nonfinite. "stop": the first batch (1-based) whose loss is NaN or inf, kept on the
+  // device (+inf while none) and read where the host reads anyway: at progress lines and at the
+  // epoch's end, before anything is written. "skip": each loss is read (one synchronisation per
+  // batch); a step with a non-finite loss in any of its batches, on any rank, is not taken.
+  const bool skip_nonfinite = c_.train.on_nonfinite == "skip";
+  Tensor first_bad = full({}, std::numeric_limits<double>::infinity(), {.dtype = DType::f64, .device = dev_});
+  bool step_bad = false;  // skip: a batch of the current optimizer step had a non-finite loss
+  int64_t nonfinite_steps = 0, nonfinite_images = 0;
 
   timers_->begin(Phase::DataWait);
   auto it = train_loader_->begin();
@@ -336,6 +346,7 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
     const int64_t accumulate = c_.train.accumulation_steps;
     const bool steps_now = (step + 1) % accumulate == 0 || sampler.position() >= sampler.size();
     Tensor loss;
+    bool batch_bad = false;  // skip: this batch's loss is not finite
     {
       std::optional<parallel::DistributedDataParallel::NoSyncGuard> local_only;
       if (ddp_ && !steps_now) local_only.emplace(*ddp_);
@@ -346,10 +357,26 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
           low_precision.emplace(dev_.type(), c_.precision == "bf16" ? DType::bf16 : DType::f16);
         loss = layers::cross_entropy(net_->forward(input), target);  // 0-d, f32
       }
+      if (skip_nonfinite) {
+        batch_bad = !std::isfinite(loss.item<double>());
+        step_bad = step_bad || batch_bad;
+        // The ranks agree before the step's backward, whose gradient reduction all must join.
+        if (steps_now && par_.distributed()) step_bad = max_over_ranks(par_, step_bad ? 1 : 0) != 0;
+      } else {
+        NoGradGuard no_grad;
+        const Tensor batch_no = full({}, static_cast<double>(step + 1), {.dtype = DType::f64, .device = dev_});
+        first_bad = where(eq(loss.detach() - loss.detach(), 0.0), first_bad, minimum(first_bad, batch_no));
+      }
       auto scope = timers_->scope(Phase::Backward);
-      scaler_->scale(accumulate > 1 ? loss * (1.0 / static_cast<double>(accumulate)) : loss).backward();
+      if (!step_bad) scaler_->scale(accumulate > 1 ? loss * (1.0 / static_cast<double>(accumulate)) : loss).backward();
     }
-    if (steps_now) {
+    if (steps_now && step_bad) {  // skip: the step is not taken; parameters and optimizer state stay
+      opt_->zero_grad();
+      if (sched_) sched_->step();  // the schedule counts steps, as with fp16's skipped steps
+      ++st_.global_step;
+      ++nonfinite_steps;
+      step_bad = false;
+    } else if (steps_now) {
       auto scope = timers_->scope(Phase::OptimizerStep);
       if (c_.optim.clip_grad_norm > 0) {
         scaler_->unscale_(*opt_);  // clip the true gradients (a no-op without fp16)
@@ -364,11 +391,18 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
     timers_->step_done();
     ++step;
     images += batch.size();
-    {
+    if (batch_bad) {
+      nonfinite_images += batch.size();  // left out of the epoch's mean loss
+    } else {
       NoGradGuard no_grad;
       loss_sum = loss_sum + loss.detach().to(DType::f64) * static_cast<double>(batch.size());
     }
-    if (progress_->due()) progress_->update(step, images, loss_sum.item<double>() / static_cast<double>(images));
+    if (progress_->due()) {
+      // Ranks reach progress lines at different times: only a single process stops here.
+      if (!skip_nonfinite && !par_.distributed()) stop_on_nonfinite(epoch, first_bad.item<double>(), steps, false);
+      progress_->update(step, images,
+                        loss_sum.item<double>() / static_cast<double>(std::max<int64_t>(images - nonfinite_images, 1)));
+    }
     // A stop during the last step lets the epoch finish: its checkpoint is then a clean boundary.
     // Under ddp the ranks agree (a signal to any rank stops all after this step).
     if (steps_now && sampler.position() < sampler.size()) {
@@ -381,6 +415,11 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
     timers_->begin(Phase::DataWait);
     ++it;
     timers_->end(Phase::DataWait);
+  }
+  if (!skip_nonfinite) {  // before any checkpoint or metrics line of this epoch is written
+    const double bad = first_bad.item<double>();
+    const bool any = max_over_ranks(par_, std::isfinite(bad) ? 1 : 0) != 0;
+    if (any) stop_on_nonfinite(epoch, bad, steps, true);
   }
   const double seconds = part.seconds + seconds_since(t0);
   const PhaseTotals phases = part.phases + timers_->finish_epoch();
@@ -399,11 +438,16 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
   }
   // Under ddp: the loss and images of every rank (rank 0 reports the run's).
   parallel::EvalTotals all{.loss_sum = loss_total, .correct = 0, .count = images};
-  if (par_.distributed()) all = parallel::all_reduce_totals(*par_.group, all);
+  parallel::EvalTotals dropped{.loss_sum = 0, .correct = 0, .count = nonfinite_images};  // skip only
+  if (par_.distributed()) {
+    all = parallel::all_reduce_totals(*par_.group, all);
+    if (skip_nonfinite) dropped = parallel::all_reduce_totals(*par_.group, dropped);
+  }
   images = all.count;
   m = {};
   m.epoch = epoch;
-  m.train_loss = all.mean_loss();
+  m.train_loss = all.count > dropped.count ? all.loss_sum / static_cast<double>(all.count - dropped.count) : 0.0;
+  m.nonfinite_steps = static_cast<double>(nonfinite_steps);
   m.epoch_seconds = seconds;
   m.images_per_second = seconds > 0 ? static_cast<double>(images) / seconds : 0.0;
   m.lr = part.lr;
@@ -427,6 +471,24 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
   part = {};
   if (const std::string v = phases.verdict(); !v.empty()) log_->line("epoch " + std::to_string(epoch) + ": " + v);
   return true;
+}
+
+// train.on_nonfinite = "stop": FIRST_BAD is this rank's first batch (1-based) of the epoch whose loss
+// was NaN or inf, +inf when none. Throws an Error naming the epoch and batch when there is one, or,
+// when AGREED (the ranks found that some rank saw one), naming the other ranks.
+void Session::stop_on_nonfinite(int64_t epoch, double first_bad, int64_t steps, bool agreed) const {
+  if (!std::isfinite(first_bad) && !agreed) return;
+  std::string where = "epoch " + std::to_string(epoch);
+  if (std::isfinite(first_bad)) {
+    where += ", batch " + std::to_string(static_cast<int64_t>(first_bad)) + " of " + std::to_string(steps);
+    if (par_.distributed()) where += " on rank " + std::to_string(par_.rank);
+  } else {
+    where += " on another rank";
+  }
+  EMBER_FAIL("the training loss became NaN or inf at ", where,
+             "; training stops before this epoch's checkpoint and metrics line, so the run directory holds the "
+             "model from before it. Lower optim.lr, set optim.clip_grad_norm, or set train.on_nonfinite=skip "
+             "to drop such steps");
 }
 
 // Mean cross-entropy and accuracy over the test split (eval mode, no graph, one host read). Under
@@ -517,7 +579,8 @@ void Session::end_epoch(EpochMetrics& m) {
   });
 
   const std::string amp_text =
-      scaler_->is_enabled() ? format("  scale %g, %.0f skipped", m.loss_scale, m.skipped_steps) : std::string();
+      (scaler_->is_enabled() ? format("  scale %g, %.0f skipped", m.loss_scale, m.skipped_steps) : std::string()) +
+      (m.nonfinite_steps > 0 ? format("  %.0f steps skipped: non-finite loss", m.nonfinite_steps) : std::string());
   log_->line(
       format("epoch %lld/%lld  train_loss %.4f  test_loss %.4f  test_acc %.4f%s  lr %.4g  %.1f s  %.0f img/s  "
              "(eval %.1f s)%s",

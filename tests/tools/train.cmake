@@ -5,8 +5,10 @@
 #   tools/train/print_config  --print-config output is a config that reads back to itself
 #   tools/train/sigterm       SIGTERM -> exit 143 + last.ckpt; resume=auto = the uninterrupted run
 #   tools/train/dp            parallel.mode=dp over cpu,cpu
+#   tools/train/nonfinite     a loss that overflows: train.on_nonfinite stop (exit 1, nothing written) / skip
 #   tools/train/amp_accuracy  precision bf16 and fp16 within 1% of fp32 (Fashion-MNIST slice)
 #   tools/train/ddp_sigterm   the same with parallel.mode=ddp on 2 processes under ember-run
+#   tools/train/ddp_nonfinite the same on 2 processes: the ranks agree on stopping or skipping
 #   tools/train/ddp_accuracy  DDP on 2 processes within 1% of one process (Fashion-MNIST slice)
 if(NOT TARGET ember-train)
   return()
@@ -16,14 +18,14 @@ if(NOT EMBER_BASH)
   message(STATUS "ember: bash not found; tools/train/* tests not added")
   return()
 endif()
-foreach(_case usage bad_config print_config sigterm dp amp_accuracy)
+foreach(_case usage bad_config print_config sigterm dp nonfinite amp_accuracy)
   add_test(NAME tools/train/${_case}
            COMMAND ${EMBER_BASH} ${CMAKE_CURRENT_LIST_DIR}/train_cli.sh ${_case} $<TARGET_FILE:ember-train>
                    ${CMAKE_CURRENT_BINARY_DIR}/train-cli/${_case})
   set_tests_properties(tools/train/${_case} PROPERTIES LABELS "cpu;tools" TIMEOUT 300 SKIP_RETURN_CODE 77)
 endforeach()
 if(TARGET ember-run)
-  foreach(_case ddp_sigterm ddp_accuracy)
+  foreach(_case ddp_sigterm ddp_nonfinite ddp_accuracy)
     add_test(NAME tools/train/${_case}
              COMMAND ${EMBER_BASH} ${CMAKE_CURRENT_LIST_DIR}/train_cli.sh ${_case} $<TARGET_FILE:ember-train>
                      ${CMAKE_CURRENT_BINARY_DIR}/train-cli/${_case} $<TARGET_FILE:ember-run>)

@@ -20,6 +20,11 @@
 # ddp_accuracy   mnist_cnn on a Fashion-MNIST slice: DDP on 2 processes (batch 32 each) reaches the
 #                test accuracy of one process at batch 64 within 1%; rank 1 prints no epoch lines
 #                (skipped, exit 77, without the dataset)
+# nonfinite      optim.lr=1e9 makes the loss overflow in epoch 1: exit 1 naming the epoch and batch,
+#                no metrics line and no checkpoint for that epoch; train.on_nonfinite=skip trains on,
+#                not taking those steps, and reports them (epoch line, nonfinite_steps)
+# ddp_nonfinite  the same on 2 processes under ember-run: the ranks agree, both stop (ember-run exits
+#                non-zero, nothing written for the epoch) or both skip the same steps (no hang)
 # amp_accuracy   the same slice in precision fp32, bf16 and fp16 (loss scaler): bf16 and fp16 reach
 #                fp32's test accuracy within 1%; fp16 reports its loss scale (skipped without data)
 set -u
@@ -175,6 +180,33 @@ ddp_sigterm)
   cat straight.txt resumed.txt
   [ "$(cut -d' ' -f1 resumed.txt | tr '\n' ' ')" = "1 2 3 " ] || fail "metrics.jsonl epochs are not exactly 1 2 3"
   cmp -s straight.txt resumed.txt || fail "the resumed DDP run's metrics differ from the uninterrupted run's"
+  ;;
+nonfinite)
+  write_tiny_config c.json
+  expect 1 'the training loss became NaN or inf at epoch 1, batch [1-6] of 6; training stops before this epoch' \
+    "$prog" c.json optim.lr=1e9 output.run_dir=stop
+  [ ! -s stop/metrics.jsonl ] || fail "a metrics line was written for the diverged epoch: $(cat stop/metrics.jsonl)"
+  [ -z "$(ls stop/checkpoints 2>/dev/null)" ] || fail "a checkpoint was written for the diverged epoch"
+  expect 0 'epoch 2/2  .*  [1-6] steps skipped: non-finite loss' "$prog" c.json optim.lr=1e9 train.on_nonfinite=skip \
+    output.run_dir=skip
+  grep -qE '"nonfinite_steps":[1-6][.]0' skip/metrics.jsonl || fail "metrics.jsonl: $(cat skip/metrics.jsonl)"
+  ;;
+ddp_nonfinite)
+  write_tiny_config c.json
+  out=$(timeout -k 5 120 "$ember_run" --nproc-per-node 2 "$prog" c.json parallel.mode=ddp optim.lr=1e9 \
+    output.run_dir=stop 2>&1)
+  rc=$?
+  printf '%s\n' "$out" | tail -n 8
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "ember-run exited with $rc, expected a failure (124: a hang)"
+  grep -qE 'the training loss became NaN or inf at epoch 1(, batch [1-6] of [0-9]+ on rank [01]| on another rank)' \
+    <<<"$out" || fail "no error naming the epoch"
+  [ ! -s stop/metrics.jsonl ] && [ -z "$(ls stop/checkpoints 2>/dev/null)" ] || fail "the diverged epoch was written"
+  out=$(timeout -k 5 120 "$ember_run" --nproc-per-node 2 "$prog" c.json parallel.mode=ddp optim.lr=1e9 \
+    train.on_nonfinite=skip output.run_dir=skip 2>&1)
+  rc=$?
+  printf '%s\n' "$out" | tail -n 4
+  [ "$rc" -eq 0 ] || fail "skip under DDP exited with $rc (124: a hang)"
+  grep -qE '"nonfinite_steps":[1-9]' skip/metrics.jsonl || fail "metrics.jsonl: $(cat skip/metrics.jsonl)"
   ;;
 dp)
   write_tiny_config c.json

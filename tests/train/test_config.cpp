@@ -79,6 +79,7 @@ ExperimentConfig all_non_default() {
   c.output.run_dir = "out/runs/wrn";
   c.output.log_interval = 2.5;
   c.train.accumulation_steps = 4;
+  c.train.on_nonfinite = "skip";
   c.precision = "fp16";
   c.optim.clip_grad_norm = 1.5;
   c.parallel.mode = "ddp";

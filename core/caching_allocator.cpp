@@ -110,6 +110,32 @@ DataPtr CachingAllocator::allocate(size_t nbytes) {
   return allocate(nbytes, backend_->current_stream());
 }
 
+namespace {
+std::string bytes_text(size_t n) {  // "12.0 MiB"
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024.0 && u < 5) v /= 1024.0, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+}  // namespace
+
+// The message users know from other frameworks: what was asked, what ember holds, what the device
+// has free, and what to change.
+void CachingAllocator::throw_out_of_memory(size_t nbytes, size_t segment) const {
+  const auto [free, total] = backend_->memory_info();
+  const std::string device_part =
+      total > 0 ? "; the device has " + bytes_text(free) + " free of " + bytes_text(total) : std::string();
+  EMBER_FAIL("out of memory on ", backend_->name(), ": could not allocate ", nbytes, " bytes (", bytes_text(nbytes),
+             "; a new segment of ", segment, " bytes), even after returning all cached blocks; ember has ",
+             stats_.allocated, " bytes (", bytes_text(stats_.allocated), ") in use and ", stats_.reserved,
+             " bytes reserved (", bytes_text(stats_.reserved), ") on this device", device_part,
+             ". Try a smaller batch size (data.batch_size in a config, --batch-size in the examples), "
+             "precision bf16 or fp16, or fewer processes sharing the device");
+}
+
 DataPtr CachingAllocator::allocate(size_t nbytes, void* stream) {
   if (nbytes == 0) return {};
   EMBER_CHECK(nbytes <= kMaxRequest, "out of memory on ", backend_->name(), ": cannot allocate ", nbytes,
@@ -136,9 +162,7 @@ DataPtr CachingAllocator::allocate(size_t nbytes, void* stream) {
   if (block) {
     ++stats_.cache_hits;
   } else {
-    EMBER_CHECK(p != nullptr, "out of memory on ", backend_->name(), ": could not allocate ", nbytes,
-                " bytes (a new segment of ", seg, " bytes), even after returning all cached blocks; ember has ",
-                stats_.allocated, " bytes in use and ", stats_.reserved, " bytes reserved on this device");
+    if (p == nullptr) throw_out_of_memory(nbytes, seg);
     try {
       block = new Block{seg, p, stream, small, false, nullptr, nullptr, {}, nullptr, false};
     } catch (...) {

@@ -27,6 +27,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <ember/core/allocator.h>
@@ -62,6 +63,9 @@ class CachingAllocator : public Allocator {
     virtual void* current_stream() = 0;
     /// Where the memory lives, for error messages ("cuda:1").
     virtual std::string name() const { return "device"; }
+    /// The device's free and total bytes as its driver sees them, for out-of-memory messages
+    /// ({0, 0}: unknown).
+    virtual std::pair<size_t, size_t> memory_info() const { return {0, 0}; }
     /// An event that completes once the work queued so far on `stream` is done (null: the
     /// backend's work is synchronous and already done, as for host memory).
     virtual void* record_event(void* /*stream*/) { return nullptr; }
@@ -113,6 +117,7 @@ class CachingAllocator : public Allocator {
     std::vector<void*> events;
   };
   static void deleter(void* ctx, void* ptr);
+  [[noreturn]] void throw_out_of_memory(size_t nbytes, size_t segment) const;  // mu_ held
   void free_block(void* ptr);
   void return_block(Block* b);  // merges b with free neighbours into its pool
   void process_deferred(bool wait);  // returns the blocks whose events completed (all, if wait)

@@ -20,6 +20,16 @@ class CudaBackend final : public CachingAllocator::Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {}
 
+  std::pair<size_t, size_t> memory_info() const override {
+    DeviceGuard guard(Device::cuda(device_));
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return {0, 0};
+    }
+    return {free, total};
+  }
+
   void* alloc(size_t nbytes) override {
     DeviceGuard guard(Device::cuda(device_));
     void* p = nullptr;

@@ -58,6 +58,7 @@ class FakeBackend final : public CachingAllocator::Backend {
   }
   void* current_stream() override { return s_->stream; }
   std::string name() const override { return "fake:0"; }
+  std::pair<size_t, size_t> memory_info() const override { return {s_->capacity - s_->in_use, s_->capacity}; }
   void* record_event(void* stream) override {
     s_->event_done.push_back(false);
     s_->event_stream.push_back(stream);
@@ -271,7 +272,10 @@ TEST_CASE("out of memory: empty the cache, retry, then fail naming the size", "[
     std::string msg = e.what();
     CHECK(msg.find("out of memory on fake:0") != std::string::npos);
     CHECK(msg.find(std::to_string(100 * MiB) + " bytes") != std::string::npos);
-    CHECK(msg.find(std::to_string(12 * MiB) + " bytes reserved") != std::string::npos);
+    CHECK(msg.find(std::to_string(12 * MiB) + " bytes reserved (12.0 MiB)") != std::string::npos);
+    CHECK(msg.find("(100.0 MiB; a new segment") != std::string::npos);
+    CHECK(msg.find("the device has 12.0 MiB free of 24.0 MiB") != std::string::npos);
+    CHECK(msg.find("Try a smaller batch size") != std::string::npos);
   }
   // Still consistent afterwards.
   DataPtr q = a.allocate(MiB);

@@ -77,6 +77,7 @@ TEST_CASE("CUDA out of memory names the device and the size, and leaves the allo
     std::string msg = e.what();
     CHECK(msg.find("out of memory on cuda:0") != std::string::npos);
     CHECK(msg.find(std::to_string(huge) + " bytes") != std::string::npos);
+    CHECK(msg.find(" free of ") != std::string::npos);  // cudaMemGetInfo's figures
   }
   ember::DataPtr p = a.allocate(4096);
   CHECK(p.get() != nullptr);

@@ -80,8 +80,27 @@ size_t ByteReader::read_some(void* dst, size_t n) {
 }
 
 void ByteReader::read_exact(void* dst, size_t n, const std::string& what) {
-  int64_t start = offset_;
-  size_t got = read_some(dst, n);
+  const int64_t start = offset_;
+  check_complete(start, read_some(dst, n), n, what);
+}
+
+void ByteReader::read_exact_grow(std::vector<uint8_t>& out, size_t n, const std::string& what) {
+  const int64_t start = offset_;
+  constexpr size_t kFirstStep = size_t(16) << 20;
+  out.clear();
+  size_t got = 0;
+  while (got < n) {
+    const size_t want = std::min(n - got, std::max(kFirstStep, got));
+    out.resize(got + want);
+    const size_t k = read_some(out.data() + got, want);
+    got += k;
+    if (k < want) break;
+  }
+  out.resize(got);
+  check_complete(start, got, n, what);
+}
+
+void ByteReader::check_complete(int64_t start, size_t got, size_t n, const std::string& what) const {
   EMBER_CHECK(got == n, path_, ": truncated: expected ", n, " bytes of ", what, " from byte offset ", start, ", found ",
               got, " (the file ends at byte offset ", start + static_cast<int64_t>(got), ", expected it to reach ",
               start + static_cast<int64_t>(n), ")", offset_note());
@@ -105,6 +124,13 @@ std::vector<uint8_t> ByteReader::read_rest() {
     if (got < step) break;
   }
   return out;
+}
+
+uint64_t ByteReader::skip_rest() {
+  std::vector<uint8_t> buf(size_t(1) << 16);
+  uint64_t n = 0;
+  for (size_t got; (got = read_some(buf.data(), buf.size())) > 0;) n += got;
+  return n;
 }
 
 bool ByteReader::at_end() {

@@ -21,12 +21,18 @@ class ByteReader {
   /// Reads exactly n bytes into dst, or throws "<path>: truncated: ... expected n bytes of <what>
   /// from byte offset X, found m (the file ends at byte offset Y)".
   void read_exact(void* dst, size_t n, const std::string& what);
+  /// read_exact for a length the file itself states, into `out` (resized to n): the buffer grows
+  /// with the bytes actually read (doubling, from 16 MiB) instead of being allocated whole first,
+  /// so a corrupt length in a small gzip file fails as truncated without allocating what it claims.
+  void read_exact_grow(std::vector<uint8_t>& out, size_t n, const std::string& what);
   /// Reads up to n bytes; returns how many were read (fewer only at the end of the file).
   size_t read_some(void* dst, size_t n);
   /// A big-endian 32-bit integer (IDX headers).
   uint32_t read_be32(const std::string& what);
   /// Reads everything left in the file.
   std::vector<uint8_t> read_rest();
+  /// Reads and discards everything left in the file; returns how many bytes that was.
+  uint64_t skip_rest();
   /// True when no byte is left (reads ahead by one byte at most, which is kept for the next read).
   bool at_end();
   /// Bytes consumed so far (of the decompressed stream).
@@ -40,6 +46,9 @@ class ByteReader {
   uint64_t file_size() const { return file_size_; }
 
  private:
+  // Throws read_exact's "truncated" error unless got == n.
+  void check_complete(int64_t start, size_t got, size_t n, const std::string& what) const;
+
   std::string path_;
   void* gz_ = nullptr;  // gzFile
   int64_t offset_ = 0;

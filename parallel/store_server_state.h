@@ -112,7 +112,11 @@ struct ServerState {
   }
 
   void park(int fd, Cmd cmd, std::vector<std::string> keys, int64_t timeout_ms) {
-    Waiter w{fd, cmd, std::move(keys), Clock::now() + std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0))};
+    // A request's timeout is capped at 30 years: now + 2^63 ms overflowed the clock's nanoseconds
+    // (tests/fuzz/regressions/store/).
+    constexpr int64_t kMaxTimeoutMs = int64_t{30} * 365 * 24 * 3600 * 1000;
+    const int64_t ms = std::clamp<int64_t>(timeout_ms, 0, kMaxTimeoutMs);
+    Waiter w{fd, cmd, std::move(keys), Clock::now() + std::chrono::milliseconds(ms)};
     if (has_all(w.keys)) {
       answer(w);
     } else {
@@ -154,7 +158,14 @@ struct ServerState {
             return;
           }
         }
-        v += delta;
+        if (__builtin_add_overflow(v, delta, &v)) {
+          Writer e;
+          e.u8(static_cast<uint8_t>(Status::error))
+              .str("add('" + key + "', " + std::to_string(delta) + "): the key holds " +
+                   (it == data.end() ? "0" : it->second) + "; the sum overflows a 64-bit integer");
+          reply(fd, e);
+          return;
+        }
         data[key] = std::to_string(v);
         reply(fd, ok.i64(v));
         wake();

@@ -412,12 +412,18 @@ StateDict load_tensors(const std::string& path, Device device) {
     EMBER_CHECK(ndim <= kMaxDims, where, " has ", ndim, " dims (limit ", kMaxDims, ")");
     Shape sizes(ndim);
     uint64_t numel = 1;
+    // The sizes' product with each 0 taken as 1: no tensor has one past 2^62. An empty tensor's
+    // other sizes multiplied past int64 in numel_of ([2^62, 2^62, 0]; tests/fuzz/regressions/).
+    uint64_t extent = 1;
     for (uint32_t d = 0; d < ndim; ++d) {
       const uint64_t s = rd.u64(i, "sizes");
       EMBER_CHECK(s <= (1ull << 62), where, " has an impossible size ", s, " in dim ", d);
       sizes[d] = static_cast<int64_t>(s);
       numel = (s != 0 && numel > payload_bytes / s) ? UINT64_MAX : numel * s;
+      extent = (s > 1 && extent > (1ull << 62) / s) ? UINT64_MAX : extent * std::max<uint64_t>(s, 1);
     }
+    EMBER_CHECK(extent <= (1ull << 62), where, " has an impossible shape ", shape_str(sizes),
+                ": its sizes multiply past 2^62 (the nonzero ones, even when another is 0)");
     const uint64_t offset = rd.u64(i, "payload offset");
     const uint64_t length = rd.u64(i, "byte length");
     const uint32_t stored_crc = rd.u32(i, "checksum");

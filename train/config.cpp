@@ -30,10 +30,31 @@ using Origins = std::map<std::string, std::string>;
 
 [[noreturn]] void fail(const std::string& message) { EMBER_FAIL(message); }
 
+// Compact JSON of `v` appended to `out`, stopping once `out` is longer than `limit`. Not json::dump:
+// that recurses once per nesting level (a config nesting 100000 arrays overflowed the stack) and
+// writes all of a large value only for it to be cut; each level here adds a character, so the
+// recursion stays within `limit` levels.
+void quote_json(const json& v, std::string& out, size_t limit) {
+  if (v.is_array() || v.is_object()) {
+    out += v.is_array() ? '[' : '{';
+    bool first = true;
+    for (auto it = v.begin(); it != v.end() && out.size() <= limit; ++it) {
+      if (!first) out += ',';
+      first = false;
+      if (v.is_object()) out += json(it.key()).dump(-1, ' ', false, json::error_handler_t::replace) + ':';
+      quote_json(it.value(), out, limit);
+    }
+    out += v.is_array() ? ']' : '}';
+  } else {
+    out += v.dump(-1, ' ', false, json::error_handler_t::replace);  // never throw on bad UTF-8
+  }
+}
+
 // A found value as messages quote it: compact JSON, cut short when long.
 std::string found_text(const json& v) {
   constexpr size_t kMaxChars = 60;
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);  // never throw on bad UTF-8
+  std::string s;
+  quote_json(v, s, kMaxChars);
   return s.size() <= kMaxChars ? s : s.substr(0, kMaxChars) + "...";
 }
 

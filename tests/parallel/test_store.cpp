@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <limits>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -59,6 +61,11 @@ TEST_CASE("TcpStore: set, get, add, compare_set, check, remove across connection
   CHECK(client->get("n") == "3");
   CHECK_THAT(error_of([&] { client->add("a2", 1), client->set("a2", "abc"), client->add("a2", 1); }),
              Catch::Contains("add('a2')") && Catch::Contains("'abc', not an integer"));
+  // A sum outside int64 is refused and the key keeps its value (tests/fuzz/regressions/store/).
+  const int64_t top = std::numeric_limits<int64_t>::max();
+  CHECK(client->add("big", top) == top);
+  CHECK_THAT(error_of([&] { client->add("big", 1); }), Catch::Contains("add('big')") && Catch::Contains("overflows"));
+  CHECK(server->get("big") == std::to_string(top));
 
   // compare_set: a missing key matches only "", a present one only its value.
   CHECK(client->compare_set("c", "zzz", "1") == "");

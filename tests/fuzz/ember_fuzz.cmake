@@ -20,7 +20,7 @@ if(EMBER_FUZZ)
   if(NOT EMBER_HAVE_LIBFUZZER)
     message(FATAL_ERROR "EMBER_FUZZ=ON needs a compiler that supports -fsanitize=fuzzer (clang; ${CMAKE_CXX_COMPILER_ID} "
                         "${CMAKE_CXX_COMPILER_VERSION} does not): configure a fresh tree with CC=clang CXX=clang++ "
-                        "(Debian: apt-get install clang)")
+                        "(Debian: apt-get install clang libclang-rt-dev)")
   endif()
   if(EMBER_WITH_CUDA)
     message(FATAL_ERROR "EMBER_FUZZ=ON needs the CUDA backend off: configure this tree with -DEMBER_CUDA=OFF")

@@ -6,6 +6,14 @@
 // the caller runs chunks itself while num_threads() - 1 persistent workers help. Several host
 // threads (DataLoader workers, DataParallel replicas) may call parallel_for at once, so jobs sit
 // in a queue and workers take chunks from whichever job is at its front.
+//
+// fork(): the child has only the forking thread, and any lock another thread held at the fork
+// stays locked there for ever. That includes locks inside the C/C++ runtime and the sanitizer
+// runtimes (GCC 12's ASan takes its allocator's locks in a new thread's start-up and does not
+// hold them across fork), so a pool worker that is starting up or running a chunk at the fork can
+// leave the child unable to start threads or allocate. Before a fork the pool therefore waits
+// until every worker is parked with nothing in hand (see Pool::quiesce_for_fork); the child
+// abandons the old pool and builds a fresh one on first use.
 #include <ember/core/thread_pool.h>
 
 #include <sched.h>
@@ -88,6 +96,23 @@ class Pool {
 
   int size() const { return nthreads_; }
 
+  // pthread_atfork prepare: returns with mu_ held once every worker is parked in cv_.wait (started,
+  // no chunk, no job reference, no lock, no allocation in flight), so fork() copies no pool worker
+  // mid-operation. Workers finish the job they are in, then park instead of taking another:
+  // callers run their own jobs' remaining chunks meanwhile, so the wait is bounded by the jobs
+  // running at the fork. resume_after_fork() in the parent releases mu_ and lets them work again.
+  void quiesce_for_fork() {
+    std::unique_lock<std::mutex> lock(mu_);
+    forking_ = true;
+    parked_cv_.wait(lock, [&] { return parked_ == nthreads_ - 1; });
+    lock.release();  // held across fork(); resume_after_fork() unlocks it in the parent
+  }
+  void resume_after_fork() {
+    forking_ = false;
+    mu_.unlock();
+    cv_.notify_all();  // jobs queued meanwhile
+  }
+
   void run(const std::shared_ptr<Job>& job) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -127,8 +152,10 @@ class Pool {
           // Drop exhausted jobs from the front; take the first one with chunks left.
           while (!queue_.empty() && queue_.front()->next.load(std::memory_order_relaxed) >= queue_.front()->nchunks)
             queue_.pop_front();
-          if (!queue_.empty()) break;
+          if (!queue_.empty() && !forking_) break;
+          if (++parked_ == nthreads_ - 1) parked_cv_.notify_all();
           cv_.wait(lock);
+          --parked_;
         }
         job = queue_.front();
       }
@@ -142,6 +169,9 @@ class Pool {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   bool stop_ = false;
+  bool forking_ = false;  // a fork is being prepared: workers park instead of taking jobs
+  int parked_ = 0;  // workers waiting in cv_.wait; each dropped its job before counting itself
+  std::condition_variable parked_cv_;
 };
 
 int default_num_threads() {
@@ -171,11 +201,26 @@ std::atomic<int> g_num_threads{0};  // 0: not yet read from the environment
 
 // After fork() the child has only the forking thread: the parent's workers are gone, so the
 // child must not wait on them. It abandons (leaks) the old pool and makes a fresh one on demand.
-void atfork_prepare() { holder().mu.lock(); }
-void atfork_parent() { holder().mu.unlock(); }
+// Before the fork the pool's workers are parked (Pool::quiesce_for_fork), so none of them holds a
+// lock the child could need. A fork from inside a parallel region (a chunk, or a worker) cannot
+// wait for the pool to go idle, since it is part of the pool's work: it forks as before.
+thread_local bool t_quiesced_for_fork = false;  // this thread's prepare quiesced holder().pool
+void atfork_prepare() {
+  PoolHolder& h = holder();
+  h.mu.lock();
+  t_quiesced_for_fork = h.pool && !t_in_parallel_region;
+  if (t_quiesced_for_fork) h.pool->quiesce_for_fork();
+}
+void atfork_parent() {
+  PoolHolder& h = holder();
+  if (t_quiesced_for_fork) h.pool->resume_after_fork();
+  t_quiesced_for_fork = false;
+  h.mu.unlock();
+}
 void atfork_child() {
   PoolHolder& h = holder();
   if (h.pool) new std::shared_ptr<Pool>(std::move(h.pool));  // intentionally leaked: its threads are gone
+  t_quiesced_for_fork = false;
   h.mu.unlock();
 }
 

@@ -62,6 +62,11 @@ void copy_back(const Tensor& t, const Tensor& host) {
 }
 
 size_t nbytes(const Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+// memcpy/memmove of n bytes where an empty tensor's data_ptr() (and an empty vector's data()) may be
+// null: passing null to them is undefined even for 0 bytes (UBSan stops there).
+void copy_bytes(void* dst, const void* src, size_t n) {
+  if (n > 0) std::memmove(dst, src, n);
+}
 
 class TcpProcessGroup final : public ProcessGroup {
  public:
@@ -407,7 +412,7 @@ std::shared_ptr<Work> TcpProcessGroup::all_gather(const Tensor& out, const Tenso
   return enqueue({OpKind::all_gather, 0, input.shape(), input.dtype(), ReduceOp::sum, -1},
                  [this, out, in_h, out_h](const CollectiveCall&) {
                    char* base = static_cast<char*>(out_h.data_ptr());
-                   std::memmove(base + nbytes(in_h) * static_cast<size_t>(rank()), in_h.data_ptr(), nbytes(in_h));
+                   copy_bytes(base + nbytes(in_h) * static_cast<size_t>(rank()), in_h.data_ptr(), nbytes(in_h));
                    TcpRingTransport tr(*io_, rank(), world_size());
                    RingConfig cfg = ring_config(out_h.dtype(), out_h.numel());
                    ring_all_gather(tr, base, out_h.numel(), cfg);
@@ -424,12 +429,12 @@ std::shared_ptr<Work> TcpProcessGroup::reduce_scatter(const Tensor& out, const T
                                                                                      op](const CollectiveCall&) {
     // The ring reduces in place; the caller's input stays untouched.
     std::vector<char> work(nbytes(in_h));
-    std::memcpy(work.data(), in_h.data_ptr(), work.size());
+    copy_bytes(work.data(), in_h.data_ptr(), work.size());
     const RingConfig cfg = ring_config(in_h.dtype(), in_h.numel());
     TcpRingTransport tr(*io_, rank(), world_size());
     auto red = make_host_reducer(in_h.dtype(), op);
     ring_reduce_scatter(tr, *red, work.data(), in_h.numel(), op == ReduceOp::avg, cfg, staging(cfg));
-    std::memcpy(out_h.data_ptr(), work.data() + nbytes(out_h) * static_cast<size_t>(rank()), nbytes(out_h));
+    copy_bytes(out_h.data_ptr(), work.data() + nbytes(out_h) * static_cast<size_t>(rank()), nbytes(out_h));
     copy_back(out, out_h);
   });
 }

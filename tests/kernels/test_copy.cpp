@@ -174,6 +174,33 @@ TEST_CASE("cast: new contiguous tensor with the documented rounding rules", "[cp
   check_close(same, to_f64(t), 0.0);
 }
 
+// C++ leaves a floating value an integer cannot hold undefined (UBSan stopped the test above at its
+// NaN); ember converts it as CUDA's instruction does, so both devices agree: NaN to 0, the rest
+// saturated to i64's range, narrower integers wrapping from there like in-range values do.
+TEST_CASE("cast: NaN and values beyond int64 convert to integers as on CUDA", "[cpu]") {
+  const double big = 1e30, two63 = 9223372036854775808.0;
+  Tensor src =
+      from_vector<double>({NAN, big, -big, INFINITY, -INFINITY, two63, -two63, 1e10, -2.9}, {9}, {.dtype = DType::f64});
+  Tensor i64 = kernels::cast(src, DType::i64);
+  const int64_t* v = i64.data<int64_t>();
+  CHECK(v[0] == 0);
+  CHECK(v[1] == INT64_MAX);
+  CHECK(v[2] == INT64_MIN);
+  CHECK(v[3] == INT64_MAX);
+  CHECK(v[4] == INT64_MIN);
+  CHECK(v[5] == INT64_MAX);
+  CHECK(v[6] == INT64_MIN);
+  CHECK(v[7] == 10000000000LL);
+  CHECK(v[8] == -2);
+  // Narrow targets: through i64, then wrapped (1e10 mod 2^32 as i32; INT64_MAX's low byte as u8).
+  CHECK(to_f64(kernels::cast(src, DType::i32)) == std::vector<double>{0, -1, 0, -1, 0, -1, 0, 1410065408, -2});
+  CHECK(to_f64(kernels::cast(src, DType::u8)) == std::vector<double>{0, 255, 0, 255, 0, 255, 0, 0, 254});
+  CHECK(to_f64(kernels::cast(kernels::cast(src, DType::f32), DType::i64)) == to_f64(i64));
+  Tensor filled = empty({3}, {.dtype = DType::i32});
+  kernels::fill(filled, NAN);
+  CHECK(to_f64(filled) == std::vector<double>{0, 0, 0});
+}
+
 TEST_CASE("copy: empty tensors and device errors", "[cpu]") {
   kernels::copy(empty({0, 3}), empty({0, 3}, {.dtype = DType::i64}));
   kernels::fill(empty({0}), 1.0);

@@ -100,16 +100,17 @@ if(NOT libs)
 endif()
 # The library's RUNPATH may name dependency folders, never the build tree. Source locations the
 # compiler records for diagnostics are no dependency and are let through: UBSan's and the debug
-# info's (RelWithDebInfo, Debug, sanitizer trees) name headers through the build tree's
-# include-root/ link, the generated sources, and the compilation directory itself.
+# info's (RelWithDebInfo, Debug, sanitizer trees; clang's also in lambda type names) name headers
+# through the build tree's include-root/ link, the generated sources, and the compilation directory.
 foreach(lib IN LISTS libs)
   if(NOT IS_SYMLINK "${lib}")
     file(STRINGS "${lib}" all_hits REGEX "${BUILD_DIR}")
     set(hits "")
     foreach(h IN LISTS all_hits)
-      string(FIND "${h}" "${BUILD_DIR}/include-root/" at_include_root)
-      string(FIND "${h}" "${BUILD_DIR}/generated" at_generated)
-      if(NOT h STREQUAL BUILD_DIR AND NOT at_include_root EQUAL 0 AND NOT at_generated EQUAL 0)
+      string(REPLACE "${BUILD_DIR}/include-root/" "" rest "${h}")
+      string(REPLACE "${BUILD_DIR}/generated" "" rest "${rest}")
+      string(FIND "${rest}" "${BUILD_DIR}" at)
+      if(NOT rest STREQUAL BUILD_DIR AND NOT at EQUAL -1)
         list(APPEND hits "${h}")
       endif()
     endforeach()

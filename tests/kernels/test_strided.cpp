@@ -102,7 +102,8 @@ TEST_CASE("make_indexer: too many unmergeable dims is an error", "[cpu]") {
 TEST_CASE("strided_runs: covers any begin..end range with correct offsets for two operands", "[cpu]") {
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 200; ++trial) {
-    auto [sizes, sa] = random_geometry(rng);
+    auto geometry = random_geometry(rng);  // not a structured binding: the lambda below uses it (clang 14)
+    Shape &sizes = geometry.first, &sa = geometry.second;
     Shape sb = contiguous_strides(sizes);
     auto g = kernels::cpu::make_geometry<2>(sizes, {&sa, &sb});
     const int64_t n = numel_of(sizes);

@@ -48,7 +48,9 @@ class LazyTransport final : public RingTransport {
   }
   void wait_recv() override {
     REQUIRE(!recvs_.empty());
-    const auto [dst, bytes] = recvs_.front();
+    const auto recv = recvs_.front();  // not a structured binding: the lambda below uses it (clang 14)
+    char* const dst = recv.first;
+    const size_t bytes = recv.second;
     recvs_.pop_front();
     std::unique_lock<std::mutex> lock(pipes_.mu[size_t(me_)]);
     auto& in = pipes_.bytes[size_t(me_)];

@@ -135,14 +135,22 @@ std::vector<std::string> cat(std::vector<std::string> a, const std::vector<std::
 }
 
 /// Waits (bounded) until `ranks` have written their ready file; returns their pids.
+// Also runs on run()'s side thread, so it makes no Catch2 assertion (they are not thread-safe:
+// ThreadSanitizer saw read_text's REQUIRE race with the main thread's); a rank whose file does not
+// hold its pid within the 10 s is left out.
 std::vector<pid_t> wait_ready(const TempDir& dir, const std::vector<int>& ranks) {
   std::vector<pid_t> pids;
   const auto until = Clock::now() + std::chrono::seconds(10);
   for (int r : ranks) {
     const auto path = dir.path() / ("ready_" + std::to_string(r));
-    while (!std::filesystem::exists(path) && Clock::now() < until)
+    pid_t pid = 0;
+    while (Clock::now() < until) {
+      std::ifstream f(path);
+      if (f >> pid && pid > 0) break;
+      pid = 0;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (std::filesystem::exists(path)) pids.push_back(std::stoi(read_text(path)));
+    }
+    if (pid > 0) pids.push_back(pid);
   }
   return pids;
 }

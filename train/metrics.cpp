@@ -77,13 +77,26 @@ double get_phase_seconds(const Json& obj, const char* key, const std::string& wh
   return obj.contains(key) ? get_double(obj, key, where) : 0.0;
 }
 
+// Deeper than any record ember writes (metrics lines and summaries nest 2 levels). The limit is
+// checked while parsing: nlohmann's dump() recurses once per level, so describing a value nested
+// 100000 deep in an error message overflowed the stack.
+constexpr int kMaxJsonDepth = 32;
+
 Json parse_object(const std::string& text, const std::string& where) {
   Json j;
+  bool too_deep = false;
+  const Json::parser_callback_t limit_depth = [&](int depth, Json::parse_event_t event, Json&) {
+    if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) &&
+        depth >= kMaxJsonDepth)
+      too_deep = true;
+    return !too_deep;  // once too deep, keep nothing more
+  };
   try {
-    j = Json::parse(text);
+    j = Json::parse(text, limit_depth);
   } catch (const Json::parse_error& e) {
     EMBER_FAIL(where, ": not valid JSON: ", e.what());
   }
+  EMBER_CHECK(!too_deep, where, ": JSON nested deeper than ", kMaxJsonDepth, " levels (ember's records nest 2)");
   EMBER_CHECK(j.is_object(), where, ": expected a JSON object, found ", describe(j));
   return j;
 }

@@ -224,6 +224,19 @@ TEST_CASE("parse_epoch_metrics rejects text that is not a JSON object, naming so
              Catch::Contains("runs/b/metrics.jsonl:4") && Catch::Contains("object"));
 }
 
+TEST_CASE("metrics and summary readers refuse deeply nested JSON by name instead of overflowing the stack", "[cpu]") {
+  // A value nested 100000 deep crashed ember-report: the error message rendered it with a recursive dump.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  CHECK_THAT(error_of([&] { parse_epoch_metrics("{\"epoch\": 1, \"train_loss\": " + deep + "}", "m.jsonl", 7); }),
+             Catch::Contains("m.jsonl:7") && Catch::Contains("nested deeper than 32 levels"));
+  CHECK_THAT(error_of([&] { parse_run_summary("{\"name\": " + deep + "}", "runs/x/summary.json"); }),
+             Catch::Contains("runs/x/summary.json") && Catch::Contains("nested deeper"));
+  // 31 levels inside the line's object are still read (and the mistyped value named).
+  const std::string ok_depth = std::string(30, '[') + std::string(30, ']');
+  CHECK_THAT(error_of([&] { parse_epoch_metrics(make_line("", "train_loss", ok_depth), "m.jsonl", 1); }),
+             Catch::Contains("\"train_loss\"") && Catch::Contains("array"));
+}
+
 TEST_CASE("read_metrics_file skips blank lines and counts them in error line numbers", "[cpu]") {
   TempDir dir;
   const std::string path = dir.file("metrics.jsonl");

@@ -30,6 +30,27 @@ using Origins = std::map<std::string, std::string>;
 
 [[noreturn]] void fail(const std::string& message) { EMBER_FAIL(message); }
 
+// Every problem of a config, so that one run reports them all: each key, override and cross-field
+// rule is checked under `check`, which keeps the message of an ember::Error and goes on.
+struct Problems {
+  std::vector<std::string> messages;
+  template <typename F> void check(F&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      messages.push_back(e.message());
+    }
+  }
+  // One problem is thrown as it is; several as a count (after the config's source) and one line each.
+  void throw_if_any(const std::string& source) const {
+    if (messages.empty()) return;
+    if (messages.size() == 1) fail(messages.front());
+    std::string text = source + ": " + std::to_string(messages.size()) + " problems:";
+    for (const auto& m : messages) text += "\n  " + m;
+    fail(text);
+  }
+};
+
 // Compact JSON of `v` appended to `out`, stopping once `out` is longer than `limit`. Not json::dump:
 // that recurses once per nesting level (a config nesting 100000 arrays overflowed the stack) and
 // writes all of a large value only for it to be cut; each level here adds a character, so the
@@ -186,30 +207,39 @@ bool is_object_path(const std::string& path) {
   return std::find(objs.begin(), objs.end(), path) != objs.end();
 }
 
+void read_object(const json& obj, const std::string& prefix, const std::string& source, ExperimentConfig& cfg,
+                 Origins& origins, Problems& problems);
+
+// One key of an object (see read_object); throws on the first problem of a value, collects those
+// of a nested object's keys.
+void read_key(const std::string& key, const json& value, const std::string& prefix, const std::string& source,
+              ExperimentConfig& cfg, Origins& origins, Problems& problems) {
+  const std::string path = prefix.empty() ? key : prefix + "." + key;
+  if (prefix.empty() && key == "provenance") {
+    // Written by ember-train into a run's config.json; carries no settings.
+    if (!value.is_object()) fail(source + ": provenance: expected an object, found " + found_text(value));
+    return;
+  }
+  if (key.find('.') != std::string::npos && find_key_spec(path)) {
+    fail(source + ": \"" + key + "\": unknown key; a file nests objects instead of dotted keys: write " + path +
+         " as {\"" + path.substr(0, path.find('.')) + "\": {...}}");
+  }
+  if (const KeySpec* spec = find_key_spec(path)) {
+    set_value(*spec, value, cfg, source);
+    origins[path] = source;
+  } else if (is_object_path(path)) {
+    if (!value.is_object()) fail(source + ": " + path + ": expected an object, found " + found_text(value));
+    read_object(value, path, source, cfg, origins, problems);
+  } else {
+    fail(source + ": " + path + ": unknown key" + unknown_key_hint(path));
+  }
+}
+
 // Reads the keys of JSON object `obj` found at `prefix` ("" = the top level) into `cfg`.
 void read_object(const json& obj, const std::string& prefix, const std::string& source, ExperimentConfig& cfg,
-                 Origins& origins) {
-  for (const auto& [key, value] : obj.items()) {
-    const std::string path = prefix.empty() ? key : prefix + "." + key;
-    if (prefix.empty() && key == "provenance") {
-      // Written by ember-train into a run's config.json; carries no settings.
-      if (!value.is_object()) fail(source + ": provenance: expected an object, found " + found_text(value));
-      continue;
-    }
-    if (key.find('.') != std::string::npos && find_key_spec(path)) {
-      fail(source + ": \"" + key + "\": unknown key; a file nests objects instead of dotted keys: write " + path +
-           " as {\"" + path.substr(0, path.find('.')) + "\": {...}}");
-    }
-    if (const KeySpec* spec = find_key_spec(path)) {
-      set_value(*spec, value, cfg, source);
-      origins[path] = source;
-    } else if (is_object_path(path)) {
-      if (!value.is_object()) fail(source + ": " + path + ": expected an object, found " + found_text(value));
-      read_object(value, path, source, cfg, origins);
-    } else {
-      fail(source + ": " + path + ": unknown key" + unknown_key_hint(path));
-    }
-  }
+                 Origins& origins, Problems& problems) {
+  for (const auto& [key, value] : obj.items())
+    problems.check([&] { read_key(key, value, prefix, source, cfg, origins, problems); });
 }
 
 std::string trim(const std::string& s) {
@@ -270,7 +300,7 @@ void apply_override(const std::string& text, ExperimentConfig& cfg, Origins& ori
 }
 
 // Rules between keys, checked once the file and every override are applied.
-void check_cross_fields(const ExperimentConfig& c, const Origins& origins) {
+void check_cross_fields(const ExperimentConfig& c, const Origins& origins, Problems& problems) {
   auto origin = [&](const std::string& path) {
     auto it = origins.find(path);
     return it == origins.end() ? std::string() : it->second;
@@ -281,7 +311,7 @@ void check_cross_fields(const ExperimentConfig& c, const Origins& origins) {
     const std::string o1 = origin(primary), o2 = origin(other);
     std::string msg = (o1.empty() ? (o2.empty() ? "defaults" : o2) : o1) + ": " + primary + ": " + text;
     if (!o1.empty() && !o2.empty() && o1 != o2) msg += " (" + other + " set by " + o2 + ")";
-    fail(msg);
+    problems.messages.push_back(msg);
   };
   if (c.optim.nesterov && c.optim.momentum <= 0) {
     fail_pair("optim.nesterov", "optim.momentum",
@@ -348,9 +378,13 @@ ExperimentConfig parse_config(const std::string& json_text, const std::vector<st
   if (!doc.is_object()) fail(source + ": expected a JSON object at the top level, found " + found_text(doc));
   ExperimentConfig cfg;
   Origins origins;
-  read_object(doc, "", source, cfg, origins);
-  for (const auto& o : overrides) apply_override(o, cfg, origins);
-  check_cross_fields(cfg, origins);
+  Problems problems;
+  read_object(doc, "", source, cfg, origins, problems);
+  for (const auto& o : overrides) problems.check([&] { apply_override(o, cfg, origins); });
+  // Rules between keys only once every key holds what its file or override said (a key that was
+  // refused keeps its default, which could break a rule the config itself does not).
+  if (problems.messages.empty()) check_cross_fields(cfg, origins, problems);
+  problems.throw_if_any(source);
   return cfg;
 }
 

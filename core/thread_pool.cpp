@@ -7,6 +7,12 @@
 // threads (DataLoader workers, DataParallel replicas) may call parallel_for at once, so jobs sit
 // in a queue and workers take chunks from whichever job is at its front.
 //
+// Spin, then sleep: a training step issues a few hundred jobs a few microseconds apart, and a worker
+// that slept on the condition variable after each one cost a futex wake and two context switches
+// per job (about 300 a step on mnist_cnn at batch 64; docs/benchmarks.md, "CPU training"). A worker
+// out of work, and a caller waiting for its job's last chunk, first poll for up to kSpin, yielding
+// the core to any other runnable thread between polls, and only then sleep.
+//
 // fork(): the child has only the forking thread, and any lock another thread held at the fork
 // stays locked there for ever. That includes locks inside the C/C++ runtime and the sanitizer
 // runtimes (GCC 12's ASan takes its allocator's locks in a new thread's start-up and does not
@@ -22,6 +28,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -40,6 +47,21 @@ namespace {
 
 // True on pool workers and on a caller while it runs chunks: nested parallel_for runs inline.
 thread_local bool t_in_parallel_region = false;
+
+constexpr auto kSpin = std::chrono::microseconds(100);
+
+// pool_stats()'s counters (nanoseconds for the wait).
+std::atomic<int64_t> g_jobs{0}, g_wait_ns{0};
+
+// Polls `ready` until it holds (true) or kSpin has passed (false), yielding between polls.
+template <typename Ready> bool spin_until(const Ready& ready) {
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  while (!ready()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
 
 struct Job {
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
@@ -117,6 +139,7 @@ class Pool {
     {
       std::lock_guard<std::mutex> lock(mu_);
       queue_.push_back(job);
+      pushed_.fetch_add(1, std::memory_order_release);
     }
     int64_t helpers = std::min<int64_t>(job->nchunks - 1, static_cast<int64_t>(workers_.size()));
     if (helpers >= static_cast<int64_t>(workers_.size())) {
@@ -127,9 +150,17 @@ class Pool {
     t_in_parallel_region = true;
     job->run_chunks();
     t_in_parallel_region = false;
-    {
-      std::unique_lock<std::mutex> lock(job->mu);
-      job->done_cv.wait(lock, [&] { return job->done.load(std::memory_order_acquire) == job->nchunks; });
+    const auto all_done = [&] { return job->done.load(std::memory_order_acquire) == job->nchunks; };
+    g_jobs.fetch_add(1, std::memory_order_relaxed);
+    if (!all_done()) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (!spin_until(all_done)) {
+        std::unique_lock<std::mutex> lock(job->mu);
+        job->done_cv.wait(lock, all_done);
+      }
+      g_wait_ns.fetch_add(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count(),
+          std::memory_order_relaxed);
     }
     {
       // Usually a worker or the caller already popped it; remove it if it is still queued.
@@ -147,12 +178,23 @@ class Pool {
       std::shared_ptr<Job> job;
       {
         std::unique_lock<std::mutex> lock(mu_);
+        bool spun = false;
         for (;;) {
           if (stop_) return;
           // Drop exhausted jobs from the front; take the first one with chunks left.
           while (!queue_.empty() && queue_.front()->next.load(std::memory_order_relaxed) >= queue_.front()->nchunks)
             queue_.pop_front();
           if (!queue_.empty() && !forking_) break;
+          if (!spun && !forking_) {
+            // Poll for a new job without the lock, then look at the queue again.
+            spun = true;
+            const uint64_t seen = pushed_.load(std::memory_order_acquire);
+            lock.unlock();
+            spin_until([&] { return pushed_.load(std::memory_order_acquire) != seen; });
+            lock.lock();
+            continue;
+          }
+          spun = false;
           if (++parked_ == nthreads_ - 1) parked_cv_.notify_all();
           cv_.wait(lock);
           --parked_;
@@ -168,6 +210,7 @@ class Pool {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
+  std::atomic<uint64_t> pushed_{0};  // jobs ever queued: what a spinning worker watches
   bool stop_ = false;
   bool forking_ = false;  // a fork is being prepared: workers park instead of taking jobs
   int parked_ = 0;  // workers waiting in cv_.wait; each dropped its job before counting itself
@@ -242,6 +285,11 @@ int available_cores() {
   if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
   const unsigned hc = std::thread::hardware_concurrency();
   return hc == 0 ? 1 : static_cast<int>(hc);
+}
+
+PoolStats pool_stats() {
+  return {.jobs = g_jobs.load(std::memory_order_relaxed),
+          .wait_seconds = static_cast<double>(g_wait_ns.load(std::memory_order_relaxed)) * 1e-9};
 }
 
 int num_threads() {

@@ -210,10 +210,13 @@ void forward_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Co
       im2col_chunk(xp, g, n0, nb, col);
       colt = wrap(col, {nb * g.G, g.Kg, g.L});
     }
-    for (int64_t i = 0; i < nb; ++i) {
-      const Tensor ci = g.direct ? image_view(x, n0 + i, g.G, g.Kg, g.L) : image_view(colt, i, g.G, g.Kg, g.L);
-      gemm(w3, ci, image_view(out, n0 + i, g.G, g.Og, g.L), false, false, 1.0, beta);
-    }
+    // One image per task, its GEMM single-threaded inside it (each writes its own output).
+    parallel_for(0, nb, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const Tensor ci = g.direct ? image_view(x, n0 + i, g.G, g.Kg, g.L) : image_view(colt, i, g.G, g.Kg, g.L);
+        gemm(w3, ci, image_view(out, n0 + i, g.G, g.Og, g.L), false, false, 1.0, beta);
+      }
+    });
   }
 }
 
@@ -222,9 +225,11 @@ void backward_input_impl(const Tensor& gout, const Tensor& w, const Conv2dParams
   const Geometry g(gx.sizes(), w.sizes(), gout.sizes(), p);
   const Tensor w3 = as_strided_raw(w, {g.G, g.Og, g.Kg}, contiguous_strides({g.G, g.Og, g.Kg}), w.offset());
   if (g.direct) {
-    // gx_n (G, Cg, L) = w^T (G, Cg, Og) @ gout_n (G, Og, L), written in place.
-    for (int64_t n = 0; n < g.N; ++n)
-      gemm(w3, image_view(gout, n, g.G, g.Og, g.L), image_view(gx, n, g.G, g.Kg, g.L), true, false, 1.0, 0.0);
+    // gx_n (G, Cg, L) = w^T (G, Cg, Og) @ gout_n (G, Og, L), written in place, one image per task.
+    parallel_for(0, g.N, 1, [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n)
+        gemm(w3, image_view(gout, n, g.G, g.Og, g.L), image_view(gx, n, g.G, g.Kg, g.L), true, false, 1.0, 0.0);
+    });
     return;
   }
   const int64_t chunk = g.chunk(sizeof(T));
@@ -235,8 +240,10 @@ void backward_input_impl(const Tensor& gout, const Tensor& w, const Conv2dParams
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t nb = std::min(chunk, g.N - n0);
     const Tensor colt = wrap(col, {nb * g.G, g.Kg, g.L});
-    for (int64_t i = 0; i < nb; ++i)
-      gemm(w3, image_view(gout, n0 + i, g.G, g.Og, g.L), image_view(colt, i, g.G, g.Kg, g.L), true, false, 1.0, 0.0);
+    parallel_for(0, nb, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i)
+        gemm(w3, image_view(gout, n0 + i, g.G, g.Og, g.L), image_view(colt, i, g.G, g.Kg, g.L), true, false, 1.0, 0.0);
+    });
     parallel_for(0, nb * g.C, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(per, 1)),
                  [&](int64_t u0, int64_t u1) {
                    for (int64_t u = u0; u < u1; ++u) {

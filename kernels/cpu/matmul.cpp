@@ -1,9 +1,16 @@
 // CPU GEMM: BLAS sgemm_/dgemm_ through the Fortran interface when the build has BLAS, else ember's
 // blocked GEMM (kernels/cpu/gemm_blocked.cpp). f16/bf16 are converted to f32, multiplied, and
 // rounded back once at the end.
+//
+// Threads: ember's pool owns the cores. BLAS is told to run single-threaded and ember splits the
+// work instead (the products of a batch, and a large product into row or column blocks of C).
+// OpenBLAS's pthread build, left to its own threads, keeps them spinning for a while after every
+// call: between the GEMMs of a training step they competed with ember's pool and the data loader
+// for the same cores, and throughput swung from run to run (docs/benchmarks.md, "CPU training").
 #include <algorithm>
 #include <climits>
 #include <cstddef>
+#include <mutex>
 #include <vector>
 
 #include <ember/core/thread_pool.h>
@@ -21,6 +28,8 @@ void sgemm_(const char* transa, const char* transb, const int* m, const int* n, 
 void dgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const double* alpha,
             const double* a, const int* lda, const double* b, const int* ldb, const double* beta, double* c,
             const int* ldc, size_t transa_len, size_t transb_len);
+// OpenBLAS's extension; weak, so that ember links and runs against a BLAS without it.
+void openblas_set_num_threads(int) __attribute__((weak));
 }
 #endif
 
@@ -40,20 +49,65 @@ bool fits_int(const GemmArgs& g) {
 }
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: hand BLAS b as its first
-// operand and a as its second, with the row-major leading dimensions unchanged.
-void blas_gemm(const GemmArgs& g, float alpha, const float* a, const float* b, float beta, float* c) {
+// operand and a as its second, with the row-major leading dimensions unchanged. C's rows are ldc
+// apart (a block of columns of a wider C has ldc > N).
+void blas_gemm(const GemmArgs& g, float alpha, const float* a, const float* b, float beta, float* c, int64_t ldc) {
   const int m = static_cast<int>(g.N), n = static_cast<int>(g.M), k = static_cast<int>(g.K);
   const int lda = static_cast<int>(std::max<int64_t>(g.ldb, 1)), ldb = static_cast<int>(std::max<int64_t>(g.lda, 1));
-  const int ldc = std::max(m, 1);
+  const int ldc_ = static_cast<int>(std::max<int64_t>(ldc, 1));
   const char ta = g.trans_b ? 'T' : 'N', tb = g.trans_a ? 'T' : 'N';
-  sgemm_(&ta, &tb, &m, &n, &k, &alpha, b, &lda, a, &ldb, &beta, c, &ldc, 1, 1);
+  sgemm_(&ta, &tb, &m, &n, &k, &alpha, b, &lda, a, &ldb, &beta, c, &ldc_, 1, 1);
 }
-void blas_gemm(const GemmArgs& g, double alpha, const double* a, const double* b, double beta, double* c) {
+void blas_gemm(const GemmArgs& g, double alpha, const double* a, const double* b, double beta, double* c, int64_t ldc) {
   const int m = static_cast<int>(g.N), n = static_cast<int>(g.M), k = static_cast<int>(g.K);
   const int lda = static_cast<int>(std::max<int64_t>(g.ldb, 1)), ldb = static_cast<int>(std::max<int64_t>(g.lda, 1));
-  const int ldc = std::max(m, 1);
+  const int ldc_ = static_cast<int>(std::max<int64_t>(ldc, 1));
   const char ta = g.trans_b ? 'T' : 'N', tb = g.trans_a ? 'T' : 'N';
-  dgemm_(&ta, &tb, &m, &n, &k, &alpha, b, &lda, a, &ldb, &beta, c, &ldc, 1, 1);
+  dgemm_(&ta, &tb, &m, &n, &k, &alpha, b, &lda, a, &ldb, &beta, c, &ldc_, 1, 1);
+}
+
+void blas_single_threaded() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (openblas_set_num_threads) openblas_set_num_threads(1);
+  });
+}
+
+// Multiply-adds below which handing a piece of a product to another thread costs more than it saves.
+constexpr int64_t kMinTaskWork = int64_t{1} << 16;
+
+// The batch of products on ember's pool, BLAS single-threaded in each task. With fewer products than
+// threads, each large product is cut into `parts` blocks of C along its longer side: rows
+// [m0, m1) of C read rows m0.. of op(A), columns [n0, n1) read columns n0.. of op(B).
+template <typename T>
+void blas_batched(const GemmArgs& g, int64_t batch, T alpha, const T* a, int64_t a_stride, const T* b, int64_t b_stride,
+                  T beta, T* c) {
+  blas_single_threaded();
+  const int64_t work = g.M * g.N * g.K;
+  const bool by_rows = g.M >= g.N;
+  const int64_t dim = by_rows ? g.M : g.N;
+  int64_t parts = 1;
+  const int64_t threads = num_threads();
+  if (batch < threads)
+    parts = std::max<int64_t>(1, std::min({(threads + batch - 1) / batch, work / kMinTaskWork, dim}));
+  const int64_t task_work = std::max<int64_t>(work / parts, 1);
+  parallel_for(0, batch * parts, std::max<int64_t>(1, kMinTaskWork / task_work), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t i = t / parts, p = t % parts;
+      const int64_t lo = dim * p / parts, hi = dim * (p + 1) / parts;
+      const T* ai = a + i * a_stride;
+      const T* bi = b + i * b_stride;
+      T* ci = c + i * g.M * g.N;
+      GemmArgs piece = g;
+      if (by_rows) {
+        piece.M = hi - lo;
+        blas_gemm(piece, alpha, ai + (g.trans_a ? lo : lo * g.lda), bi, beta, ci + lo * g.N, g.N);
+      } else {
+        piece.N = hi - lo;
+        blas_gemm(piece, alpha, ai, bi + (g.trans_b ? lo * g.ldb : lo), beta, ci + lo, g.N);
+      }
+    }
+  });
 }
 #endif
 
@@ -67,8 +121,7 @@ void gemm_batched(const GemmArgs& g, int64_t batch, T alpha, const T* a, int64_t
     // K == 0 (or alpha == 0) only scales C; the blocked GEMM does that without reading A or B.
 #ifdef EMBER_HAVE_BLAS
   if (fits_int(g) && g.K > 0) {
-    // BLAS threads internally; the batch is walked in order.
-    for (int64_t i = 0; i < batch; ++i) blas_gemm(g, alpha, a + i * a_stride, b + i * b_stride, beta, c + i * c_stride);
+    blas_batched(g, batch, alpha, a, a_stride, b, b_stride, beta, c);
     return;
   }
 #endif

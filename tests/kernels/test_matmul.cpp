@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include <ember/core/thread_pool.h>
 #include <ember/kernels/cpu/gemm_blocked.h>
 #include <ember/kernels/matmul.h>
 #include "support/reference.h"
@@ -263,4 +264,45 @@ TEST_CASE("gemm entry: alpha, beta, shared b, 2-D operands and shape errors", "[
                     Catch::Contains("[3, 9, 6]") && Catch::Contains("[3, 14, 9]"));
   CHECK_THROWS_WITH(kernels::gemm(a.transpose(1, 2), b, c, false, false), Catch::Contains("contiguous"));
   CHECK_THROWS_WITH(kernels::gemm(a, b, c, false, false), Catch::Contains("shapes do not match"));
+}
+
+TEST_CASE("gemm entry: products split over the pool's threads in row or column blocks", "[cpu][matmul]") {
+  // With BLAS, each product large enough is cut into blocks of C along its longer side, one per
+  // thread (kernels/cpu/matmul.cpp); 3 threads make the blocks uneven. Tall (M > N) and wide
+  // (M < N) products, every transpose, a batch of one and of two (fewer products than threads), and
+  // beta = 1 accumulating onto C, each against the float64 reference. Each product here has enough
+  // multiply-adds (over 2^16 per block) to be split.
+  const int before = num_threads();
+  set_num_threads(3);
+  struct Shape3 {
+    int64_t B, M, N, K;
+  };
+  uint64_t seed = 60;
+  for (const Shape3 s : {Shape3{1, 301, 7, 100}, Shape3{1, 9, 300, 100}, Shape3{2, 67, 64, 65}, Shape3{2, 9, 200, 90}})
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true}) {
+        INFO("B " << s.B << " M " << s.M << " N " << s.N << " K " << s.K << " ta " << ta << " tb " << tb);
+        Tensor a = random_tensor(ta ? Shape{s.B, s.K, s.M} : Shape{s.B, s.M, s.K}, DType::f32, seed++);
+        Tensor b = random_tensor(tb ? Shape{s.B, s.N, s.K} : Shape{s.B, s.K, s.N}, DType::f32, seed++);
+        Tensor c = random_tensor({s.B, s.M, s.N}, DType::f32, seed++);
+        const std::vector<double> av = to_f64(a), bv = to_f64(b), cv = to_f64(c);
+        kernels::gemm(a, b, c, ta, tb, 1.0, 1.0);
+        std::vector<double> exp, abs;
+        for (int64_t bi = 0; bi < s.B; ++bi)
+          for (int64_t i = 0; i < s.M; ++i)
+            for (int64_t j = 0; j < s.N; ++j) {
+              double sum = 0, sum_abs = 0;
+              for (int64_t k = 0; k < s.K; ++k) {
+                const double x = ta ? av[(bi * s.K + k) * s.M + i] : av[(bi * s.M + i) * s.K + k];
+                const double y = tb ? bv[(bi * s.N + j) * s.K + k] : bv[(bi * s.K + k) * s.N + j];
+                sum += x * y;
+                sum_abs += std::fabs(x * y);
+              }
+              const double c0 = cv[(bi * s.M + i) * s.N + j];
+              exp.push_back(sum + c0);
+              abs.push_back(sum_abs + std::fabs(c0));
+            }
+        check_products(to_f64(c), exp, abs, DType::f32, s.K);
+      }
+  set_num_threads(before);
 }

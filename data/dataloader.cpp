@@ -1,5 +1,7 @@
 #include <ember/data/dataloader.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
@@ -21,6 +23,13 @@
 namespace ember::data {
 
 namespace {
+
+// CPU time the calling thread has used, in nanoseconds.
+int64_t thread_cpu_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
 
 // Keeps the transforms' Philox key apart from the sampler's (both derive from options.seed).
 constexpr uint64_t kTransformSalt = 0x7472616e73666f72ULL;  // "transfor"
@@ -159,6 +168,7 @@ class DataLoader::Run {
   }
 
   void worker() {
+    int64_t cpu_before = thread_cpu_ns();
     for (;;) {
       int64_t k;
       {
@@ -173,6 +183,9 @@ class DataLoader::Run {
       } catch (...) {
         slot.error = std::current_exception();
       }
+      const int64_t cpu_now = thread_cpu_ns();
+      loader_.worker_cpu_ns_.fetch_add(cpu_now - cpu_before, std::memory_order_relaxed);
+      cpu_before = cpu_now;
       {
         std::lock_guard<std::mutex> lock(mu_);
         ready_.emplace(k, std::move(slot));
@@ -393,6 +406,10 @@ DataLoader::Iterator DataLoader::begin() {
 }
 
 int64_t DataLoader::num_examples() const { return sampler_->size(); }
+
+double DataLoader::worker_cpu_seconds() const {
+  return static_cast<double>(worker_cpu_ns_.load(std::memory_order_relaxed)) * 1e-9;
+}
 
 int64_t DataLoader::len() const {
   const int64_t n = sampler_->size(), b = options_.batch_size;

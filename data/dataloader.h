@@ -19,6 +19,7 @@
 // order when shuffling); a loop left early (break, exception) leaves the position where it
 // stopped, and the next loop continues that epoch. state_dict()/load_state_dict() save and
 // restore it, so a resumed run continues mid-epoch exactly. set_epoch() starts an epoch afresh.
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <type_traits>
@@ -125,6 +126,10 @@ class DataLoader {
   StateDict state_dict() const;
   void load_state_dict(const StateDict& state);
 
+  /// CPU time the worker threads of this loader's passes have used so far (diagnostics: the
+  /// trainer records it per epoch). 0 with no workers (batches made on the consumer thread).
+  double worker_cpu_seconds() const;
+
   const Dataset& dataset() const { return *dataset_; }
   Sampler& sampler() { return *sampler_; }
   const Options& options() const { return options_; }
@@ -135,6 +140,7 @@ class DataLoader {
   Options options_;
   std::shared_ptr<Sampler> sampler_;
   bool active_ = false;  // an Iterator is running
+  std::atomic<int64_t> worker_cpu_ns_{0};  // see worker_cpu_seconds()
   // Resident mode: the dataset on the device (loaded by the first begin()).
   Tensor resident_images_;  // u8 (N, C, H, W)
   Tensor resident_labels_;  // i64 (N)

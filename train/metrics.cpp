@@ -133,6 +133,9 @@ constexpr NumberField kEpochFields[] = {
     {"loss_scale", &EpochMetrics::loss_scale, true},
     {"skipped_steps", &EpochMetrics::skipped_steps, true},
     {"nonfinite_steps", &EpochMetrics::nonfinite_steps, true},
+    {"cpu_seconds", &EpochMetrics::cpu_seconds, true},
+    {"loader_cpu_seconds", &EpochMetrics::loader_cpu_seconds, true},
+    {"pool_wait_seconds", &EpochMetrics::pool_wait_seconds, true},
 };
 
 }  // namespace

@@ -27,6 +27,10 @@ struct EpochMetrics {
   // train.on_nonfinite = "skip": optimizer steps not taken in the epoch because a training loss was
   // NaN or inf. 0 otherwise.
   double nonfinite_steps = 0;
+  // Where the CPU went in the training pass (this process's part of it; docs/benchmarks.md, "CPU
+  // training"): CPU time of the whole process, of it the data loader's worker threads, and the time
+  // parallel_for callers waited for the thread pool's workers to finish their chunks.
+  double cpu_seconds = 0, loader_cpu_seconds = 0, pool_wait_seconds = 0;
   friend bool operator==(const EpochMetrics&, const EpochMetrics&) = default;
 };
 

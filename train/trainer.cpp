@@ -6,6 +6,8 @@
 // duplicate or a gap (the other order could lose a line for good).
 #include <ember/train/trainer.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -27,6 +29,7 @@
 #include <ember/core/error.h>
 #include <ember/core/rng.h>
 #include <ember/core/stream.h>
+#include <ember/core/thread_pool.h>
 #include <ember/data/distributed_sampler.h>
 #include <ember/kernels/factory.h>
 #include <ember/layers/loss.h>
@@ -57,6 +60,18 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// CPU use so far (EpochMetrics::cpu_seconds and the two beside it): the process's CPU time, the
+// thread pool's caller wait, the loader's worker threads' CPU time.
+struct CpuUse {
+  double process = 0, pool_wait = 0, loader = 0;
+  static CpuUse now(const data::DataLoader& loader) {
+    timespec ts{};
+    ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return {static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9, pool_stats().wait_seconds,
+            loader.worker_cpu_seconds()};
+  }
+};
 
 template <typename... Args> std::string format(const char* spec, Args... args) {
   char buf[512];
@@ -315,6 +330,7 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
   data::Sampler& sampler = train_loader_->sampler();
   progress_->begin_epoch(epoch, c_.epochs, steps);
   const auto t0 = Clock::now();
+  const CpuUse cpu0 = CpuUse::now(*train_loader_);
   bool interrupted = false;
   // train.on_nonfinite. "stop": the first batch (1-based) whose loss is NaN or inf, kept on the
   // device (+inf while none) and read where the host reads anyway: at progress lines and at the
@@ -423,6 +439,7 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
   }
   const double seconds = part.seconds + seconds_since(t0);
   const PhaseTotals phases = part.phases + timers_->finish_epoch();
+  const CpuUse cpu1 = CpuUse::now(*train_loader_);
   const double loss_total = loss_sum.item<double>();
   progress_->end_epoch();
   if (interrupted) {
@@ -456,6 +473,9 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
   m.forward_seconds = phases[Phase::Forward];
   m.backward_seconds = phases[Phase::Backward];
   m.optimizer_seconds = phases[Phase::OptimizerStep];
+  m.cpu_seconds = cpu1.process - cpu0.process;
+  m.loader_cpu_seconds = cpu1.loader - cpu0.loader;
+  m.pool_wait_seconds = cpu1.pool_wait - cpu0.pool_wait;
   if (scaler_->is_enabled()) {
     m.loss_scale = scaler_->scale();
     m.skipped_steps = static_cast<double>(scaler_->skipped_steps() - skipped_before_epoch_);
@@ -588,9 +608,11 @@ void Session::end_epoch(EpochMetrics& m) {
              new_best ? " (best)" : "", m.lr, m.epoch_seconds, m.images_per_second, m.eval_seconds, amp_text.c_str()));
   log_->file_line(
       format("epoch %lld phases: data wait %.3f s, h2d %.3f s, forward %.3f s, backward %.3f s, "
-             "optimizer %.3f s; all-reduce %.3f s, of it exposed %.3f s",
+             "optimizer %.3f s; all-reduce %.3f s, of it exposed %.3f s; CPU %.3f s (loader workers %.3f s), "
+             "thread-pool wait %.3f s",
              static_cast<long long>(epoch), m.data_wait_seconds, m.h2d_seconds, m.forward_seconds, m.backward_seconds,
-             m.optimizer_seconds, m.comm_seconds, m.comm_exposed_seconds));
+             m.optimizer_seconds, m.comm_seconds, m.comm_exposed_seconds, m.cpu_seconds, m.loader_cpu_seconds,
+             m.pool_wait_seconds));
 }
 
 RunSummary Session::summary() const {

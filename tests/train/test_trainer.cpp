@@ -163,6 +163,13 @@ TEST_CASE("trainer: a run directory holds config, metrics, summary, log and rota
     CHECK(phases <= m.epoch_seconds);
     CHECK(m.forward_seconds > 0);
     CHECK(m.backward_seconds > 0);
+    // Where the CPU went: the process used some; the loader's one worker made the batches (this
+    // config is not resident), inside the process's total; callers waited no longer than the pass.
+    CHECK(m.cpu_seconds > 0);
+    CHECK(m.loader_cpu_seconds > 0);
+    CHECK(m.loader_cpu_seconds <= m.cpu_seconds);
+    CHECK(m.pool_wait_seconds >= 0);
+    CHECK(m.pool_wait_seconds <= m.epoch_seconds);
     train_seconds += m.epoch_seconds;
     if (m.test_acc > best) {
       best = m.test_acc;

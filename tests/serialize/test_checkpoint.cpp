@@ -6,6 +6,7 @@
 
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstring>
@@ -426,6 +427,18 @@ TEST_CASE("checkpoint: a failed save leaves the previous file intact", "[cpu][ch
     std::signal(SIGXFSZ, old_handler);
     CHECK_THAT(err, Catch::Contains(path + ".tmp"));
     CHECK_THAT(err, Catch::Contains("failed after"));
+  }
+  SECTION("the disk is full (ENOSPC)") {
+    // <path>.tmp is a link to /dev/full, where every write fails with ENOSPC: the save opens and
+    // truncates it as its temporary like any file, and the first write fails as on a full disk.
+    if (::access("/dev/full", W_OK) == 0) {
+      fs::create_symlink("/dev/full", path + ".tmp");
+      const std::string err = error_of([&] { serialize::save_checkpoint(big, path); });
+      CHECK_THAT(err, Catch::Contains(path + ".tmp") && Catch::Contains("No space left on device"));
+      CHECK_FALSE(fs::exists(fs::symlink_status(path + ".tmp")));  // the temporary (the link) removed
+    } else {
+      WARN("/dev/full is not writable here: the full-disk case did not run");
+    }
   }
   SECTION("the temporary file cannot be created") {
     fs::create_directories(path + ".tmp");  // a directory in the way of <path>.tmp

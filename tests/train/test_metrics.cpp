@@ -3,6 +3,8 @@
 // mistyped, and atomic file writes that leave nothing half-written behind.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -339,4 +341,15 @@ TEST_CASE("write_file_atomic names the path it cannot write and keeps the old co
   CHECK_THAT(error_of([&] { write_file_atomic(blocked, "x"); }), Catch::Contains(blocked));
   CHECK_FALSE(fs::exists(blocked + ".tmp"));
   CHECK(fs::is_directory(fs::path(blocked) / "child"));
+
+  // A full disk: the temporary is a link to /dev/full (every write fails with ENOSPC); the old
+  // summary stays as it was.
+  if (::access("/dev/full", W_OK) == 0) {
+    const std::string summary = dir.file("summary.json");
+    write_file_atomic(summary, "old");
+    fs::create_symlink("/dev/full", summary + ".tmp");
+    CHECK_THAT(error_of([&] { write_file_atomic(summary, std::string(1 << 16, 'x')); }),
+               Catch::Contains(summary) && Catch::Contains("No space left on device"));
+    CHECK(read_text(summary) == "old");
+  }
 }

@@ -74,7 +74,12 @@ void skip_child() {
     if (std::getenv("EMBER_DISTRIBUTED_DEBUG")) {
       report([&] { pg->broadcast(zeros({10}, {.dtype = DType::i64}), 0)->wait(); });
     } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      // Stays connected until ranks 0 and 2 have reported their timeouts: a rank 1 that exited
+      // first (it once slept a fixed 2.5 s, and a loaded machine was slower) turns their timeout
+      // into a closed connection.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (store->add("finished", 0) < pg->world_size() - 1 && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   } else {
     report([&] { pg->all_reduce(t)->wait(); });

@@ -92,8 +92,11 @@ int main(int argc, char** argv) {
   const int in = static_cast<int>(n);
   const float one = 1.0f, zero = 0.0f;
   // Row-major C = A B is column-major C^T = B^T A^T: pass B first.
-  t = bench::median_seconds([&] { sgemm_("N", "N", &in, &in, &in, &one, pb, &in, pa, &in, &zero, pc, &in, 1, 1); },
-                            reps);
+  {
+    const bench::RawBlasThreads blas_threads(num_threads());
+    t = bench::median_seconds([&] { sgemm_("N", "N", &in, &in, &in, &one, pb, &in, pa, &in, &zero, pc, &in, 1, 1); },
+                              reps);
+  }
   row("raw BLAS sgemm_", t, pc);
 #else
   table.add({"raw BLAS sgemm_", "n/a", "n/a", "(no BLAS)"});

@@ -60,8 +60,8 @@ for r in $(seq 1 "$repeats"); do
     printf "%-6s %-8s %14.0f %14.0f %7.1f%% %8.2f %9.2f %8.0f%%\n", r, "ember", a, b, 100 * b / a, c, e, 100 * (1 - e / c) }'
   if [ "$have_torch" = 1 ]; then
     targs=(--data "$data" --limit "$limit" --epochs "$epochs")
-    ta=$(OMP_NUM_THREADS=2 "$python" "$here/torch_mnist_ddp.py" "${targs[@]}" --batch 64 | sed -n 's/RESULT images_per_second=//p')
-    tb=$(OMP_NUM_THREADS=1 "$python" -m torch.distributed.run --nproc-per-node 2 "$here/torch_mnist_ddp.py" \
+    ta=$(OMP_NUM_THREADS=2 "$python" "$here/peers/torch_mnist.py" "${targs[@]}" --batch 64 | sed -n 's/RESULT images_per_second=//p')
+    tb=$(OMP_NUM_THREADS=1 "$python" -m torch.distributed.run --nproc-per-node 2 "$here/peers/torch_mnist.py" \
       "${targs[@]}" --batch 32 --ddp 2>/dev/null | sed -n 's/RESULT images_per_second=//p')
     awk -v r="$r" -v a="$ta" -v b="$tb" 'BEGIN {
       printf "%-6s %-8s %14.0f %14.0f %7.1f%% %8s %9s %9s\n", r, "pytorch", a, b, 100 * b / a, "-", "-", "-" }'

@@ -6,7 +6,8 @@
 //                           batch (no data loading); also split into forward / backward / step
 //   ember step + loader     the same with batches from a DataLoader (1 worker, shuffled) over an
 //                           in-memory 28x28 dataset, as the mnist example trains
-//   sgemm, ember's shapes   raw BLAS sgemm_ on exactly the GEMMs one step issues (im2col + GEMM
+//   sgemm, ember's shapes   raw BLAS sgemm_ (its own threads, as many as ember's pool) on exactly the GEMMs one step
+//   issues (im2col + GEMM
 //                           per image for the convolutions, one GEMM per Linear pass): the time
 //                           of a step if everything but the GEMMs were free -> predicted images/s
 //   sgemm, batched shapes   the same FLOPs as one GEMM per layer and pass over the whole batch
@@ -100,6 +101,9 @@ struct Prediction {
   double seconds = 0, flops = 0;
 };
 Prediction predict(const std::vector<GemmShape>& shapes, int reps) {
+#ifdef EMBER_BENCH_HAVE_BLAS
+  const bench::RawBlasThreads blas_threads(num_threads());  // OpenBLAS threading each GEMM itself
+#endif
   Prediction p;
   for (const auto& s : shapes) {
     p.seconds += time_gemm(s, reps);

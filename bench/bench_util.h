@@ -17,9 +17,27 @@
 extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
                        const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
                        const float* beta, float* c, const int* ldc, size_t transa_len, size_t transb_len);
+// OpenBLAS's extension (weak: another BLAS may lack it). ember's first GEMM sets it to 1 and splits
+// the work on its own pool (kernels/cpu/matmul.cpp); rows that time raw BLAS give it the same cores.
+extern "C" void openblas_set_num_threads(int) __attribute__((weak));
 #endif
 
 namespace ember::bench {
+
+#ifdef EMBER_BENCH_HAVE_BLAS
+/// While alive, OpenBLAS runs its own `threads` threads (as a program using it directly would);
+/// afterwards single-threaded again, as ember leaves it.
+struct RawBlasThreads {
+  explicit RawBlasThreads(int threads) {
+    if (openblas_set_num_threads) openblas_set_num_threads(threads);
+  }
+  ~RawBlasThreads() {
+    if (openblas_set_num_threads) openblas_set_num_threads(1);
+  }
+  RawBlasThreads(const RawBlasThreads&) = delete;
+  RawBlasThreads& operator=(const RawBlasThreads&) = delete;
+};
+#endif
 
 /// Median seconds of one call of fn, over `reps` timed calls after `warmup` untimed ones.
 inline double median_seconds(const std::function<void()>& fn, int reps, int warmup = 2) {

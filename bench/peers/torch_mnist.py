@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""The peer of bench_ddp_mnist.sh: PyTorch training examples/mnist's CNN (ember's models::mnist_cnn)
-on the first N Fashion-MNIST training images, Adam lr 1e-3, as one process or as one DDP rank
-under torchrun (gloo, CPU). Prints one line per epoch and, at the end, the last epoch's images/s
-over all ranks as "RESULT images_per_second=<x>".
+"""The PyTorch peer of bench_cpu_train.sh and bench_ddp_mnist.sh: examples/mnist's CNN (ember's
+models::mnist_cnn, dropout included) trained on the first N Fashion-MNIST training images with Adam
+lr 1e-3, as one process or as one DDP rank under torchrun (gloo, CPU). Prints one line per epoch
+and, at the end, the last epoch's training images/s over all ranks as
+"RESULT images_per_second=<x>". With --test-limit M (one process) it then evaluates the first M
+test images at --test-batch (1000, as ember's configs) and prints "RESULT eval_images_per_second=<x>".
 
-  python3 torch_mnist_ddp.py --data DIR --limit N --batch B --epochs E          # one process
-  torchrun --nproc-per-node 2 torch_mnist_ddp.py ... --ddp                      # DDP, B per rank
+  python3 torch_mnist.py --data DIR --limit N --batch B --epochs E [--test-limit M]   # one process
+  torchrun --nproc-per-node 2 torch_mnist.py ... --ddp                                # DDP, B per rank
 """
 import argparse
 import gzip
@@ -52,12 +54,31 @@ class Net(nn.Module):  # examples/mnist's network, as models::mnist_cnn
         return self.fc2(x)
 
 
+def evaluate(model, a):
+    """Test-set forward passes without gradients, as ember's evaluation: images/s and accuracy."""
+    x = read_idx(find(a.data, "t10k-images-idx3-ubyte"))[: a.test_limit].float().div_(255).sub_(0.2860).div_(0.3530)
+    x = x.unsqueeze(1)
+    y = read_idx(find(a.data, "t10k-labels-idx1-ubyte"))[: a.test_limit].long()
+    model.eval()
+    correct = 0
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for i in range(0, len(x), a.test_batch):
+            correct += (model(x[i : i + a.test_batch]).argmax(1) == y[i : i + a.test_batch]).sum().item()
+    seconds = time.perf_counter() - t0
+    model.train()
+    print(f"eval: {len(x)} images, accuracy {correct / len(x):.4f}, {seconds:.3f} s")
+    return len(x) / seconds
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--data", required=True)
     p.add_argument("--limit", type=int, default=8000)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--test-limit", type=int, default=0)
+    p.add_argument("--test-batch", type=int, default=1000)
     p.add_argument("--ddp", action="store_true")
     a = p.parse_args()
     rank, world = 0, 1
@@ -92,6 +113,8 @@ def main():
             print(f"epoch {epoch}: {ips:.0f} images/s, loss {loss.item():.4f}, threads {torch.get_num_threads()}")
     if rank == 0:
         print(f"RESULT images_per_second={ips:.1f}")
+    if a.test_limit > 0 and not a.ddp:
+        print(f"RESULT eval_images_per_second={evaluate(model, a):.1f}")
     if a.ddp:
         dist.destroy_process_group()
 

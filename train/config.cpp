@@ -238,8 +238,8 @@ void read_key(const std::string& key, const json& value, const std::string& pref
 // Reads the keys of JSON object `obj` found at `prefix` ("" = the top level) into `cfg`.
 void read_object(const json& obj, const std::string& prefix, const std::string& source, ExperimentConfig& cfg,
                  Origins& origins, Problems& problems) {
-  for (const auto& [key, value] : obj.items())
-    problems.check([&] { read_key(key, value, prefix, source, cfg, origins, problems); });
+  for (auto it = obj.begin(); it != obj.end(); ++it)  // not a structured binding: the lambda uses it (clang 14)
+    problems.check([&] { read_key(it.key(), it.value(), prefix, source, cfg, origins, problems); });
 }
 
 std::string trim(const std::string& s) {

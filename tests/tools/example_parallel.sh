@@ -19,7 +19,8 @@
 # mnist_precision       --precision bf16 and fp16 train and report a test accuracy, fp16 also the loss
 #                       scale and skipped steps (epoch line and --metrics-out); resuming fp16 from
 #                       epoch 1's checkpoint repeats epoch 2 exactly, loss scale included; --precision
-#                       fp8 and --precision fp16 with --data-parallel are usage errors (exit 2)
+#                       fp8 and --precision fp16 with --data-parallel are usage errors (exit 2);
+#                       --metrics-out /dev/full (a full disk) fails the run naming the file
 # mnist_precision_ember_run  ember-run --nproc-per-node 2 mnist --precision fp16: DDP ranks with the
 #                       gradient scaler (skips agreed across ranks), rank 0 reports the loss scale
 # slurm_one_node        examples/slurm/mnist_1node_4gpu.sbatch itself, run by bash with the variables
@@ -198,6 +199,12 @@ case $case_name in
     hasnt 'scale [0-9]'
     grep -qE '"test_acc": [01][.][0-9]{4}, .*"eval_seconds": [0-9.]+}$' bf16/metrics.jsonl ||
       fail "bf16/metrics.jsonl: $(cat bf16/metrics.jsonl)"
+    # A full disk under --metrics-out fails the run naming the file and the reason (issue 15: mnist
+    # used to exit 0 having lost every line).
+    if [ -w /dev/full ]; then
+      run 1 "$bin/mnist" "${small[@]}" --metrics-out /dev/full
+      has 'metrics-out /dev/full: cannot append the epoch.s line: No space left on device'
+    fi
     ! grep -q loss_scale bf16/metrics.jsonl || fail "bf16/metrics.jsonl has a loss scale: $(cat bf16/metrics.jsonl)"
     echo "bf16: $(grep -oE 'test_acc [0-9.]+' <<<"$out")"
     # fp16, 2 epochs with checkpoints; then epoch 2 again from epoch 1's checkpoint.

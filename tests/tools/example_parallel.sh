@@ -97,13 +97,25 @@ for ((i = 0; i < n; i++)); do
     SLURM_STEP_NUM_TASKS=$n SLURM_STEP_TASKS_PER_NODE="$per(x$nodes)" "$@" >"$FAKE_SRUN_LOGS/task_$i.log" 2>&1 &
   pids+=($!)
 done
-for ((k = 0; k < n; k++)); do
-  wait -n
-  r=$?
-  if [ "$r" -ne 0 ] && [ "$rc" -eq 0 ]; then
-    rc=$r
-    kill "${pids[@]}" 2>/dev/null
-  fi
+# Each task's status as it ends, polled: `wait -n` (bash 5.2) can return 127 when a task ended
+# before it was called, which failed a passing job once.
+left=("${pids[@]}")
+while [ ${#left[@]} -gt 0 ]; do
+  still=()
+  for p in "${left[@]}"; do
+    if kill -0 "$p" 2>/dev/null; then
+      still+=("$p")
+      continue
+    fi
+    wait "$p"
+    r=$?
+    if [ "$r" -ne 0 ] && [ "$rc" -eq 0 ]; then
+      rc=$r
+      kill "${pids[@]}" 2>/dev/null
+    fi
+  done
+  left=("${still[@]}")
+  [ ${#left[@]} -eq 0 ] || sleep 0.05
 done
 exit "$rc"
 EOF
@@ -132,16 +144,14 @@ run_sbatch() {
   shift 3
   make_fake_slurm
   mkdir -p logs
+  # The tasks' logs are printed whatever the job's status (a failure is then diagnosable).
+  trap 'for f in logs/task_*.log; do echo "--- $f"; cat "$f"; done' EXIT
   run 0 env PATH="$work/fake-slurm:$PATH" FAKE_SRUN_LOGS="$work/logs" SLURM_JOB_ID="$(free_job_id)" \
     SLURM_JOB_NODELIST="$(seq -s, -f '127.0.0.%g' 1 "$nodes")" SLURM_NNODES="$nodes" \
     SLURM_NTASKS=$((nodes * per)) SLURM_NTASKS_PER_NODE="$per" SLURM_TASKS_PER_NODE="$per(x$nodes)" \
     SLURM_CPUS_PER_TASK=1 SLURM_SUBMIT_DIR="$src" SLURM_PROCID=0 EMBER_BUILD="$(dirname "$bin")" \
     DATA="$data" RUN_DIR="$work/run" "$@" bash "$src/examples/slurm/$file" --limit-train 512 --limit-test 500 \
     --epochs 1 --batch-size 16 --device cpu
-  for f in logs/task_*.log; do
-    echo "--- $f"
-    cat "$f"
-  done
 }
 
 case $case_name in

@@ -3,7 +3,8 @@
 //
 // CPU rows:
 //   ember train step        forward + cross-entropy + backward + SGD(momentum) step on one fixed
-//                           batch (no data loading); also split into forward / backward / step
+//                           batch (no data loading); also split into forward / backward / step,
+//                           and the same step with forward and loss under bf16 autocast
 //   ember step + loader     the same with batches from a DataLoader (1 worker, shuffled) over an
 //                           in-memory 28x28 dataset, as the mnist example trains
 //   sgemm, ember's shapes   raw BLAS sgemm_ (its own threads, as many as ember's pool) on exactly the GEMMs one step
@@ -148,6 +149,22 @@ bool cpu_part(bool quick) {
   const double step_s = bench::median_seconds([&] { train_step(*model, opt, x, y); }, steps, 0);
   const float loss_after = train_step(*model, opt, x, y).item<float>();
 
+  // The same step with the forward and loss under bf16 autocast (docs/amp.md; issue 14's CPU
+  // figure): matmul and conv in bf16 (the CPU GEMM widens to f32, multiplies, rounds once), the rest
+  // in f32, backward and the update outside the guard.
+  auto bf16_step = [&] {
+    Tensor loss;
+    {
+      amp::Autocast guard(DeviceType::CPU, DType::bf16);
+      loss = layers::cross_entropy(model->forward(x), y);
+    }
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+  };
+  bf16_step();  // warm-up
+  const double bf16_step_s = bench::median_seconds(bf16_step, steps, 0);
+
   // Phases (means over a few steps).
   double fwd = 0, bwd = 0, upd = 0;
   const int phase_steps = quick ? 2 : 10;
@@ -204,6 +221,8 @@ bool cpu_part(bool quick) {
   t.add({"  forward + loss", fmt("%.2f", fwd * 1e3), "", ""});
   t.add({"  backward", fmt("%.2f", bwd * 1e3), "", ""});
   t.add({"  SGD step", fmt("%.2f", upd * 1e3), "", ""});
+  t.add({"ember train step, bf16 autocast", fmt("%.2f", bf16_step_s * 1e3), fmt("%.0f", ips(bf16_step_s)),
+         fmt("%.1f", flops / bf16_step_s / 1e9)});
   t.add({"ember step + DataLoader", fmt("%.2f", loader_s * 1e3), fmt("%.0f", ips(loader_s)),
          fmt("%.1f", flops / loader_s / 1e9)});
   t.add({std::string(gemm_name) + ", ember's per-image shapes", fmt("%.2f", per_image.seconds * 1e3),

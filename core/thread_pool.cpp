@@ -50,8 +50,7 @@ thread_local bool t_in_parallel_region = false;
 
 constexpr auto kSpin = std::chrono::microseconds(100);
 
-// pool_stats()'s counters (nanoseconds for the wait).
-std::atomic<int64_t> g_jobs{0}, g_wait_ns{0};
+std::atomic<int64_t> g_wait_ns{0};  // pool_wait_seconds(), in nanoseconds
 
 // Polls `ready` until it holds (true) or kSpin has passed (false), yielding between polls.
 template <typename Ready> bool spin_until(const Ready& ready) {
@@ -151,7 +150,6 @@ class Pool {
     job->run_chunks();
     t_in_parallel_region = false;
     const auto all_done = [&] { return job->done.load(std::memory_order_acquire) == job->nchunks; };
-    g_jobs.fetch_add(1, std::memory_order_relaxed);
     if (!all_done()) {
       const auto t0 = std::chrono::steady_clock::now();
       if (!spin_until(all_done)) {
@@ -287,10 +285,7 @@ int available_cores() {
   return hc == 0 ? 1 : static_cast<int>(hc);
 }
 
-PoolStats pool_stats() {
-  return {.jobs = g_jobs.load(std::memory_order_relaxed),
-          .wait_seconds = static_cast<double>(g_wait_ns.load(std::memory_order_relaxed)) * 1e-9};
-}
+double pool_wait_seconds() { return static_cast<double>(g_wait_ns.load(std::memory_order_relaxed)) * 1e-9; }
 
 int num_threads() {
   int n = g_num_threads.load(std::memory_order_relaxed);

@@ -13,12 +13,9 @@ int num_threads();
 /// Overrides EMBER_NUM_THREADS for this process (recreates the pool).
 void set_num_threads(int n);
 
-/// Counters of the pool since the process started (diagnostics: train/ records them per epoch).
-struct PoolStats {
-  int64_t jobs = 0;  // parallel_for calls that used the pool's workers
-  double wait_seconds = 0;  // time callers waited, their own chunks done, for the workers' chunks
-};
-PoolStats pool_stats();
+/// Time parallel_for callers have waited, their own chunks done, for the pool's workers to finish
+/// theirs, since the process started (diagnostics: train/ records it per epoch).
+double pool_wait_seconds();
 
 /// Calls fn(begin_i, end_i) on disjoint chunks covering [begin, end). Runs inline when the range
 /// is smaller than `grain` or when called from inside a pool worker (no nested parallelism).

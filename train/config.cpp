@@ -307,29 +307,29 @@ void check_cross_fields(const ExperimentConfig& c, const Origins& origins, Probl
   };
   // The message starts with where `primary` was set (or `other`, when primary kept its default)
   // and names the other key's origin when it differs.
-  auto fail_pair = [&](const std::string& primary, const std::string& other, const std::string& text) {
+  auto add_pair_problem = [&](const std::string& primary, const std::string& other, const std::string& text) {
     const std::string o1 = origin(primary), o2 = origin(other);
     std::string msg = (o1.empty() ? (o2.empty() ? "defaults" : o2) : o1) + ": " + primary + ": " + text;
     if (!o1.empty() && !o2.empty() && o1 != o2) msg += " (" + other + " set by " + o2 + ")";
     problems.messages.push_back(msg);
   };
   if (c.optim.nesterov && c.optim.momentum <= 0) {
-    fail_pair("optim.nesterov", "optim.momentum",
-              "true needs optim.momentum > 0, found optim.momentum = " + format_number(c.optim.momentum));
+    add_pair_problem("optim.nesterov", "optim.momentum",
+                     "true needs optim.momentum > 0, found optim.momentum = " + format_number(c.optim.momentum));
   }
   if (c.schedule.name == "onecycle" && c.schedule.warmup_epochs > 0) {
-    fail_pair("schedule.warmup_epochs", "schedule.name",
-              "expected 0 with schedule.name = onecycle (it has its own warm-up), found " +
-                  std::to_string(c.schedule.warmup_epochs));
+    add_pair_problem("schedule.warmup_epochs", "schedule.name",
+                     "expected 0 with schedule.name = onecycle (it has its own warm-up), found " +
+                         std::to_string(c.schedule.warmup_epochs));
   }
   // The model zoo's input shapes: mnist_cnn takes 1x28x28, the others 3x32x32 (CIFAR, synthetic).
   const bool mnist_images = c.data.dataset == "mnist";
   if ((c.model.name == "mnist_cnn") != mnist_images) {
-    fail_pair("model.name", "data.dataset",
-              c.model.name +
-                  (mnist_images ? " takes 3x32x32 images (data.dataset cifar10, cifar100 or synthetic)"
-                                : " takes 1x28x28 images (data.dataset mnist)") +
-                  ", found data.dataset = " + c.data.dataset);
+    add_pair_problem("model.name", "data.dataset",
+                     c.model.name +
+                         (mnist_images ? " takes 3x32x32 images (data.dataset cifar10, cifar100 or synthetic)"
+                                       : " takes 1x28x28 images (data.dataset mnist)") +
+                         ", found data.dataset = " + c.data.dataset);
   }
 }
 

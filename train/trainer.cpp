@@ -68,7 +68,7 @@ struct CpuUse {
   static CpuUse now(const data::DataLoader& loader) {
     timespec ts{};
     ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return {static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9, pool_stats().wait_seconds,
+    return {static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9, pool_wait_seconds(),
             loader.worker_cpu_seconds()};
   }
 };

@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstddef>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include <ember/core/thread_pool.h>
@@ -51,19 +52,16 @@ bool fits_int(const GemmArgs& g) {
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: hand BLAS b as its first
 // operand and a as its second, with the row-major leading dimensions unchanged. C's rows are ldc
 // apart (a block of columns of a wider C has ldc > N).
-void blas_gemm(const GemmArgs& g, float alpha, const float* a, const float* b, float beta, float* c, int64_t ldc) {
+template <typename T> void blas_gemm(const GemmArgs& g, T alpha, const T* a, const T* b, T beta, T* c, int64_t ldc) {
   const int m = static_cast<int>(g.N), n = static_cast<int>(g.M), k = static_cast<int>(g.K);
   const int lda = static_cast<int>(std::max<int64_t>(g.ldb, 1)), ldb = static_cast<int>(std::max<int64_t>(g.lda, 1));
   const int ldc_ = static_cast<int>(std::max<int64_t>(ldc, 1));
   const char ta = g.trans_b ? 'T' : 'N', tb = g.trans_a ? 'T' : 'N';
-  sgemm_(&ta, &tb, &m, &n, &k, &alpha, b, &lda, a, &ldb, &beta, c, &ldc_, 1, 1);
-}
-void blas_gemm(const GemmArgs& g, double alpha, const double* a, const double* b, double beta, double* c, int64_t ldc) {
-  const int m = static_cast<int>(g.N), n = static_cast<int>(g.M), k = static_cast<int>(g.K);
-  const int lda = static_cast<int>(std::max<int64_t>(g.ldb, 1)), ldb = static_cast<int>(std::max<int64_t>(g.lda, 1));
-  const int ldc_ = static_cast<int>(std::max<int64_t>(ldc, 1));
-  const char ta = g.trans_b ? 'T' : 'N', tb = g.trans_a ? 'T' : 'N';
-  dgemm_(&ta, &tb, &m, &n, &k, &alpha, b, &lda, a, &ldb, &beta, c, &ldc_, 1, 1);
+  if constexpr (std::is_same_v<T, float>) {
+    sgemm_(&ta, &tb, &m, &n, &k, &alpha, b, &lda, a, &ldb, &beta, c, &ldc_, 1, 1);
+  } else {
+    dgemm_(&ta, &tb, &m, &n, &k, &alpha, b, &lda, a, &ldb, &beta, c, &ldc_, 1, 1);
+  }
 }
 
 void blas_single_threaded() {

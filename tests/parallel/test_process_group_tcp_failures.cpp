@@ -43,13 +43,19 @@ std::shared_ptr<ProcessGroup> start(const std::shared_ptr<Store>& store) {
   return init_process_group(o);
 }
 
-// Every surviving rank reports here before exiting, and rank 0 (which hosts the store) waits for
-// `expected` reports: exiting earlier would take the store away from ranks still diagnosing.
+// Every surviving rank reports here before exiting and waits (bounded) for all `expected` reports: a
+// rank that exited earlier would close its connections under ranks still diagnosing (their timeout
+// would read as "closed its connection"). Rank 0 hosts the store, so it leaves last, once every
+// rank has seen the count.
 void finish(Store& store, int rank, int expected) {
+  auto wait_for = [&](const char* key) {
+    for (int i = 0; i < 3000 && std::stoll(store.get(key)) < expected; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  };
   store.add("finished", 1);
-  if (rank != 0) return;
-  for (int i = 0; i < 3000 && std::stoll(store.get("finished")) < expected; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  wait_for("finished");
+  store.add("left", 1);
+  if (rank == 0) wait_for("left");
 }
 
 void kill_child() {
@@ -73,14 +79,7 @@ void skip_child() {
     // Skips all_reduce #2; with debug on, calls a different collective instead.
     if (std::getenv("EMBER_DISTRIBUTED_DEBUG")) {
       report([&] { pg->broadcast(zeros({10}, {.dtype = DType::i64}), 0)->wait(); });
-    } else {
-      // Stays connected until ranks 0 and 2 have reported their timeouts: a rank 1 that exited
-      // first (it once slept a fixed 2.5 s, and a loaded machine was slower) turns their timeout
-      // into a closed connection.
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-      while (store->add("finished", 0) < pg->world_size() - 1 && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    }  // else it skips all_reduce #2 and waits in finish() until the others have timed out
   } else {
     report([&] { pg->all_reduce(t)->wait(); });
   }

@@ -35,7 +35,7 @@ namespace {
 constexpr int kWarpRowMax = 1024;  // rows up to this length: one warp per row
 constexpr int kWarpsPerBlock = kBlock / 32;
 constexpr int64_t kMaxGrid = 65536;  // grid-stride loops cover the rest
-constexpr int kBlocksPerSm = 4;  // blocks per SM a split reduction aims for
+constexpr int kBlocksPerSm = 8;  // blocks per SM a split reduction aims for (all 2048 threads)
 constexpr int64_t kMinRowChunk = 8192;  // elements per block in a split row reduction, at least
 constexpr int64_t kMaxSplits = 1024;  // the second pass folds at most this many partials
 
@@ -107,7 +107,22 @@ __device__ __forceinline__ typename Red::value_type accumulate_span(const In* __
   const int64_t body = begin + head;
   const int64_t nvec = (end - body) / kVec;
   const Vec* pv = reinterpret_cast<const Vec*>(p + body);
-  for (int64_t v = tid; v < nvec; v += nthreads) {
+  // kUnroll vectors per thread are loaded before any is folded, so each thread keeps kUnroll
+  // loads in flight (one at a time left a 2^24-element sum at 64% of a copy's bandwidth).
+  constexpr int kUnroll = 4;
+  int64_t v = tid;
+  for (; v + (kUnroll - 1) * nthreads < nvec; v += kUnroll * nthreads) {
+    Vec w[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) w[u] = pv[v + u * nthreads];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t r0 = body + (v + u * nthreads) * kVec;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) acc = red.combine(acc, red.lift(w[u].val[j], r0 + j));
+    }
+  }
+  for (; v < nvec; v += nthreads) {
     const Vec w = pv[v];
     const int64_t r0 = body + v * kVec;
 #pragma unroll

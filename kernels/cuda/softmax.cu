@@ -4,17 +4,21 @@
 // Why the kernels are shaped this way:
 //  - inner == 1 (softmax over the last dim, the common case): each row is handled by one warp
 //    when D <= kWarpRowMax (8 rows per 256-thread block, no idle lanes on 10-class rows) and by
-//    one block otherwise. The forward pass keeps an online (max, sum of exp(x - max)) pair per
-//    thread, so the row is read once for the statistics and once to write, instead of three
-//    times (max, sum, write); the pairs are merged by shuffles and, for blocks, shared memory.
+//    one block otherwise. Rows of up to kCachedRowMax elements are read ONCE: each thread loads
+//    its kPer elements into registers (all loads issued before any is used, so a thread keeps
+//    kPer loads in flight), the group reduces the max, then the sum of exp(x - max) from the
+//    registers, and writes. Longer rows fall back to an online (max, sum of exp(x - max)) pair
+//    per thread, merged by shuffles and shared memory: the row is read once for the statistics
+//    and once to write.
 //  - inner > 1 (softmax over a leading or middle dim): one thread per (outer, inner) column,
 //    walking D with stride inner. Consecutive threads take consecutive inner indices, so each
 //    step of the walk is a coalesced load across the warp.
 //  - cross-entropy forward fuses the row's (max, sum exp) with the row sum needed by label
 //    smoothing and the gather of x[n, t_n]; backward recomputes each row's (max, sum exp) in
 //    the accumulation type instead of trusting the saved f32 lse, as the CPU twin does.
-// Known limits: loads are scalar (coalesced across the warp, but not 16-byte vectorized), and the
-// strided kernel runs one thread per column, so a huge D with few columns is slow (correct).
+// Known limits: loads are scalar (coalesced across the warp, but not 16-byte vectorized); backward
+// reads its operands twice; the strided kernel runs one thread per column, so a huge D with few
+// columns is slow (correct).
 // NaN and infinite logits give what kernels/softmax.h defines (the CPU twin's arithmetic): merge()
 // keeps a NaN seen by any thread, and finish() makes the sum NaN for rows whose max is +-inf.
 // f16/bf16 compute in f32, f64 in f64. exp/log are the accurate library functions, not the
@@ -24,11 +28,12 @@
 // device check (core/device_check.h) with the row and the value. Nothing waits for it: the Error
 // naming them is thrown at the next synchronization (when the loss is read), so the forward pass
 // costs no host round trip (EMBER_SYNC_DEVICE_CHECKS=1 throws at the call instead).
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
-
 #include <string>
+#include <type_traits>
 
 #include <ember/core/stream.h>
 #include <ember/kernels/cuda/cuda_kernels.h>
@@ -41,6 +46,7 @@ namespace ember::kernels::cuda {
 namespace {
 
 constexpr int kWarpRowMax = 1024;  // rows up to this length: one warp per row
+constexpr int kCachedRowMax = 8192;  // rows up to this length are kept in registers (kBlock * 32)
 constexpr int kWarpsPerBlock = kBlock / 32;
 constexpr int64_t kMaxGrid = 65536;
 
@@ -102,9 +108,108 @@ template <bool kWarp> struct RowGroup {
   }
 };
 
+/// A row held in registers by a group of kSize threads (a warp or a kBlock block), kPer elements
+/// per thread, moved in vectors of kVec elements: thread `rank` holds vectors rank, rank + kSize,
+/// ... of the row, so each load instruction of a warp reads 32 consecutive vectors. kVec > 1
+/// needs D % kVec == 0 and rows aligned to a vector (the launcher checks). Indices are int:
+/// D <= kCachedRowMax. The group size is a constant, so the kPer / kVec loads of a thread are
+/// one base address plus immediate offsets.
+template <typename T, int kSize, int kPer, int kVec> struct CachedRow {
+  static_assert(kPer % kVec == 0, "a thread holds whole vectors");
+  static constexpr int kVecs = kPer / kVec;
+  struct alignas(sizeof(T) * kVec) Vec {
+    T val[kVec];
+  };
+  /// Row index of the thread's element i (vector i / kVec, lane i % kVec).
+  __device__ static int index(int rank, int i) { return (rank + (i / kVec) * kSize) * kVec + i % kVec; }
+  /// Whether the thread's vector q lies in the row (wholly, as D % kVec == 0).
+  __device__ static bool in_row(int rank, int q, int D) { return (rank + q * kSize) * kVec < D; }
+
+  /// Loads the thread's share of xr into v (slots past D hold -inf) and returns its max (NaN
+  /// entries never win a comparison, as in online_add).
+  template <typename A> __device__ static A load(const T* __restrict__ xr, int D, int rank, A (&v)[kPer]) {
+    const Vec* xv = reinterpret_cast<const Vec*>(xr);
+#pragma unroll
+    for (int q = 0; q < kVecs; ++q) {
+      Vec w;
+      if (in_row(rank, q, D)) w = xv[rank + q * kSize];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[q * kVec + j] = in_row(rank, q, D) ? load_as<A>(w.val[j]) : neg_inf<A>();
+    }
+    A m = neg_inf<A>();
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) m = v[i] > m ? v[i] : m;
+    return m;
+  }
+
+  /// The thread's part of s = sum of exp(v - m) over the row's entries (NaN once an entry is NaN;
+  /// finish() then makes the row's s NaN when m is +-inf, as the online pass does). With
+  /// keep_exp, v[i] becomes exp(v[i] - m), so the softmax write needs no second exp.
+  template <typename A> __device__ static A exp_sum(A (&v)[kPer], A m, int D, int rank, bool keep_exp) {
+    A s = 0;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      if (index(rank, i) < D) {
+        const A e = dev_exp(v[i] - m);
+        s += e;
+        if (keep_exp) v[i] = e;
+      }
+    }
+    return s;
+  }
+
+  /// Writes f(v[i]) to the thread's elements of yr.
+  template <typename A, typename F>
+  __device__ static void store(T* __restrict__ yr, int D, int rank, const A (&v)[kPer], F f) {
+    Vec* yv = reinterpret_cast<Vec*>(yr);
+#pragma unroll
+    for (int q = 0; q < kVecs; ++q) {
+      if (!in_row(rank, q, D)) continue;
+      Vec w;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) w.val[j] = store_as<T>(f(v[q * kVec + j]));
+      yv[rank + q * kSize] = w;
+    }
+  }
+};
+
+template <typename A> __device__ __forceinline__ A max_of(A a, A b) { return a > b ? a : b; }
+
+/// Threads cooperating on a row in the cached kernels: a warp, or the kBlock threads of a block.
+template <bool kWarp> constexpr int kGroupSize = kWarp ? 32 : kBlock;
+
 // ---- softmax forward ----
 
-/// x, y: (rows, D) contiguous. One group (warp or block) per row, grid-stride over rows.
+/// x, y: (rows, D) contiguous, D <= kPer * group size. One group (warp or block) per row,
+/// grid-stride over rows; the row stays in registers between the reductions and the write, so
+/// it is read once and each element costs one exp.
+template <typename T, bool kWarp, int kPer, int kVec>
+__global__ void __launch_bounds__(kBlock)
+    softmax_rows_cached_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int D, bool log) {
+  using A = acc_t<T>;
+  using G = RowGroup<kWarp>;
+  using Row = CachedRow<T, kGroupSize<kWarp>, kPer, kVec>;
+  __shared__ __align__(16) unsigned char smem_raw[32 * sizeof(A)];
+  A* smem = reinterpret_cast<A*>(smem_raw);
+  auto add = [](A a, A b) { return a + b; };
+  auto greater = [](A a, A b) { return max_of(a, b); };
+  const int rank = G::rank();
+  for (int64_t row = G::first(); row < rows; row += G::step()) {  // uniform over the group
+    A v[kPer];
+    const A m = G::reduce(Row::load(x + row * D, D, rank, v), greater, neg_inf<A>(), smem);
+    A s = G::reduce(Row::exp_sum(v, m, D, rank, !log), add, A(0), smem);
+    s = finish(MaxSum<A>{m, s}).s;
+    if (log) {
+      const A log_s = dev_log(s);
+      Row::store(y + row * D, D, rank, v, [&](A vi) { return (vi - m) - log_s; });
+    } else {
+      Row::store(y + row * D, D, rank, v, [&](A e) { return e / s; });
+    }
+  }
+}
+
+/// x, y: (rows, D) contiguous, any D (used past kCachedRowMax). One group (warp or block) per
+/// row, grid-stride over rows.
 template <typename T, bool kWarp>
 __global__ void softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t D, bool log) {
   using A = acc_t<T>;
@@ -215,6 +320,63 @@ template <typename A> struct CeStats {
   A sum;  // plain sum of x (label smoothing)
 };
 
+/// The loss of a row from its max m, s = sum exp(x - m), x_t and the plain sum (label smoothing),
+/// as the CPU twin computes it: log(s) + (1 - ls) (m - x_t) + ls (m - mean x), so that huge
+/// logits cancel (m - x_t is exact for nearby values) before the small log(s) is added; the form
+/// lse - x_t would lose log(s) to the rounding of lse (|x| ~ 1e4: ~5e-4 in f32).
+template <typename A> __device__ __forceinline__ A ce_row_loss(A m, A s, A xt, A sum, int64_t C, A smooth) {
+  A l = dev_log(s) + (A(1) - smooth) * (m - xt);
+  if (smooth != A(0)) l += smooth * (m - sum / static_cast<A>(C));
+  return l;
+}
+
+/// cross_entropy_kernel for rows of C <= kPer * group size: the row is read once, into
+/// registers. The target is read first, with the row; the thread holding x[n, t_n] writes the
+/// row's loss and lse (rank 0 does for an out-of-range target), so no load waits at the end.
+template <typename T, bool kWarp, int kPer, int kVec>
+__global__ void __launch_bounds__(kBlock)
+    cross_entropy_cached_kernel(const T* __restrict__ x, const int64_t* __restrict__ target, int64_t target_stride,
+                                float* __restrict__ loss, float* __restrict__ lse, int64_t N, int C, double ls,
+                                DeviceErrorSlot err) {
+  using A = acc_t<T>;
+  using G = RowGroup<kWarp>;
+  using Row = CachedRow<T, kGroupSize<kWarp>, kPer, kVec>;
+  struct SumPair {
+    A s;  // sum exp(x - m)
+    A sum;  // plain sum of x (label smoothing)
+  };
+  __shared__ __align__(16) unsigned char smem_raw[32 * sizeof(SumPair)];
+  auto greater = [](A a, A b) { return max_of(a, b); };
+  auto add = [](SumPair a, SumPair b) { return SumPair{a.s + b.s, a.sum + b.sum}; };
+  const A smooth = static_cast<A>(ls);
+  const int rank = G::rank();
+  for (int64_t row = G::first(); row < N; row += G::step()) {
+    const int64_t t = target[row * target_stride];
+    const bool bad = t < 0 || t >= C;
+    const int target_index = bad ? -1 : static_cast<int>(t);  // int compares below
+    A v[kPer];
+    const A m = G::reduce(Row::load(x + row * C, C, rank, v), greater, neg_inf<A>(), reinterpret_cast<A*>(smem_raw));
+    SumPair part{A(0), A(0)};
+    A xt = 0;
+    bool holds_target = false;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int c = Row::index(rank, i);
+      if (c < C) part.sum += v[i];
+      if (c == target_index) xt = v[i], holds_target = true;
+    }
+    part.s = Row::exp_sum(v, m, C, rank, false);
+    const SumPair st = G::reduce(part, add, SumPair{A(0), A(0)}, reinterpret_cast<SumPair*>(smem_raw));
+    const A s = finish(MaxSum<A>{m, st.s}).s;
+    if (bad ? rank == 0 : holds_target) {
+      if (bad) raise_device_error(err, row, t);
+      const A l = bad ? std::numeric_limits<A>::quiet_NaN() : ce_row_loss(m, s, xt, st.sum, C, smooth);
+      loss[row] = static_cast<float>(l);
+      lse[row] = static_cast<float>(m + dev_log(s));
+    }
+  }
+}
+
 /// logits (N, C) contiguous; target (N) i64 with stride target_stride; loss, lse (N) f32
 /// contiguous. err: raised with (row, target) by a row whose target is outside [0, C).
 template <typename T, bool kWarp>
@@ -243,21 +405,13 @@ __global__ void cross_entropy_kernel(const T* __restrict__ x, const int64_t* __r
     CeStats<A> st = G::reduce(CeStats<A>{ms.m, ms.s, sum}, combine, CeStats<A>{neg_inf<A>(), A(0), A(0)}, smem);
     st.s = finish(MaxSum<A>{st.m, st.s}).s;
     if (rank == 0) {
-      const A row_lse = st.m + dev_log(st.s);
       const int64_t t = target[row * target_stride];
-      A l;
-      if (t < 0 || t >= C) {
-        raise_device_error(err, row, t);
-        l = std::numeric_limits<A>::quiet_NaN();
-      } else {
-        // As the CPU twin: log(s) + (1 - ls) (m - x_t) + ls (m - mean x), so that huge logits
-        // cancel (m - x_t is exact for nearby values) before the small log(s) is added; the
-        // form lse - x_t would lose log(s) to the rounding of lse (|x| ~ 1e4: ~5e-4 in f32).
-        l = dev_log(st.s) + (A(1) - smooth) * (st.m - load_as<A>(xr[t]));
-        if (smooth != A(0)) l += smooth * (st.m - st.sum / static_cast<A>(C));
-      }
+      const bool bad = t < 0 || t >= C;
+      if (bad) raise_device_error(err, row, t);
+      const A l =
+          bad ? std::numeric_limits<A>::quiet_NaN() : ce_row_loss(st.m, st.s, load_as<A>(xr[t]), st.sum, C, smooth);
       loss[row] = static_cast<float>(l);
-      lse[row] = static_cast<float>(row_lse);
+      lse[row] = static_cast<float>(st.m + dev_log(st.s));
     }
   }
 }
@@ -300,6 +454,32 @@ __global__ void cross_entropy_backward_rows_kernel(const float* __restrict__ gra
 
 // ---- launchers ----
 
+int warp_rows_grid(int64_t rows) { return static_cast<int>(std::min(ceil_div(rows, kWarpsPerBlock), kMaxGrid)); }
+int block_rows_grid(int64_t rows) { return static_cast<int>(std::min(rows, kMaxGrid)); }
+
+/// Calls launch(kWarp, kPer, kVec, grid) (the first three as std::integral_constant) with the
+/// layout of the cached-row kernels for rows of length D <= kCachedRowMax: a warp per row up to
+/// kWarpRowMax, a block beyond; kPer the registers per thread that hold the row; kVec the widest
+/// vector (16 bytes, kPer elements at most) that D and the alignment of every pointer in `ptrs`
+/// allow, else 1.
+template <typename T, typename Launch>
+void with_cached_rows(int64_t rows, int64_t D, std::initializer_list<const void*> ptrs, Launch&& launch) {
+  static_assert(kCachedRowMax == 32 * kBlock && kWarpRowMax == 32 * 32, "the kPer cases below cover the row lengths");
+  auto with_vec = [&](auto warp, auto per, int grid) {
+    constexpr int kVec = std::min<int>(16 / sizeof(T), decltype(per)::value);
+    bool fits = D % kVec == 0;
+    for (const void* p : ptrs) fits = fits && reinterpret_cast<uintptr_t>(p) % (kVec * sizeof(T)) == 0;
+    if (fits) launch(warp, per, std::integral_constant<int, kVec>{}, grid);
+    else launch(warp, per, std::integral_constant<int, 1>{}, grid);
+  };
+  using Warp = std::true_type;
+  using Block = std::false_type;
+  if (D <= 4 * 32) with_vec(Warp{}, std::integral_constant<int, 4>{}, warp_rows_grid(rows));
+  else if (D <= kWarpRowMax) with_vec(Warp{}, std::integral_constant<int, 32>{}, warp_rows_grid(rows));
+  else if (D <= 16 * kBlock) with_vec(Block{}, std::integral_constant<int, 16>{}, block_rows_grid(rows));
+  else with_vec(Block{}, std::integral_constant<int, 32>{}, block_rows_grid(rows));
+}
+
 void check_same_cuda(const char* what, const Tensor& ref, std::initializer_list<const Tensor*> others) {
   EMBER_CHECK(ref.device().is_cuda(), what, ": expected CUDA tensors, got one on ", ref.device().str());
   for (const Tensor* t : others) {
@@ -326,14 +506,13 @@ void softmax_cuda(const Tensor& x, const Tensor& out, bool log) {
   EMBER_DISPATCH_FLOAT(x.dtype(), "softmax (cuda)", [&]<typename T>() {
     const T* xp = static_cast<const T*>(x.data_ptr());
     T* yp = static_cast<T*>(out.data_ptr());
-    if (inner == 1) {
-      if (D <= kWarpRowMax) {
-        const int grid = static_cast<int>(std::min(ceil_div(outer, kWarpsPerBlock), kMaxGrid));
-        softmax_rows_kernel<T, true><<<grid, kBlock, 0, stream>>>(xp, yp, outer, D, log);
-      } else {
-        const int grid = static_cast<int>(std::min(outer, kMaxGrid));
-        softmax_rows_kernel<T, false><<<grid, kBlock, 0, stream>>>(xp, yp, outer, D, log);
-      }
+    if (inner == 1 && D <= kCachedRowMax) {
+      with_cached_rows<T>(outer, D, {xp, yp}, [&](auto warp, auto per, auto vec, int grid) {
+        softmax_rows_cached_kernel<T, decltype(warp)::value, decltype(per)::value, decltype(vec)::value>
+            <<<grid, kBlock, 0, stream>>>(xp, yp, outer, static_cast<int>(D), log);
+      });
+    } else if (inner == 1) {
+      softmax_rows_kernel<T, false><<<block_rows_grid(outer), kBlock, 0, stream>>>(xp, yp, outer, D, log);
     } else {
       softmax_strided_kernel<T><<<grid_for(outer * inner), kBlock, 0, stream>>>(xp, yp, outer, D, inner, log);
     }
@@ -356,11 +535,10 @@ void softmax_backward_cuda(const Tensor& grad, const Tensor& y, const Tensor& ou
     T* dp = static_cast<T*>(out.data_ptr());
     if (inner == 1) {
       if (D <= kWarpRowMax) {
-        const int grid = static_cast<int>(std::min(ceil_div(outer, kWarpsPerBlock), kMaxGrid));
-        softmax_backward_rows_kernel<T, true><<<grid, kBlock, 0, stream>>>(gp, yp, dp, outer, D, log);
+        softmax_backward_rows_kernel<T, true><<<warp_rows_grid(outer), kBlock, 0, stream>>>(gp, yp, dp, outer, D, log);
       } else {
-        const int grid = static_cast<int>(std::min(outer, kMaxGrid));
-        softmax_backward_rows_kernel<T, false><<<grid, kBlock, 0, stream>>>(gp, yp, dp, outer, D, log);
+        softmax_backward_rows_kernel<T, false>
+            <<<block_rows_grid(outer), kBlock, 0, stream>>>(gp, yp, dp, outer, D, log);
       }
     } else {
       softmax_backward_strided_kernel<T>
@@ -402,12 +580,14 @@ void cross_entropy_cuda(const Tensor& logits, const Tensor& target, double ls, c
     const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
     float* lp = static_cast<float*>(loss.data_ptr());
     float* sp = static_cast<float*>(lse.data_ptr());
-    if (C <= kWarpRowMax) {
-      const int grid = static_cast<int>(std::min(ceil_div(N, kWarpsPerBlock), kMaxGrid));
-      cross_entropy_kernel<T, true><<<grid, kBlock, 0, stream>>>(xp, tp, target.stride(0), lp, sp, N, C, ls, bad);
+    if (C <= kCachedRowMax) {
+      with_cached_rows<T>(N, C, {xp}, [&](auto warp, auto per, auto vec, int grid) {
+        cross_entropy_cached_kernel<T, decltype(warp)::value, decltype(per)::value, decltype(vec)::value>
+            <<<grid, kBlock, 0, stream>>>(xp, tp, target.stride(0), lp, sp, N, static_cast<int>(C), ls, bad);
+      });
     } else {
-      const int grid = static_cast<int>(std::min(N, kMaxGrid));
-      cross_entropy_kernel<T, false><<<grid, kBlock, 0, stream>>>(xp, tp, target.stride(0), lp, sp, N, C, ls, bad);
+      cross_entropy_kernel<T, false>
+          <<<block_rows_grid(N), kBlock, 0, stream>>>(xp, tp, target.stride(0), lp, sp, N, C, ls, bad);
     }
     EMBER_LAUNCH_CHECK();
   });
@@ -435,13 +615,11 @@ void cross_entropy_backward_cuda(const Tensor& grad_rows, const Tensor& logits, 
     const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
     T* dp = static_cast<T*>(dlogits.data_ptr());
     if (C <= kWarpRowMax) {
-      const int grid = static_cast<int>(std::min(ceil_div(N, kWarpsPerBlock), kMaxGrid));
       cross_entropy_backward_rows_kernel<T, true>
-          <<<grid, kBlock, 0, stream>>>(gp, grad_rows.stride(0), xp, tp, target.stride(0), dp, N, C, ls);
+          <<<warp_rows_grid(N), kBlock, 0, stream>>>(gp, grad_rows.stride(0), xp, tp, target.stride(0), dp, N, C, ls);
     } else {
-      const int grid = static_cast<int>(std::min(N, kMaxGrid));
       cross_entropy_backward_rows_kernel<T, false>
-          <<<grid, kBlock, 0, stream>>>(gp, grad_rows.stride(0), xp, tp, target.stride(0), dp, N, C, ls);
+          <<<block_rows_grid(N), kBlock, 0, stream>>>(gp, grad_rows.stride(0), xp, tp, target.stride(0), dp, N, C, ls);
     }
     EMBER_LAUNCH_CHECK();
   });

@@ -150,9 +150,12 @@ void check_softmax(const Shape& shape, int64_t dim, DType dt, Layout layout, uin
 
 }  // namespace
 
-TEST_CASE("cuda softmax: rows around the warp/block switch, every float dtype", "[cuda][softmax]") {
+TEST_CASE("cuda softmax: rows on both sides of every kernel switch, every float dtype", "[cuda][softmax]") {
+  // softmax.cu: rows in registers, a warp per row holding 4 or 32 per lane (<= 128, <= 1024), a
+  // block holding 16 or 32 per thread (<= 4096, <= 8192); longer rows take the online kernel.
   for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::f64})
-    for (int64_t D : {1, 10, 33, 1024, 1025, 3001}) check_softmax({37, D}, 1, dt, Layout::Contiguous, 100 + D);
+    for (int64_t D : {1, 10, 33, 128, 129, 1024, 1025, 3001, 4096, 4097, 8192, 8193})
+      check_softmax({37, D}, 1, dt, Layout::Contiguous, 100 + D);
 }
 
 TEST_CASE("cuda softmax: leading and middle dims (strided kernel), non-contiguous inputs", "[cuda][softmax]") {
@@ -282,7 +285,7 @@ void check_cross_entropy(int64_t N, int64_t C, double ls, DType dt, uint64_t see
 
 TEST_CASE("cuda cross_entropy: warp and block rows, label smoothing, every float dtype", "[cuda][softmax]") {
   for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::f64})
-    for (int64_t C : {1, 10, 1000, 1500})
+    for (int64_t C : {1, 10, 128, 129, 1000, 1500, 4097, 8192, 8193})
       for (double ls : {0.0, 0.1}) check_cross_entropy(37, C, ls, dt, 500 + C);
 }
 

@@ -6,22 +6,34 @@
 # compiler, while g++ 12 works. This module compiles core/error.h once with nvcc and the C++
 # compiler; when that fails it tries g++-12 and g++-11 and uses the first that works as
 # CMAKE_CUDA_HOST_COMPILER (same libstdc++ ABI, so the objects link with the C++ compiler's).
-# A CMAKE_CUDA_HOST_COMPILER given by the user is kept as it is.
-function(ember_pick_cuda_host_compiler)
-  if(CMAKE_CUDA_HOST_COMPILER OR NOT CMAKE_CUDA_COMPILER)
+# The compiler probed first is the one nvcc would use: `given` (-DCMAKE_CUDA_HOST_COMPILER or
+# CUDAHOSTCXX, as they were before check_language(CUDA), which CMake 4 lets fill the cache
+# variable), else what check_language found, else the C++ compiler. When it fails and a fallback
+# works, the fallback is FORCEd into the cache (and CUDAHOSTCXX cleared for this configure), with
+# a warning when the failing one was given explicitly.
+function(ember_pick_cuda_host_compiler given)
+  if(NOT CMAKE_CUDA_COMPILER)
     return()
   endif()
-  set(key "${CMAKE_CUDA_COMPILER}|${CMAKE_CXX_COMPILER}")
+  if(given)
+    set(default_host ${given})
+  elseif(CMAKE_CUDA_HOST_COMPILER)
+    set(default_host ${CMAKE_CUDA_HOST_COMPILER})
+  else()
+    set(default_host ${CMAKE_CXX_COMPILER})
+  endif()
+  set(key "${CMAKE_CUDA_COMPILER}|${default_host}")
   if(EMBER_CUDA_HOST_PROBED STREQUAL key)
-    return()  # the C++ compiler passed on an earlier configure
+    return()  # decided on an earlier configure
   endif()
   set(dir ${CMAKE_BINARY_DIR}/CMakeFiles/ember_nvcc_probe)
   file(MAKE_DIRECTORY ${dir})
-  # The probe is the one that failed on that machine (a copy of ember::Error itself did not: its
-  # implicit copy constructor is left to the host compiler).
+  # The probe is the one that failed on that machine (nvcc 13.0.88 with g++ 13.3, checked there on
+  # 2026-11-27; a copy of ember::Error itself did not fail: its implicit copy constructor is left
+  # to the host compiler).
   file(WRITE ${dir}/probe.cu "#include \"${PROJECT_SOURCE_DIR}/core/error.h\"\n"
                              "std::string copy_of(const std::string& s) { return s; }\n")
-  set(candidates ${CMAKE_CXX_COMPILER})
+  set(candidates ${default_host})
   foreach(name g++-12 g++-11)
     find_program(path_${name} ${name})
     if(path_${name})
@@ -33,13 +45,21 @@ function(ember_pick_cuda_host_compiler)
     execute_process(COMMAND ${CMAKE_CUDA_COMPILER} -std=c++20 -ccbin ${cxx} -c ${dir}/probe.cu -o ${dir}/probe.o
                     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
     if(rc EQUAL 0)
-      if(NOT cxx STREQUAL CMAKE_CXX_COMPILER)
-        message(STATUS "ember: nvcc cannot compile core/error.h in C++20 with ${CMAKE_CXX_COMPILER} "
-                       "(nvcc 13.0 with libstdc++ 13); using ${cxx} as the CUDA host compiler")
-        set(CMAKE_CUDA_HOST_COMPILER ${cxx} CACHE FILEPATH "nvcc's host compiler (picked by ember)")
+      if(cxx STREQUAL default_host)
+        message(STATUS "ember: CUDA host compiler ${cxx} (nvcc compiles core/error.h with it)")
       else()
-        set(EMBER_CUDA_HOST_PROBED "${key}" CACHE INTERNAL "")
+        string(CONCAT why "nvcc cannot compile core/error.h in C++20 with ${default_host} (nvcc 13.0 with libstdc++ 13: "
+                "${first_error}); using ${cxx} as the CUDA host compiler")
+        if(given)
+          message(WARNING "ember: the CUDA host compiler given, ${why}")
+        else()
+          message(STATUS "ember: ${why}")
+        endif()
+        set(CMAKE_CUDA_HOST_COMPILER ${cxx} CACHE FILEPATH "nvcc's host compiler (picked by ember)" FORCE)
+        set(CMAKE_CUDA_HOST_COMPILER ${cxx} PARENT_SCOPE)  # check_language may have set a normal variable too
+        unset(ENV{CUDAHOSTCXX})
       endif()
+      set(EMBER_CUDA_HOST_PROBED "${key}" CACHE INTERNAL "")
       return()
     endif()
     if(first_error STREQUAL "")
@@ -47,7 +67,7 @@ function(ember_pick_cuda_host_compiler)
     endif()
   endforeach()
   message(FATAL_ERROR "ember: nvcc (${CMAKE_CUDA_COMPILER}) cannot compile core/error.h in C++20 with the host "
-                      "compiler ${CMAKE_CXX_COMPILER}: ${first_error}\nInstall g++-12 (nvcc 13.0 rejects "
+                      "compiler ${default_host}: ${first_error}\nInstall g++-12 (nvcc 13.0 rejects "
                       "libstdc++ 13 here) and configure with -DCMAKE_CUDA_HOST_COMPILER=g++-12, or configure "
                       "with -DEMBER_CUDA=OFF.")
 endfunction()

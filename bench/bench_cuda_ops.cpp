@@ -77,11 +77,7 @@ template <typename Fn> double host_us(int reps, Fn&& fn) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (cuda_device_count() == 0) {
-    std::printf("bench_cuda_ops: SKIPPED: no usable CUDA device (%s)\n",
-                cuda_compiled() ? "CUDA build, but no GPU found" : "this build has no CUDA support");
-    return 77;
-  }
+  if (bench::no_usable_gpu("bench_cuda_ops")) return 77;
   const bool quick = bench::has_flag(argc, argv, "--quick");
   const int reps = quick ? 5 : 25;
   const Device dev = Device::cuda(0);

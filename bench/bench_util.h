@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <ember/core/device.h>
+
 // The raw Fortran BLAS entry point, for the benchmarks that time OpenBLAS itself as the peer.
 #ifdef EMBER_BENCH_HAVE_BLAS
 extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
@@ -23,6 +25,15 @@ extern "C" void openblas_set_num_threads(int) __attribute__((weak));
 #endif
 
 namespace ember::bench {
+
+/// True (after printing "<program>: SKIPPED: ..." ) when no CUDA device is usable: the GPU
+/// benchmarks then exit 77, which CTest reports as skipped.
+inline bool no_usable_gpu(const char* program) {
+  if (cuda_device_count() > 0) return false;
+  std::printf("%s: SKIPPED: no usable CUDA device (%s)\n", program,
+              cuda_compiled() ? "CUDA build, but no GPU found" : "this build has no CUDA support");
+  return true;
+}
 
 #ifdef EMBER_BENCH_HAVE_BLAS
 /// While alive, OpenBLAS runs its own `threads` threads (as a program using it directly would);
@@ -85,18 +96,18 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
-/// Runs the PyTorch peer script bench/peers/torch_gpu.py with `args` (in the same run as ember's
-/// figures) and returns its `peer <key> <value>` lines as a map; its other lines are echoed. An
-/// empty map when the peer cannot run (no python3/torch, no GPU, or EMBER_BENCH_PEER=0).
-/// EMBER_PEER_PYTHON picks the interpreter (default python3).
-inline std::map<std::string, double> run_torch_peer(const std::string& args) {
+/// Runs the peer script bench/peers/<script> with `args` (in the same run as ember's figures) and
+/// returns its `peer <key> <value>` lines as a map; its other lines are echoed. An empty map when
+/// the peer cannot run (no python3/torch, no GPU, or EMBER_BENCH_PEER=0). EMBER_PEER_PYTHON picks
+/// the interpreter (default python3).
+inline std::map<std::string, double> run_peer_script(const std::string& script, const std::string& args) {
   std::map<std::string, double> out;
   const char* off = std::getenv("EMBER_BENCH_PEER");
   if (off != nullptr && std::string(off) == "0") return out;
 #ifdef EMBER_SOURCE_DIR
   const char* py = std::getenv("EMBER_PEER_PYTHON");
-  const std::string cmd = std::string(py != nullptr ? py : "python3") + " " + EMBER_SOURCE_DIR +
-                          "/bench/peers/torch_gpu.py " + args + " 2>&1";
+  const std::string cmd = std::string(py != nullptr ? py : "python3") + " " + EMBER_SOURCE_DIR + "/bench/peers/" +
+                          script + " " + args + " 2>&1";
   std::fflush(stdout);
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) return out;
@@ -113,9 +124,15 @@ inline std::map<std::string, double> run_torch_peer(const std::string& args) {
   const int status = pclose(pipe);
   if (status != 0) std::printf("  | (the peer exited with status %d)\n", status);
 #else
+  (void)script;
   (void)args;
 #endif
   return out;
+}
+
+/// run_peer_script for bench/peers/torch_gpu.py.
+inline std::map<std::string, double> run_torch_peer(const std::string& args) {
+  return run_peer_script("torch_gpu.py", args);
 }
 
 /// A peer's figure as text, or "-" when it has none.

@@ -2,7 +2,10 @@
 //   mnist_cnn training step (forward + cross-entropy + backward + SGD momentum) at batch 64 and 256;
 //   one epoch of mnist_cnn at batch 64 over Fashion-MNIST (or 60000 generated images when the
 //   files are missing) with the data resident on the GPU;
-//   ResNet-18 (CIFAR variant) training step, f32, batch 128: images/s and peak memory.
+//   ResNet-18 (CIFAR variant) training step at batch 128 in f32, under bf16 autocast, and under
+//   fp16 autocast with a GradScaler (scale -> backward -> step -> update): images/s and peak memory
+//   of each, beside PyTorch AMP (torch.autocast, torch.amp.GradScaler). Autocast wraps the forward
+//   and the loss only; parameters, gradients and the SGD step stay f32 on both sides.
 // The peer is bench/peers/torch_gpu.py (same layers, shapes, batches, optimizer and step counts;
 // TF32 off on both sides; cudnn.benchmark on, as ember searches cuDNN's algorithms).
 //
@@ -10,16 +13,25 @@
 // median window divided by its step count. The epoch is one event-timed pass after a warm-up epoch.
 // Peak memory: ember's caching allocator's high-water mark of allocated bytes (and of reserved
 // segments) over the timed steps, beside torch.cuda.max_memory_allocated/reserved over the same.
+// Each ResNet-18 variant starts after the previous one's tensors are freed and the cache emptied,
+// and resets the peak after its first step, so its figures are its own.
 // Exits 77 when no GPU is usable. Flags: --quick (few steps), --data DIR.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <exception>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <ember/ember.h>
 
 #include <ember/core/caching_allocator.h>
+#ifdef EMBER_BENCH_HAVE_CUDART
+#include <cuda_profiler_api.h>
+#endif
 #include "bench_util.h"
 
 using namespace ember;
@@ -66,21 +78,120 @@ std::string ratio(double ember_value, const std::map<std::string, double>& peer,
   return fmt("%.2f", lower_is_better ? it->second / ember_value : ember_value / it->second);
 }
 
+enum class Precision { f32, bf16, fp16 };
+
+struct ResnetRun {
+  double ms = 0;  // median per step; 0 when the variant failed
+  uint64_t new_segments = 0;  // cudaMalloc calls during the timed steps (each one synchronizes)
+  double host_syncs = 0;  // host synchronizations ember made per timed step
+  double host_ms = 0;  // median host time to issue one step after a sync (== ms: host-bound, or a sync inside)
+  AllocatorStats mem;  // peaks over the timed steps
+  double loss_scale = 0;  // fp16: the GradScaler's scale at the end
+  int64_t skipped = 0;  // fp16: steps the GradScaler skipped (warm-up included)
+};
+
+// ResNet-18 (CIFAR) training step at batch 128: f32, or forward + loss under amp::Autocast in
+// bf16, or in f16 with an amp::GradScaler. Same seed, model, optimizer and input for each; all
+// it allocates is freed on return.
+// profile_steps > 0: no timing windows; after the warm-up, that many steps between
+// cudaProfilerStart/Stop (for `ncu --profile-from-start off`), timed with the host clock only.
+ResnetRun resnet18_run(Device dev, Precision p, int iters, int reps, int profile_steps = 0) {
+  ResnetRun r;
+  synchronize(dev);
+  cuda_empty_cache();  // the earlier workloads' cached segments: peak reserved is this variant's
+  manual_seed(3);
+  auto model = models::resnet18();
+  model->to(dev);
+  optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4});
+  amp::GradScaler scaler(amp::GradScalerOptions{.enabled = p == Precision::fp16});
+  const Tensor x = randn({128, 3, 32, 32}, {.device = dev}), y = labels(128, dev);
+  auto step = [&] {
+    Tensor loss;
+    {
+      std::optional<amp::Autocast> guard;  // forward and loss only (docs/amp.md)
+      if (p != Precision::f32) guard.emplace(DeviceType::CUDA, p == Precision::bf16 ? DType::bf16 : DType::f16);
+      loss = layers::cross_entropy(model->forward(x), y);
+    }
+    opt.zero_grad();
+    if (p == Precision::fp16) {
+      scaler.scale(loss).backward();
+      scaler.step(opt);
+      scaler.update();
+    } else {
+      loss.backward();
+      opt.step();
+    }
+  };
+  step();
+  synchronize(dev);
+  if (profile_steps > 0) {
+    for (int i = 0; i < 3; ++i) step();
+    synchronize(dev);
+    const uint64_t segments = cuda_caching_allocator(dev.index()).stats().num_backend_allocs;
+    const uint64_t syncs = host_synchronizations();
+    const auto t0 = std::chrono::steady_clock::now();
+#ifdef EMBER_BENCH_HAVE_CUDART
+    cudaProfilerStart();
+#endif
+    for (int i = 0; i < profile_steps; ++i) step();
+    synchronize(dev);
+#ifdef EMBER_BENCH_HAVE_CUDART
+    cudaProfilerStop();
+#endif
+    r.host_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / profile_steps;
+    std::printf(
+        "resnet18 profile: %d steps, %.3f ms per step (host clock, synchronized), %llu new segments, %llu host "
+        "synchronizations (1 is the closing one)\n",
+        profile_steps, r.host_ms,
+        static_cast<unsigned long long>(cuda_caching_allocator(dev.index()).stats().num_backend_allocs - segments),
+        static_cast<unsigned long long>(host_synchronizations() - syncs));
+    return r;
+  }
+  cuda_caching_allocator(dev.index()).reset_peak();
+  const uint64_t segments = cuda_caching_allocator(dev.index()).stats().num_backend_allocs;
+  const uint64_t syncs = host_synchronizations();
+  r.ms = median_ms(dev, iters, reps, step);
+  // median_ms synchronizes once after its 5 warm-up steps and once per window: those are not the step's.
+  r.host_syncs = static_cast<double>(host_synchronizations() - syncs - (1 + reps)) / (5 + reps * iters);
+  r.mem = cuda_caching_allocator(dev.index()).stats();
+  r.new_segments = r.mem.num_backend_allocs - segments;
+  std::vector<double> host;
+  for (int i = 0; i < 7; ++i) {
+    synchronize(dev);
+    const auto t0 = std::chrono::steady_clock::now();
+    step();
+    host.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  synchronize(dev);
+  std::nth_element(host.begin(), host.begin() + host.size() / 2, host.end());
+  r.host_ms = host[host.size() / 2];
+  r.loss_scale = scaler.scale();
+  r.skipped = scaler.skipped_steps();
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (cuda_device_count() == 0) {
-    std::printf("bench_gpu_train: SKIPPED: no usable CUDA device (%s)\n",
-                cuda_compiled() ? "CUDA build, but no GPU found" : "this build has no CUDA support");
-    return 77;
-  }
+  if (bench::no_usable_gpu("bench_gpu_train")) return 77;
   const bool quick = bench::has_flag(argc, argv, "--quick");
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   for (int i = 1; i + 1 < argc; ++i)
     if (std::string(argv[i]) == "--data") data_dir = argv[i + 1];
   const Device dev = Device::cuda(0);
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) != "--profile-steps") continue;
+    const std::string precision = i + 2 < argc ? argv[i + 2] : "f32";
+    const Precision p = precision == "bf16" ? Precision::bf16 : precision == "fp16" ? Precision::fp16 : Precision::f32;
+    resnet18_run(dev, p, 0, 0, std::max(1, std::atoi(argv[i + 1])));
+    return 0;
+  }
   const int steps = quick ? 5 : 50, reps = quick ? 3 : 5;
-  std::printf("bench_gpu_train: %s, f32 (no TF32), median of %d event-timed windows\n", dev.str().c_str(), reps);
+  std::printf(
+      "bench_gpu_train: %s, f32 (no TF32; ResNet-18 also under bf16/fp16 autocast), median of %d "
+      "event-timed windows\n",
+      dev.str().c_str(), reps);
 
   // mnist_cnn step.
   double mnist_ms[2] = {0, 0};
@@ -132,21 +243,21 @@ int main(int argc, char** argv) {
     epoch_s = e0.elapsed_ms(e1) / 1e3;
   }
 
-  // ResNet-18, batch 128.
-  double resnet_ms = 0;
-  AllocatorStats mem;
-  {
-    manual_seed(3);
-    auto model = models::resnet18();
-    model->to(dev);
-    optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4});
-    const Tensor x = randn({128, 3, 32, 32}, {.device = dev}), y = labels(128, dev);
-    train_step(*model, opt, x, y);
-    synchronize(dev);
-    cuda_caching_allocator(0).reset_peak();
-    resnet_ms = median_ms(dev, quick ? 5 : 20, reps, [&] { train_step(*model, opt, x, y); });
-    mem = cuda_caching_allocator(0).stats();
+  // ResNet-18, batch 128, in each precision; a variant that fails is reported and left out.
+  const Precision precisions[3] = {Precision::f32, Precision::bf16, Precision::fp16};
+  const char* const suffixes[3] = {"", "_bf16", "_fp16"};
+  const char* const labels_of[3] = {"", ", bf16 autocast", ", fp16 autocast + scaler"};
+  ResnetRun resnet[3];
+  for (int k = 0; k < 3; ++k) {
+    try {
+      resnet[k] = resnet18_run(dev, precisions[k], quick ? 5 : 20, reps);
+    } catch (const std::exception& e) {
+      std::printf("resnet18%s: FAILED: %s\n", labels_of[k], e.what());
+    }
   }
+  if (resnet[2].ms > 0)
+    std::printf("resnet18 fp16: loss scale %g at the end, %lld steps skipped\n", resnet[2].loss_scale,
+                static_cast<long long>(resnet[2].skipped));
 
   std::printf("\nPyTorch peer (bench/peers/torch_gpu.py train), same GPU, same run:\n");
   const auto peer = bench::run_torch_peer(std::string("train --data ") + data_dir + (quick ? " --quick" : ""));
@@ -159,14 +270,26 @@ int main(int argc, char** argv) {
          ratio(mnist_ms[1], peer, "mnist_step_ms_b256", true), ">= 1"});
   t.add({"mnist_cnn epoch, " + std::to_string(set->size()) + " " + what + ", batch 64 (s)", fmt("%.3f", epoch_s),
          peer_figure(peer, "mnist_epoch_s_b64", "%.3f"), ratio(epoch_s, peer, "mnist_epoch_s_b64", true), "< 1 s"});
-  t.add({"resnet18 step, batch 128 (ms)", fmt("%.3f", resnet_ms), peer_figure(peer, "resnet18_step_ms_b128", "%.3f"),
-         ratio(resnet_ms, peer, "resnet18_step_ms_b128", true), ">= 1"});
-  t.add({"resnet18 images/s", fmt("%.0f", 128e3 / resnet_ms), peer_figure(peer, "resnet18_images_per_s_b128", "%.0f"),
-         "", ""});
-  t.add({"resnet18 peak allocated (MiB)", fmt("%.0f", mem.peak_allocated / mib),
-         peer_figure(peer, "resnet18_peak_allocated_mib", "%.0f"), "", "<= PyTorch"});
-  t.add({"resnet18 peak reserved (MiB)", fmt("%.0f", mem.peak_reserved / mib),
-         peer_figure(peer, "resnet18_peak_reserved_mib", "%.0f"), "", ""});
+  for (int k = 0; k < 3; ++k) {
+    const ResnetRun& r = resnet[k];
+    const std::string sfx = suffixes[k], name = labels_of[k];
+    const auto figure = [&](double v, const char* f) { return r.ms > 0 ? fmt(f, v) : std::string("-"); };
+    t.add({"resnet18 step, batch 128" + name + " (ms)", figure(r.ms, "%.3f"),
+           peer_figure(peer, "resnet18_step_ms_b128" + sfx, "%.3f"),
+           r.ms > 0 ? ratio(r.ms, peer, "resnet18_step_ms_b128" + sfx, true) : "-", ">= 1"});
+    t.add({"resnet18 host time to issue a step" + name + " (ms)", figure(r.host_ms, "%.3f"), "-", "", ""});
+    t.add({"resnet18 host synchronizations per step" + name, figure(r.host_syncs, "%.2f"), "-", "", ""});
+    t.add({"resnet18 cudaMalloc calls in the timed steps" + name, figure(static_cast<double>(r.new_segments), "%.0f"),
+           "-", "", ""});
+    t.add({"resnet18 images/s" + name, figure(r.ms > 0 ? 128e3 / r.ms : 0, "%.0f"),
+           peer_figure(peer, "resnet18_images_per_s_b128" + sfx, "%.0f"), "", ""});
+    t.add({"resnet18 peak allocated" + name + " (MiB)", figure(r.mem.peak_allocated / mib, "%.0f"),
+           peer_figure(peer, "resnet18_peak_allocated_mib" + sfx, "%.0f"), "", "<= PyTorch"});
+    t.add({"resnet18 peak reserved" + name + " (MiB)", figure(r.mem.peak_reserved / mib, "%.0f"),
+           peer_figure(peer, "resnet18_peak_reserved_mib" + sfx, "%.0f"), "", ""});
+  }
+  t.add({"resnet18 fp16 loss scale at the end", resnet[2].ms > 0 ? fmt("%g", resnet[2].loss_scale) : "-",
+         peer_figure(peer, "resnet18_loss_scale_fp16", "%g"), "", ""});
   std::printf("\n");
   t.print();
   return 0;

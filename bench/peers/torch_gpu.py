@@ -3,16 +3,21 @@
 timed the same way (CUDA events around back-to-back steps after a warm-up, median of windows).
 
   torch_gpu.py train [--data DIR] [--quick]   mnist_cnn step (batch 64, 256), one resident epoch
-                                              (batch 64), ResNet-18 (CIFAR) step at batch 128
+                                              (batch 64), ResNet-18 (CIFAR) step at batch 128 in
+                                              f32, under bf16 autocast, and under fp16 autocast
+                                              with a GradScaler (PyTorch AMP)
   torch_gpu.py ops [--quick]                  add, sum, softmax, cross-entropy, Adam: GB/s beside a
                                               device-to-device copy
 
 Every figure is printed as a line `peer <key> <value>` (ember's benchmarks run this script and
 parse those lines to print both side by side) after a human-readable line. Arithmetic is full f32
 on both sides: ember runs f32 convolutions and GEMMs without TF32, so TF32 is switched off here.
+The bf16/fp16 ResNet-18 variants wrap forward + loss in torch.autocast("cuda", dtype); fp16 adds
+torch.amp.GradScaler("cuda") (scale -> backward -> step -> update), as ember's amp::GradScaler.
 cudnn.benchmark is on: ember searches cuDNN's algorithms on first use of a shape, as it does.
 Exits 77 when no GPU is usable.
 """
+import contextlib
 import gzip
 import os
 import statistics
@@ -84,6 +89,52 @@ def resnet18(num_classes=10):
     return nn.Sequential(*layers)
 
 
+def resnet18_run(dev, precision, iters, reps):
+    """ResNet-18 (CIFAR) training step at batch 128: f32, or forward + loss under autocast in bf16,
+    or in fp16 with a GradScaler. Emits ms, images/s and peak memory (peaks reset after the first
+    step, the cache emptied before); everything it allocates is freed on return."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.manual_seed(3)
+    model = resnet18().to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    x = torch.randn(128, 3, 32, 32, device=dev)
+    y = torch.randint(0, 10, (128,), device=dev)
+    dtype = {"f32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    scaler = None
+    if precision == "fp16":  # torch.amp.GradScaler("cuda") since torch 2.3, torch.cuda.amp's before
+        scaler = torch.amp.GradScaler("cuda") if hasattr(torch.amp, "GradScaler") else torch.cuda.amp.GradScaler()
+
+    def rstep():
+        with torch.autocast("cuda", dtype=dtype) if dtype is not None else contextlib.nullcontext():
+            loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+
+    rstep()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    ms = median_ms(rstep, iters, reps)
+    sfx = "" if precision == "f32" else "_" + precision
+    what = {"f32": "", "bf16": ", bf16 autocast", "fp16": ", fp16 autocast + scaler"}[precision]
+    emit(f"resnet18_step_ms_b128{sfx}", ms,
+         f"torch resnet18 step, batch 128{what}: {ms:.3f} ms, {128e3 / ms:.0f} images/s")
+    emit(f"resnet18_images_per_s_b128{sfx}", 128e3 / ms, "")
+    peak = torch.cuda.max_memory_allocated() / 2**20
+    emit(f"resnet18_peak_allocated_mib{sfx}", peak, f"torch resnet18 peak allocated{what}: {peak:.0f} MiB")
+    peak = torch.cuda.max_memory_reserved() / 2**20
+    emit(f"resnet18_peak_reserved_mib{sfx}", peak, f"torch resnet18 peak reserved{what}: {peak:.0f} MiB")
+    if scaler is not None:
+        scale = scaler.get_scale()
+        emit("resnet18_loss_scale_fp16", scale, f"torch resnet18 fp16: loss scale {scale:g} at the end")
+
+
 def read_idx(path):
     with gzip.open(path, "rb") as f:
         raw = f.read()
@@ -153,29 +204,12 @@ def train(quick, data_dir):
     s = start.elapsed_time(stop) / 1e3
     emit("mnist_epoch_s_b64", s, f"torch mnist_cnn one epoch ({n} {what} images, batch 64): {s:.3f} s")
 
-    # ResNet-18 (CIFAR), batch 128, f32.
-    torch.manual_seed(3)
-    model = resnet18().to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
-    x = torch.randn(128, 3, 32, 32, device=dev)
-    y = torch.randint(0, 10, (128,), device=dev)
+    # Free the epoch's model and the resident images before ResNet-18, so its peaks are its own.
+    del step, epoch, model, opt, loss, x, y, xs, ys
 
-    def rstep():
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-
-    rstep()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    ms = median_ms(rstep, 5 if quick else 20, reps)
-    emit("resnet18_step_ms_b128", ms, f"torch resnet18 step, batch 128: {ms:.3f} ms, {128e3 / ms:.0f} images/s")
-    emit("resnet18_images_per_s_b128", 128e3 / ms, "")
-    peak = torch.cuda.max_memory_allocated() / 2**20
-    emit("resnet18_peak_allocated_mib", peak, f"torch resnet18 peak allocated: {peak:.0f} MiB")
-    peak = torch.cuda.max_memory_reserved() / 2**20
-    emit("resnet18_peak_reserved_mib", peak, f"torch resnet18 peak reserved: {peak:.0f} MiB")
+    # ResNet-18 (CIFAR), batch 128, in each precision.
+    for precision in ("f32", "bf16", "fp16"):
+        resnet18_run(dev, precision, 5 if quick else 20, reps)
 
 
 def ops(quick):

@@ -12,9 +12,11 @@ ends well inside a 10-minute limit with a summary table, and a fault in one test
 hide the others.
 
 phases
-  build              configure (CUDA on, this GPU's architecture only) and build only what the
+  build [TARGET...]  configure (CUDA on, this GPU's architecture only) and build only what the
                      GPU run needs: ember_cuda_tests, bench_cuda_ops, bench_gpu_train,
-                     bench_mnist_train, bench_data_parallel, ember-train. Incremental: a no-op when nothing changed.
+                     bench_mnist_train, bench_data_parallel, bench_nccl, ember-train (or the
+                     TARGETs named, e.g. `build ember` for the library alone). Incremental: a
+                     no-op when nothing changed.
   test [GROUP...]    the [cuda] tests, one process per group, so an illegal address or a hang in
                      one group leaves the others running. A group is a test file:
                      core stream copy elementwise reduce random index softmax matmul conv pool
@@ -22,9 +24,17 @@ phases
                      shows them; a new file is a new group). No GROUP: every group. A GROUP
                      starting with '[' is a Catch2 tag expression run as one group. Catch2
                      arguments after `--` go to every group (e.g. -- "cuda softmax*" -s).
-  bench              bench_cuda_ops and bench_gpu_train (each beside PyTorch on the same GPU, through
+  bench [PROGRAM...] bench_cuda_ops and bench_gpu_train (each beside PyTorch on the same GPU, through
                      bench/peers/torch_gpu.py), bench_mnist_train, bench_data_parallel ({cuda:0,
-                     cuda:0}) and a 2-epoch ember-train on cuda:0.
+                     cuda:0}), bench_nccl (world size 1 beside PyTorch's NCCL) and a 2-epoch
+                     ember-train on cuda:0.
+  sanitize [GROUP...] compute-sanitizer over the groups' [cuda] tests, [slow] ones left out:
+                     memcheck on each group, racecheck too on the groups whose kernels use shared
+                     memory (softmax reduce norm pool). No GROUP: softmax reduce norm pool conv.
+                     A row per group and tool with the tool's error summary.
+  profile            Nsight Compute (ncu --clock-control none) on bench_cuda_ops --quick (its peer
+                     off): one launch of each of the sum, softmax and cross-entropy kernels, with
+                     duration, DRAM throughput, occupancy and registers in the table.
   list               the groups and their test counts.
   test and bench build first what they need (a fresh machine starts bare; an up-to-date build
   costs a second). Phases run in the order given; each stops starting new work once the call's
@@ -74,7 +84,7 @@ while [ $# -gt 0 ]; do
     --group-timeout) group_timeout=$2; shift ;;
     --no-build) no_build=yes ;;
     --) shift; catch_args=("$@"); break ;;
-    build|test|bench|list)
+    build|test|bench|sanitize|profile|list)
       [ -n "$current" ] && phases+=("$current")
       current=$1 ;;
     *)
@@ -264,21 +274,96 @@ run_program() {  # NAME CMD...
   esac
 }
 
-phase_bench() {
-  build_targets build-bench bench_cuda_ops bench_gpu_train bench_mnist_train bench_data_parallel ember-train || return
-  local data_dir=/usr/share/datasets/fashion-mnist
+ran_bench=no  # the benchmark sections of the summary belong to the call that ran them
+phase_bench() {  # [PROGRAM...]: only those (bench_cuda_ops bench_gpu_train ... ember-train); none: all
+  ran_bench=yes
+  local all=(bench_cuda_ops bench_gpu_train bench_mnist_train bench_data_parallel bench_nccl ember-train)
+  local chosen=("$@")
+  [ ${#chosen[@]} -eq 0 ] && chosen=("${all[@]}")
+  build_targets build-bench "${chosen[@]}" || return
+  local data_dir=/usr/share/datasets/fashion-mnist p
   [ -d .gpu-deps/data/fashion-mnist ] && data_dir=$PWD/.gpu-deps/data/fashion-mnist
-  run_program bench_cuda_ops "$build/bin/bench_cuda_ops"
-  run_program bench_gpu_train "$build/bin/bench_gpu_train" --data "$data_dir"
-  run_program bench_mnist_train "$build/bin/bench_mnist_train"
-  run_program bench_data_parallel "$build/bin/bench_data_parallel"
-  rm -rf "$build/gpu-run"
-  run_program ember-train "$build/bin/ember-train" configs/mnist_cnn.json device=cuda data.path="$data_dir" epochs=2 \
-    early_stop.target_accuracy=null output.run_dir="$build/gpu-run"
-  if [ -f "$build/gpu-run/metrics.jsonl" ]; then
-    cat "$build/gpu-run/metrics.jsonl"
-    [ -n "$out_dir" ] && cp "$build/gpu-run/metrics.jsonl" "$out_dir/gpu_check_metrics.jsonl"
+  for p in "${chosen[@]}"; do
+    case $p in
+      bench_gpu_train) run_program bench_gpu_train "$build/bin/bench_gpu_train" --data "$data_dir" ;;
+      ember-train)
+        rm -rf "$build/gpu-run"
+        run_program ember-train "$build/bin/ember-train" configs/mnist_cnn.json device=cuda data.path="$data_dir" \
+          epochs=2 early_stop.target_accuracy=null output.run_dir="$build/gpu-run"
+        if [ -f "$build/gpu-run/metrics.jsonl" ]; then
+          cat "$build/gpu-run/metrics.jsonl"
+          [ -n "$out_dir" ] && cp "$build/gpu-run/metrics.jsonl" "$out_dir/gpu_check_metrics.jsonl"
+        fi ;;
+      bench_*) run_program "$p" "$build/bin/$p" ;;
+      *) add_row "$p" "NOT RUN" "not a benchmark of this phase (${all[*]})" 0 ;;
+    esac
+  done
+}
+
+# ---- sanitize ----
+
+# run_sanitizer TOOL GROUP: one compute-sanitizer process over the group's tests, [slow] ones left out.
+run_sanitizer() {
+  local tool=$1 name=$2 t=$SECONDS log rc found result
+  log=$logdir/$tool-${name//[^A-Za-z0-9_]/_}.log
+  echo "==== gpu_check: $tool over test group $name ===="
+  timeout -k 10 "$(limit "$group_timeout")" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+    "$tests_bin" -# "$(tag_of "$name")~[slow]" >"$log" 2>&1
+  rc=$?
+  tail -n 3 "$log"
+  found=$(grep -m1 -E '(ERROR|RACECHECK) SUMMARY' "$log" | sed -E 's/^=+ *//')
+  case $rc in
+    0) result=clean ;;
+    99) result=ERRORS ;;
+    124|137) result=TIMEOUT found="killed at $(limit "$group_timeout") s" ;;
+    *) result="FAILED" found="${found:-exit $rc}; tests failed under the tool, see $log" ;;
+  esac
+  add_row "$tool $name" "$result" "${found:-no summary line}" $((SECONDS - t))
+}
+
+phase_sanitize() {
+  build_targets build-tests ember_cuda_tests || return
+  local groups=("$@") g tool
+  [ ${#groups[@]} -eq 0 ] && groups=(softmax reduce norm pool conv)
+  if ! command -v compute-sanitizer >/dev/null; then
+    add_row sanitize "NOT RUN" "compute-sanitizer is not on PATH" 0
+    return
   fi
+  for g in "${groups[@]}"; do
+    for tool in memcheck racecheck; do
+      [ $tool = racecheck ] && ! grep -qwE 'softmax|reduce|norm|pool' <<<"$g" && continue
+      if [ "$(left)" -lt 30 ]; then add_row "$tool $g" "NOT RUN" "time budget spent" 0; continue; fi
+      run_sanitizer $tool "$g"
+    done
+  done
+}
+
+# ---- profile ----
+
+phase_profile() {
+  build_targets build-bench bench_cuda_ops || return
+  if ! command -v ncu >/dev/null; then
+    add_row profile "NOT RUN" "ncu is not on PATH" 0
+    return
+  fi
+  local kernel t log rc
+  for kernel in row_reduce_block_kernel softmax_rows_cached_kernel cross_entropy_cached_kernel; do
+    if [ "$(left)" -lt 30 ]; then add_row "ncu $kernel" "NOT RUN" "time budget spent" 0; continue; fi
+    t=$SECONDS
+    log=$logdir/ncu-$kernel.log
+    echo "==== gpu_check: ncu on $kernel ===="
+    EMBER_BENCH_PEER=0 timeout -k 10 "$(limit 120)" ncu --clock-control none --target-processes application-only \
+      -k "regex:$kernel" --launch-skip 3 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      --section Occupancy --section LaunchStats "$build/bin/bench_cuda_ops" --quick >"$log" 2>&1
+    rc=$?
+    grep -E '^  [^ ]|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per Thread|Block Size|Grid Size' \
+      "$log" | head -n 12
+    local figs
+    figs=$(grep -E 'Duration|DRAM Throughput|Achieved Occupancy|Registers Per Thread' "$log" |
+      awk '{printf "%s %s %s; ", $1, $(NF-1), $NF}' | sed -E 's/  +/ /g')
+    if [ $rc -eq 0 ] && [ -n "$figs" ]; then add_row "ncu $kernel" ok "$figs" $((SECONDS - t))
+    else add_row "ncu $kernel" FAILED "exit $rc, see $log" $((SECONDS - t)); fi
+  done
 }
 
 # ---- run the phases, then the table ----
@@ -288,10 +373,15 @@ for p in "${phases[@]}"; do
   name=${words[0]}
   args=("${words[@]:1}")
   case $name in
-    build) build_targets build ember_cuda_tests bench_cuda_ops bench_gpu_train bench_mnist_train bench_data_parallel \
-      ember-train ;;
+    build)
+      if [ ${#args[@]} -eq 0 ]; then
+        args=(ember_cuda_tests bench_cuda_ops bench_gpu_train bench_mnist_train bench_data_parallel bench_nccl ember-train)
+      fi
+      build_targets build "${args[@]}" ;;
     test) phase_test "${args[@]}" ;;
-    bench) phase_bench ;;
+    bench) phase_bench "${args[@]}" ;;
+    sanitize) phase_sanitize "${args[@]}" ;;
+    profile) phase_profile ;;
     list) phase_list ;;
   esac
 done
@@ -306,6 +396,7 @@ summary() {
     IFS=$sep read -r n res det sec <<<"$r"
     printf '%-26s %-20s %6s  %s\n' "$n" "$res" "$sec" "$det"
   done
+  [ $ran_bench = yes ] || return 0
   if [ -f "$logdir/bench_cuda_ops.log" ]; then
     echo "-- bench_cuda_ops"
     grep -E '^(op|-|cuda|add|sum|softmax|cross|adam|caching|alloc|check)' "$logdir/bench_cuda_ops.log" || true
@@ -321,6 +412,10 @@ summary() {
   if [ -f "$logdir/bench_data_parallel.log" ]; then
     echo "-- bench_data_parallel"
     cat "$logdir/bench_data_parallel.log"
+  fi
+  if [ -f "$logdir/bench_nccl.log" ]; then
+    echo "-- bench_nccl"
+    sed -n '/^size/,$p' "$logdir/bench_nccl.log"
   fi
 }
 summary_text=$(summary)

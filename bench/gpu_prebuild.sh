@@ -5,9 +5,9 @@
 # the system's shared zlib, stripped to fit the device tool's 64 MiB carry limit.
 #
 #   bench/gpu_prebuild.sh [ARCH]
-#   then one device call: bash bench/gpu_check.sh --no-build test bench
-#   with carry [".gpu-deps/data", "build-gpu/bin", "build-gpu/lib"] (the paths are the same there:
-#   the binaries' RUNPATH finds build-gpu/lib).
+#   then one device call: bash bench/gpu_device_call.sh, with carry [".gpu-carry", ".gpu-deps"]
+#   (build-gpu/bin and build-gpu/lib travel packed in .gpu-carry/build.tar.xz, about 5 MiB instead
+#   of 31, and unpack to the same paths there: the binaries' RUNPATH finds build-gpu/lib).
 #
 # Seen working 2026-11-26: built here (Debian 12, g++ 12, nvcc 13.0), run on an H200 machine
 # (Ubuntu 24.04, driver 580, cuDNN 9.14 and NCCL 2.28.3 in /usr/lib/x86_64-linux-gnu).
@@ -22,6 +22,8 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON -DEM
   -DCMAKE_CUDA_ARCHITECTURES="$arch" -DCMAKE_DISABLE_FIND_PACKAGE_BLAS=ON "${prefix[@]}" \
   -DZLIB_LIBRARY="$libz" -DZLIB_INCLUDE_DIR=/usr/include
 cmake --build build-gpu -j "${JOBS:-$(nproc)}" --target ember_cuda_tests bench_cuda_ops bench_gpu_train \
-  bench_mnist_train bench_data_parallel ember-train
+  bench_mnist_train bench_data_parallel bench_nccl ember-train
 strip --strip-unneeded build-gpu/lib/libember.so.*.*.* build-gpu/bin/*  # not the symlinks
-du -shc build-gpu/bin build-gpu/lib
+mkdir -p .gpu-carry
+tar -cf - build-gpu/bin build-gpu/lib | xz -T0 -6 >.gpu-carry/build.tar.xz
+du -shc build-gpu/bin build-gpu/lib .gpu-carry/build.tar.xz

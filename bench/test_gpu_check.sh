@@ -62,6 +62,26 @@ bash "$here/gpu_check.sh" --no-build --build-dir "$work/build" test plain >"$wor
   { echo "FAILED: a file tagged without the _cuda suffix did not run"; fail=1; }
 expect "a file without the _cuda suffix runs by its own tag" '^test plain +passed .*3 assertions' "$work/plain"
 grep -q '^test softmax' "$work/ok" && { echo "FAILED: a group that was not asked for ran"; fail=1; }
+# sanitize: a fake compute-sanitizer runs the program and reports errors for the softmax group.
+mkdir -p "$work/fakebin"
+cat >"$work/fakebin/compute-sanitizer" <<'EOF'
+#!/usr/bin/env bash
+# Fake: --tool T --error-exitcode N PROGRAM ARGS...
+tool=$2 code=$4
+shift 4
+"$@" >/dev/null 2>&1
+case "$*" in
+  *softmax*) echo "========= ERROR SUMMARY: 2 errors ($tool)"; exit "$code" ;;
+esac
+echo "========= ERROR SUMMARY: 0 errors ($tool)"
+EOF
+chmod +x "$work/fakebin/compute-sanitizer"
+PATH=$work/fakebin:$PATH bash "$here/gpu_check.sh" --no-build --build-dir "$work/build" sanitize core softmax \
+  >"$work/san" 2>&1 && { echo "FAILED: sanitizer errors gave exit status 0"; fail=1; }
+expect "a clean group" '^memcheck core +clean .*0 errors \(memcheck\)' "$work/san"
+expect "errors are counted" '^memcheck softmax +ERRORS .*2 errors' "$work/san"
+expect "racecheck on a shared-memory group" '^racecheck softmax +ERRORS .*\(racecheck\)' "$work/san"
+grep -q '^racecheck core' "$work/san" && { echo "FAILED: racecheck ran on a group without shared memory"; fail=1; }
 bash "$here/gpu_check.sh" --help | grep -q 'the sequence for a session with a GPU' ||
   { echo "FAILED: --help does not document the sequence"; fail=1; }
 [ $fail -eq 0 ] && echo "gpu_check.sh: all checks passed"

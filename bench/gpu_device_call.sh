@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in ONE device call, on binaries built here by bench/gpu_prebuild.sh: a session
 # gets 15 minutes of device time, starts included, so everything goes into one call of about
-# 8 minutes, leaving time for one more start if a fix needs a rerun.
+# 5 minutes (285 s on 2026-11-27), leaving time for more starts if a fix needs a rerun.
 #
 #   here:   ../shared/gpu/stage.sh && bench/gpu_prebuild.sh
 #   device: bash bench/gpu_device_call.sh        carry [".gpu-carry", ".gpu-deps"]

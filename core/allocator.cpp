@@ -12,8 +12,9 @@ constexpr size_t kCpuAlignment = 64;
 
 // Host segments for the caching allocator. Caching matters on the CPU too: glibc hands large
 // blocks back to the OS on free, so every fresh activation or gradient buffer was page-faulted and
-// zeroed again by the kernel (measured 7-18x slower than the add kernel itself on a 1M-element
-// add, docs/benchmarks.md). Blocks are 512-byte multiples inside 64-byte aligned segments.
+// zeroed again by the kernel (measured 7-18x slower than the add kernel itself on 16M- and
+// 1M-element adds, docs/benchmarks.md). Blocks are 512-byte multiples inside 64-byte aligned
+// segments.
 class HostBackend final : public CachingAllocator::Backend {
  public:
   void* alloc(size_t nbytes) override {

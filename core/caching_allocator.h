@@ -1,9 +1,10 @@
 #pragma once
-// The CUDA caching allocator. Device memory is expensive to get (cudaMalloc synchronizes), so freed
-// blocks are kept in per-stream pools and handed out again. Blocks are rounded to size classes
-// (512 B granules); small requests (≤ 1 MiB) are carved from 2 MiB segments, large ones from
-// segments of their rounded size (or 20 MiB-aligned for 1-10 MiB). A larger free block is split
-// and the remainder returned to the pool; on free, adjacent free blocks of one segment merge.
+// The caching allocator, for CUDA device memory and (core/allocator.cpp) CPU tensors' host memory.
+// Device memory is expensive to get (cudaMalloc synchronizes), so freed blocks are kept in
+// per-stream pools and handed out again. Blocks are rounded to size classes (512 B granules);
+// small requests (≤ 1 MiB) are carved from 2 MiB segments, those below 10 MiB from 20 MiB
+// segments, larger ones from a segment of their size rounded up to 2 MiB. A larger free block is
+// split and the remainder returned to the pool; on free, adjacent free blocks of one segment merge.
 // A block is only reused by the stream it was allocated on, so no cross-stream sync is needed.
 //
 // The cross-stream rule (as PyTorch's): memory is handed out for one stream, the current stream
@@ -17,8 +18,8 @@
 // EMBER_DEBUG_STREAMS=1, report a freed block whose last use noted by a kernel launch was on
 // another stream and that was not recorded (stderr, and AllocatorStats::unrecorded_cross_stream_frees).
 //
-// The bookkeeping is independent of CUDA: the raw memory and the events come from a Backend,
-// which is the CUDA runtime in production and a host-memory fake in the CPU tests.
+// The bookkeeping is independent of CUDA: the raw memory and the events come from a Backend: the
+// CUDA runtime for a GPU, aligned host memory for the CPU (core/allocator.cpp), a fake in the tests.
 #include <cstddef>
 #include <cstdint>
 #include <map>

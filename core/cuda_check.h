@@ -1,6 +1,6 @@
 #pragma once
 // Check macros for CUDA, cuBLAS, cuDNN and NCCL calls. Include only from CUDA-enabled sources
-// (core/cuda/, kernels/cuda/, and later layers and parallel code built with CUDA). Each throws
+// (core/cuda/, kernels/cuda/, parallel/cuda/, data/cuda/ and the CUDA benchmarks). Each throws
 // ember::Error naming the call, the library's error string, file and line.
 #include <cuda_runtime.h>
 

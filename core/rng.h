@@ -57,7 +57,6 @@ inline uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-/// A seed and a running offset. Thread-safe: reserve() hands out disjoint counter ranges.
 /// Seed and running offset of one Generator: all of a counter-based generator's state (what a
 /// checkpoint saves to continue the same stream of numbers).
 struct RngState {
@@ -66,6 +65,7 @@ struct RngState {
   friend bool operator==(const RngState&, const RngState&) = default;
 };
 
+/// A seed and a running offset. Thread-safe: reserve() hands out disjoint counter ranges.
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0x853c49e6748fea9bULL) : seed_(seed) {}

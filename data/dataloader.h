@@ -8,7 +8,7 @@
 // into one (B, C, H, W) buffer) into a bounded prefetch queue; the consumer takes batches in
 // order, so the batches are the same for any number of workers (0 = collate on the consumer
 // thread). For a CUDA device the buffers are pinned and each batch is copied asynchronously on a
-// side stream, the next batch's copy starting while the current one is in use.
+// side stream; with worker threads the next batch's copy starts while the current one is in use.
 //
 // Resident mode (.resident = true): the whole dataset (u8) is copied to the device once; each
 // batch is index_select + cast + divide by 255 + the transform's batch path, all on the device.

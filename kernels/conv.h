@@ -1,6 +1,6 @@
 #pragma once
 // 2-D convolution (NCHW). CPU: im2col + GEMM. CUDA: cuDNN, algorithms chosen once per shape and
-// cached, workspace from the caching allocator.
+// cached, workspace from the caching allocator (the one-off algorithm search's from the driver).
 #include <cstdint>
 
 #include <ember/core/tensor.h>

@@ -12,7 +12,8 @@ struct CrossEntropyOptions {
 /// -log softmax(logits)[target] (with label smoothing), by the fused kernel.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options = {});
 /// log_probs (N, C), target (N) class indices (i64 or i32) -> 0-d of log_probs' dtype:
-/// -mean_n log_probs[n, target[n]]. Targets of CPU tensors are range-checked.
+/// -mean_n log_probs[n, target[n]]. Targets are range-checked on every device (for a GPU target,
+/// one copy to the host and a sync); one outside [0, C) is an error naming it and its row.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target);
 /// a, b of one shape -> 0-d: mean((a - b)^2).
 Tensor mse_loss(const Tensor& a, const Tensor& b);

@@ -1,4 +1,4 @@
-// Checkpoint files: format and atomic write described in train/checkpoint.h.
+// Checkpoint files: format and atomic write described in serialize/checkpoint.h.
 #include <ember/serialize/checkpoint.h>
 
 #include <fcntl.h>

@@ -4,8 +4,9 @@
 //   ember-report --scaling RUN_DIR... [--out DIR]
 //
 // Writes DIR/report.md (the table, one line per run, the plots linked), DIR/loss.svg (train and
-// test loss per epoch), DIR/accuracy.svg (test accuracy per epoch) and DIR/throughput.svg
-// (images/s per run); DIR defaults to report/ in the current directory. Prints the table.
+// test loss per epoch), DIR/accuracy.svg (test accuracy per epoch), DIR/throughput.svg (images/s
+// per run) and, when a run trained in fp16, DIR/loss_scale.svg (log2 of the loss scale per epoch);
+// DIR defaults to report/ in the current directory. Prints the table.
 // With --scaling: DIR/scaling.md (runs by world size: epoch time, images/s, speedup, efficiency,
 // exposed communication, accuracy, a verdict per run; report/scaling.h), DIR/scaling.svg and
 // DIR/scaling-efficiency.svg; prints the table, its notes and the verdicts.

@@ -106,8 +106,8 @@ struct EarlyStopConfig {
 
 /// checkpoint.*
 struct CheckpointConfig {
-  /// Write checkpoints/epoch_N.ckpt every this many epochs (0: never; last.ckpt and best.ckpt are
-  /// written every epoch regardless).
+  /// Write checkpoints/epoch_N.ckpt every this many epochs (0: never; last.ckpt is written every
+  /// epoch and best.ckpt at each new best regardless).
   int64_t every_epochs = 1;
   /// Keep the newest this many epoch_N.ckpt files (0: keep all).
   int64_t keep_last = 2;
@@ -185,8 +185,9 @@ struct ExperimentConfig {
 };
 
 /// Parses JSON text (`source` names it in errors: a file path or "<string>"), applies the
-/// overrides in order and validates everything. Throws ember::Error on the first problem
-/// (malformed JSON: the source, line and column).
+/// overrides in order and validates everything. Throws one ember::Error holding every problem of
+/// the file and the overrides ("<source>: N problems:", one line each; a single one as it is);
+/// malformed JSON stops at once, naming the source, line and column.
 ExperimentConfig parse_config(const std::string& json_text, const std::vector<std::string>& overrides = {},
                               const std::string& source = "<string>");
 /// Reads `path` and calls parse_config; an unreadable file is an error naming it.

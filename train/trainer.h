@@ -5,8 +5,8 @@
 //   <run_dir>/metrics.jsonl   one EpochMetrics per epoch (train/metrics.h)
 //   <run_dir>/summary.json    a RunSummary, rewritten after every epoch and at the end
 //   <run_dir>/log.txt         everything printed, plus progress lines at output.log_interval
-//   <run_dir>/checkpoints/    last.ckpt and best.ckpt (every epoch), epoch_N.ckpt (every_epochs,
-//                             the newest keep_last kept)
+//   <run_dir>/checkpoints/    last.ckpt (every epoch), best.ckpt (each new best, with keep_best),
+//                             epoch_N.ckpt (every_epochs, the newest keep_last kept)
 //
 // The loop per epoch: train (phase timers around data wait, copy, forward, backward, optimizer
 // step; progress bar), evaluate on the test split, append metrics, checkpoint, early-stop check.

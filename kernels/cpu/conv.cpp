@@ -1,12 +1,14 @@
 // CPU 2-D convolution: im2col + GEMM, with groups, stride, padding and dilation.
 //
-// Why it is shaped like this: the GEMMs carry nearly all the FLOPs and the CPU GEMM (BLAS, or
-// ember's blocked GEMM) already uses every core, so GEMMs are issued from the calling thread one
-// image at a time, straight into the output (no transpose pass). What the GEMM cannot parallelize
-// (im2col, col2im, the bias fill) runs on the thread pool over (image, channel) pairs. Images go
-// through in chunks whose column buffer stays near kChunkBytes, so the buffer is reused while
-// warm in cache and is never a batch-sized allocation; it is kept per thread across calls because
-// fresh allocations are page-faulted in again on every call (see docs/benchmarks.md).
+// Why it is shaped like this: the GEMMs carry nearly all the FLOPs. The forward and input-gradient
+// GEMMs run one image per pool task (each GEMM single-threaded inside its task), straight into the
+// output (no transpose pass); the weight gradient accumulates over the images, so its GEMMs are
+// issued from the calling thread one image at a time and split over the pool by the GEMM itself
+// (kernels/cpu/matmul.cpp). What the GEMM cannot parallelize (im2col, col2im, the bias fill) runs
+// on the thread pool over (image, channel) pairs. Images go through in chunks whose column buffer
+// stays near kChunkBytes, so the buffer is reused while warm in cache and is never a batch-sized
+// allocation; it is kept per thread across calls because fresh allocations are page-faulted in
+// again on every call (see docs/benchmarks.md).
 //
 // Layouts (all contiguous, groups G, Cg = C / G, Og = O / G, L = Ho * Wo, Kg = Cg * kh * kw):
 //   x (N, C, H, W) = N images of (G, Cg, H, W); w (O, Cg, kh, kw) = (G, Og, Kg);

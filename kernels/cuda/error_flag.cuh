@@ -1,10 +1,10 @@
 #pragma once
 // Device-side error reporting for kernels that validate data they cannot see from the host
-// (index out of range, integer division by zero). The GPU cannot throw, and a device-side assert
-// would kill the CUDA context; instead a kernel raises a flag in a 2-slot device buffer
-// {raised, first reported value}, and the launcher reads it back after the kernel and throws an
-// ember::Error. Reading it back synchronizes the stream, so only ops that need a check at the call
-// use it (integer division by zero); core/device_check.h reports without waiting instead.
+// (integer division by zero). The GPU cannot throw, and a device-side assert would kill the CUDA
+// context; instead a kernel raises a flag in a 2-slot device buffer {raised, first reported
+// value}, and the launcher reads it back after the kernel and throws an ember::Error. Reading it
+// back synchronizes the stream, so only ops that need a check at the call use it;
+// core/device_check.h reports without waiting instead (index and class-target bounds).
 #include <cstdint>
 #include <utility>
 
@@ -13,7 +13,7 @@
 
 namespace ember::kernels::cuda {
 
-/// Raises the flag; the first thread to raise it records `value` (e.g. the bad index).
+/// Raises the flag; the first thread to raise it records `value` (integer division passes 0).
 __device__ inline void raise_error_flag(unsigned long long* flag, int64_t value) {
   if (atomicCAS(flag, 0ull, 1ull) == 0ull) {
     // Only this thread ever writes slot 1; the host reads it after the stream has finished.

@@ -1,6 +1,7 @@
 #pragma once
-// Elementwise launch machinery shared by the group-1 CUDA kernels (elementwise ops, where, copy,
-// fill): out[i] = f(in_0[i], ..., in_k[i]) over every element of one logical shape.
+// Elementwise launch machinery shared by the CUDA elementwise ops, where, copy and fill
+// (elementwise.cu, copy.cu): out[i] = f(in_0[i], ..., in_k[i]) over every element of one logical
+// shape.
 //
 // Why it is shaped this way:
 //  * Elementwise kernels are memory bound, so the fast path (every operand contiguous and its base

@@ -1,10 +1,13 @@
 #pragma once
-// Device helpers shared by the reduction-shaped CUDA kernels (reduce.cu, softmax.cu):
+// Device helpers shared by the CUDA kernels (most files of kernels/cuda/ include it):
 //  - load_as / store_as: storage type <-> accumulation type, through the hardware conversion
 //    instructions for f16/bf16 (round to nearest even, as core/half.h does on the host);
 //  - warp_reduce / block_reduce: butterfly shuffles, then one shared-memory hop across warps,
-//    for any trivially copyable value type and any associative combine functor;
-//  - sm_count: multiprocessor count, used to decide when one reduction is split across blocks.
+//    for any trivially copyable value type and any associative combine functor (reduce.cu,
+//    softmax.cu, norm.cu, optim.cu);
+//  - sm_count: multiprocessor count, used to size grids (when one reduction is split across
+//    blocks, how many chunks per channel norm.cu's eval backward uses);
+//  - ceil_div, and is_dense: contiguous or empty.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -1,7 +1,7 @@
-// The SVG charts of ember-report (train/report.h): hand-written SVG 1.1, no dependencies. A chart is
-// a plot box with 1-2-5 ticks on both axes (train/svg.h), axis labels, a title, and either one
-// polyline per series with a legend or one bar per run. Every element of a kind sits in a <g> with
-// a class ("x-ticks", "series", "bars", ...) so tests and stylesheets can find it.
+// The SVG charts of ember-report (tools/report/report.h): hand-written SVG 1.1, no dependencies. A
+// chart is a plot box with 1-2-5 ticks on both axes (tools/report/svg.h), axis labels, a title, and
+// either one polyline per series with a legend or one bar per run. Every element of a kind sits in
+// a <g> with a class ("x-ticks", "series", "bars", ...) so tests and stylesheets can find it.
 #include "report/svg.h"
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 #pragma once
-// Helpers behind the SVG charts of train/report.h (svg_line_chart, svg_bar_chart): "nice" axis
-// ticks, tick labels, XML escaping and the series palette. Exposed so tests can check them alone.
+// Helpers behind the SVG charts of tools/report/report.h (svg_line_chart, svg_bar_chart): "nice"
+// axis ticks, tick labels, XML escaping and the series palette. Exposed so tests can check them alone.
 #include <array>
 #include <string>
 #include <vector>

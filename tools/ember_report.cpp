@@ -41,6 +41,7 @@ const char* const kUsage =
     "  loss.svg         train and test loss per epoch\n"
     "  accuracy.svg     test accuracy per epoch\n"
     "  throughput.svg   images/s per run\n"
+    "  loss_scale.svg   the fp16 loss scale per epoch (only when a run trained in fp16)\n"
     "The table is also printed.\n"
     "\n"
     "With --scaling, for runs of one experiment on different world sizes (processes or devices):\n"

@@ -480,19 +480,20 @@ void with_cached_rows(int64_t rows, int64_t D, std::initializer_list<const void*
   else with_vec(Block{}, std::integral_constant<int, 32>{}, block_rows_grid(rows));
 }
 
+// The launchers' operand checks repeat what the fronts (kernels/softmax.cpp) guarantee: debug-only.
 void check_same_cuda(const char* what, const Tensor& ref, std::initializer_list<const Tensor*> others) {
-  EMBER_CHECK(ref.device().is_cuda(), what, ": expected CUDA tensors, got one on ", ref.device().str());
+  EMBER_DEBUG_ASSERT(ref.device().is_cuda(), what, ": expected CUDA tensors, got one on ", ref.device().str());
   for (const Tensor* t : others) {
-    EMBER_CHECK(t->device() == ref.device(), what, ": operands on different devices: ", ref.device().str(), " and ",
-                t->device().str(), " (shapes ", ref.shape_str(), " and ", t->shape_str(), ")");
+    EMBER_DEBUG_ASSERT(t->device() == ref.device(), what, ": operands on different devices: ", ref.device().str(),
+                       " and ", t->device().str(), " (shapes ", ref.shape_str(), " and ", t->shape_str(), ")");
   }
 }
 
 /// (outer, D, inner) of a 3-D contiguous operand.
 void check_3d(const char* what, const Tensor& t, const Tensor& like) {
-  EMBER_ASSERT(t.dim() == 3 && is_dense(t) && t.sizes() == like.sizes() && t.dtype() == like.dtype(), what,
-               ": expected contiguous (outer, D, inner) operands of one shape and dtype, got ", t.shape_str(), " ",
-               dtype_name(t.dtype()), " and ", like.shape_str(), " ", dtype_name(like.dtype()));
+  EMBER_DEBUG_ASSERT(t.dim() == 3 && is_dense(t) && t.sizes() == like.sizes() && t.dtype() == like.dtype(), what,
+                     ": expected contiguous (outer, D, inner) operands of one shape and dtype, got ", t.shape_str(),
+                     " ", dtype_name(t.dtype()), " and ", like.shape_str(), " ", dtype_name(like.dtype()));
 }
 
 void softmax_cuda(const Tensor& x, const Tensor& out, bool log) {
@@ -549,8 +550,8 @@ void softmax_backward_cuda(const Tensor& grad, const Tensor& y, const Tensor& ou
 }
 
 void check_rows(const char* what, const Tensor& t, int64_t N, DType dtype, const char* name) {
-  EMBER_CHECK(t.dim() == 1 && t.size(0) == N && t.dtype() == dtype, what, ": expected ", name, " of shape [", N,
-              "] and dtype ", dtype_name(dtype), ", got ", t.shape_str(), " ", dtype_name(t.dtype()));
+  EMBER_DEBUG_ASSERT(t.dim() == 1 && t.size(0) == N && t.dtype() == dtype, what, ": expected ", name, " of shape [", N,
+                     "] and dtype ", dtype_name(dtype), ", got ", t.shape_str(), " ", dtype_name(t.dtype()));
 }
 
 /// The error of a raised cross-entropy check: info {C, N}, (row, target value).
@@ -562,13 +563,13 @@ std::string describe_bad_target(const DeviceCheckInfo& info, int64_t row, int64_
 
 void cross_entropy_cuda(const Tensor& logits, const Tensor& target, double ls, const Tensor& loss, const Tensor& lse) {
   check_same_cuda("cross_entropy", logits, {&target, &loss, &lse});
-  EMBER_CHECK(logits.dim() == 2 && is_dense(logits), "cross_entropy: expected contiguous logits (N, C), got ",
-              logits.shape_str());
+  EMBER_DEBUG_ASSERT(logits.dim() == 2 && is_dense(logits), "cross_entropy: expected contiguous logits (N, C), got ",
+                     logits.shape_str());
   const int64_t N = logits.size(0), C = logits.size(1);
   check_rows("cross_entropy", target, N, DType::i64, "target");
   check_rows("cross_entropy", loss, N, DType::f32, "loss");
   check_rows("cross_entropy", lse, N, DType::f32, "lse");
-  EMBER_ASSERT(is_dense(loss) && is_dense(lse), "cross_entropy: loss and lse must be contiguous");
+  EMBER_DEBUG_ASSERT(is_dense(loss) && is_dense(lse), "cross_entropy: loss and lse must be contiguous");
   if (N == 0) return;
   EMBER_CHECK(C > 0, "cross_entropy: logits of shape ", logits.shape_str(), " have no classes");
   DeviceGuard guard(logits.device());
@@ -597,11 +598,11 @@ void cross_entropy_cuda(const Tensor& logits, const Tensor& target, double ls, c
 void cross_entropy_backward_cuda(const Tensor& grad_rows, const Tensor& logits, const Tensor& target, const Tensor& lse,
                                  double ls, const Tensor& dlogits) {
   check_same_cuda("cross_entropy_backward", logits, {&grad_rows, &target, &lse, &dlogits});
-  EMBER_CHECK(logits.dim() == 2 && is_dense(logits), "cross_entropy_backward: expected contiguous logits (N, C), got ",
-              logits.shape_str());
-  EMBER_ASSERT(dlogits.sizes() == logits.sizes() && is_dense(dlogits) && dlogits.dtype() == logits.dtype(),
-               "cross_entropy_backward: dlogits ", dlogits.shape_str(), " ", dtype_name(dlogits.dtype()),
-               " does not match logits ", logits.shape_str(), " ", dtype_name(logits.dtype()));
+  EMBER_DEBUG_ASSERT(logits.dim() == 2 && is_dense(logits),
+                     "cross_entropy_backward: expected contiguous logits (N, C), got ", logits.shape_str());
+  EMBER_DEBUG_ASSERT(dlogits.sizes() == logits.sizes() && is_dense(dlogits) && dlogits.dtype() == logits.dtype(),
+                     "cross_entropy_backward: dlogits ", dlogits.shape_str(), " ", dtype_name(dlogits.dtype()),
+                     " does not match logits ", logits.shape_str(), " ", dtype_name(logits.dtype()));
   const int64_t N = logits.size(0), C = logits.size(1);
   check_rows("cross_entropy_backward", grad_rows, N, DType::f32, "grad_rows");
   check_rows("cross_entropy_backward", target, N, DType::i64, "target");

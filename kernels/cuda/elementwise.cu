@@ -161,18 +161,22 @@ template <typename U> struct WhereF {
 };
 
 // ---- checks ----
+//
+// The operand checks repeat what the fronts (kernels/elementwise.cpp) guarantee: operands on the
+// output's device, expanded to its shape and converted to one dtype, outputs they allocate, dtypes
+// they check. They are debug-only; integer division by zero depends on the data and stays an error.
 
 void check_same_device(const char* what, const Tensor& out, const Tensor& t, const char* name) {
-  EMBER_CHECK(t.device() == out.device(), what, " (cuda): operand ", name, " is on ", t.device().str(),
-              " but the output is on ", out.device().str());
-  EMBER_CHECK(t.sizes() == out.sizes(), what, " (cuda): operand ", name, " has shape ", t.shape_str(),
-              ", expected the output shape ", out.shape_str());
+  EMBER_DEBUG_ASSERT(t.device() == out.device(), what, " (cuda): operand ", name, " is on ", t.device().str(),
+                     " but the output is on ", out.device().str());
+  EMBER_DEBUG_ASSERT(t.sizes() == out.sizes(), what, " (cuda): operand ", name, " has shape ", t.shape_str(),
+                     ", expected the output shape ", out.shape_str());
 }
 
-// bool Sub/Div have no meaning (as in PyTorch); the front refuses them too.
+// bool Sub/Div have no meaning (as in PyTorch); the fronts refuse them first (check_binary_dtype).
 void check_bool_op(BinaryOp op, DType dt) {
-  EMBER_CHECK(dt != DType::boolean || binary_allows_bool(op), op_name(op),
-              " (cuda): not defined for bool operands (use a numeric dtype)");
+  EMBER_DEBUG_ASSERT(dt != DType::boolean || binary_allows_bool(op), op_name(op),
+                     " (cuda): not defined for bool operands (use a numeric dtype)");
 }
 
 bool integer_div(BinaryOp op, DType dt) { return op == BinaryOp::Div && !is_floating(dt); }
@@ -183,15 +187,15 @@ void check_div_zero(const DeviceErrorFlag& flag, DType dt) {
 }
 
 // Calls fn<T>() for the dtypes a unary op supports: floating types for all ops, i32/i64 for
-// Neg/Abs/Relu.
+// Neg/Abs/Relu (the fronts' check_unary_dtype refuses the rest).
 template <typename Fn> void dispatch_unary(UnaryOp op, DType dtype, const char* what, Fn&& fn) {
   if (is_floating(dtype)) {
     EMBER_DISPATCH_FLOAT(dtype, what, fn);
     return;
   }
-  EMBER_CHECK(unary_allows_integers(op) && (dtype == DType::i32 || dtype == DType::i64), what, " (cuda): op ",
-              op_name(op), " does not support dtype ", dtype_name(dtype),
-              " (floating dtypes for every op; i32/i64 for neg, abs, relu)");
+  EMBER_DEBUG_ASSERT(unary_allows_integers(op) && (dtype == DType::i32 || dtype == DType::i64), what, " (cuda): op ",
+                     op_name(op), " does not support dtype ", dtype_name(dtype),
+                     " (floating dtypes for every op; i32/i64 for neg, abs, relu)");
   if (dtype == DType::i32) fn.template operator()<int32_t>();
   else fn.template operator()<int64_t>();
 }
@@ -200,8 +204,8 @@ template <typename Fn> void dispatch_unary(UnaryOp op, DType dtype, const char* 
 
 void unary_impl(UnaryOp op, const Tensor& x, const Tensor& out) {
   check_same_device("unary", out, x, "x");
-  EMBER_CHECK(x.dtype() == out.dtype(), "unary (cuda): x is ", dtype_name(x.dtype()), " but out is ",
-              dtype_name(out.dtype()));
+  EMBER_DEBUG_ASSERT(x.dtype() == out.dtype(), "unary (cuda): x is ", dtype_name(x.dtype()), " but out is ",
+                     dtype_name(out.dtype()));
   dispatch_unary(op, x.dtype(), "unary",
                  [&]<typename T>() { launch_elementwise<T>(out, UnaryF<T>{op}, operand<T>(x)); });
 }
@@ -212,14 +216,14 @@ void unary_backward_impl(UnaryOp op, const Tensor& grad, const Tensor& x, const 
   const bool reads_none = unary_grad_reads(op) == UnaryGradReads::None;
   const Tensor& v = reads_y ? y : x;
   if (!reads_none) {
-    EMBER_CHECK(v.defined(), "unary_backward (cuda): op ", op_name(op), " needs ", reads_y ? "y" : "x",
-                " but it is undefined");
+    EMBER_DEBUG_ASSERT(v.defined(), "unary_backward (cuda): op ", op_name(op), " needs ", reads_y ? "y" : "x",
+                       " but it is undefined");
     check_same_device("unary_backward", out, v, reads_y ? "y" : "x");
-    EMBER_CHECK(v.dtype() == grad.dtype(), "unary_backward (cuda): grad is ", dtype_name(grad.dtype()), " but ",
-                reads_y ? "y" : "x", " is ", dtype_name(v.dtype()));
+    EMBER_DEBUG_ASSERT(v.dtype() == grad.dtype(), "unary_backward (cuda): grad is ", dtype_name(grad.dtype()), " but ",
+                       reads_y ? "y" : "x", " is ", dtype_name(v.dtype()));
   }
-  EMBER_CHECK(grad.dtype() == out.dtype(), "unary_backward (cuda): grad is ", dtype_name(grad.dtype()), " but out is ",
-              dtype_name(out.dtype()));
+  EMBER_DEBUG_ASSERT(grad.dtype() == out.dtype(), "unary_backward (cuda): grad is ", dtype_name(grad.dtype()),
+                     " but out is ", dtype_name(out.dtype()));
   dispatch_unary(op, grad.dtype(), "unary_backward", [&]<typename T>() {
     if (reads_none) launch_elementwise<T>(out, UnaryGradF<T>{op}, operand<T>(grad));
     else launch_elementwise<T>(out, UnaryGradF<T>{op}, operand<T>(grad), operand<T>(v));
@@ -229,18 +233,18 @@ void unary_backward_impl(UnaryOp op, const Tensor& grad, const Tensor& x, const 
 void binary_impl(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   check_same_device("binary", out, a, "a");
   check_same_device("binary", out, b, "b");
-  EMBER_CHECK(a.dtype() == b.dtype(), "binary (cuda) ", op_name(op), ": operands have dtypes ", dtype_name(a.dtype()),
-              " and ", dtype_name(b.dtype()), ", expected one dtype");
+  EMBER_DEBUG_ASSERT(a.dtype() == b.dtype(), "binary (cuda) ", op_name(op), ": operands have dtypes ",
+                     dtype_name(a.dtype()), " and ", dtype_name(b.dtype()), ", expected one dtype");
   if (is_comparison(op)) {
-    EMBER_CHECK(out.dtype() == DType::boolean, "binary (cuda) ", op_name(op), ": output must be bool, got ",
-                dtype_name(out.dtype()));
+    EMBER_DEBUG_ASSERT(out.dtype() == DType::boolean, "binary (cuda) ", op_name(op), ": output must be bool, got ",
+                       dtype_name(out.dtype()));
     EMBER_DISPATCH_ALL(a.dtype(), "binary", [&]<typename T>() {
       launch_elementwise<bool>(out, CompareF<T>{op}, operand<T>(a), operand<T>(b));
     });
     return;
   }
-  EMBER_CHECK(out.dtype() == a.dtype(), "binary (cuda) ", op_name(op), ": output is ", dtype_name(out.dtype()),
-              ", expected the operands' dtype ", dtype_name(a.dtype()));
+  EMBER_DEBUG_ASSERT(out.dtype() == a.dtype(), "binary (cuda) ", op_name(op), ": output is ", dtype_name(out.dtype()),
+                     ", expected the operands' dtype ", dtype_name(a.dtype()));
   check_bool_op(op, a.dtype());
   EMBER_DISPATCH_ALL(a.dtype(), "binary", [&]<typename T>() {
     if (integer_div(op, a.dtype())) {
@@ -261,12 +265,12 @@ void binary_scalar_impl(BinaryOp op, const Tensor& a, double s, bool scalar_firs
     // f16 tensor times 0.1 uses 0.1f, not 0.1 rounded to f16), exactly as the CPU twin does.
     const C sv = std::is_floating_point_v<C> ? static_cast<C>(s) : static_cast<C>(convert<T>(s));
     if (is_comparison(op)) {
-      EMBER_CHECK(out.dtype() == DType::boolean, "binary_scalar (cuda) ", op_name(op), ": output must be bool, got ",
-                  dtype_name(out.dtype()));
+      EMBER_DEBUG_ASSERT(out.dtype() == DType::boolean, "binary_scalar (cuda) ", op_name(op),
+                         ": output must be bool, got ", dtype_name(out.dtype()));
       launch_elementwise<bool>(out, CompareScalarF<T>{op, sv, scalar_first}, operand<T>(a));
     } else {
-      EMBER_CHECK(out.dtype() == a.dtype(), "binary_scalar (cuda) ", op_name(op), ": output is ",
-                  dtype_name(out.dtype()), ", expected ", dtype_name(a.dtype()));
+      EMBER_DEBUG_ASSERT(out.dtype() == a.dtype(), "binary_scalar (cuda) ", op_name(op), ": output is ",
+                         dtype_name(out.dtype()), ", expected ", dtype_name(a.dtype()));
       check_bool_op(op, a.dtype());
       if (!integer_div(op, a.dtype())) {
         launch_elementwise<T>(out, BinaryScalarF<T>{op, sv, scalar_first, nullptr}, operand<T>(a));
@@ -286,11 +290,11 @@ void where_impl(const Tensor& cond, const Tensor& a, const Tensor& b, const Tens
   check_same_device("where", out, cond, "cond");
   check_same_device("where", out, a, "a");
   check_same_device("where", out, b, "b");
-  EMBER_CHECK(cond.dtype() == DType::boolean || cond.dtype() == DType::u8,
-              "where (cuda): cond must be bool or u8, got ", dtype_name(cond.dtype()));
-  EMBER_CHECK(a.dtype() == out.dtype() && b.dtype() == out.dtype(),
-              "where (cuda): a, b and out must share a dtype, got ", dtype_name(a.dtype()), ", ", dtype_name(b.dtype()),
-              " and ", dtype_name(out.dtype()));
+  EMBER_DEBUG_ASSERT(cond.dtype() == DType::boolean || cond.dtype() == DType::u8,
+                     "where (cuda): cond must be bool or u8, got ", dtype_name(cond.dtype()));
+  EMBER_DEBUG_ASSERT(a.dtype() == out.dtype() && b.dtype() == out.dtype(),
+                     "where (cuda): a, b and out must share a dtype, got ", dtype_name(a.dtype()), ", ",
+                     dtype_name(b.dtype()), " and ", dtype_name(out.dtype()));
   dispatch_bits(out.element_size(), "where", [&]<typename U>() {
     launch_elementwise<U>(out, WhereF<U>{}, operand<uint8_t>(cond), operand<U>(a), operand<U>(b));
   });

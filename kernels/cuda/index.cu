@@ -171,27 +171,29 @@ std::string describe_bad_index(const DeviceCheckInfo& info, int64_t value, int64
 }
 
 // Calls fn<I>() with I the index element type.
+// The fronts (kernels/index.cpp: index_i64) always pass an i64 index; i32 is kept for direct callers.
 template <typename Fn> void dispatch_index(const Tensor& index, const char* what, Fn&& fn) {
   if (index.dtype() == DType::i64) return fn.template operator()<int64_t>();
-  EMBER_CHECK(index.dtype() == DType::i32, what, ": index must be i64 or i32, got ", dtype_name(index.dtype()));
+  EMBER_DEBUG_ASSERT(index.dtype() == DType::i32, what, ": index must be i64 or i32, got ", dtype_name(index.dtype()));
   fn.template operator()<int32_t>();
 }
 
+// Ranks, shapes, contiguity, devices and dtypes: the fronts (kernels/index.cpp) build these views.
 void check_common(const char* what, const Tensor& big, const char* big_name, const Tensor& index, const Tensor& small,
                   const char* small_name) {
-  EMBER_CHECK(big.dim() == 3 && small.dim() == 3, what,
-              ": expected 3-D (outer, D, inner) / (outer, K, inner) views, got ", big_name, " ", big.shape_str(),
-              " and ", small_name, " ", small.shape_str());
-  EMBER_CHECK(index.dim() == 1 && index.size(0) == small.size(1) && small.size(0) == big.size(0) &&
-                  small.size(2) == big.size(2),
-              what, ": shapes do not match: ", big_name, " ", big.shape_str(), ", index ", index.shape_str(), ", ",
-              small_name, " ", small.shape_str());
-  EMBER_CHECK(big.is_contiguous() && small.is_contiguous() && index.is_contiguous(), what,
-              ": expected contiguous operands");
-  EMBER_CHECK(big.device() == small.device() && big.device() == index.device(), what, ": operands on ",
-              big.device().str(), ", ", small.device().str(), " and ", index.device().str(), " (index)");
-  EMBER_CHECK(big.dtype() == small.dtype(), what, ": ", big_name, " is ", dtype_name(big.dtype()), " but ", small_name,
-              " is ", dtype_name(small.dtype()));
+  EMBER_DEBUG_ASSERT(big.dim() == 3 && small.dim() == 3, what,
+                     ": expected 3-D (outer, D, inner) / (outer, K, inner) views, got ", big_name, " ", big.shape_str(),
+                     " and ", small_name, " ", small.shape_str());
+  EMBER_DEBUG_ASSERT(index.dim() == 1 && index.size(0) == small.size(1) && small.size(0) == big.size(0) &&
+                         small.size(2) == big.size(2),
+                     what, ": shapes do not match: ", big_name, " ", big.shape_str(), ", index ", index.shape_str(),
+                     ", ", small_name, " ", small.shape_str());
+  EMBER_DEBUG_ASSERT(big.is_contiguous() && small.is_contiguous() && index.is_contiguous(), what,
+                     ": expected contiguous operands");
+  EMBER_DEBUG_ASSERT(big.device() == small.device() && big.device() == index.device(), what, ": operands on ",
+                     big.device().str(), ", ", small.device().str(), " and ", index.device().str(), " (index)");
+  EMBER_DEBUG_ASSERT(big.dtype() == small.dtype(), what, ": ", big_name, " is ", dtype_name(big.dtype()), " but ",
+                     small_name, " is ", dtype_name(small.dtype()));
 }
 
 // Widest chunk (16, 8, 4, 2 or 1 bytes) dividing row_bytes with both pointers aligned to it.

@@ -44,26 +44,28 @@ bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 void gemm_cuda(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, double alpha,
                double beta) {
   const Device dev = out.device();
-  EMBER_CHECK(dev.is_cuda() && a.device() == dev && b.device() == dev,
-              "gemm: expected a, b and out on one CUDA device, got a on ", a.device().str(), ", b on ",
-              b.device().str(), ", out on ", out.device().str());
-  EMBER_CHECK(a.dtype() == out.dtype() && b.dtype() == out.dtype(), "gemm: expected one dtype, got a ",
-              dtype_name(a.dtype()), ", b ", dtype_name(b.dtype()), ", out ", dtype_name(out.dtype()));
-  EMBER_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3, "gemm: expected 3-D a (B, ra, ca), b (B|1, rb, cb) ",
-              "and out (B, M, N), got a ", a.shape_str(), ", b ", b.shape_str(), ", out ", out.shape_str());
-  EMBER_CHECK(is_dense(a) && is_dense(b) && is_dense(out), "gemm: expected contiguous operands (a ", a.shape_str(),
-              ", b ", b.shape_str(), ", out ", out.shape_str(), ")");
+  // Devices, dtypes, dense 3-D shapes and their agreement: the fronts (kernels/matmul.cpp) guarantee them.
+  EMBER_DEBUG_ASSERT(dev.is_cuda() && a.device() == dev && b.device() == dev,
+                     "gemm: expected a, b and out on one CUDA device, got a on ", a.device().str(), ", b on ",
+                     b.device().str(), ", out on ", out.device().str());
+  EMBER_DEBUG_ASSERT(a.dtype() == out.dtype() && b.dtype() == out.dtype(), "gemm: expected one dtype, got a ",
+                     dtype_name(a.dtype()), ", b ", dtype_name(b.dtype()), ", out ", dtype_name(out.dtype()));
+  EMBER_DEBUG_ASSERT(a.dim() == 3 && b.dim() == 3 && out.dim() == 3,
+                     "gemm: expected 3-D a (B, ra, ca), b (B|1, rb, cb) ", "and out (B, M, N), got a ", a.shape_str(),
+                     ", b ", b.shape_str(), ", out ", out.shape_str());
+  EMBER_DEBUG_ASSERT(is_dense(a) && is_dense(b) && is_dense(out), "gemm: expected contiguous operands (a ",
+                     a.shape_str(), ", b ", b.shape_str(), ", out ", out.shape_str(), ")");
   const int64_t batch = a.size(0), ra = a.size(1), ca = a.size(2);
   const int64_t rb = b.size(1), cb = b.size(2);
   const int64_t M = trans_a ? ca : ra, K = trans_a ? ra : ca;
   const int64_t Kb = trans_b ? cb : rb, N = trans_b ? rb : cb;
-  EMBER_CHECK(K == Kb, "gemm: inner dimensions differ: op(a) is (", M, ", ", K, ") from a ", a.shape_str(),
-              trans_a ? " transposed" : "", ", op(b) is (", Kb, ", ", N, ") from b ", b.shape_str(),
-              trans_b ? " transposed" : "");
-  EMBER_CHECK(b.size(0) == batch || b.size(0) == 1, "gemm: b's batch ", b.size(0), " is neither a's batch ", batch,
-              " nor 1 (a ", a.shape_str(), ", b ", b.shape_str(), ")");
-  EMBER_CHECK(out.size(0) == batch && out.size(1) == M && out.size(2) == N, "gemm: expected out of shape (", batch,
-              ", ", M, ", ", N, "), got ", out.shape_str());
+  EMBER_DEBUG_ASSERT(K == Kb, "gemm: inner dimensions differ: op(a) is (", M, ", ", K, ") from a ", a.shape_str(),
+                     trans_a ? " transposed" : "", ", op(b) is (", Kb, ", ", N, ") from b ", b.shape_str(),
+                     trans_b ? " transposed" : "");
+  EMBER_DEBUG_ASSERT(b.size(0) == batch || b.size(0) == 1, "gemm: b's batch ", b.size(0), " is neither a's batch ",
+                     batch, " nor 1 (a ", a.shape_str(), ", b ", b.shape_str(), ")");
+  EMBER_DEBUG_ASSERT(out.size(0) == batch && out.size(1) == M && out.size(2) == N, "gemm: expected out of shape (",
+                     batch, ", ", M, ", ", N, "), got ", out.shape_str());
   // out is (batch, M, N): launch_on returns at once when batch, M or N is 0.
   launch_on(out, [&](cudaStream_t stream) {
     if (K == 0) {

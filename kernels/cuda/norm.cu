@@ -61,22 +61,23 @@ struct Scale {
   }
 };
 
+// check_channel and check_ncs repeat what the fronts (kernels/norm.cpp) guarantee: debug-only.
 /// Checks one per-channel tensor (C) of the parameter dtype on x's device, when defined.
 void check_channel(const char* op, const char* name, const Tensor& t, const Tensor& x) {
   if (!t.defined()) return;
   const int64_t C = x.size(1);
-  EMBER_CHECK(t.device() == x.device() && t.numel() == C && t.dtype() == param_dtype(x.dtype()) && is_dense(t), op,
-              ": ", name, " must be a contiguous (", C, ") ", dtype_name(param_dtype(x.dtype())), " tensor on ",
-              x.device().str(), " for input ", x.shape_str(), " ", dtype_name(x.dtype()), ", got ", t.shape_str(), " ",
-              dtype_name(t.dtype()), " on ", t.device().str());
+  EMBER_DEBUG_ASSERT(t.device() == x.device() && t.numel() == C && t.dtype() == param_dtype(x.dtype()) && is_dense(t),
+                     op, ": ", name, " must be a contiguous (", C, ") ", dtype_name(param_dtype(x.dtype())),
+                     " tensor on ", x.device().str(), " for input ", x.shape_str(), " ", dtype_name(x.dtype()),
+                     ", got ", t.shape_str(), " ", dtype_name(t.dtype()), " on ", t.device().str());
 }
 
 void check_ncs(const char* op, const char* name, const Tensor& t, const Tensor& x) {
-  EMBER_CHECK(t.device() == x.device() && t.device().is_cuda() && t.dtype() == x.dtype() && t.sizes() == x.sizes() &&
-                  t.dim() == 3 && is_dense(t),
-              op, ": ", name, " must be a contiguous (N, C, S) ", dtype_name(x.dtype()), " tensor of shape ",
-              x.shape_str(), " on a CUDA device, got ", t.shape_str(), " ", dtype_name(t.dtype()), " on ",
-              t.device().str());
+  EMBER_DEBUG_ASSERT(t.device() == x.device() && t.device().is_cuda() && t.dtype() == x.dtype() &&
+                         t.sizes() == x.sizes() && t.dim() == 3 && is_dense(t),
+                     op, ": ", name, " must be a contiguous (N, C, S) ", dtype_name(x.dtype()), " tensor of shape ",
+                     x.shape_str(), " on a CUDA device, got ", t.shape_str(), " ", dtype_name(t.dtype()), " on ",
+                     t.device().str());
 }
 
 constexpr int64_t kMaxTrainingBatch = 880801;  // see the top comment
@@ -161,22 +162,24 @@ void batch_norm_eval_kernel(const Tensor& x, const Tensor& w, const Tensor& b, c
 void batch_norm_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                      const Tensor& running_var, bool training, double momentum, double eps, const BatchNormResult& r) {
   const char* op = "batch_norm (cuda)";
-  EMBER_CHECK(x.dim() == 3 && is_dense(x) && x.device().is_cuda(), op,
-              ": expected a contiguous (N, C, S) input on a CUDA device, got ", x.shape_str(), " on ",
-              x.device().str());
+  // The front (kernels/norm.cpp: batch_norm) checks, makes contiguous or allocates these operands.
+  EMBER_DEBUG_ASSERT(x.dim() == 3 && is_dense(x) && x.device().is_cuda(), op,
+                     ": expected a contiguous (N, C, S) input on a CUDA device, got ", x.shape_str(), " on ",
+                     x.device().str());
   check_ncs(op, "out", r.out, x);
   check_channel(op, "weight", weight, x);
   check_channel(op, "bias", bias, x);
   check_channel(op, "running_mean", running_mean, x);
   check_channel(op, "running_var", running_var, x);
-  EMBER_CHECK(running_mean.defined() == running_var.defined(), op,
-              ": running_mean and running_var must be both defined or both undefined");
+  EMBER_DEBUG_ASSERT(running_mean.defined() == running_var.defined(), op,
+                     ": running_mean and running_var must be both defined or both undefined");
   if (training) {
-    EMBER_CHECK(r.save_mean.defined() && r.save_invstd.defined(), op, ": training needs save_mean and save_invstd");
+    EMBER_DEBUG_ASSERT(r.save_mean.defined() && r.save_invstd.defined(), op,
+                       ": training needs save_mean and save_invstd");
     check_channel(op, "save_mean", r.save_mean, x);
     check_channel(op, "save_invstd", r.save_invstd, x);
   } else {
-    EMBER_CHECK(running_mean.defined(), op, ": eval mode needs the running statistics");
+    EMBER_DEBUG_ASSERT(running_mean.defined(), op, ": eval mode needs the running statistics");
   }
   if (x.numel() == 0) return;
   const int64_t N = x.size(0), C = x.size(1);
@@ -273,14 +276,15 @@ int64_t eval_backward_chunks(int64_t C, int64_t M, int device) {
 void batch_norm_backward_cuda(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& save_mean,
                               const Tensor& save_invstd, bool training, double eps, const BatchNormGrads& r) {
   const char* op = "batch_norm_backward (cuda)";
-  EMBER_CHECK(x.dim() == 3 && is_dense(x) && x.device().is_cuda(), op,
-              ": expected a contiguous (N, C, S) input on a CUDA device, got ", x.shape_str(), " on ",
-              x.device().str());
+  // The front (kernels/norm.cpp: batch_norm_backward) checks, makes contiguous or allocates these operands.
+  EMBER_DEBUG_ASSERT(x.dim() == 3 && is_dense(x) && x.device().is_cuda(), op,
+                     ": expected a contiguous (N, C, S) input on a CUDA device, got ", x.shape_str(), " on ",
+                     x.device().str());
   check_ncs(op, "grad_out", grad_out, x);
   check_ncs(op, "grad_x", r.grad_x, x);
   check_channel(op, "weight", weight, x);
-  EMBER_CHECK(save_mean.defined() && save_invstd.defined() && r.grad_weight.defined() && r.grad_bias.defined(), op,
-              ": save_mean, save_invstd, grad_weight and grad_bias must be defined");
+  EMBER_DEBUG_ASSERT(save_mean.defined() && save_invstd.defined() && r.grad_weight.defined() && r.grad_bias.defined(),
+                     op, ": save_mean, save_invstd, grad_weight and grad_bias must be defined");
   check_channel(op, "save_mean", save_mean, x);
   check_channel(op, "save_invstd", save_invstd, x);
   check_channel(op, "grad_weight", r.grad_weight, x);
@@ -367,12 +371,13 @@ __global__ void __launch_bounds__(kBlock) dropout_kernel(const T* __restrict__ x
 
 void dropout_cuda(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Tensor& out) {
   const char* op = "dropout (cuda)";
-  EMBER_CHECK(x.device().is_cuda() && out.device() == x.device() && out.dtype() == x.dtype() &&
-                  out.sizes() == x.sizes() && is_dense(x) && is_dense(out),
-              op, ": expected contiguous x and out of one shape, dtype and CUDA device, got x ", x.shape_str(), " ",
-              dtype_name(x.dtype()), " on ", x.device().str(), ", out ", out.shape_str(), " ", dtype_name(out.dtype()),
-              " on ", out.device().str());
-  EMBER_CHECK(p >= 0.0 && p < 1.0, op, ": p must be in [0, 1) here (the front handles p == 1), got ", p);
+  // The front (kernels/norm.cpp: dropout_impl) passes contiguous x, allocates out, and handles p == 1.
+  EMBER_DEBUG_ASSERT(x.device().is_cuda() && out.device() == x.device() && out.dtype() == x.dtype() &&
+                         out.sizes() == x.sizes() && is_dense(x) && is_dense(out),
+                     op, ": expected contiguous x and out of one shape, dtype and CUDA device, got x ", x.shape_str(),
+                     " ", dtype_name(x.dtype()), " on ", x.device().str(), ", out ", out.shape_str(), " ",
+                     dtype_name(out.dtype()), " on ", out.device().str());
+  EMBER_DEBUG_ASSERT(p >= 0.0 && p < 1.0, op, ": p must be in [0, 1) here (the front handles p == 1), got ", p);
   const int64_t n = x.numel();
   if (n == 0) return;
   DeviceGuard guard(x.device());

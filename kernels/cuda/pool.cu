@@ -259,13 +259,14 @@ __global__ void __launch_bounds__(kBlock)
 
 // ---- launchers ----
 
+// The fronts (kernels/pool.cpp) pass contiguous 4-D operands on one device and allocate the outputs: debug-only.
 void check_pool_operand(const char* op, const char* name, const Tensor& t, const Tensor& ref, bool same_dtype) {
-  EMBER_CHECK(t.device() == ref.device() && t.device().is_cuda(), op, ": ", name, " is on ", t.device().str(),
-              ", expected ", ref.device().str());
-  EMBER_CHECK(t.dim() == 4 && is_dense(t), op, ": expected a contiguous 4-D ", name, ", got shape ", t.shape_str(),
-              " strides ", shape_str(t.strides()));
-  EMBER_CHECK(!same_dtype || t.dtype() == ref.dtype(), op, ": ", name, " has dtype ", dtype_name(t.dtype()),
-              ", expected ", dtype_name(ref.dtype()));
+  EMBER_DEBUG_ASSERT(t.device() == ref.device() && t.device().is_cuda(), op, ": ", name, " is on ", t.device().str(),
+                     ", expected ", ref.device().str());
+  EMBER_DEBUG_ASSERT(t.dim() == 4 && is_dense(t), op, ": expected a contiguous 4-D ", name, ", got shape ",
+                     t.shape_str(), " strides ", shape_str(t.strides()));
+  EMBER_DEBUG_ASSERT(!same_dtype || t.dtype() == ref.dtype(), op, ": ", name, " has dtype ", dtype_name(t.dtype()),
+                     ", expected ", dtype_name(ref.dtype()));
 }
 
 /// True when 32-bit index math covers every tensor: element counts plus the grid-stride
@@ -293,8 +294,10 @@ void max_pool_cuda(const Tensor& x, const Pool2dParams& p, const Tensor& out, co
   check_pool_operand(op, "x", x, x, true);
   check_pool_operand(op, "out", out, x, true);
   check_pool_operand(op, "indices", indices, x, false);
-  EMBER_CHECK(indices.dtype() == DType::i64 && indices.sizes() == out.sizes(), op, ": indices ", indices.shape_str(),
-              " ", dtype_name(indices.dtype()), " must be i64 of the output's shape ", out.shape_str());
+  // The front (kernels/pool.cpp: max_pool2d) allocates indices as i64 of the output shape.
+  EMBER_DEBUG_ASSERT(indices.dtype() == DType::i64 && indices.sizes() == out.sizes(), op, ": indices ",
+                     indices.shape_str(), " ", dtype_name(indices.dtype()), " must be i64 of the output's shape ",
+                     out.shape_str());
   const int64_t total = out.numel();
   launch_on(out, [&](cudaStream_t stream) {
     dispatch_pool(x.dtype(), use_32bit({&x, &out}, &p), op, [&]<typename T, typename I>() {
@@ -310,10 +313,11 @@ void max_pool_backward_cuda(const Tensor& gout, const Tensor& indices, const Ten
   check_pool_operand(op, "grad_x", gx, gx, true);
   check_pool_operand(op, "grad_out", gout, gx, true);
   check_pool_operand(op, "indices", indices, gx, false);
-  EMBER_CHECK(indices.dtype() == DType::i64 && indices.sizes() == gout.sizes() && gout.size(0) == gx.size(0) &&
-                  gout.size(1) == gx.size(1),
-              op, ": indices ", indices.shape_str(), " (", dtype_name(indices.dtype()), ") and grad_out ",
-              gout.shape_str(), " must be (N, C, Ho, Wo) i64 / float for grad_x ", gx.shape_str());
+  // The front (kernels/pool.cpp: max_pool2d_backward) checks indices (i64, grad_out shape, N and C of x).
+  EMBER_DEBUG_ASSERT(indices.dtype() == DType::i64 && indices.sizes() == gout.sizes() && gout.size(0) == gx.size(0) &&
+                         gout.size(1) == gx.size(1),
+                     op, ": indices ", indices.shape_str(), " (", dtype_name(indices.dtype()), ") and grad_out ",
+                     gout.shape_str(), " must be (N, C, Ho, Wo) i64 / float for grad_x ", gx.shape_str());
   launch_on(gx, [&](cudaStream_t stream) {
     zero_fill(gx, stream);
     const int64_t total = gout.numel();
@@ -387,8 +391,9 @@ void adaptive_avg_cuda(const Tensor& x, const Tensor& out) {
   const char* op = "adaptive_avg_pool2d (cuda)";
   check_pool_operand(op, "x", x, x, true);
   check_pool_operand(op, "out", out, x, true);
-  EMBER_CHECK(out.numel() == 0 || (x.size(2) >= 1 && x.size(3) >= 1), op, ": input ", x.shape_str(),
-              " has an empty plane");
+  // The front (kernels/pool.cpp: adaptive_avg_pool2d) checks x has H, W >= 1.
+  EMBER_DEBUG_ASSERT(out.numel() == 0 || (x.size(2) >= 1 && x.size(3) >= 1), op, ": input ", x.shape_str(),
+                     " has an empty plane");
   launch_avg_pool(op, x, out, adaptive_32bit(x, out), [&]<typename I>() { return adaptive_of<I>(x, out); });
 }
 
@@ -396,8 +401,9 @@ void adaptive_avg_backward_cuda(const Tensor& gout, const Tensor& gx) {
   const char* op = "adaptive_avg_pool2d_backward (cuda)";
   check_pool_operand(op, "grad_x", gx, gx, true);
   check_pool_operand(op, "grad_out", gout, gx, true);
-  EMBER_CHECK(gx.numel() == 0 || (gout.size(2) >= 1 && gout.size(3) >= 1), op, ": grad_out ", gout.shape_str(),
-              " has an empty plane");
+  // The front (kernels/pool.cpp: adaptive_avg_pool2d_backward) checks grad_out has H, W >= 1.
+  EMBER_DEBUG_ASSERT(gx.numel() == 0 || (gout.size(2) >= 1 && gout.size(3) >= 1), op, ": grad_out ", gout.shape_str(),
+                     " has an empty plane");
   launch_avg_pool_backward(op, gout, gx, adaptive_32bit(gx, gout),
                            [&]<typename I>() { return adaptive_of<I>(gx, gout); });
 }

@@ -56,8 +56,7 @@ template <typename Fn> double median_ms(cudaStream_t stream, int reps, Fn&& fn) 
   }
   CUDA_CHECK(cudaEventDestroy(start));
   CUDA_CHECK(cudaEventDestroy(stop));
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-  return ms[ms.size() / 2];
+  return bench::median(std::move(ms));
 }
 
 // Largest |x - y| / (atol + rtol * |y|) over two tensors' elements (<= 1 passes).

@@ -61,8 +61,7 @@ template <typename Fn> double median_ms(Device dev, int iters, int reps, Fn&& fn
     e1.synchronize();
     ms.push_back(e0.elapsed_ms(e1) / iters);
   }
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-  return ms[ms.size() / 2];
+  return bench::median(std::move(ms));
 }
 
 Tensor labels(int64_t n, Device dev) {
@@ -164,8 +163,7 @@ ResnetRun resnet18_run(Device dev, Precision p, int iters, int reps, int profile
     host.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   synchronize(dev);
-  std::nth_element(host.begin(), host.begin() + host.size() / 2, host.end());
-  r.host_ms = host[host.size() / 2];
+  r.host_ms = bench::median(std::move(host));
   r.loss_scale = scaler.scale();
   r.skipped = scaler.skipped_steps();
   return r;

@@ -49,11 +49,6 @@ struct PerCall {
   double host_us = 0;  // the issuing loop's wall time
 };
 
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
-
 // Median microseconds per call of fn over `reps` windows of `iters` calls, after a warm-up.
 template <typename Fn> PerCall time_calls(Device dev, int iters, int reps, Fn&& fn) {
   for (int i = 0; i < 10; ++i) fn();
@@ -70,7 +65,7 @@ template <typename Fn> PerCall time_calls(Device dev, int iters, int reps, Fn&& 
     e1.synchronize();
     us.push_back(1e3 * e0.elapsed_ms(e1) / iters);
   }
-  return {median(us), median(host_us)};
+  return {bench::median(std::move(us)), bench::median(std::move(host_us))};
 }
 
 // i % 7 for i < n.

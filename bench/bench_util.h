@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ember/core/device.h>
@@ -50,6 +51,12 @@ struct RawBlasThreads {
 };
 #endif
 
+/// The median of v (the upper one of an even count); v must not be empty.
+inline double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
 /// Median seconds of one call of fn, over `reps` timed calls after `warmup` untimed ones.
 inline double median_seconds(const std::function<void()>& fn, int reps, int warmup = 2) {
   for (int i = 0; i < warmup; ++i) fn();
@@ -59,8 +66,7 @@ inline double median_seconds(const std::function<void()>& fn, int reps, int warm
     fn();
     s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-  return t[t.size() / 2];
+  return median(std::move(t));
 }
 
 /// True when argv holds `flag` (e.g. "--quick").

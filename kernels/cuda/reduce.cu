@@ -107,6 +107,10 @@ __device__ __forceinline__ typename Red::value_type accumulate_span(const In* __
   const int64_t body = begin + head;
   const int64_t nvec = (end - body) / kVec;
   const Vec* pv = reinterpret_cast<const Vec*>(p + body);
+  auto fold = [&](const Vec& w, int64_t vi) {  // vector vi: elements body + vi * kVec, ...
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) acc = red.combine(acc, red.lift(w.val[j], body + vi * kVec + j));
+  };
   // kUnroll vectors per thread are loaded before any is folded, so each thread keeps kUnroll
   // loads in flight (one at a time left a 2^24-element sum at 64% of a copy's bandwidth).
   constexpr int kUnroll = 4;
@@ -116,18 +120,9 @@ __device__ __forceinline__ typename Red::value_type accumulate_span(const In* __
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) w[u] = pv[v + u * nthreads];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t r0 = body + (v + u * nthreads) * kVec;
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) acc = red.combine(acc, red.lift(w[u].val[j], r0 + j));
-    }
+    for (int u = 0; u < kUnroll; ++u) fold(w[u], v + u * nthreads);
   }
-  for (; v < nvec; v += nthreads) {
-    const Vec w = pv[v];
-    const int64_t r0 = body + v * kVec;
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) acc = red.combine(acc, red.lift(w.val[j], r0 + j));
-  }
+  for (; v < nvec; v += nthreads) fold(pv[v], v);
   for (int64_t r = body + nvec * kVec + tid; r < end; r += nthreads) acc = red.combine(acc, red.lift(p[r], r));
   return acc;
 }

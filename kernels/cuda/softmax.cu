@@ -16,9 +16,9 @@
 //  - cross-entropy forward fuses the row's (max, sum exp) with the row sum needed by label
 //    smoothing and the gather of x[n, t_n]; backward recomputes each row's (max, sum exp) in
 //    the accumulation type instead of trusting the saved f32 lse, as the CPU twin does.
-// Known limits: loads are scalar (coalesced across the warp, but not 16-byte vectorized); backward
-// reads its operands twice; the strided kernel runs one thread per column, so a huge D with few
-// columns is slow (correct).
+// Known limits: rows past kCachedRowMax and the backward kernels read their operands twice, with
+// scalar loads (coalesced across the warp); the strided kernel runs one thread per column, so a
+// huge D with few columns is slow (correct).
 // NaN and infinite logits give what kernels/softmax.h defines (the CPU twin's arithmetic): merge()
 // keeps a NaN seen by any thread, and finish() makes the sum NaN for rows whose max is +-inf.
 // f16/bf16 compute in f32, f64 in f64. exp/log are the accurate library functions, not the

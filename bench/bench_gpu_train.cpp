@@ -15,7 +15,10 @@
 // segments) over the timed steps, beside torch.cuda.max_memory_allocated/reserved over the same.
 // Each ResNet-18 variant starts after the previous one's tensors are freed and the cache emptied,
 // and resets the peak after its first step, so its figures are its own.
-// Exits 77 when no GPU is usable. Flags: --quick (few steps), --data DIR.
+// Exits 77 when no GPU is usable. Flags: --quick (few steps), --data DIR, and for profiling
+// (no timing table): --profile-steps N [f32|bf16|fp16] runs N ResNet-18 steps between
+// cudaProfilerStart/Stop; --host-samples FILE also samples the host's stacks during them
+// (bench/host_sampler.h; summarized by bench/host_profile_summary.py).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -33,6 +36,7 @@
 #include <cuda_profiler_api.h>
 #endif
 #include "bench_util.h"
+#include "host_sampler.h"
 
 using namespace ember;
 using ember::bench::fmt;
@@ -94,7 +98,8 @@ struct ResnetRun {
 // it allocates is freed on return.
 // profile_steps > 0: no timing windows; after the warm-up, that many steps between
 // cudaProfilerStart/Stop (for `ncu --profile-from-start off`), timed with the host clock only.
-ResnetRun resnet18_run(Device dev, Precision p, int iters, int reps, int profile_steps = 0) {
+ResnetRun resnet18_run(Device dev, Precision p, int iters, int reps, int profile_steps = 0,
+                       const std::string& samples_path = "") {
   ResnetRun r;
   synchronize(dev);
   cuda_empty_cache();  // the earlier workloads' cached segments: peak reserved is this variant's
@@ -132,11 +137,19 @@ ResnetRun resnet18_run(Device dev, Precision p, int iters, int reps, int profile
 #ifdef EMBER_BENCH_HAVE_CUDART
     cudaProfilerStart();
 #endif
+    std::optional<bench::HostSampler> sampler;
+    if (!samples_path.empty()) sampler.emplace(1000);
     for (int i = 0; i < profile_steps; ++i) step();
     synchronize(dev);
+    if (sampler) sampler->stop();
 #ifdef EMBER_BENCH_HAVE_CUDART
     cudaProfilerStop();
 #endif
+    if (sampler) {
+      const bool ok = sampler->write(samples_path);
+      std::printf("resnet18 profile: %d host samples %s %s\n", sampler->samples(), ok ? "written to" : "NOT written to",
+                  samples_path.c_str());
+    }
     r.host_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / profile_steps;
     std::printf(
@@ -182,7 +195,10 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) != "--profile-steps") continue;
     const std::string precision = i + 2 < argc ? argv[i + 2] : "f32";
     const Precision p = precision == "bf16" ? Precision::bf16 : precision == "fp16" ? Precision::fp16 : Precision::f32;
-    resnet18_run(dev, p, 0, 0, std::max(1, std::atoi(argv[i + 1])));
+    std::string samples;
+    for (int k = 1; k + 1 < argc; ++k)
+      if (std::string(argv[k]) == "--host-samples") samples = argv[k + 1];
+    resnet18_run(dev, p, 0, 0, std::max(1, std::atoi(argv[i + 1])), samples);
     return 0;
   }
   const int steps = quick ? 5 : 50, reps = quick ? 3 : 5;

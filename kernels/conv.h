@@ -1,6 +1,7 @@
 #pragma once
-// 2-D convolution (NCHW). CPU: im2col + GEMM. CUDA: cuDNN, algorithms chosen once per shape and
-// cached, workspace from the caching allocator (the one-off algorithm search's from the driver).
+// 2-D convolution (NCHW). CPU: im2col + GEMM. CUDA: cuDNN, an execution plan timed and chosen once
+// per problem and reused, workspace from the caching allocator (the one-off search's from the
+// driver).
 #include <cstdint>
 
 #include <ember/core/tensor.h>

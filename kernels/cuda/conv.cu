@@ -4,8 +4,10 @@
 // Why it is shaped this way:
 //  * Algorithms: the first call for a (device, direction, dtype, shapes, params, TF32 switch,
 //    pointer alignment) runs cudnnFind*AlgorithmEx, which times every algorithm on the real
-//    inputs, and caches the fastest successful one (with its math type) in a process-wide map;
-//    later calls only look it up. The search writes into a scratch output, never into the
+//    inputs, and keeps the fastest successful one in a process-wide map, as a plan: the
+//    descriptors (with the math type it runs with) and its workspace size, so that later calls
+//    of that key only look it up and make the cuDNN call, not the descriptors' create, set and
+//    destroy and the size query. The search writes into a scratch output, never into the
 //    caller's tensor, because the filter gradient of a batch split into chunks accumulates
 //    (beta = 1) into the real one. The scratch has the real output's address alignment, and the
 //    alignment is part of the key (as in PyTorch): an algorithm timed on 16-byte-aligned operands
@@ -47,6 +49,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -60,6 +63,7 @@
 #include <ember/kernels/conv.h>
 #include <ember/kernels/cuda/cublas_handle.h>
 #include <ember/kernels/cuda/cuda_kernels.h>
+#include <ember/kernels/cuda/cudnn_graph.h>
 #include <ember/kernels/cuda/cudnn_handle.h>
 #include <ember/kernels/cuda/common.cuh>
 #include <ember/kernels/cuda/reduce_utils.cuh>
@@ -89,9 +93,10 @@ struct AlgoKey {
   DType dtype;
   bool tf32;
   int align;  // alignment_of the three operands (see the top comment)
+  bool accumulate;  // beta = 1 (blend onto the output) rather than 0: part of a graph-API plan
   int64_t n, c, h, w, o, cg, kh, kw, sh, sw, ph, pw, dh, dw, g;
   auto tie() const {
-    return std::tie(device, dir, dtype, tf32, align, n, c, h, w, o, cg, kh, kw, sh, sw, ph, pw, dh, dw, g);
+    return std::tie(device, dir, dtype, tf32, align, accumulate, n, c, h, w, o, cg, kh, kw, sh, sw, ph, pw, dh, dw, g);
   }
   bool operator<(const AlgoKey& b) const { return tie() < b.tie(); }
 };
@@ -101,19 +106,21 @@ struct AlgoChoice {
   cudnnMathType_t math;  // math type the algorithm was timed with
 };
 
-struct AlgoCache {
+struct Plan;
+struct PlanCache {
   std::mutex mu;
-  std::map<AlgoKey, AlgoChoice> map;
+  std::map<AlgoKey, std::unique_ptr<const Plan>> map;  // nodes never move: plans stay where they are
+  ConvPlanCounts counts;
 };
-AlgoCache& algo_cache() {
-  static AlgoCache* c = new AlgoCache();  // leaked on purpose: no destruction-order hazards at exit
+PlanCache& plan_cache() {
+  static PlanCache* c = new PlanCache();  // leaked on purpose: no destruction-order hazards at exit
   return *c;
 }
 
-AlgoKey key_of(Device dev, Direction dir, const Geometry& g, bool tf32, int align) {
-  return AlgoKey{dev.index(),  dir,       g.dtype,   tf32,           align,          g.n,       g.c,
-                 g.h,          g.w,       g.o,       g.cg,           g.kh,           g.kw,      g.p.stride_h,
-                 g.p.stride_w, g.p.pad_h, g.p.pad_w, g.p.dilation_h, g.p.dilation_w, g.p.groups};
+AlgoKey key_of(Device dev, Direction dir, const Geometry& g, bool tf32, int align, bool accumulate) {
+  return AlgoKey{dev.index(),  dir,          g.dtype,   tf32,      align,          accumulate,     g.n,
+                 g.c,          g.h,          g.w,       g.o,       g.cg,           g.kh,           g.kw,
+                 g.p.stride_h, g.p.stride_w, g.p.pad_h, g.p.pad_w, g.p.dilation_h, g.p.dilation_w, g.p.groups};
 }
 
 /// Largest power of two up to kMaxAlign that divides every address in `ps`.
@@ -241,17 +248,12 @@ Tensor make_workspace(size_t bytes, Device dev) {
   return empty({static_cast<int64_t>(bytes)}, {.dtype = DType::u8, .device = dev});
 }
 
-/// The search's workspace: the largest any algorithm asks for, capped, straight from the driver
+/// The search's workspace: the largest any candidate asks for, capped, straight from the driver
 /// (see the top comment); none if it cannot be had. Freed by the destructor (cudaFree waits for
 /// the device, and the search has finished by then anyway).
 class SearchWorkspace {
  public:
-  SearchWorkspace(cudnnHandle_t h, Direction dir, const Descs& d, Device dev) {
-    size_t want = 0;
-    for (int a = 0; a < algo_count(dir); ++a) {
-      const size_t s = workspace_size(h, dir, d, a);
-      if (s != SIZE_MAX) want = std::max(want, s);
-    }
+  SearchWorkspace(size_t want, Device dev) {
     want = std::min(want, kSearchWorkspaceCap);
     if (want == 0) return;
     for (int attempt = 0; attempt < 2 && ptr_ == nullptr; ++attempt) {
@@ -292,7 +294,12 @@ template <typename Perf> bool pick(const std::vector<Perf>& perfs, int returned,
 /// returns the fastest. x/w/y are device pointers of the problem's three tensors.
 AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs& d, Device dev, const void* x,
                   const void* w, const void* y) {
-  const SearchWorkspace ws(h, dir, d, dev);
+  size_t want = 0;
+  for (int a = 0; a < algo_count(dir); ++a) {
+    const size_t s = workspace_size(h, dir, d, a);
+    if (s != SIZE_MAX) want = std::max(want, s);
+  }
+  const SearchWorkspace ws(want, dev);
   void* ws_ptr = ws.ptr();
   const size_t ws_bytes = ws.bytes();
   const int count = algo_count(dir);
@@ -334,53 +341,237 @@ AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs
   return choice;
 }
 
-/// Runs direction `dir` on one problem: finds (or looks up) the algorithm, then calls cuDNN with
-/// out = alpha * op + beta * out. x/w/y are the three tensors' device pointers; the one written is
-/// y (forward), x (backward-data) or w (backward-filter).
-void run(Direction dir, const Geometry& g, Device dev, cudaStream_t stream, const void* x, const void* w, const void* y,
-         double beta) {
-  const bool tf32 = g.dtype == DType::f32 && allow_tf32();
-  const CudnnHandleLease lease = cudnn_handle(dev, stream);
-  cudnnHandle_t h = lease.get();
-  Descs d(g, requested_math(g.dtype, tf32));
-  const AlgoKey key = key_of(dev, dir, g, tf32, alignment_of({x, w, y}));
+// ---- the graph API (preferred) ----
+
+constexpr int64_t kUidX = 1, kUidW = 2, kUidY = 3;
+constexpr size_t kMaxCandidates = 24;  // engine configurations timed per key
+
+/// The operation of `dir` on one problem: tensors with the key's alignment, alpha 1, beta 0 or 1.
+graph::Graph build_graph(cudnnHandle_t h, Direction dir, const Geometry& g, int align, bool accumulate) {
+  std::vector<graph::Descriptor> parts;
+  parts.push_back(graph::tensor(kUidX, g.dtype, {g.n, g.c, g.h, g.w}, {g.c * g.h * g.w, g.h * g.w, g.w, 1}, align));
+  parts.push_back(
+      graph::tensor(kUidW, g.dtype, {g.o, g.cg, g.kh, g.kw}, {g.cg * g.kh * g.kw, g.kh * g.kw, g.kw, 1}, align));
+  parts.push_back(
+      graph::tensor(kUidY, g.dtype, {g.n, g.o, g.ho, g.wo}, {g.o * g.ho * g.wo, g.ho * g.wo, g.wo, 1}, align));
+  const int64_t pad[2] = {g.p.pad_h, g.p.pad_w}, stride[2] = {g.p.stride_h, g.p.stride_w},
+                dilation[2] = {g.p.dilation_h, g.p.dilation_w};
+  const bool f64 = g.dtype == DType::f64;
+  parts.push_back(graph::convolution(f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT, pad, stride, dilation));
+  struct Names {
+    cudnnBackendDescriptorType_t type;
+    cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+  };
+  const Names n = dir == Direction::Forward ? Names{CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+                                                    CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                                                    CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                                                    CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+                                                    CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                                                    CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                                                    CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA}
+                  : dir == Direction::BackwardData
+                      ? Names{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA}
+                      : Names{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA};
+  graph::Descriptor op(n.type);
+  op.set(n.x, parts[0]);
+  op.set(n.w, parts[1]);
+  op.set(n.y, parts[2]);
+  op.set(n.conv, parts[3]);
+  const double alpha_d = 1.0, beta_d = accumulate ? 1.0 : 0.0;
+  const float alpha_f = 1.0f, beta_f = accumulate ? 1.0f : 0.0f;
+  op.set(n.alpha, f64 ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1, f64 ? static_cast<const void*>(&alpha_d) : &alpha_f);
+  op.set(n.beta, f64 ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1, f64 ? static_cast<const void*>(&beta_d) : &beta_f);
+  op.finalize();
+  return graph::single_operation_graph(h, std::move(op), std::move(parts));
+}
+
+/// Whether an engine's numerics suit the dtype: strict f32 (no TF32) and f64 exclude tensor-core
+/// engines, as CUDNN_FMA_MATH does for the legacy calls; no dtype takes engines that convert the
+/// inputs down or reduce in reduced precision (f16/bf16 accumulate in f32, see the top comment).
+bool numerics_allowed(const std::vector<cudnnBackendNumericalNote_t>& notes, DType dt, bool tf32) {
+  for (cudnnBackendNumericalNote_t n : notes) {
+    if (n == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS || n == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
+      return false;
+    if (n == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && (dt == DType::f64 || (dt == DType::f32 && !tf32))) return false;
+  }
+  return true;
+}
+
+/// Device milliseconds of one run of `fn` on `stream`, after one untimed run; negative when a run
+/// fails (its status is then in `status`).
+template <typename Fn> float time_on(cudaStream_t stream, Fn&& fn, cudnnStatus_t& status) {
+  status = fn();
+  if (status != CUDNN_STATUS_SUCCESS) return -1.0f;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  CUDA_CHECK(cudaEventRecord(e0, stream));
+  status = fn();
+  CUDA_CHECK(cudaEventRecord(e1, stream));
+  CUDA_CHECK(cudaEventSynchronize(e1));
+  ember::detail::note_host_synchronization();
+  float ms = -1.0f;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  CUDA_CHECK(cudaEventDestroy(e0));
+  CUDA_CHECK(cudaEventDestroy(e1));
+  return status == CUDNN_STATUS_SUCCESS ? ms : -1.0f;
+}
+
+/// A timed, finalized execution plan for one key, or an empty one when the graph API has no
+/// engine that fits (the caller then uses the legacy calls). Candidates: the heuristics' configs
+/// (mode A, else FALLBACK) whose numerics suit the dtype, up to kMaxCandidates that finalize; each
+/// runs on the real inputs into a scratch output (as the legacy search does) and the fastest wins.
+graph::Descriptor tune_graph(cudnnHandle_t h, cudaStream_t stream, Direction dir, const Geometry& g,
+                             const graph::Graph& gr, bool tf32, Device dev, const void* x, const void* w, const void* y,
+                             int64_t& ws_bytes) {
+  std::vector<graph::Descriptor> plans;
+  std::vector<int64_t> sizes;
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    for (const graph::Descriptor& cfg : graph::heuristic_configs(gr.graph, mode)) {
+      if (plans.size() == kMaxCandidates) break;
+      if (!numerics_allowed(graph::numerical_notes(cfg), g.dtype, tf32)) continue;
+      cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+      graph::Descriptor p = graph::plan(h, cfg, st);
+      if (!p) continue;
+      sizes.push_back(graph::plan_workspace(p));
+      plans.push_back(std::move(p));
+    }
+    if (!plans.empty()) break;
+  }
+  if (plans.empty()) return {};
+  const SearchWorkspace ws(static_cast<size_t>(*std::max_element(sizes.begin(), sizes.end())), dev);
+  const size_t es = dtype_size(g.dtype);
+  Tensor hold;  // the scratch output's memory
+  std::vector<void*> ptrs{const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(y)};
+  switch (dir) {
+    case Direction::Forward:
+      ptrs[2] = scratch_like(y, static_cast<size_t>(g.n * g.o * g.ho * g.wo) * es, dev, hold);
+      break;
+    case Direction::BackwardData:
+      ptrs[0] = scratch_like(x, static_cast<size_t>(g.n * g.c * g.h * g.w) * es, dev, hold);
+      break;
+    case Direction::BackwardFilter:
+      ptrs[1] = scratch_like(w, static_cast<size_t>(g.o * g.cg * g.kh * g.kw) * es, dev, hold);
+      break;
+  }
+  const std::vector<int64_t> uids{kUidX, kUidW, kUidY};
+  size_t best = plans.size();
+  float best_ms = 0;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    if (static_cast<size_t>(sizes[i]) > ws.bytes()) continue;
+    cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+    const float ms = time_on(
+        stream, [&] { return graph::execute(h, plans[i], uids, ptrs, ws.ptr()); }, st);
+    if (ms >= 0 && (best == plans.size() || ms < best_ms)) best = i, best_ms = ms;
+  }
+  if (best == plans.size()) return {};
+  ws_bytes = sizes[best];
+  return std::move(plans[best]);
+}
+
+// ---- plans ----
+
+/// What a call of one key needs, built on the key's first call and kept (see the top comment);
+/// immutable afterwards, so calls on other threads share it. Either a graph-API execution plan, or
+/// (when the graph API offers no engine) the legacy descriptors with the found algorithm.
+struct Plan {
+  graph::Graph graph;  // the operation and its descriptors, which the execution plan refers to
+  graph::Descriptor exec;  // empty: legacy
+  std::unique_ptr<const Descs> legacy;
   AlgoChoice choice{};
-  bool found = false;
+  size_t ws_bytes = 0;
+};
+
+/// The plan of `key`, made on its first call (outside the lock: two threads racing on one new key
+/// both make one, harmlessly, and the first stored wins).
+const Plan& plan_for(const AlgoKey& key, cudnnHandle_t h, cudaStream_t stream, Direction dir, const Geometry& g,
+                     bool tf32, Device dev, const void* x, const void* w, const void* y) {
+  PlanCache& c = plan_cache();
   {
-    AlgoCache& c = algo_cache();
     std::lock_guard<std::mutex> lock(c.mu);
     auto it = c.map.find(key);
-    if (it != c.map.end()) choice = it->second, found = true;
+    if (it != c.map.end()) return *it->second;
   }
-  if (!found) {  // searched outside the lock; two threads racing on one shape both search, harmlessly
-    choice = search(h, dir, g, d, dev, x, w, y);
-    AlgoCache& c = algo_cache();
-    std::lock_guard<std::mutex> lock(c.mu);
-    c.map.emplace(key, choice);
+  auto plan = std::make_unique<Plan>();
+  plan->graph = build_graph(h, dir, g, key.align, key.accumulate);
+  int64_t ws_bytes = 0;
+  plan->exec = tune_graph(h, stream, dir, g, plan->graph, tf32, dev, x, w, y, ws_bytes);
+  if (plan->exec) {
+    plan->ws_bytes = static_cast<size_t>(ws_bytes);
+  } else {
+    {
+      const Descs search_descs(g, requested_math(g.dtype, tf32));
+      plan->choice = search(h, dir, g, search_descs, dev, x, w, y);
+    }
+    plan->legacy = std::make_unique<const Descs>(g, run_math(g.dtype, tf32, plan->choice.math));
+    plan->ws_bytes = workspace_size(h, dir, *plan->legacy, plan->choice.algo);
+    EMBER_CHECK(plan->ws_bytes != SIZE_MAX, "conv2d (cuda): cuDNN ", dir_name(dir), " algorithm ", plan->choice.algo,
+                " does not apply to ", geometry_str(g));
   }
-  d.conv.set_math_type(run_math(g.dtype, tf32, choice.math));
-  const size_t ws_bytes = workspace_size(h, dir, d, choice.algo);
-  EMBER_CHECK(ws_bytes != SIZE_MAX, "conv2d (cuda): cuDNN ", dir_name(dir), " algorithm ", choice.algo,
-              " does not apply to ", geometry_str(g));
-  Tensor ws = make_workspace(ws_bytes, dev);
-  void* ws_ptr = ws.defined() ? ws.data_ptr() : nullptr;
+  const bool graph = static_cast<bool>(plan->exec);
+  std::lock_guard<std::mutex> lock(c.mu);
+  const auto [it, inserted] = c.map.emplace(key, std::move(plan));
+  if (inserted) ++(graph ? c.counts.graph : c.counts.legacy);
+  return *it->second;
+}
+
+/// The legacy call of `dir` with the plan's descriptors and algorithm.
+void run_legacy(cudnnHandle_t h, Direction dir, const Geometry& g, const Plan& plan, const void* x, const void* w,
+                const void* y, double beta, void* ws_ptr) {
+  const Descs& d = *plan.legacy;
   const Scale one(1.0), b(beta);
+  const int algo = plan.choice.algo;
   switch (dir) {
     case Direction::Forward:
       CUDNN_CHECK(cudnnConvolutionForward(h, one.ptr(g.dtype), d.x.get(), x, d.w.get(), w, d.conv.get(),
-                                          static_cast<cudnnConvolutionFwdAlgo_t>(choice.algo), ws_ptr, ws_bytes,
+                                          static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws_ptr, plan.ws_bytes,
                                           b.ptr(g.dtype), d.y.get(), const_cast<void*>(y)));
       break;
     case Direction::BackwardData:
       CUDNN_CHECK(cudnnConvolutionBackwardData(h, one.ptr(g.dtype), d.w.get(), w, d.y.get(), y, d.conv.get(),
-                                               static_cast<cudnnConvolutionBwdDataAlgo_t>(choice.algo), ws_ptr,
-                                               ws_bytes, b.ptr(g.dtype), d.x.get(), const_cast<void*>(x)));
+                                               static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), ws_ptr, plan.ws_bytes,
+                                               b.ptr(g.dtype), d.x.get(), const_cast<void*>(x)));
       break;
     case Direction::BackwardFilter:
       CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, one.ptr(g.dtype), d.x.get(), x, d.y.get(), y, d.conv.get(),
-                                                 static_cast<cudnnConvolutionBwdFilterAlgo_t>(choice.algo), ws_ptr,
-                                                 ws_bytes, b.ptr(g.dtype), d.w.get(), const_cast<void*>(w)));
+                                                 static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws_ptr,
+                                                 plan.ws_bytes, b.ptr(g.dtype), d.w.get(), const_cast<void*>(w)));
       break;
+  }
+}
+
+/// Runs direction `dir` on one problem: looks up (or makes) its plan, then runs it with
+/// out = op + beta * out (beta 0 or 1). x/w/y are the three tensors' device pointers; the one
+/// written is y (forward), x (backward-data) or w (backward-filter).
+void run(Direction dir, const Geometry& g, Device dev, cudaStream_t stream, const void* x, const void* w, const void* y,
+         double beta) {
+  EMBER_DEBUG_ASSERT(beta == 0.0 || beta == 1.0, "conv2d (cuda): beta ", beta, " is neither 0 nor 1");
+  const bool tf32 = g.dtype == DType::f32 && allow_tf32();
+  const CudnnHandleLease lease = cudnn_handle(dev, stream);
+  cudnnHandle_t h = lease.get();
+  const AlgoKey key = key_of(dev, dir, g, tf32, alignment_of({x, w, y}), beta != 0.0);
+  const Plan& plan = plan_for(key, h, stream, dir, g, tf32, dev, x, w, y);
+  Tensor ws = make_workspace(plan.ws_bytes, dev);
+  void* ws_ptr = ws.defined() ? ws.data_ptr() : nullptr;
+  if (plan.exec) {
+    const cudnnStatus_t st = graph::execute(h, plan.exec, {kUidX, kUidW, kUidY},
+                                            {const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(y)}, ws_ptr);
+    EMBER_CHECK(st == CUDNN_STATUS_SUCCESS, "conv2d (cuda): cuDNN ", dir_name(dir), " plan failed (",
+                cudnnGetErrorString(st), ") for ", geometry_str(g));
+  } else {
+    run_legacy(h, dir, g, plan, x, w, y, beta, ws_ptr);
   }
   // `ws` goes back to the caching allocator here; the block is reused only in `stream`'s order.
 }
@@ -511,6 +702,12 @@ void conv2d_backward_weight_cuda(const Tensor& grad_out, const Tensor& x, const 
 }
 
 }  // namespace
+
+ConvPlanCounts conv_plan_counts() {
+  PlanCache& c = plan_cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.counts;
+}
 
 void register_conv() {
   conv2d_forward_table.set(DeviceType::CUDA, &conv2d_forward_cuda);

@@ -1,5 +1,7 @@
 #pragma once
 // Per-family registration of the CUDA implementations; register.cu calls them all.
+#include <cstdint>
+
 namespace ember::kernels::cuda {
 void register_elementwise();  // unary, unary_backward, binary, binary_scalar, where
 void register_copy();  // copy, fill, transfer
@@ -13,4 +15,12 @@ void register_pool();  // max/avg/adaptive-avg pool2d and their backwards
 void register_norm();  // batch_norm(+backward) (cuDNN), dropout
 void register_optim();  // sgd_step, adam_step, global_norm, clip_by_norm
 void register_amp();  // non_finite_check_and_unscale
+
+/// The convolution plans made so far in this process (kernels/cuda/conv.cu): on cuDNN's graph
+/// API, and on its legacy calls (for a problem the graph API has no engine for). A plan is made on
+/// a problem's first call and reused after. For tests and diagnostics.
+struct ConvPlanCounts {
+  int64_t graph = 0, legacy = 0;
+};
+ConvPlanCounts conv_plan_counts();
 }  // namespace ember::kernels::cuda

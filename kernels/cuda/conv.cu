@@ -2,28 +2,33 @@
 // stride, padding, dilation; f32, f64, f16, bf16).
 //
 // Why it is shaped this way:
-//  * Algorithms: the first call for a (device, direction, dtype, shapes, params, TF32 switch,
-//    pointer alignment) runs cudnnFind*AlgorithmEx, which times every algorithm on the real
-//    inputs, and keeps the fastest successful one in a process-wide map, as a plan: the
-//    descriptors (with the math type it runs with) and its workspace size, so that later calls
-//    of that key only look it up and make the cuDNN call, not the descriptors' create, set and
-//    destroy and the size query. The search writes into a scratch output, never into the
+//  * Plans: the first call for a (device, direction, dtype, shapes, params, TF32 switch, pointer
+//    alignment, beta) makes a plan and keeps it in a process-wide map; later calls of that key
+//    only look it up and run it. The plan is a cuDNN graph-API execution plan (cudnn_graph.h): the
+//    operation is built once, up to kMaxCandidates of the heuristics' engine configurations are
+//    finalized and timed on the real inputs, and the fastest is kept; a call then costs one variant
+//    pack and cudnnBackendExecute. The legacy calls (cudnnConvolution*), which cuDNN 9 implements
+//    by building and finalizing a plan inside every call, cost 60-190 us of host time each on an
+//    H200 and made a ResNet-18 step host-bound (docs/benchmarks.md); they remain the fallback for
+//    a problem the graph API offers no engine for, with cudnnFind*AlgorithmEx's fastest algorithm
+//    and descriptors kept in the plan. Either search writes into a scratch output, never into the
 //    caller's tensor, because the filter gradient of a batch split into chunks accumulates
 //    (beta = 1) into the real one. The scratch has the real output's address alignment, and the
-//    alignment is part of the key (as in PyTorch): an algorithm timed on 16-byte-aligned operands
-//    may use vector loads that an offset view or a later batch chunk cannot satisfy.
+//    alignment is part of the key (as in PyTorch): a kernel timed on 16-byte-aligned operands may
+//    use vector loads that an offset view or a later batch chunk cannot satisfy.
 //  * Workspace: an `ember::empty` u8 tensor on the device, i.e. the stream-aware caching
 //    allocator; it is released when the call returns and reused in stream order. The search may
 //    use up to kSearchWorkspaceCap bytes, taken from the driver (cudaMalloc) and given back when
-//    the search ends, not from the cache: the search asks for the most any algorithm wants, and a
+//    the search ends, not from the cache: the search asks for the most any candidate wants, and a
 //    cached block of that size would stay reserved for the rest of the run (ResNet-18 reserved
 //    4036 MiB for 1057 MiB of live blocks on an H200 before this). If that much cannot be had,
-//    even after the cache is emptied, it searches with none (every direction has an algorithm
-//    needing no workspace).
-//  * Precision: f32 runs with CUDNN_FMA_MATH (no TF32) unless cuda::set_allow_tf32(true) — the
-//    same switch as the cuBLAS GEMMs — so results agree with the CPU to f32 precision. f16/bf16
-//    keep their storage type and accumulate in f32 (compute type FLOAT, tensor cores allowed);
-//    f64 computes in f64.
+//    even after the cache is emptied, it times only the candidates that fit (the legacy search:
+//    with none; every direction has an algorithm needing no workspace).
+//  * Precision: strict f32 (no TF32, unless cuda::set_allow_tf32(true), the same switch as the
+//    cuBLAS GEMMs) so results agree with the CPU to f32 precision: graph engines with the
+//    tensor-core note are left out, the legacy calls run CUDNN_FMA_MATH. f16/bf16 keep their
+//    storage type and accumulate in f32 (compute type FLOAT, tensor cores allowed); f64 computes
+//    in f64. No dtype takes engines noted as converting inputs down or reducing in lower precision.
 //  * Bias: the output is filled with the bias and the convolution blends onto it (beta = 1), as
 //    the CPU twin does, so that a kernel whose epilogue computes alpha * acc + beta * y in f32
 //    rounds conv + bias once. Adding the bias afterwards rounded twice: the bias-free sum to the
@@ -344,7 +349,7 @@ AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs
 // ---- the graph API (preferred) ----
 
 constexpr int64_t kUidX = 1, kUidW = 2, kUidY = 3;
-constexpr size_t kMaxCandidates = 24;  // engine configurations timed per key
+constexpr size_t kMaxCandidates = 32;  // engine configurations timed per key
 
 /// The operation of `dir` on one problem: tensors with the key's alignment, alpha 1, beta 0 or 1.
 graph::Graph build_graph(cudnnHandle_t h, Direction dir, const Geometry& g, int align, bool accumulate) {
@@ -431,13 +436,15 @@ template <typename Fn> float time_on(cudaStream_t stream, Fn&& fn, cudnnStatus_t
 
 /// A timed, finalized execution plan for one key, or an empty one when the graph API has no
 /// engine that fits (the caller then uses the legacy calls). Candidates: the heuristics' configs
-/// (mode A, else FALLBACK) whose numerics suit the dtype, up to kMaxCandidates that finalize; each
+/// (mode A's, then FALLBACK's) whose numerics suit the dtype, up to kMaxCandidates that finalize; each
 /// runs on the real inputs into a scratch output (as the legacy search does) and the fastest wins.
 graph::Descriptor tune_graph(cudnnHandle_t h, cudaStream_t stream, Direction dir, const Geometry& g,
                              const graph::Graph& gr, bool tf32, Device dev, const void* x, const void* w, const void* y,
                              int64_t& ws_bytes) {
   std::vector<graph::Descriptor> plans;
   std::vector<int64_t> sizes;
+  // Mode A's list is ordered by predicted speed but, for strict f32, may lack engines the legacy
+  // search finds faster (e.g. a non-fused Winograd); FALLBACK's list adds them.
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     for (const graph::Descriptor& cfg : graph::heuristic_configs(gr.graph, mode)) {
       if (plans.size() == kMaxCandidates) break;
@@ -448,7 +455,6 @@ graph::Descriptor tune_graph(cudnnHandle_t h, cudaStream_t stream, Direction dir
       sizes.push_back(graph::plan_workspace(p));
       plans.push_back(std::move(p));
     }
-    if (!plans.empty()) break;
   }
   if (plans.empty()) return {};
   const SearchWorkspace ws(static_cast<size_t>(*std::max_element(sizes.begin(), sizes.end())), dev);

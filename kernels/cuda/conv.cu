@@ -606,27 +606,30 @@ void fill_bias(const Tensor& y, const Tensor& bias, cudaStream_t stream) {
 
 // ---- shape checks and batch chunking ----
 
-void check_operands(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> ts) {
+// The fronts (kernels/conv.cpp, the only callers of the dispatch tables) check the operands'
+// devices, dtypes and shapes and hand over contiguous tensors; here those are debug-only
+// assertions (issue 11). What only the CUDA path limits (cuDNN's 32-bit sizes) stays an error.
+
+void assert_operands(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> ts) {
   const Tensor& first = *ts.begin()->second;
   for (const auto& [name, t] : ts) {
-    EMBER_CHECK(t->device() == first.device() && t->device().is_cuda(), op, ": expected every operand on one CUDA ",
-                "device, got ", ts.begin()->first, " on ", first.device().str(), " and ", name, " on ",
-                t->device().str());
-    EMBER_CHECK(t->dtype() == first.dtype(), op, ": expected one dtype, got ", ts.begin()->first, " ",
-                dtype_name(first.dtype()), " and ", name, " ", dtype_name(t->dtype()));
-    EMBER_CHECK(t->dim() == 4 && is_dense(*t), op, ": expected a contiguous 4-D ", name, ", got shape ", t->shape_str(),
-                " strides ", shape_str(t->strides()));
+    EMBER_DEBUG_ASSERT(t->device() == first.device() && t->device().is_cuda(), op,
+                       ": expected every operand on one CUDA device, got ", ts.begin()->first, " on ",
+                       first.device().str(), " and ", name, " on ", t->device().str());
+    EMBER_DEBUG_ASSERT(t->dtype() == first.dtype(), op, ": expected one dtype, got ", ts.begin()->first, " ",
+                       dtype_name(first.dtype()), " and ", name, " ", dtype_name(t->dtype()));
+    EMBER_DEBUG_ASSERT(t->dim() == 4 && is_dense(*t), op, ": expected a contiguous 4-D ", name, ", got shape ",
+                       t->shape_str(), " strides ", shape_str(t->strides()));
   }
-  (void)cudnn_data_type(first.dtype());  // throws for non-float dtypes
 }
 
 /// Geometry from x (N, C, H, W), w (O, C/g, kh, kw), y (N, O, Ho, Wo) shapes.
 Geometry geometry_of(DType dt, const Shape& xs, const Shape& ws, const Shape& ys, const Conv2dParams& p,
                      const char* op) {
   Geometry g{dt, xs[0], xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], ws[3], ys[2], ys[3], p};
-  EMBER_CHECK(p.groups >= 1 && g.c == g.cg * p.groups && g.o % p.groups == 0 && ys[0] == xs[0] && ys[1] == ws[0], op,
-              ": inconsistent shapes x ", shape_str(xs), ", w ", shape_str(ws), ", y ", shape_str(ys), " with groups ",
-              p.groups);
+  EMBER_DEBUG_ASSERT(p.groups >= 1 && g.c == g.cg * p.groups && g.o % p.groups == 0 && ys[0] == xs[0] && ys[1] == ws[0],
+                     op, ": inconsistent shapes x ", shape_str(xs), ", w ", shape_str(ws), ", y ", shape_str(ys),
+                     " with groups ", p.groups);
   return g;
 }
 
@@ -662,15 +665,13 @@ void run_chunked(Direction dir, const Geometry& full, Device dev, cudaStream_t s
 /// out (N, O, Ho, Wo) = conv(x (N, C, H, W), w (O, C/g, kh, kw)) + bias (O).
 void conv2d_forward_cuda(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
                          const Tensor& out) {
-  check_operands("conv2d (cuda)", {{"x", &x}, {"w", &w}, {"out", &out}});
+  assert_operands("conv2d (cuda)", {{"x", &x}, {"w", &w}, {"out", &out}});
   const Geometry full = geometry_of(x.dtype(), x.shape(), w.shape(), out.shape(), p, "conv2d (cuda)");
-  if (bias.defined()) {
-    EMBER_CHECK(
-        bias.device() == out.device() && bias.dtype() == out.dtype() && bias.numel() == full.o && is_dense(bias),
-        "conv2d (cuda): expected a contiguous bias of ", full.o, " ", dtype_name(out.dtype()), " values on ",
-        out.device().str(), ", got shape ", bias.shape_str(), " ", dtype_name(bias.dtype()), " on ",
-        bias.device().str());
-  }
+  EMBER_DEBUG_ASSERT(
+      !bias.defined() ||
+          (bias.device() == out.device() && bias.dtype() == out.dtype() && bias.numel() == full.o && is_dense(bias)),
+      "conv2d (cuda): expected a contiguous bias of ", full.o, " ", dtype_name(out.dtype()), " values on ",
+      out.device().str(), ", got shape ", bias.shape_str(), " ", dtype_name(bias.dtype()), " on ", bias.device().str());
   launch_on(out, [&](cudaStream_t stream) {
     // out = bias, then out = conv + out inside cuDNN (beta = 1): one rounding where the kernel
     // blends in f32 (see the top comment). Every chunk blends onto its own bias-filled rows.
@@ -686,7 +687,7 @@ void conv2d_forward_cuda(const Tensor& x, const Tensor& w, const Tensor& bias, c
 
 /// grad_x (N, C, H, W) from grad_out (N, O, Ho, Wo) and w (O, C/g, kh, kw).
 void conv2d_backward_input_cuda(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p, const Tensor& grad_x) {
-  check_operands("conv2d_backward_input (cuda)", {{"grad_out", &grad_out}, {"w", &w}, {"grad_x", &grad_x}});
+  assert_operands("conv2d_backward_input (cuda)", {{"grad_out", &grad_out}, {"w", &w}, {"grad_x", &grad_x}});
   const Geometry full =
       geometry_of(w.dtype(), grad_x.shape(), w.shape(), grad_out.shape(), p, "conv2d_backward_input (cuda)");
   launch_on(grad_x, [&](cudaStream_t stream) {
@@ -698,7 +699,7 @@ void conv2d_backward_input_cuda(const Tensor& grad_out, const Tensor& w, const C
 /// grad_w (O, C/g, kh, kw) from grad_out (N, O, Ho, Wo) and x (N, C, H, W); chunks of the batch
 /// accumulate into grad_w.
 void conv2d_backward_weight_cuda(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p, const Tensor& grad_w) {
-  check_operands("conv2d_backward_weight (cuda)", {{"grad_out", &grad_out}, {"x", &x}, {"grad_w", &grad_w}});
+  assert_operands("conv2d_backward_weight (cuda)", {{"grad_out", &grad_out}, {"x", &x}, {"grad_w", &grad_w}});
   const Geometry full =
       geometry_of(x.dtype(), x.shape(), grad_w.shape(), grad_out.shape(), p, "conv2d_backward_weight (cuda)");
   launch_on(grad_w, [&](cudaStream_t stream) {

@@ -42,10 +42,12 @@ template <typename U> struct ConstantF {
 };
 
 void copy_impl(const Tensor& src, const Tensor& dst) {
-  EMBER_CHECK(src.sizes() == dst.sizes(), "copy (cuda): source shape ", src.shape_str(),
-              " differs from destination shape ", dst.shape_str());
-  EMBER_CHECK(src.device() == dst.device(), "copy (cuda): source on ", src.device().str(), " but destination on ",
-              dst.device().str(), "; cross-device copies go through kernels::copy");
+  // The front (kernels/copy.cpp: copy, cast and its staging copies) expands src to dst's shape and
+  // takes cross-device copies through transfer_table: debug-only.
+  EMBER_DEBUG_ASSERT(src.sizes() == dst.sizes(), "copy (cuda): source shape ", src.shape_str(),
+                     " differs from destination shape ", dst.shape_str());
+  EMBER_DEBUG_ASSERT(src.device() == dst.device(), "copy (cuda): source on ", src.device().str(),
+                     " but destination on ", dst.device().str(), "; cross-device copies go through kernels::copy");
   const int64_t n = dst.numel();
   if (src.dtype() == dst.dtype()) {
     if (src.is_contiguous() && dst.is_contiguous()) {

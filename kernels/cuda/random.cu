@@ -96,8 +96,9 @@ template <typename T, typename F> void launch_sample(const Tensor& t, uint64_t s
 }
 
 void sample_impl(Distribution dist, const Tensor& t, double a, double b, uint64_t seed, uint64_t offset) {
-  EMBER_CHECK(t.is_contiguous(), "sample (cuda): expected a contiguous tensor, got shape ", t.shape_str(), " strides ",
-              shape_str(t.strides()));
+  // The front (kernels/random.cpp: sample) samples other views into a contiguous temporary: debug-only.
+  EMBER_DEBUG_ASSERT(t.is_contiguous(), "sample (cuda): expected a contiguous tensor, got shape ", t.shape_str(),
+                     " strides ", shape_str(t.strides()));
   switch (dist) {
     case Distribution::Uniform:
       EMBER_DISPATCH_FLOAT(t.dtype(), "uniform_", [&]<typename T>() {

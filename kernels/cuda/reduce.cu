@@ -297,14 +297,16 @@ void launch_reduction(const Tensor& x, const Tensor& out, const Red& first, cons
   });
 }
 
-void check_operands(const char* what, const Tensor& x, const Tensor& out) {
-  EMBER_CHECK(x.device().is_cuda() && out.device() == x.device(), what,
-              ": expected x and out on one CUDA device, got x on ", x.device().str(), " and out on ",
-              out.device().str());
-  EMBER_ASSERT(x.dim() == 3 && is_dense(x), what, ": expected x contiguous (outer, R, inner), got shape ",
-               x.shape_str());
-  EMBER_ASSERT(is_dense(out) && out.numel() == x.size(0) * x.size(2), what, ": out of shape ", out.shape_str(),
-               " does not hold (outer, inner) = (", x.size(0), ", ", x.size(2), ") for x ", x.shape_str());
+// The fronts (kernels/reduce.cpp: reduce, argmax) present x as a contiguous (outer, R, inner) view
+// and allocate out (outer, inner) on x's device: debug-only.
+void assert_operands(const char* what, const Tensor& x, const Tensor& out) {
+  EMBER_DEBUG_ASSERT(x.device().is_cuda() && out.device() == x.device(), what,
+                     ": expected x and out on one CUDA device, got x on ", x.device().str(), " and out on ",
+                     out.device().str());
+  EMBER_DEBUG_ASSERT(x.dim() == 3 && is_dense(x), what, ": expected x contiguous (outer, R, inner), got shape ",
+                     x.shape_str());
+  EMBER_DEBUG_ASSERT(is_dense(out) && out.numel() == x.size(0) * x.size(2), what, ": out of shape ", out.shape_str(),
+                     " does not hold (outer, inner) = (", x.size(0), ", ", x.size(2), ") for x ", x.shape_str());
 }
 
 template <typename T, typename Out> void reduce_typed(ReduceOp op, const Tensor& x, const Tensor& out) {
@@ -316,9 +318,10 @@ template <typename T, typename Out> void reduce_typed(ReduceOp op, const Tensor&
 }
 
 void reduce_cuda(ReduceOp op, const Tensor& x, const Tensor& out) {
-  check_operands("reduce", x, out);
-  EMBER_CHECK(x.size(1) > 0 || op_info(op).on_empty, "reduce: ", op_name(op),
-              " over an empty dim (x of shape (outer, R, inner) = ", x.shape_str(), ")");
+  assert_operands("reduce", x, out);
+  // The front (kernels/reduce.cpp: reduce) refuses an empty range for ops with no value there.
+  EMBER_DEBUG_ASSERT(x.size(1) > 0 || op_info(op).on_empty, "reduce: ", op_name(op),
+                     " over an empty dim (x of shape (outer, R, inner) = ", x.shape_str(), ")");
   EMBER_DISPATCH_ALL(x.dtype(), "reduce (cuda)", [&]<typename T>() {
     constexpr bool kFloat = std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
     if (out.dtype() == x.dtype()) return reduce_typed<T, T>(op, x, out);
@@ -333,9 +336,10 @@ void reduce_cuda(ReduceOp op, const Tensor& x, const Tensor& out) {
 }
 
 void argmax_cuda(const Tensor& x, const Tensor& out) {
-  check_operands("argmax", x, out);
-  EMBER_CHECK(out.dtype() == DType::i64, "argmax: expected an i64 output, got ", dtype_name(out.dtype()));
-  EMBER_CHECK(x.size(1) > 0, "argmax: over an empty dim (x of shape (outer, R, inner) = ", x.shape_str(), ")");
+  assert_operands("argmax", x, out);
+  // The front (kernels/reduce.cpp: argmax) allocates an i64 out and refuses an empty dim.
+  EMBER_DEBUG_ASSERT(out.dtype() == DType::i64, "argmax: expected an i64 output, got ", dtype_name(out.dtype()));
+  EMBER_DEBUG_ASSERT(x.size(1) > 0, "argmax: over an empty dim (x of shape (outer, R, inner) = ", x.shape_str(), ")");
   EMBER_DISPATCH_ALL(x.dtype(), "argmax (cuda)", [&]<typename T>() {
     const ArgmaxReducer<red_acc_t<T>> red{};
     launch_reduction<T, int64_t>(x, out, red, red);

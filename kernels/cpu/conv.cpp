@@ -280,13 +280,15 @@ void backward_weight_impl(const Tensor& gout, const Tensor& x, const Conv2dParam
 
 bool is_half(DType dt) { return dt == DType::f16 || dt == DType::bf16; }
 
-void check_float(const char* what, DType dt) {
-  EMBER_CHECK(is_floating(dt), what, " (cpu): expected a floating dtype (f32, f64, f16, bf16), got ", dtype_name(dt));
+// The fronts (kernels/conv.cpp: conv2d and its backwards, check_pair) refuse non-floating dtypes: debug-only.
+void assert_float(const char* what, DType dt) {
+  EMBER_DEBUG_ASSERT(is_floating(dt), what, " (cpu): expected a floating dtype (f32, f64, f16, bf16), got ",
+                     dtype_name(dt));
 }
 
 void conv2d_forward_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
                         const Tensor& out) {
-  check_float("conv2d", x.dtype());
+  assert_float("conv2d", x.dtype());
   switch (x.dtype()) {
     case DType::f64:
       return forward_impl<double>(x, w, bias, p, out);
@@ -302,7 +304,7 @@ void conv2d_forward_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, co
 }
 
 void conv2d_backward_input_cpu(const Tensor& gout, const Tensor& w, const Conv2dParams& p, const Tensor& gx) {
-  check_float("conv2d_backward_input", w.dtype());
+  assert_float("conv2d_backward_input", w.dtype());
   if (!is_half(w.dtype())) {
     if (w.dtype() == DType::f64) return backward_input_impl<double>(gout, w, p, gx);
     return backward_input_impl<float>(gout, w, p, gx);
@@ -313,7 +315,7 @@ void conv2d_backward_input_cpu(const Tensor& gout, const Tensor& w, const Conv2d
 }
 
 void conv2d_backward_weight_cpu(const Tensor& gout, const Tensor& x, const Conv2dParams& p, const Tensor& gw) {
-  check_float("conv2d_backward_weight", x.dtype());
+  assert_float("conv2d_backward_weight", x.dtype());
   if (!is_half(x.dtype())) {
     if (x.dtype() == DType::f64) return backward_weight_impl<double>(gout, x, p, gw);
     return backward_weight_impl<float>(gout, x, p, gw);

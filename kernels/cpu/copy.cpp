@@ -85,8 +85,9 @@ template <typename S, typename D> void copy_typed(const Tensor& src, const Tenso
 }
 
 void copy_impl(const Tensor& src, const Tensor& dst) {
-  EMBER_CHECK(src.sizes() == dst.sizes(), "copy (cpu): source shape ", src.shape_str(),
-              " differs from destination shape ", dst.shape_str());
+  // The front (kernels/copy.cpp: copy, cast and its staging copies) expands src to dst's shape: debug-only.
+  EMBER_DEBUG_ASSERT(src.sizes() == dst.sizes(), "copy (cpu): source shape ", src.shape_str(),
+                     " differs from destination shape ", dst.shape_str());
   EMBER_DISPATCH_ALL(src.dtype(), "copy", [&]<typename S>() {
     EMBER_DISPATCH_ALL(dst.dtype(), "copy", [&]<typename D>() { copy_typed<S, D>(src, dst); });
   });

@@ -90,7 +90,9 @@ void unary_backward_impl(UnaryOp op, const Tensor& grad, const Tensor& x, const 
                     {&grad});
       } else {
         const Tensor& v = x.defined() ? x : y;
-        EMBER_ASSERT(v.defined() && v.dtype() == grad.dtype(), op_name(op), " backward (cpu): operand missing");
+        // The front (kernels/elementwise.cpp: unary_backward) passes the operand the formula reads,
+        // converted to grad's dtype: debug-only.
+        EMBER_DEBUG_ASSERT(v.defined() && v.dtype() == grad.dtype(), op_name(op), " backward (cpu): operand missing");
         map_n<T, T, T>(out,
                        [](T g, T w) {
                          return static_cast<T>(math::unary_backward_apply<OP>(static_cast<A>(g), static_cast<A>(w)));
@@ -158,8 +160,9 @@ void binary_scalar_impl(BinaryOp op, const Tensor& a, double s, bool scalar_firs
 }
 
 void where_impl(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
-  EMBER_CHECK(cond.dtype() == DType::boolean || cond.dtype() == DType::u8, "where (cpu): cond must be bool or u8, got ",
-              dtype_name(cond.dtype()));
+  // The front (kernels/elementwise.cpp: where) refuses other cond dtypes and converts cond to bool: debug-only.
+  EMBER_DEBUG_ASSERT(cond.dtype() == DType::boolean || cond.dtype() == DType::u8,
+                     "where (cpu): cond must be bool or u8, got ", dtype_name(cond.dtype()));
   EMBER_DISPATCH_ALL(a.dtype(), "where", [&]<typename T>() {
     // cond is read as bytes: any nonzero byte selects a.
     map_n<T, uint8_t, T, T>(out, [](uint8_t c, T u, T v) { return c ? u : v; }, {&cond, &a, &b});

@@ -130,9 +130,11 @@ template <typename T> void row_stats(const T* x, int64_t C, double& mx, double& 
   log_sum = std::log(s);
 }
 
-inline void check_target(int64_t t, int64_t n, int64_t C) {
-  EMBER_CHECK(t >= 0 && t < C, "cross_entropy: target ", t, " at row ", n, " is out of range; expected a class in [0, ",
-              C, ")");
+// The fronts (kernels/softmax.cpp: cross_entropy_rows, cross_entropy_backward) check every CPU
+// target on the host (check_targets) before dispatching: debug-only.
+inline void assert_target(int64_t t, int64_t n, int64_t C) {
+  EMBER_DEBUG_ASSERT(t >= 0 && t < C, "cross_entropy: target ", t, " at row ", n,
+                     " is out of range; expected a class in [0, ", C, ")");
 }
 
 // loss_n = lse - (1 - ls) x_t - ls * mean(x), evaluated as
@@ -150,7 +152,7 @@ void cross_entropy_typed(const Tensor& logits, const Tensor& target, double ls, 
     for (int64_t n = b; n < e; ++n) {
       const T* row = x + n * C;
       const int64_t t = tgt[n];
-      check_target(t, n, C);
+      assert_target(t, n, C);
       double mx, log_sum;
       row_stats(row, C, mx, log_sum);
       double gap_sum = 0.0;  // sum_c (max - x_c)
@@ -186,7 +188,7 @@ void cross_entropy_backward_typed(const Tensor& grad_rows, const Tensor& logits,
     for (int64_t n = b; n < e; ++n) {
       const T* row = x + n * C;
       const int64_t t = tgt[n];
-      check_target(t, n, C);
+      assert_target(t, n, C);
       double mx, log_sum;
       row_stats(row, C, mx, log_sum);
       const Cm m = static_cast<Cm>(mx), ls_row = static_cast<Cm>(log_sum);

@@ -50,6 +50,7 @@
 //    bf16 varies between cuDNN versions; it writes y once, and cuDNN reads it once (the traffic of
 //    the separate add it replaces).
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstdint>
 #include <initializer_list>
@@ -152,6 +153,20 @@ std::string geometry_str(const Geometry& g) {
      << ", " << g.p.stride_w << "), padding (" << g.p.pad_h << ", " << g.p.pad_w << "), dilation (" << g.p.dilation_h
      << ", " << g.p.dilation_w << "), groups " << g.p.groups << ", " << dtype_name(g.dtype);
   return os.str();
+}
+
+/// A scratch stand-in for the tensor `dir` writes (y, x or w; see scratch_like), for the searches.
+void* scratch_output(Direction dir, const Geometry& g, Device dev, const void* x, const void* w, const void* y,
+                     Tensor& hold) {
+  const size_t es = dtype_size(g.dtype);
+  switch (dir) {
+    case Direction::Forward:
+      return scratch_like(y, static_cast<size_t>(g.n * g.o * g.ho * g.wo) * es, dev, hold);
+    case Direction::BackwardData:
+      return scratch_like(x, static_cast<size_t>(g.n * g.c * g.h * g.w) * es, dev, hold);
+    default:
+      return scratch_like(w, static_cast<size_t>(g.o * g.cg * g.kh * g.kw) * es, dev, hold);
+  }
 }
 
 /// Math type requested before the search: see the top comment.
@@ -311,11 +326,10 @@ AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs
   int returned = 0;
   AlgoChoice choice{0, CUDNN_DEFAULT_MATH};
   bool ok = false;
-  const size_t es = dtype_size(g.dtype);
   Tensor hold;  // the scratch output's memory
+  void* scratch = scratch_output(dir, g, dev, x, w, y, hold);
   switch (dir) {
     case Direction::Forward: {
-      void* scratch = scratch_like(y, static_cast<size_t>(g.n * g.o * g.ho * g.wo) * es, dev, hold);
       std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(static_cast<size_t>(count));
       CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, d.x.get(), x, d.w.get(), w, d.conv.get(), d.y.get(),
                                                          scratch, count, &returned, perfs.data(), ws_ptr, ws_bytes));
@@ -323,7 +337,6 @@ AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs
       break;
     }
     case Direction::BackwardData: {
-      void* scratch = scratch_like(x, static_cast<size_t>(g.n * g.c * g.h * g.w) * es, dev, hold);
       std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(static_cast<size_t>(count));
       CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w.get(), w, d.y.get(), y, d.conv.get(), d.x.get(),
                                                               scratch, count, &returned, perfs.data(), ws_ptr,
@@ -332,7 +345,6 @@ AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs
       break;
     }
     case Direction::BackwardFilter: {
-      void* scratch = scratch_like(w, static_cast<size_t>(g.o * g.cg * g.kh * g.kw) * es, dev, hold);
       std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(static_cast<size_t>(count));
       CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x.get(), x, d.y.get(), y, d.conv.get(), d.w.get(),
                                                                 scratch, count, &returned, perfs.data(), ws_ptr,
@@ -349,6 +361,7 @@ AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs
 // ---- the graph API (preferred) ----
 
 constexpr int64_t kUidX = 1, kUidW = 2, kUidY = 3;
+constexpr std::array<int64_t, 3> kUids{kUidX, kUidW, kUidY};  // the order of the pointer arrays
 constexpr size_t kMaxCandidates = 32;  // engine configurations timed per key
 
 /// The operation of `dir` on one problem: tensors with the key's alignment, alpha 1, beta 0 or 1.
@@ -458,28 +471,18 @@ graph::Descriptor tune_graph(cudnnHandle_t h, cudaStream_t stream, Direction dir
   }
   if (plans.empty()) return {};
   const SearchWorkspace ws(static_cast<size_t>(*std::max_element(sizes.begin(), sizes.end())), dev);
-  const size_t es = dtype_size(g.dtype);
   Tensor hold;  // the scratch output's memory
-  std::vector<void*> ptrs{const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(y)};
-  switch (dir) {
-    case Direction::Forward:
-      ptrs[2] = scratch_like(y, static_cast<size_t>(g.n * g.o * g.ho * g.wo) * es, dev, hold);
-      break;
-    case Direction::BackwardData:
-      ptrs[0] = scratch_like(x, static_cast<size_t>(g.n * g.c * g.h * g.w) * es, dev, hold);
-      break;
-    case Direction::BackwardFilter:
-      ptrs[1] = scratch_like(w, static_cast<size_t>(g.o * g.cg * g.kh * g.kw) * es, dev, hold);
-      break;
-  }
-  const std::vector<int64_t> uids{kUidX, kUidW, kUidY};
+  std::array<void*, 3> ptrs{const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(y)};
+  ptrs[dir == Direction::Forward        ? 2
+       : dir == Direction::BackwardData ? 0
+                                        : 1] = scratch_output(dir, g, dev, x, w, y, hold);
   size_t best = plans.size();
   float best_ms = 0;
   for (size_t i = 0; i < plans.size(); ++i) {
     if (static_cast<size_t>(sizes[i]) > ws.bytes()) continue;
     cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
     const float ms = time_on(
-        stream, [&] { return graph::execute(h, plans[i], uids, ptrs, ws.ptr()); }, st);
+        stream, [&] { return graph::execute(h, plans[i], kUids, ptrs, ws.ptr()); }, st);
     if (ms >= 0 && (best == plans.size() || ms < best_ms)) best = i, best_ms = ms;
   }
   if (best == plans.size()) return {};
@@ -572,8 +575,8 @@ void run(Direction dir, const Geometry& g, Device dev, cudaStream_t stream, cons
   Tensor ws = make_workspace(plan.ws_bytes, dev);
   void* ws_ptr = ws.defined() ? ws.data_ptr() : nullptr;
   if (plan.exec) {
-    const cudnnStatus_t st = graph::execute(h, plan.exec, {kUidX, kUidW, kUidY},
-                                            {const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(y)}, ws_ptr);
+    const std::array<void*, 3> ptrs{const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(y)};
+    const cudnnStatus_t st = graph::execute(h, plan.exec, kUids, ptrs, ws_ptr);
     EMBER_CHECK(st == CUDNN_STATUS_SUCCESS, "conv2d (cuda): cuDNN ", dir_name(dir), " plan failed (",
                 cudnnGetErrorString(st), ") for ", geometry_str(g));
   } else {

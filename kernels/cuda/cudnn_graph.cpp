@@ -127,8 +127,8 @@ int64_t plan_workspace(const Descriptor& plan) {
   return bytes;
 }
 
-cudnnStatus_t execute(cudnnHandle_t handle, const Descriptor& plan, const std::vector<int64_t>& uids,
-                      const std::vector<void*>& ptrs, void* workspace) {
+cudnnStatus_t execute(cudnnHandle_t handle, const Descriptor& plan, std::span<const int64_t> uids,
+                      std::span<void* const> ptrs, void* workspace) {
   EMBER_DEBUG_ASSERT(uids.size() == ptrs.size(), "graph::execute: ", uids.size(), " uids, ", ptrs.size(), " pointers");
   const auto n = static_cast<int64_t>(uids.size());
   Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);

@@ -11,6 +11,7 @@
 #include <cudnn.h>
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,7 +72,7 @@ Descriptor plan(cudnnHandle_t handle, const Descriptor& config, cudnnStatus_t& s
 int64_t plan_workspace(const Descriptor& plan);
 
 /// Runs `plan` with the tensors `uids` bound to `ptrs`; returns cuDNN's status (the caller checks).
-cudnnStatus_t execute(cudnnHandle_t handle, const Descriptor& plan, const std::vector<int64_t>& uids,
-                      const std::vector<void*>& ptrs, void* workspace);
+cudnnStatus_t execute(cudnnHandle_t handle, const Descriptor& plan, std::span<const int64_t> uids,
+                      std::span<void* const> ptrs, void* workspace);
 
 }  // namespace ember::kernels::cuda::graph

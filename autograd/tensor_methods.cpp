@@ -264,23 +264,30 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 
 // ---- copies and conversion ----
 
-Tensor Tensor::contiguous() const {
-  if (is_contiguous()) return *this;
-  return clone();
-}
-
-Tensor Tensor::clone() const {
-  Tensor out = empty(sizes(), options());
-  kernels::copy(out, *this);
-  if (needs_grad(*this))
+namespace {
+/// A copy of t laid out as `format`; its gradient passes through unchanged.
+Tensor copy_as(const Tensor& t, MemoryFormat format) {
+  Tensor out = empty(t.sizes(), t.options(), format);
+  kernels::copy(out, t);
+  if (needs_grad(t))
     record(
-        out, "CloneBackward", [](const Tensor& g) { return TensorList{g}; }, *this);
+        out, "CloneBackward", [](const Tensor& g) { return TensorList{g}; }, t);
   return out;
 }
+}  // namespace
+
+Tensor Tensor::contiguous() const { return contiguous(MemoryFormat::contiguous); }
+
+Tensor Tensor::contiguous(MemoryFormat format) const {
+  if (format == MemoryFormat::contiguous ? is_contiguous() : suggest_memory_format() == format) return *this;
+  return copy_as(*this, format);
+}
+
+Tensor Tensor::clone() const { return copy_as(*this, suggest_memory_format()); }
 
 Tensor Tensor::to(Device dev) const {
   if (dev == device()) return *this;
-  Tensor out = empty(sizes(), {.dtype = dtype(), .device = dev});
+  Tensor out = empty(sizes(), {.dtype = dtype(), .device = dev}, suggest_memory_format());
   kernels::copy(out, *this);
   if (needs_grad(*this)) {
     record(
@@ -291,7 +298,8 @@ Tensor Tensor::to(Device dev) const {
 
 Tensor Tensor::to(DType dt) const {
   if (dt == dtype()) return *this;
-  Tensor out = kernels::cast(*this, dt);
+  Tensor out = empty(sizes(), {.dtype = dt, .device = device()}, suggest_memory_format());
+  kernels::copy(out, *this);
   // Only floating results carry gradients (an integer or boolean cast cuts the graph).
   if (is_floating(dt) && needs_grad(*this)) {
     record(

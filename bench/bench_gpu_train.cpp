@@ -3,8 +3,9 @@
 //   one epoch of mnist_cnn at batch 64 over Fashion-MNIST (or 60000 generated images when the
 //   files are missing) with the data resident on the GPU;
 //   ResNet-18 (CIFAR variant) training step at batch 128 in f32, under bf16 autocast, and under
-//   fp16 autocast with a GradScaler (scale -> backward -> step -> update): images/s and peak memory
-//   of each, beside PyTorch AMP (torch.autocast, torch.amp.GradScaler). Autocast wraps the forward
+//   fp16 autocast with a GradScaler (scale -> backward -> step -> update), each also with the model
+//   and input channels-last: images/s and peak memory of each, beside PyTorch AMP (torch.autocast,
+//   torch.amp.GradScaler) and torch.channels_last. Autocast wraps the forward
 //   and the loss only; parameters, gradients and the SGD step stay f32 on both sides.
 // The peer is bench/peers/torch_gpu.py (same layers, shapes, batches, optimizer and step counts;
 // TF32 off on both sides; cudnn.benchmark on, as ember searches cuDNN's algorithms).
@@ -16,7 +17,7 @@
 // Each ResNet-18 variant starts after the previous one's tensors are freed and the cache emptied,
 // and resets the peak after its first step, so its figures are its own.
 // Exits 77 when no GPU is usable. Flags: --quick (few steps), --data DIR, and for profiling
-// (no timing table): --profile-steps N [f32|bf16|fp16] runs N ResNet-18 steps between
+// (no timing table): --profile-steps N [f32|bf16|fp16] [--channels-last] runs N ResNet-18 steps between
 // cudaProfilerStart/Stop; --host-samples FILE also samples the host's stacks during them
 // (bench/host_sampler.h; summarized by bench/host_profile_summary.py).
 #include <algorithm>
@@ -98,7 +99,7 @@ struct ResnetRun {
 // it allocates is freed on return.
 // profile_steps > 0: no timing windows; after the warm-up, that many steps between
 // cudaProfilerStart/Stop (for `ncu --profile-from-start off`), timed with the host clock only.
-ResnetRun resnet18_run(Device dev, Precision p, int iters, int reps, int profile_steps = 0,
+ResnetRun resnet18_run(Device dev, Precision p, int iters, int reps, bool channels_last, int profile_steps = 0,
                        const std::string& samples_path = "") {
   ResnetRun r;
   synchronize(dev);
@@ -106,9 +107,12 @@ ResnetRun resnet18_run(Device dev, Precision p, int iters, int reps, int profile
   manual_seed(3);
   auto model = models::resnet18();
   model->to(dev);
+  if (channels_last) model->to(MemoryFormat::channels_last);
   optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4});
   amp::GradScaler scaler(amp::GradScalerOptions{.enabled = p == Precision::fp16});
-  const Tensor x = randn({128, 3, 32, 32}, {.device = dev}), y = labels(128, dev);
+  const Tensor x = randn({128, 3, 32, 32}, {.device = dev})
+                       .contiguous(channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous),
+               y = labels(128, dev);
   auto step = [&] {
     Tensor loss;
     {
@@ -198,7 +202,8 @@ int main(int argc, char** argv) {
     std::string samples;
     for (int k = 1; k + 1 < argc; ++k)
       if (std::string(argv[k]) == "--host-samples") samples = argv[k + 1];
-    resnet18_run(dev, p, 0, 0, std::max(1, std::atoi(argv[i + 1])), samples);
+    resnet18_run(dev, p, 0, 0, bench::has_flag(argc, argv, "--channels-last"), std::max(1, std::atoi(argv[i + 1])),
+                 samples);
     return 0;
   }
   const int steps = quick ? 5 : 50, reps = quick ? 3 : 5;
@@ -257,14 +262,22 @@ int main(int argc, char** argv) {
     epoch_s = e0.elapsed_ms(e1) / 1e3;
   }
 
-  // ResNet-18, batch 128, in each precision; a variant that fails is reported and left out.
-  const Precision precisions[3] = {Precision::f32, Precision::bf16, Precision::fp16};
-  const char* const suffixes[3] = {"", "_bf16", "_fp16"};
-  const char* const labels_of[3] = {"", ", bf16 autocast", ", fp16 autocast + scaler"};
-  ResnetRun resnet[3];
-  for (int k = 0; k < 3; ++k) {
+  // ResNet-18, batch 128, in each precision, row-major and then channels-last (model and input);
+  // a variant that fails is reported and left out.
+  constexpr int kVariants = 6;
+  const Precision precisions[kVariants] = {Precision::f32, Precision::bf16, Precision::fp16,
+                                           Precision::f32, Precision::bf16, Precision::fp16};
+  const char* const suffixes[kVariants] = {"", "_bf16", "_fp16", "_cl", "_bf16_cl", "_fp16_cl"};
+  const char* const labels_of[kVariants] = {"",
+                                            ", bf16 autocast",
+                                            ", fp16 autocast + scaler",
+                                            ", channels-last",
+                                            ", bf16 autocast, channels-last",
+                                            ", fp16 autocast + scaler, channels-last"};
+  ResnetRun resnet[kVariants];
+  for (int k = 0; k < kVariants; ++k) {
     try {
-      resnet[k] = resnet18_run(dev, precisions[k], quick ? 5 : 20, reps);
+      resnet[k] = resnet18_run(dev, precisions[k], quick ? 5 : 20, reps, k >= 3);
     } catch (const std::exception& e) {
       std::printf("resnet18%s: FAILED: %s\n", labels_of[k], e.what());
     }
@@ -284,7 +297,7 @@ int main(int argc, char** argv) {
          ratio(mnist_ms[1], peer, "mnist_step_ms_b256", true), ">= 1"});
   t.add({"mnist_cnn epoch, " + std::to_string(set->size()) + " " + what + ", batch 64 (s)", fmt("%.3f", epoch_s),
          peer_figure(peer, "mnist_epoch_s_b64", "%.3f"), ratio(epoch_s, peer, "mnist_epoch_s_b64", true), "< 1 s"});
-  for (int k = 0; k < 3; ++k) {
+  for (int k = 0; k < kVariants; ++k) {
     const ResnetRun& r = resnet[k];
     const std::string sfx = suffixes[k], name = labels_of[k];
     const auto figure = [&](double v, const char* f) { return r.ms > 0 ? fmt(f, v) : std::string("-"); };

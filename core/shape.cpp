@@ -22,6 +22,27 @@ Shape contiguous_strides(const Shape& sizes) {
   return strides;
 }
 
+const char* memory_format_name(MemoryFormat f) {
+  return f == MemoryFormat::channels_last ? "channels_last" : "contiguous";
+}
+
+Shape strides_for(const Shape& sizes, MemoryFormat format) {
+  if (format == MemoryFormat::contiguous) return contiguous_strides(sizes);
+  EMBER_CHECK(sizes.size() == 4, "channels_last needs a 4-D (N, C, H, W) shape, got ", shape_str(sizes));
+  // NHWC row-major, mapped back to the (N, C, H, W) dims.
+  const Shape nhwc = contiguous_strides({sizes[0], sizes[2], sizes[3], sizes[1]});
+  return {nhwc[0], nhwc[3], nhwc[1], nhwc[2]};
+}
+
+bool has_layout(const Shape& sizes, const Shape& strides, MemoryFormat format) {
+  if (format == MemoryFormat::channels_last && sizes.size() != 4) return false;
+  if (numel_of(sizes) == 0) return true;  // no element to be out of place
+  const Shape want = strides_for(sizes, format);
+  for (size_t i = 0; i < sizes.size(); ++i)
+    if (sizes[i] != 1 && strides[i] != want[i]) return false;
+  return true;
+}
+
 std::string shape_str(const Shape& s) {
   std::ostringstream os;
   os << "[";

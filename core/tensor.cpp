@@ -20,6 +20,21 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+bool Tensor::is_contiguous(MemoryFormat format) const {
+  return format == MemoryFormat::contiguous ? is_contiguous() : has_layout(sizes(), strides(), format);
+}
+
+MemoryFormat Tensor::suggest_memory_format() const {
+  if (dim() != 4 || !is_contiguous(MemoryFormat::channels_last)) return MemoryFormat::contiguous;
+  if (!is_contiguous()) return MemoryFormat::channels_last;
+  // Both layouts at once (C == 1, or H == W == 1): the strides of the size-1 dims, which address
+  // nothing, tell which layout made the tensor.
+  const Shape& st = strides();
+  return st == strides_for(sizes(), MemoryFormat::channels_last) && st != contiguous_strides(sizes())
+             ? MemoryFormat::channels_last
+             : MemoryFormat::contiguous;
+}
+
 void* Tensor::data_ptr() const {
   const TensorImpl* t = impl();
   return static_cast<char*>(t->storage.data()) + t->offset * static_cast<int64_t>(dtype_size(t->dtype));
@@ -27,17 +42,21 @@ void* Tensor::data_ptr() const {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
 
-Tensor empty(const Shape& sizes, const TensorOptions& options) {
+Tensor empty(const Shape& sizes, const TensorOptions& options, MemoryFormat format) {
   for (int64_t s : sizes) EMBER_CHECK(s >= 0, "empty: negative size in shape ", shape_str(sizes));
   const DType dtype = options.dtype_or(DType::f32);
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = Storage(static_cast<size_t>(numel_of(sizes)) * dtype_size(dtype), options.device_or(Device::cpu()));
   impl->sizes = sizes;
-  impl->strides = contiguous_strides(sizes);
+  impl->strides = strides_for(sizes, format);
   impl->dtype = dtype;
   Tensor t(std::move(impl));
   if (options.requires_grad) t.requires_grad_();
   return t;
+}
+
+Tensor empty(const Shape& sizes, const TensorOptions& options) {
+  return empty(sizes, options, MemoryFormat::contiguous);
 }
 
 TensorOptions options_like(const Tensor& like, const TensorOptions& options) {
@@ -47,7 +66,7 @@ TensorOptions options_like(const Tensor& like, const TensorOptions& options) {
 }
 
 Tensor empty_like(const Tensor& like, const TensorOptions& options) {
-  return empty(like.sizes(), options_like(like, options));
+  return empty(like.sizes(), options_like(like, options), like.suggest_memory_format());
 }
 
 Tensor as_strided_raw(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset) {

@@ -59,6 +59,12 @@ class Tensor {
   TensorOptions options() const { return {.dtype = dtype(), .device = device()}; }
   /// True when the elements are laid out row-major with no gaps (size-1 dims are ignored).
   bool is_contiguous() const;
+  /// True when the elements are laid out as `format` says with no gaps (core/shape.h).
+  bool is_contiguous(MemoryFormat format) const;
+  /// channels_last when this is a 4-D tensor laid out channels-last, else contiguous: the layout a
+  /// result computed from it should take. A tensor in both layouts at once (C == 1 or H == W == 1)
+  /// is channels_last only when its strides are exactly channels-last's (it was made so).
+  MemoryFormat suggest_memory_format() const;
   std::string shape_str() const { return ember::shape_str(sizes()); }
   const Storage& storage() const { return impl()->storage; }
   /// Address of element 0 (storage base + offset).
@@ -93,7 +99,10 @@ class Tensor {
 
   // ---- copies and conversion (differentiable) ----
   Tensor contiguous() const;  // self when already contiguous
-  Tensor clone() const;
+  /// Self when already laid out as `format` (and suggest_memory_format() says so), else a copy that
+  /// is (differentiable).
+  Tensor contiguous(MemoryFormat format) const;
+  Tensor clone() const;  // keeps a channels-last layout (suggest_memory_format), else row-major
   Tensor to(Device device) const;  // self when already there
   Tensor to(DType dtype) const;  // self when already that dtype
 
@@ -138,7 +147,10 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 /// Uninitialized contiguous tensor (default f32 on the CPU).
 Tensor empty(const Shape& sizes, const TensorOptions& options = {});
-/// Uninitialized tensor of `like`'s shape, with its dtype and device unless options say otherwise.
+/// Uninitialized tensor laid out as `format` (channels_last needs 4 dims).
+Tensor empty(const Shape& sizes, const TensorOptions& options, MemoryFormat format);
+/// Uninitialized tensor of `like`'s shape and layout (like.suggest_memory_format()), with its dtype
+/// and device unless options say otherwise.
 Tensor empty_like(const Tensor& like, const TensorOptions& options = {});
 /// `options` with its unset dtype and device taken from `like` (what the *_like factories use).
 TensorOptions options_like(const Tensor& like, const TensorOptions& options);

@@ -27,10 +27,11 @@ void non_finite_check_and_unscale_(const std::vector<Tensor>& tensors, const Ten
     EMBER_CHECK(t.device() == dev, "non_finite_check_and_unscale_: tensor ", i, " (shape ", t.shape_str(), ") is on ",
                 t.device().str(), " but found_inf is on ", dev.str());
     if (t.numel() == 0) continue;
-    if (t.is_contiguous()) {
+    if (t.is_contiguous(t.suggest_memory_format())) {  // each tensor is one flat pass: any dense layout
       work.push_back(t);
     } else {
-      Tensor c = cast(t, t.dtype());
+      Tensor c = empty(t.sizes(), t.options());
+      copy(c, t);
       writeback.emplace_back(t, c);
       work.push_back(c);
     }

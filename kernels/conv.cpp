@@ -1,5 +1,6 @@
 // Front of 2-D convolution: parameter and shape checks (every message names the shapes involved),
-// output allocation, contiguous operands, dispatch by device.
+// the layout (row-major, or channels-last when the input is: computed so on CUDA, converted on the
+// CPU), output allocation, operands dense in that layout, dispatch by device.
 #include <ember/kernels/conv.h>
 
 #include <sstream>
@@ -72,6 +73,24 @@ int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, i
   return q + 1;
 }
 
+namespace {
+
+/// The layout a convolution computes in and returns: channels-last when `lead` (the forward's and
+/// the weight gradient's input, the input gradient's grad_out) is, else row-major.
+MemoryFormat conv_layout(const Tensor& lead) {
+  return lead.dim() == 4 ? lead.suggest_memory_format() : MemoryFormat::contiguous;
+}
+
+/// The layout the device's kernels take for `want`: CUDA (cuDNN) computes in either; the CPU
+/// kernels take row-major operands, so a channels-last call on the CPU converts (the CPU is the
+/// reference twin; the layout is for the GPU's tensor cores).
+MemoryFormat run_layout(Device d, MemoryFormat want) { return d.is_cuda() ? want : MemoryFormat::contiguous; }
+
+/// `out` (computed in layout `run`) in layout `want`.
+Tensor in_layout(const Tensor& out, MemoryFormat want) { return dense_raw(out, want); }
+
+}  // namespace
+
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
   const char* what = "conv2d";
   check_pair(what, x, "input", w, "weight");
@@ -81,11 +100,12 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
                 w.shape_str(), ", got shape ", bias.shape_str());
     check_pair(what, bias, "bias", w, "weight");
   }
-  Tensor out = empty(out_shape, x.options());
+  const MemoryFormat want = conv_layout(x), run = run_layout(x.device(), want);
+  Tensor out = empty(out_shape, x.options(), run);
   if (out.numel() == 0) return out;
-  conv2d_forward_table(x.device(), contiguous_raw(x), contiguous_raw(w),
+  conv2d_forward_table(x.device(), dense_raw(x, run), dense_raw(w, run),
                        bias.defined() ? contiguous_raw(bias) : Tensor(), p, out);
-  return out;
+  return in_layout(out, want);
 }
 
 Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Shape& x_shape, const Conv2dParams& p) {
@@ -94,10 +114,11 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Shap
   const Shape expect = check_conv_shapes(what, x_shape, w.sizes(), p);
   EMBER_CHECK(grad_out.sizes() == expect, what, ": grad_out has shape ", grad_out.shape_str(), ", expected ",
               shape_str(expect), " for input ", shape_str(x_shape), " and weight ", w.shape_str());
-  Tensor grad_x = empty(x_shape, w.options());
+  const MemoryFormat want = conv_layout(grad_out), run = run_layout(w.device(), want);
+  Tensor grad_x = empty(x_shape, w.options(), run);
   if (grad_x.numel() == 0) return grad_x;
-  conv2d_backward_input_table(w.device(), contiguous_raw(grad_out), contiguous_raw(w), p, grad_x);
-  return grad_x;
+  conv2d_backward_input_table(w.device(), dense_raw(grad_out, run), dense_raw(w, run), p, grad_x);
+  return in_layout(grad_x, want);
 }
 
 Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Shape& w_shape, const Conv2dParams& p) {
@@ -106,14 +127,15 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Sha
   const Shape expect = check_conv_shapes(what, x.sizes(), w_shape, p);
   EMBER_CHECK(grad_out.sizes() == expect, what, ": grad_out has shape ", grad_out.shape_str(), ", expected ",
               shape_str(expect), " for input ", x.shape_str(), " and weight ", shape_str(w_shape));
-  Tensor grad_w = empty(w_shape, x.options());
+  const MemoryFormat want = conv_layout(x), run = run_layout(x.device(), want);
+  Tensor grad_w = empty(w_shape, x.options(), run);
   if (grad_w.numel() == 0) return grad_w;
   if (x.numel() == 0) {  // N == 0: no contributions
     fill(grad_w, 0.0);
-    return grad_w;
+    return in_layout(grad_w, want);
   }
-  conv2d_backward_weight_table(x.device(), contiguous_raw(grad_out), contiguous_raw(x), p, grad_w);
-  return grad_w;
+  conv2d_backward_weight_table(x.device(), dense_raw(grad_out, run), dense_raw(x, run), p, grad_w);
+  return in_layout(grad_w, want);
 }
 
 }  // namespace ember::kernels

@@ -17,15 +17,17 @@ bool overlaps(const Tensor& a, const Tensor& b) {
   return a.storage().is_same(b.storage()) && a.storage().defined();
 }
 
-// Moves a tensor's elements to `device` without casting or broadcasting: a contiguous copy of src
-// on its own device, then raw bytes across. Result: contiguous, src's shape and dtype, on `device`.
-Tensor transfer_contiguous(const Tensor& src, Device device) {
+// Moves a tensor's elements to `device` without casting or broadcasting: a dense copy of src on its
+// own device (row-major, or channels-last when src is), then raw bytes across. Result: that layout,
+// src's shape and dtype, on `device`.
+Tensor transfer_dense(const Tensor& src, Device device) {
+  const MemoryFormat format = src.suggest_memory_format();
   Tensor s = src;
-  if (!s.is_contiguous()) {
-    s = empty(src.sizes(), src.options());
+  if (!s.is_contiguous(format)) {
+    s = empty(src.sizes(), src.options(), format);
     copy_table(src.device(), src, s);
   }
-  Tensor out = empty(src.sizes(), {.dtype = src.dtype(), .device = device});
+  Tensor out = empty(src.sizes(), {.dtype = src.dtype(), .device = device}, format);
   const size_t nbytes = static_cast<size_t>(s.numel()) * s.element_size();
   if (nbytes > 0) {
     // The transfer implementation is registered under CUDA; either side being CUDA selects it.
@@ -54,7 +56,7 @@ void copy(const Tensor& dst, const Tensor& src) {
   if (src.device() != dst.device()) {
     // Cross-device: move src's own elements (not the broadcast ones) over, then cast, broadcast and
     // scatter into dst's strides with a same-device copy on the destination side.
-    copy(dst, transfer_contiguous(src, dst.device()));
+    copy(dst, transfer_dense(src, dst.device()));
     return;
   }
   Tensor s = expand_to(src, dst.sizes());
@@ -84,6 +86,14 @@ Tensor cast(const Tensor& src, DType dtype) {
 Tensor contiguous_raw(const Tensor& x) {
   if (x.is_contiguous()) return x;
   Tensor out = empty(x.sizes(), x.options());
+  copy(out, x);
+  return out;
+}
+
+Tensor dense_raw(const Tensor& x, MemoryFormat format) {
+  if (format == MemoryFormat::contiguous) return contiguous_raw(x);
+  if (x.suggest_memory_format() == format) return x;
+  Tensor out = empty(x.sizes(), x.options(), format);
   copy(out, x);
   return out;
 }

@@ -12,7 +12,8 @@ namespace ember::kernels {
 void copy(const Tensor& dst, const Tensor& src);
 /// Every element of dst (any strides) set to value, cast to dst's dtype.
 void fill(const Tensor& dst, double value);
-/// A contiguous copy of src with the given dtype on src's device.
+/// A contiguous copy of src with the given dtype on src's device (kernels rely on the row-major
+/// result; Tensor::to(DType) keeps a channels-last layout instead).
 Tensor cast(const Tensor& src, DType dtype);
 /// True when two elements of `t` share one memory location (a dim of stride 0 and size > 1, as
 /// expand() makes). Writing into such a view has no single answer (CPU and GPU would differ), so
@@ -20,6 +21,9 @@ Tensor cast(const Tensor& src, DType dtype);
 bool has_internal_overlap(const Tensor& t);
 /// x itself when contiguous, else a contiguous copy on x's device (no autograd).
 Tensor contiguous_raw(const Tensor& x);
+/// x itself when laid out as `format` (for channels_last: as suggest_memory_format() reads it),
+/// else a copy that is (no autograd).
+Tensor dense_raw(const Tensor& x, MemoryFormat format);
 /// A row-major view of contiguous x's elements with new sizes (same numel; no autograd).
 Tensor raw_view(const Tensor& x, const Shape& sizes);
 

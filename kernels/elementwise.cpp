@@ -3,6 +3,7 @@
 // kernels/cuda/elementwise.cu.
 #include <ember/kernels/elementwise.h>
 
+#include <initializer_list>
 #include <string>
 
 #include <ember/kernels/copy.h>
@@ -46,6 +47,14 @@ Shape broadcast_for(const char* op, const Shape& a, const Shape& b) {
   }
 }
 
+/// The layout of an elementwise result: that of the first operand with the result's shape (not
+/// broadcast), so that channels-last operands give a channels-last result; else row-major.
+MemoryFormat layout_for(const Shape& shape, std::initializer_list<const Tensor*> operands) {
+  for (const Tensor* t : operands)
+    if (t->sizes() == shape) return t->suggest_memory_format();
+  return MemoryFormat::contiguous;
+}
+
 // t converted to dtype (t itself when it already has it).
 Tensor as_dtype(const Tensor& t, DType dtype) { return t.dtype() == dtype ? t : cast(t, dtype); }
 
@@ -54,7 +63,7 @@ Tensor as_dtype(const Tensor& t, DType dtype) { return t.dtype() == dtype ? t : 
 Tensor unary(UnaryOp op, const Tensor& x) {
   check_defined(op_name(op), "x", x);
   check_unary_dtype(op, x.dtype());
-  Tensor out = empty(x.sizes(), x.options());
+  Tensor out = empty(x.sizes(), x.options(), x.suggest_memory_format());
   if (out.numel() > 0) unary_table(x.device(), op, x, out);
   return out;
 }
@@ -74,7 +83,7 @@ Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Ten
     check_same_device(name.c_str(), "grad", grad, reads_x ? "x" : "y", v);
     (reads_x ? xs : ys) = as_dtype(v, grad.dtype());
   }
-  Tensor out = empty(grad.sizes(), grad.options());
+  Tensor out = empty(grad.sizes(), grad.options(), grad.suggest_memory_format());
   if (out.numel() > 0) unary_backward_table(grad.device(), op, grad, xs, ys, out);
   return out;
 }
@@ -87,7 +96,8 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const Shape shape = broadcast_for(name, a.sizes(), b.sizes());
   const DType dt = promote_types(a.dtype(), b.dtype());
   check_binary_dtype(op, dt);
-  Tensor out = empty(shape, {.dtype = is_comparison(op) ? DType::boolean : dt, .device = a.device()});
+  Tensor out = empty(shape, {.dtype = is_comparison(op) ? DType::boolean : dt, .device = a.device()},
+                     layout_for(shape, {&a, &b}));
   if (out.numel() == 0) return out;
   const Tensor ae = expand_to(as_dtype(a, dt), shape);
   const Tensor be = expand_to(as_dtype(b, dt), shape);
@@ -99,7 +109,8 @@ Tensor binary(BinaryOp op, const Tensor& a, double s, bool scalar_first) {
   const char* name = op_name(op);
   check_defined(name, "a", a);
   check_binary_dtype(op, a.dtype());
-  Tensor out = empty(a.sizes(), {.dtype = is_comparison(op) ? DType::boolean : a.dtype(), .device = a.device()});
+  Tensor out = empty(a.sizes(), {.dtype = is_comparison(op) ? DType::boolean : a.dtype(), .device = a.device()},
+                     a.suggest_memory_format());
   if (out.numel() > 0) binary_scalar_table(a.device(), op, a, s, scalar_first, out);
   return out;
 }
@@ -114,7 +125,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
               "where: cond must have dtype bool or u8, got ", dtype_name(cond.dtype()));
   const Shape shape = broadcast_for("where", broadcast_for("where", cond.sizes(), a.sizes()), b.sizes());
   const DType dt = promote_types(a.dtype(), b.dtype());
-  Tensor out = empty(shape, {.dtype = dt, .device = a.device()});
+  Tensor out = empty(shape, {.dtype = dt, .device = a.device()}, layout_for(shape, {&a, &b, &cond}));
   if (out.numel() == 0) return out;
   const Tensor ce = expand_to(as_dtype(cond, DType::boolean), shape);
   const Tensor ae = expand_to(as_dtype(a, dt), shape);

@@ -34,10 +34,17 @@ Tensor full(const Shape& sizes, double value, const TensorOptions& options) {
   kernels::fill(t, value);
   return finish(t, options);
 }
+Tensor full_like(const Tensor& t, double value, const TensorOptions& options) {
+  const TensorOptions o = options_like(t, options);
+  Tensor out = empty_like(t, no_grad(o.dtype_or(DType::f32), o));
+  kernels::fill(out, value);
+  return finish(out, options);
+}
 Tensor zeros(const Shape& sizes, const TensorOptions& options) { return full(sizes, 0.0, options); }
 Tensor ones(const Shape& sizes, const TensorOptions& options) { return full(sizes, 1.0, options); }
-Tensor zeros_like(const Tensor& t, const TensorOptions& options) { return zeros(t.sizes(), options_like(t, options)); }
-Tensor ones_like(const Tensor& t, const TensorOptions& options) { return ones(t.sizes(), options_like(t, options)); }
+// The *_like factories keep `t`'s layout (a channels-last tensor's state stays channels-last).
+Tensor zeros_like(const Tensor& t, const TensorOptions& options) { return full_like(t, 0.0, options); }
+Tensor ones_like(const Tensor& t, const TensorOptions& options) { return full_like(t, 1.0, options); }
 
 Tensor arange(double start, double end, double step, const TensorOptions& options) {
   EMBER_CHECK(step != 0.0, "arange: step must be nonzero");

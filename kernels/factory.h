@@ -24,7 +24,9 @@ namespace ember {
 Tensor zeros(const Shape& sizes, const TensorOptions& options = {});
 Tensor ones(const Shape& sizes, const TensorOptions& options = {});
 Tensor full(const Shape& sizes, double value, const TensorOptions& options = {});
-/// Zeros (ones) of t's shape, with t's dtype and device unless options say otherwise.
+/// A tensor of `t`'s shape and layout filled with `value` (dtype and device from `t` unless options
+/// say otherwise); zeros_like and ones_like are this with 0 and 1.
+Tensor full_like(const Tensor& t, double value, const TensorOptions& options = {});
 Tensor zeros_like(const Tensor& t, const TensorOptions& options = {});
 Tensor ones_like(const Tensor& t, const TensorOptions& options = {});
 /// [start, end) with `step` (1-D). dtype f32 unless options say otherwise; integral dtypes are exact.

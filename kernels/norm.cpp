@@ -17,9 +17,14 @@ namespace {
 Tensor as_ncs(const Tensor& xc) {
   const int64_t N = xc.size(0), C = xc.size(1);
   const int64_t S = C == 0 || N == 0 ? 0 : xc.numel() / (N * C);
-  const Shape s{N, C, S};
+  // Channels-last memory is (N, H, W, C) row-major: the same per-channel statistics are those of
+  // N*H*W samples of one value each, so the (N*H*W, C, 1) row-major view feeds the same kernels.
+  const Shape s = xc.suggest_memory_format() == MemoryFormat::channels_last ? Shape{N * S, C, 1} : Shape{N, C, S};
   return as_strided_raw(xc, s, contiguous_strides(s), xc.offset());
 }
+
+/// The layout batch norm computes in: channels-last when the input is (4-D), else row-major.
+MemoryFormat bn_layout(const Tensor& x) { return x.dim() == 4 ? x.suggest_memory_format() : MemoryFormat::contiguous; }
 
 DType param_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
 
@@ -64,8 +69,9 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& weight, const Tensor& 
     EMBER_CHECK(running_mean.defined() && running_var.defined(), op,
                 ": eval mode normalizes with the running statistics, which are undefined");
   }
+  const MemoryFormat f = bn_layout(x);
   BatchNormResult r;
-  r.out = empty(x.sizes(), x.options());
+  r.out = empty(x.sizes(), x.options(), f);
   if (training) {
     r.save_mean = empty({C}, {.dtype = param_dtype(x.dtype()), .device = x.device()});
     r.save_invstd = empty({C}, {.dtype = param_dtype(x.dtype()), .device = x.device()});
@@ -74,8 +80,7 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& weight, const Tensor& 
   const Tensor w = weight.defined() ? contiguous_raw(weight) : Tensor();
   const Tensor b = bias.defined() ? contiguous_raw(bias) : Tensor();
   BatchNormResult view{as_ncs(r.out), r.save_mean, r.save_invstd};
-  batch_norm_table(x.device(), as_ncs(contiguous_raw(x)), w, b, running_mean, running_var, training, momentum, eps,
-                   view);
+  batch_norm_table(x.device(), as_ncs(dense_raw(x, f)), w, b, running_mean, running_var, training, momentum, eps, view);
   return r;
 }
 
@@ -92,8 +97,9 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, cons
   check_channel(op, save_mean, "save_mean", x, false);
   check_channel(op, save_invstd, "save_invstd", x, false);
   const int64_t C = x.size(1);
+  const MemoryFormat f = bn_layout(x);
   BatchNormGrads g;
-  g.grad_x = empty(x.sizes(), x.options());
+  g.grad_x = empty(x.sizes(), x.options(), f);
   g.grad_weight = empty({C}, {.dtype = param_dtype(x.dtype()), .device = x.device()});
   g.grad_bias = empty({C}, {.dtype = param_dtype(x.dtype()), .device = x.device()});
   if (x.numel() == 0) {
@@ -101,9 +107,9 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, cons
     fill(g.grad_bias, 0.0);
     return g;
   }
-  const Tensor go = grad_out.dtype() == x.dtype() ? contiguous_raw(grad_out) : cast(grad_out, x.dtype());
+  const Tensor go = dense_raw(grad_out.dtype() == x.dtype() ? grad_out : cast(grad_out, x.dtype()), f);
   BatchNormGrads view{as_ncs(g.grad_x), g.grad_weight, g.grad_bias};
-  batch_norm_backward_table(x.device(), as_ncs(go), as_ncs(contiguous_raw(x)),
+  batch_norm_backward_table(x.device(), as_ncs(go), as_ncs(dense_raw(x, f)),
                             weight.defined() ? contiguous_raw(weight) : Tensor(), contiguous_raw(save_mean),
                             contiguous_raw(save_invstd), training, eps, view);
   return g;
@@ -123,7 +129,8 @@ Tensor dropout_impl(const char* op, const Tensor& x, double p, uint64_t seed, ui
     return out;
   }
   dropout_table(x.device(), contiguous_raw(x), p, seed, offset, out);
-  return out;
+  // The mask follows the row-major element order, so a channels-last input gets the same mask.
+  return x.dim() == 4 ? dense_raw(out, x.suggest_memory_format()) : out;
 }
 
 }  // namespace

@@ -44,15 +44,25 @@ void check_state(const char* op, size_t i, const char* name, const Tensor& p, co
               p.device().str());
 }
 
-/// Contiguous stand-in for a tensor updated in place; `writeback` collects (original, stand-in)
-/// pairs to copy back after the kernel.
-Tensor inplace_operand(const Tensor& t, std::vector<std::pair<Tensor, Tensor>>& writeback) {
-  if (!t.defined() || t.is_contiguous()) return t;
-  Tensor c = cast(t, t.dtype());
+// The fused kernels walk each operand as a flat array, so every operand of a slot must lay its
+// elements out as the slot's parameter does: row-major, or channels-last for a channels-last
+// parameter (Module::to(MemoryFormat::channels_last)). An operand that does not is staged.
+
+/// Stand-in for a tensor updated in place, laid out as `format`; `writeback` collects (original,
+/// stand-in) pairs to copy back after the kernel.
+Tensor inplace_operand(const Tensor& t, MemoryFormat format, std::vector<std::pair<Tensor, Tensor>>& writeback) {
+  if (!t.defined() || t.is_contiguous(format)) return t;
+  Tensor c = empty(t.sizes(), t.options(), format);
+  copy(c, t);
   writeback.emplace_back(t, c);
   return c;
 }
-Tensor read_operand(const Tensor& t) { return t.is_contiguous() ? t : cast(t, t.dtype()); }
+Tensor read_operand(const Tensor& t, MemoryFormat format) {
+  if (t.is_contiguous(format)) return t;
+  Tensor c = empty(t.sizes(), t.options(), format);
+  copy(c, t);
+  return c;
+}
 
 /// Key grouping slots that one implementation call can take together.
 using GroupKey = std::tuple<int, int, uint8_t, uint8_t>;  // device type, index, param dtype, grad dtype
@@ -76,8 +86,9 @@ void sgd_step(const std::vector<SgdSlot>& slots, const SgdHyper& h) {
     else
       EMBER_CHECK(!s.momentum_buffer.defined(), "sgd_step: slot ", i, ": a momentum buffer was given with momentum 0");
     if (s.param.numel() == 0) continue;
-    SgdSlot w{inplace_operand(s.param, writeback), read_operand(s.grad), inplace_operand(s.momentum_buffer, writeback),
-              s.init_buffer};
+    const MemoryFormat f = s.param.suggest_memory_format();
+    SgdSlot w{inplace_operand(s.param, f, writeback), read_operand(s.grad, f),
+              inplace_operand(s.momentum_buffer, f, writeback), s.init_buffer};
     groups[key_of(s.param, s.grad)].push_back(std::move(w));
   }
   for (auto& [key, list] : groups) sgd_step_table(device_of_key(key), list, h);
@@ -94,8 +105,9 @@ void adam_step(const std::vector<AdamSlot>& slots, const AdamHyper& h) {
     check_state("adam_step", i, "exp_avg_sq", s.param, s.exp_avg_sq);
     EMBER_CHECK(s.step >= 1, "adam_step: slot ", i, ": step count ", s.step, " (expected >= 1, counting this step)");
     if (s.param.numel() == 0) continue;
-    AdamSlot w{inplace_operand(s.param, writeback), read_operand(s.grad), inplace_operand(s.exp_avg, writeback),
-               inplace_operand(s.exp_avg_sq, writeback), s.step};
+    const MemoryFormat f = s.param.suggest_memory_format();
+    AdamSlot w{inplace_operand(s.param, f, writeback), read_operand(s.grad, f),
+               inplace_operand(s.exp_avg, f, writeback), inplace_operand(s.exp_avg_sq, f, writeback), s.step};
     groups[key_of(s.param, s.grad)].push_back(std::move(w));
   }
   for (auto& [key, list] : groups) adam_step_table(device_of_key(key), list, h);
@@ -124,7 +136,7 @@ Tensor global_norm(const std::vector<Tensor>& tensors) {
   work.reserve(tensors.size());
   for (const Tensor& t : tensors) {
     all_f64 = all_f64 && t.dtype() == DType::f64;
-    if (t.numel() > 0) work.push_back(read_operand(t));
+    if (t.numel() > 0) work.push_back(read_operand(t, t.suggest_memory_format()));  // any dense layout
   }
   Tensor out = empty({}, {.dtype = all_f64 ? DType::f64 : DType::f32, .device = dev});
   if (work.empty()) {
@@ -147,8 +159,8 @@ void clip_by_norm_(const std::vector<Tensor>& tensors, const Tensor& total_norm,
   std::vector<std::pair<Tensor, Tensor>> writeback;
   std::vector<Tensor> work;
   for (const Tensor& t : tensors)
-    if (t.numel() > 0) work.push_back(inplace_operand(t, writeback));
-  if (!work.empty()) clip_by_norm_table(dev, work, read_operand(total_norm), max_norm, eps);
+    if (t.numel() > 0) work.push_back(inplace_operand(t, t.suggest_memory_format(), writeback));
+  if (!work.empty()) clip_by_norm_table(dev, work, read_operand(total_norm, MemoryFormat::contiguous), max_norm, eps);
   for (auto& [dst, src] : writeback) copy(dst, src);
 }
 

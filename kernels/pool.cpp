@@ -67,6 +67,13 @@ int64_t pool_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, b
   return out;
 }
 
+namespace {
+/// `out`, computed row-major, in the layout of `like` (channels-last stays channels-last). The pool
+/// kernels walk NCHW planes: a channels-last tensor is converted on the way in and out (to be
+/// replaced by NHWC kernels).
+Tensor keep_layout(const Tensor& out, const Tensor& like) { return dense_raw(out, like.suggest_memory_format()); }
+}  // namespace
+
 MaxPoolResult max_pool2d(const Tensor& x, const Pool2dParams& p) {
   const char* what = "max_pool2d";
   check_input(what, x);
@@ -74,6 +81,7 @@ MaxPoolResult max_pool2d(const Tensor& x, const Pool2dParams& p) {
   MaxPoolResult r{empty(os, x.options()), empty(os, {.dtype = DType::i64, .device = x.device()})};
   if (r.out.numel() == 0) return r;
   max_pool2d_table(x.device(), contiguous_raw(x), p, r.out, r.indices);
+  r.out = keep_layout(r.out, x);  // the indices stay row-major
   return r;
 }
 
@@ -97,7 +105,7 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const 
     return gx;
   }
   max_pool2d_backward_table(gx.device(), contiguous_raw(grad_out), contiguous_raw(indices), gx);
-  return gx;
+  return keep_layout(gx, grad_out);
 }
 
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
@@ -106,7 +114,7 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
   Tensor out = empty(pool_shape(what, x.sizes(), p), x.options());
   if (out.numel() == 0) return out;
   avg_pool2d_table(x.device(), contiguous_raw(x), p, out);
-  return out;
+  return keep_layout(out, x);
 }
 
 Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape, const Pool2dParams& p) {
@@ -115,7 +123,7 @@ Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape, const P
   Tensor gx = empty(x_shape, grad_out.options());
   if (gx.numel() == 0) return gx;
   avg_pool2d_backward_table(gx.device(), contiguous_raw(grad_out), p, gx);
-  return gx;
+  return keep_layout(gx, grad_out);
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
@@ -128,7 +136,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
   Tensor out = empty({x.size(0), x.size(1), out_h, out_w}, x.options());
   if (out.numel() == 0) return out;
   adaptive_avg_pool2d_table(x.device(), contiguous_raw(x), out);
-  return out;
+  return keep_layout(out, x);
 }
 
 Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape) {
@@ -144,7 +152,7 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape
   Tensor gx = empty(x_shape, grad_out.options());
   if (gx.numel() == 0) return gx;
   adaptive_avg_pool2d_backward_table(gx.device(), contiguous_raw(grad_out), gx);
-  return gx;
+  return keep_layout(gx, grad_out);
 }
 
 }  // namespace ember::kernels

@@ -1,6 +1,6 @@
 // Module: registration, traversal, mode switching, device/dtype moves and state dicts.
 //
-// Moving a module (to(Device), to(DType)) rewrites each parameter's and buffer's TensorImpl in
+// Moving a module (to(Device), to(DType), to(MemoryFormat)) rewrites each parameter's and buffer's TensorImpl in
 // place (storage, strides, offset, dtype) instead of swapping in a new handle. The tensor inside the
 // module is thereby replaced by the moved one while every handle to it — a layer's `weight_`
 // member, an optimizer's parameter list, DDP's hooks — keeps naming the same tensor, which stays a
@@ -15,6 +15,7 @@
 #include <ember/autograd/grad_mode.h>
 #include <ember/autograd/meta.h>
 #include <ember/core/error.h>
+#include <ember/kernels/copy.h>
 
 namespace ember::layers {
 namespace {
@@ -149,6 +150,26 @@ Module& Module::to(DType dtype) {
   for (auto& [n, b] : buffers_)
     if (is_floating(b.dtype()) && b.dtype() != dtype) rebind_in_place(b, b.detach().to(dtype));
   for (auto& [n, c] : children_) c->to(dtype);
+  return *this;
+}
+
+Module& Module::to(MemoryFormat format) {
+  NoGradGuard no_grad;
+  // A copy laid out as `format` (also for a tensor in both layouts whose strides say the other).
+  auto relaid = [format](const Tensor& t) {
+    Tensor c = empty(t.sizes(), t.options(), format);
+    kernels::copy(c, t);
+    return c;
+  };
+  for (auto& [n, p] : params_) {
+    if (p.dim() != 4 || p.suggest_memory_format() == format) continue;
+    Tensor g = p.grad();
+    rebind_in_place(p, relaid(p));
+    if (g.defined()) p.set_grad(relaid(g));
+  }
+  for (auto& [n, b] : buffers_)
+    if (b.dim() == 4 && b.suggest_memory_format() != format) rebind_in_place(b, relaid(b));
+  for (auto& [n, c] : children_) c->to(format);
   return *this;
 }
 

@@ -45,6 +45,10 @@ class Module : public std::enable_shared_from_this<Module> {
   Module& to(Device device);
   /// Casts floating parameters and buffers to `dtype`.
   Module& to(DType dtype);
+  /// Lays out every 4-D parameter and buffer (a convolution's weight) as `format`, in place as
+  /// above; the others keep theirs. With channels_last, feed the model channels-last inputs
+  /// (x.contiguous(MemoryFormat::channels_last)) too.
+  Module& to(MemoryFormat format);
   /// Clears the .grad() of every parameter.
   void zero_grad();
 

@@ -70,11 +70,11 @@ Tensor& Optimizer::state_tensor(size_t i, const std::string& key, bool& created)
   auto it = st.find(key);
   created = it == st.end();
   const Tensor& p = params_[i];
-  if (created) return st[key] = key == "step" ? new_step_counter() : zeros(p.sizes(), p.options());
+  if (created) return st[key] = key == "step" ? new_step_counter() : zeros_like(p);
   Tensor& t = it->second;
   if (key != "step" && (t.device() != p.device() || t.dtype() != p.dtype())) {
     // The parameter moved (Module::to after the optimizer was built): its state follows.
-    Tensor moved = empty(p.sizes(), p.options());
+    Tensor moved = empty_like(p);
     kernels::copy(moved, t);
     t = moved;
   }

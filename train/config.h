@@ -172,6 +172,9 @@ struct ExperimentConfig {
   /// fp32 | bf16 (autocast to bfloat16) | fp16 (autocast to float16 with a gradient scaler). The
   /// parameters stay f32 either way (amp::Autocast, amp::GradScaler; docs/amp.md).
   std::string precision = "fp32";
+  /// contiguous | channels_last: the layout of the model's 4-D weights and of every input batch
+  /// (Module::to(MemoryFormat), Tensor::contiguous(MemoryFormat); tensor cores prefer NHWC).
+  std::string memory_format = "contiguous";
   ModelConfig model;
   DataConfig data;
   OptimConfig optim;

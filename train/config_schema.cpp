@@ -91,6 +91,13 @@ std::vector<KeySpec> build_schema() {
        .default_json = "\"fp32\"",
        .doc = "fp32, or mixed precision: bf16 / fp16 autocast (fp16 with a gradient scaler); parameters stay f32.",
        .field = EMBER_CONFIG_FIELD(std::string, precision)},
+      {.path = "memory_format",
+       .kind = K::Enum,
+       .choices = {"contiguous", "channels_last"},
+       .default_json = "\"contiguous\"",
+       .doc = "Layout of the model's 4-D weights and the input batches: contiguous (NCHW) or channels_last (NHWC in "
+              "memory, what tensor-core convolutions prefer).",
+       .field = EMBER_CONFIG_FIELD(std::string, memory_format)},
 
       {.path = "model.name",
        .kind = K::Enum,

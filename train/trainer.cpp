@@ -120,6 +120,11 @@ class Session {
   void end_epoch(EpochMetrics& m);
   RunSummary summary() const;
   void write_summary() const { write_file_atomic(paths_.summary, to_json(summary())); }
+  bool channels_last() const { return c_.memory_format == "channels_last"; }
+  /// An input batch in the run's memory format (the loaders deliver row-major batches).
+  Tensor in_layout(const Tensor& x) const {
+    return channels_last() && x.dim() == 4 ? x.contiguous(MemoryFormat::channels_last) : x;
+  }
   TrainOutcome stop_for_signal(int64_t epoch, int64_t step, int sig);
   /// Runs rank 0's file writes; under ddp every rank learns whether they failed (run_on_root).
   void on_root(const std::function<void()>& fn) const {
@@ -212,6 +217,7 @@ void Session::build() {
   // checkpoint covers all randomness of the model (the loaders' streams are pure functions).
   model_ = make_model(c_.model, data_.num_classes, *data_.train, default_generator());
   model_->to(dev_);
+  if (channels_last()) model_->to(MemoryFormat::channels_last);
   net_ = wrap_model(par_, c_.parallel, model_);
   ddp_ = dynamic_cast<parallel::DistributedDataParallel*>(net_.get());
   opt_ = make_optimizer(c_.optim, model_->parameters());
@@ -346,7 +352,7 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
   timers_->end(Phase::DataWait);
   while (!(it == train_loader_->end())) {
     data::Batch& batch = *it;
-    Tensor input = batch.input, target = batch.target;
+    Tensor input = in_layout(batch.input), target = batch.target;
     {
       // DataLoader delivers batches on dev_ already (host mode: pinned buffers and an async copy
       // on a side stream, overlapped with compute; resident mode: gathered on the device). What
@@ -523,7 +529,7 @@ EvalResult Session::evaluate() {
          correct = zeros({}, {.dtype = DType::i64, .device = dev_});
   int64_t n = 0, seen = 0;
   for (auto& batch : *test_loader_) {
-    Tensor logits = net.forward(batch.input), target = batch.target;  // (B, classes), (B)
+    Tensor logits = net.forward(in_layout(batch.input)), target = batch.target;  // (B, classes), (B)
     int64_t rows = batch.size();
     if (test_shard_) {
       rows = parallel::count_real_rows(seen, batch.size(), test_shard_->real_size());

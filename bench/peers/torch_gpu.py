@@ -89,16 +89,17 @@ def resnet18(num_classes=10):
     return nn.Sequential(*layers)
 
 
-def resnet18_run(dev, precision, iters, reps):
+def resnet18_run(dev, precision, iters, reps, channels_last=False):
     """ResNet-18 (CIFAR) training step at batch 128: f32, or forward + loss under autocast in bf16,
     or in fp16 with a GradScaler. Emits ms, images/s and peak memory (peaks reset after the first
     step, the cache emptied before); everything it allocates is freed on return."""
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.manual_seed(3)
-    model = resnet18().to(dev)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    model = resnet18().to(dev).to(memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
-    x = torch.randn(128, 3, 32, 32, device=dev)
+    x = torch.randn(128, 3, 32, 32, device=dev).contiguous(memory_format=fmt)
     y = torch.randint(0, 10, (128,), device=dev)
     dtype = {"f32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
     scaler = None
@@ -121,8 +122,9 @@ def resnet18_run(dev, precision, iters, reps):
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     ms = median_ms(rstep, iters, reps)
-    sfx = "" if precision == "f32" else "_" + precision
+    sfx = ("" if precision == "f32" else "_" + precision) + ("_cl" if channels_last else "")
     what = {"f32": "", "bf16": ", bf16 autocast", "fp16": ", fp16 autocast + scaler"}[precision]
+    what += ", channels-last" if channels_last else ""
     emit(f"resnet18_step_ms_b128{sfx}", ms,
          f"torch resnet18 step, batch 128{what}: {ms:.3f} ms, {128e3 / ms:.0f} images/s")
     emit(f"resnet18_images_per_s_b128{sfx}", 128e3 / ms, "")
@@ -130,7 +132,7 @@ def resnet18_run(dev, precision, iters, reps):
     emit(f"resnet18_peak_allocated_mib{sfx}", peak, f"torch resnet18 peak allocated{what}: {peak:.0f} MiB")
     peak = torch.cuda.max_memory_reserved() / 2**20
     emit(f"resnet18_peak_reserved_mib{sfx}", peak, f"torch resnet18 peak reserved{what}: {peak:.0f} MiB")
-    if scaler is not None:
+    if scaler is not None and not channels_last:
         scale = scaler.get_scale()
         emit("resnet18_loss_scale_fp16", scale, f"torch resnet18 fp16: loss scale {scale:g} at the end")
 
@@ -208,8 +210,9 @@ def train(quick, data_dir):
     del step, epoch, model, opt, loss, x, y, xs, ys
 
     # ResNet-18 (CIFAR), batch 128, in each precision.
-    for precision in ("f32", "bf16", "fp16"):
-        resnet18_run(dev, precision, 5 if quick else 20, reps)
+    for channels_last in (False, True):
+        for precision in ("f32", "bf16", "fp16"):
+            resnet18_run(dev, precision, 5 if quick else 20, reps, channels_last)
 
 
 def ops(quick):

@@ -5,7 +5,7 @@
 //   cifar [--data DIR] [--dataset cifar10|cifar100|synthetic] [--model cifar_cnn|resnet18|wide_resnet]
 //         [--depth N] [--widen N] [--epochs N] [--batch-size N] [--lr X] [--device D] [--seed N]
 //         [--limit-train N] [--limit-test N] [--workers N] [--checkpoint-dir DIR] [--resume FILE]
-//         [--metrics-out FILE] [--precision fp32|bf16|fp16] [--accumulation-steps N]
+//         [--metrics-out FILE] [--precision fp32|bf16|fp16] [--channels-last] [--accumulation-steps N]
 //         [--data-parallel [--devices LIST]]
 //
 // The recipe is the common CIFAR one: random crop 32 with 4 pixels of zero padding and random
@@ -83,6 +83,7 @@ struct Options {
   int64_t workers = 2;
   std::string checkpoint_dir, resume, metrics_out;
   std::string precision = "fp32";  // --precision (examples/common/example_precision.h)
+  bool channels_last = false;  // --channels-last (examples/common/example_cli.h)
   ex::ParallelFlags parallel;
 };
 
@@ -106,7 +107,7 @@ const std::string kUsage =
     "  --checkpoint-dir DIR  write DIR/epoch_N.ckpt and DIR/last.ckpt after every epoch\n"
     "  --resume FILE         continue from a checkpoint written by --checkpoint-dir\n"
     "  --metrics-out FILE    append one JSON line per epoch to FILE\n" +
-    ex::precision_usage() + ex::parallel_usage("cifar");
+    ex::precision_usage() + ex::channels_last_usage() + ex::parallel_usage("cifar");
 
 std::string one_of(const std::string& flag, const std::string& v, const std::vector<std::string>& allowed) {
   std::string list;
@@ -153,6 +154,7 @@ Options parse(int argc, char** argv) {
       {"--metrics-out", [&](auto&, auto& v) { o.metrics_out = v; }},
   };
   ex::add_precision_flag(flags, o.precision);
+  ex::add_channels_last_flag(flags, o.channels_last);
   ex::add_parallel_flags(flags, o.parallel);
   ex::parse_flags(argc, argv, kUsage, flags);
   if (o.model == "wide_resnet" && (o.depth - 4) % 6 != 0)
@@ -267,6 +269,8 @@ int run(const Options& o) {
 
   auto model = make_model(o, classes);
   model->to(dev);
+  const MemoryFormat input_format = o.channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+  model->to(input_format);  // 4-D weights; a no-op for contiguous
   // What the loop calls: the model, or its DataParallel / DDP wrapper. The optimizer and the
   // checkpoints use the model itself (the wrappers share its parameters).
   const layers::ModulePtr net = ex::wrap_model(model, par);
@@ -327,7 +331,7 @@ int run(const Options& o) {
     for (auto& batch : train_loader) {
       // Zero the gradients, forward, backward (averaged over the ranks under DDP), and every
       // --accumulation-steps batches an optimizer step (ex::train_batch).
-      const auto [loss, stepped] = ex::train_batch(*net, opt, par, accumulation, precision, i++, batch);
+      const auto [loss, stepped] = ex::train_batch(*net, opt, par, accumulation, precision, i++, batch, input_format);
       if (stepped) {
         sched.step();  // per step: the cosine is smooth within an epoch
         ++global_step;
@@ -343,7 +347,7 @@ int run(const Options& o) {
     const double seconds = ex::seconds_since(t0);
     progress.clear();
     const auto t1 = ex::Clock::now();
-    const ex::EvalResult test = ex::evaluate(*net, test_loader, dev, par.eval_group());
+    const ex::EvalResult test = ex::evaluate(*net, test_loader, dev, par.eval_group(), input_format);
     const double eval_seconds = ex::seconds_since(t1);
 
     const ex::EpochResult result{.epoch = epoch,

@@ -191,8 +191,24 @@ struct EvalResult {
 /// padding that evens out the shares comes last and is skipped) and one all-reduce of the totals
 /// gives every rank the result over the whole split, each example counted exactly once. Every rank
 /// of GROUP must call it (MODEL may be a DistributedDataParallel: its forwards are collective).
+/// --channels-last: the model's 4-D weights (Module::to) and every input batch laid out
+/// channels-last (docs/amp.md, Channels last).
+inline void add_channels_last_flag(std::vector<Flag>& flags, bool& on) {
+  flags.push_back({"--channels-last", [&on](auto&, auto&) { on = true; }, false});
+}
+inline std::string channels_last_usage() {
+  return "  --channels-last       lay the model's weights and every input batch out channels-last (NHWC in\n"
+         "                        memory, what tensor-core convolutions prefer)\n";
+}
+/// An input batch X in FORMAT (X itself when it already is, or is not 4-D).
+inline ember::Tensor in_format(const ember::Tensor& x, ember::MemoryFormat format) {
+  return x.dim() == 4 ? x.contiguous(format) : x;
+}
+
+/// INPUT_FORMAT: the layout the batches are given to MODEL in (--channels-last).
 inline EvalResult evaluate(ember::layers::Module& model, ember::data::DataLoader& loader, ember::Device dev,
-                           ember::parallel::ProcessGroup* group = nullptr) {
+                           ember::parallel::ProcessGroup* group = nullptr,
+                           ember::MemoryFormat input_format = ember::MemoryFormat::contiguous) {
   using namespace ember;
   const auto* shard = dynamic_cast<const data::DistributedSampler*>(&loader.sampler());
   const int64_t real = shard != nullptr ? shard->real_size() : loader.num_examples();
@@ -202,7 +218,7 @@ inline EvalResult evaluate(ember::layers::Module& model, ember::data::DataLoader
          correct = zeros({}, {.dtype = DType::i64, .device = dev});
   int64_t seen = 0, counted = 0;
   for (auto& batch : loader) {
-    Tensor logits = model.forward(batch.input);  // (B, classes)
+    Tensor logits = model.forward(in_format(batch.input, input_format));  // (B, classes)
     const int64_t rows = parallel::count_real_rows(seen, batch.size(), real);
     seen += batch.size();
     if (rows == 0) continue;  // padding only

@@ -279,11 +279,12 @@ class Accumulation {
 /// unless the batch ends a step), and when the batch ends a step, steps OPT through the scaler
 /// (skipped under fp16 when a gradient is not finite) and updates the scale. Returns the batch's
 /// loss (0-d f32, unscaled, still holding its graph) and whether the batch ended a step (skipped
-/// or not: the schedule and the step count follow the batches, as in ember-train).
+/// or not: the schedule and the step count follow the batches, as in ember-train). INPUT_FORMAT:
+/// the layout the batch is given to NET in (--channels-last).
 inline std::pair<ember::Tensor, bool> train_batch(ember::layers::Module& net, ember::optim::Optimizer& opt,
                                                   const ParallelRun& run, const Accumulation& accumulation,
-                                                  MixedPrecision& precision, int64_t i,
-                                                  const ember::data::Batch& batch) {
+                                                  MixedPrecision& precision, int64_t i, const ember::data::Batch& batch,
+                                                  ember::MemoryFormat input_format = ember::MemoryFormat::contiguous) {
   if (accumulation.starts_step(i)) opt.zero_grad();
   const bool step = accumulation.ends_step(i);
   ember::Tensor loss;
@@ -291,7 +292,8 @@ inline std::pair<ember::Tensor, bool> train_batch(ember::layers::Module& net, em
     auto no_sync = run.no_sync_unless(step);  // DDP: reduce the gradients once per step
     {
       auto low = precision.autocast();  // the forward and the loss only (docs/amp.md)
-      loss = ember::layers::cross_entropy(net.forward(batch.input), batch.target);  // 0-d, f32
+      const ember::Tensor x = batch.input.dim() == 4 ? batch.input.contiguous(input_format) : batch.input;
+      loss = ember::layers::cross_entropy(net.forward(x), batch.target);  // 0-d, f32
     }
     precision.scaler().scale(accumulation.scaled(loss, i)).backward();
   }

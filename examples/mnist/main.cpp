@@ -3,7 +3,7 @@
 //
 //   mnist [--data DIR] [--epochs N] [--batch-size N] [--lr X] [--device auto|cpu|cuda|cuda:N]
 //         [--seed N] [--limit-train N] [--limit-test N] [--checkpoint-dir DIR] [--resume FILE]
-//         [--metrics-out FILE] [--precision fp32|bf16|fp16] [--accumulation-steps N]
+//         [--metrics-out FILE] [--precision fp32|bf16|fp16] [--channels-last] [--accumulation-steps N]
 //         [--data-parallel [--devices LIST]]
 //
 // On several devices (examples/common/example_parallel.h): --data-parallel splits each batch over
@@ -60,6 +60,7 @@ struct Options {
   std::string resume;
   std::string metrics_out;
   std::string precision = "fp32";  // --precision (examples/common/example_precision.h)
+  bool channels_last = false;  // --channels-last (examples/common/example_cli.h)
   ex::ParallelFlags parallel;
 };
 
@@ -77,7 +78,7 @@ const std::string kUsage =
     "  --checkpoint-dir DIR  write DIR/epoch_N.ckpt and DIR/last.ckpt after every epoch\n"
     "  --resume FILE         continue from a checkpoint written by --checkpoint-dir\n"
     "  --metrics-out FILE    append one JSON line per epoch to FILE\n" +
-    ex::precision_usage() + ex::parallel_usage("mnist");
+    ex::precision_usage() + ex::channels_last_usage() + ex::parallel_usage("mnist");
 
 // Each handler gets (flag, value) and stores the checked value; bad values are UsageErrors.
 Options parse(int argc, char** argv) {
@@ -96,6 +97,7 @@ Options parse(int argc, char** argv) {
       {"--metrics-out", [&](auto&, auto& v) { o.metrics_out = v; }},
   };
   ex::add_precision_flag(flags, o.precision);
+  ex::add_channels_last_flag(flags, o.channels_last);
   ex::add_parallel_flags(flags, o.parallel);
   ex::parse_flags(argc, argv, kUsage, flags);
   return o;
@@ -151,6 +153,8 @@ int run(const Options& o) {
 
   auto model = models::mnist_cnn();
   model->to(dev);
+  const MemoryFormat input_format = o.channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+  model->to(input_format);  // 4-D weights; a no-op for contiguous
   // What the loop calls: the model, or its DataParallel / DDP wrapper. The optimizer and the
   // checkpoints use the model itself (the wrappers share its parameters).
   const layers::ModulePtr net = ex::wrap_model(model, par);
@@ -206,7 +210,7 @@ int run(const Options& o) {
     for (auto& batch : train_loader) {
       // Zero the gradients, forward, backward (averaged over the ranks under DDP), and every
       // --accumulation-steps batches an optimizer step (ex::train_batch).
-      const auto [loss, stepped] = ex::train_batch(*net, opt, par, accumulation, precision, i++, batch);
+      const auto [loss, stepped] = ex::train_batch(*net, opt, par, accumulation, precision, i++, batch, input_format);
       if (stepped) ++global_step;
       seen += batch.size();
       {
@@ -219,7 +223,7 @@ int run(const Options& o) {
     const double seconds = ex::seconds_since(t0);
     progress.clear();
     const auto t1 = ex::Clock::now();
-    const ex::EvalResult test = ex::evaluate(*net, test_loader, dev, par.eval_group());
+    const ex::EvalResult test = ex::evaluate(*net, test_loader, dev, par.eval_group(), input_format);
     const double eval_seconds = ex::seconds_since(t1);
     sched.step();
 

@@ -25,12 +25,21 @@ template <size_t N> struct LoopGeometry {
 };
 
 /// Joint geometry of N operands of logical shape `sizes` with the given strides (element units).
+/// The dims are walked in operand 0's memory order (by its strides, largest outermost; ties keep
+/// the logical order), so that a channels-last or otherwise permuted output is written in order
+/// and, when the inputs share its layout, everything merges into one unit-stride run.
 template <size_t N> LoopGeometry<N> make_geometry(const Shape& sizes, const std::array<const Shape*, N>& strides) {
+  int64_t order[64];
+  int nd = 0;
+  for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d)
+    if (sizes[d] != 1) order[nd++] = d;
+  const Shape& s0 = *strides[0];
+  std::stable_sort(order, order + nd, [&](int64_t a, int64_t b) { return s0[a] > s0[b]; });
   int64_t msz[64];
   int64_t mst[N][64];
   int n = 0;
-  for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
-    if (sizes[d] == 1) continue;
+  for (int i = nd - 1; i >= 0; --i) {
+    const int64_t d = order[i];
     bool merge = n > 0;
     for (size_t k = 0; k < N && merge; ++k) merge = (*strides[k])[d] == msz[n - 1] * mst[k][n - 1];
     if (merge) {

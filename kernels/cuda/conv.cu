@@ -1,5 +1,10 @@
-// CUDA 2-D convolution through cuDNN: forward, backward-data, backward-filter (NCHW, groups,
-// stride, padding, dilation; f32, f64, f16, bf16).
+// CUDA 2-D convolution through cuDNN: forward, backward-data, backward-filter (NCHW or channels-last,
+// groups, stride, padding, dilation; f32, f64, f16, bf16).
+//
+// Layout: the front (kernels/conv.cpp) hands over every operand dense in one layout, the output's:
+// row-major, or channels-last (NHWC in memory). The graph-API tensors take that layout's strides,
+// so cuDNN reads and writes NHWC directly (no transposes); the legacy fallback's descriptors are
+// NCHW only, so a channels-last problem the graph API has no engine for is an error.
 //
 // Why it is shaped this way:
 //  * Plans: the first call for a (device, direction, dtype, shapes, params, TF32 switch, pointer
@@ -91,6 +96,7 @@ struct Geometry {
   int64_t o, cg, kh, kw;
   int64_t ho, wo;
   Conv2dParams p;
+  bool channels_last = false;  // every operand NHWC in memory (dims still (N, C, H, W))
 };
 
 struct AlgoKey {
@@ -100,9 +106,11 @@ struct AlgoKey {
   bool tf32;
   int align;  // alignment_of the three operands (see the top comment)
   bool accumulate;  // beta = 1 (blend onto the output) rather than 0: part of a graph-API plan
+  bool channels_last;
   int64_t n, c, h, w, o, cg, kh, kw, sh, sw, ph, pw, dh, dw, g;
   auto tie() const {
-    return std::tie(device, dir, dtype, tf32, align, accumulate, n, c, h, w, o, cg, kh, kw, sh, sw, ph, pw, dh, dw, g);
+    return std::tie(device, dir, dtype, tf32, align, accumulate, channels_last, n, c, h, w, o, cg, kh, kw, sh, sw, ph,
+                    pw, dh, dw, g);
   }
   bool operator<(const AlgoKey& b) const { return tie() < b.tie(); }
 };
@@ -124,9 +132,10 @@ PlanCache& plan_cache() {
 }
 
 AlgoKey key_of(Device dev, Direction dir, const Geometry& g, bool tf32, int align, bool accumulate) {
-  return AlgoKey{dev.index(),  dir,          g.dtype,   tf32,      align,          accumulate,     g.n,
-                 g.c,          g.h,          g.w,       g.o,       g.cg,           g.kh,           g.kw,
-                 g.p.stride_h, g.p.stride_w, g.p.pad_h, g.p.pad_w, g.p.dilation_h, g.p.dilation_w, g.p.groups};
+  return AlgoKey{dev.index(), dir,          g.dtype,      tf32,      align,     accumulate,     g.channels_last,
+                 g.n,         g.c,          g.h,          g.w,       g.o,       g.cg,           g.kh,
+                 g.kw,        g.p.stride_h, g.p.stride_w, g.p.pad_h, g.p.pad_w, g.p.dilation_h, g.p.dilation_w,
+                 g.p.groups};
 }
 
 /// Largest power of two up to kMaxAlign that divides every address in `ps`.
@@ -151,7 +160,8 @@ std::string geometry_str(const Geometry& g) {
   os << "x (" << g.n << ", " << g.c << ", " << g.h << ", " << g.w << "), w (" << g.o << ", " << g.cg << ", " << g.kh
      << ", " << g.kw << "), y (" << g.n << ", " << g.o << ", " << g.ho << ", " << g.wo << "), stride (" << g.p.stride_h
      << ", " << g.p.stride_w << "), padding (" << g.p.pad_h << ", " << g.p.pad_w << "), dilation (" << g.p.dilation_h
-     << ", " << g.p.dilation_w << "), groups " << g.p.groups << ", " << dtype_name(g.dtype);
+     << ", " << g.p.dilation_w << "), groups " << g.p.groups << ", " << dtype_name(g.dtype)
+     << (g.channels_last ? ", channels-last" : "");
   return os.str();
 }
 
@@ -367,11 +377,11 @@ constexpr size_t kMaxCandidates = 32;  // engine configurations timed per key
 /// The operation of `dir` on one problem: tensors with the key's alignment, alpha 1, beta 0 or 1.
 graph::Graph build_graph(cudnnHandle_t h, Direction dir, const Geometry& g, int align, bool accumulate) {
   std::vector<graph::Descriptor> parts;
-  parts.push_back(graph::tensor(kUidX, g.dtype, {g.n, g.c, g.h, g.w}, {g.c * g.h * g.w, g.h * g.w, g.w, 1}, align));
-  parts.push_back(
-      graph::tensor(kUidW, g.dtype, {g.o, g.cg, g.kh, g.kw}, {g.cg * g.kh * g.kw, g.kh * g.kw, g.kw, 1}, align));
-  parts.push_back(
-      graph::tensor(kUidY, g.dtype, {g.n, g.o, g.ho, g.wo}, {g.o * g.ho * g.wo, g.ho * g.wo, g.wo, 1}, align));
+  const MemoryFormat f = g.channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+  for (const auto& [uid, dims] : {std::pair<int64_t, Shape>{kUidX, {g.n, g.c, g.h, g.w}},
+                                  std::pair<int64_t, Shape>{kUidW, {g.o, g.cg, g.kh, g.kw}},
+                                  std::pair<int64_t, Shape>{kUidY, {g.n, g.o, g.ho, g.wo}}})
+    parts.push_back(graph::tensor(uid, g.dtype, dims, strides_for(dims, f), align));
   const int64_t pad[2] = {g.p.pad_h, g.p.pad_w}, stride[2] = {g.p.stride_h, g.p.stride_w},
                 dilation[2] = {g.p.dilation_h, g.p.dilation_w};
   const bool f64 = g.dtype == DType::f64;
@@ -520,6 +530,9 @@ const Plan& plan_for(const AlgoKey& key, cudnnHandle_t h, cudaStream_t stream, D
   if (plan->exec) {
     plan->ws_bytes = static_cast<size_t>(ws_bytes);
   } else {
+    // The legacy descriptors here are NCHW only.
+    EMBER_CHECK(!g.channels_last, "conv2d (cuda): cuDNN's graph API offers no ", dir_name(dir),
+                " engine for channels-last ", geometry_str(g), "; convert the operands with contiguous()");
     {
       const Descs search_descs(g, requested_math(g.dtype, tf32));
       plan->choice = search(h, dir, g, search_descs, dev, x, w, y);
@@ -587,7 +600,8 @@ void run(Direction dir, const Geometry& g, Device dev, cudaStream_t stream, cons
 
 // ---- bias ----
 
-/// y[n, o, s] = bias[o] over y (n, o_count, s_count) contiguous (a copy: no rounding).
+/// y[n, o, s] = bias[o] over y (n, o_count, s_count) row-major, or (n, s_count, o_count) in memory
+/// when channels-last (s_count 1) (a copy: no rounding).
 template <typename T>
 __global__ void __launch_bounds__(kBlock)
     fill_bias_kernel(T* __restrict__ y, const T* __restrict__ bias, int64_t total, int64_t o_count, int64_t s_count) {
@@ -600,7 +614,8 @@ __global__ void __launch_bounds__(kBlock)
 /// top comment). The caller's launch_on checks the launch.
 void fill_bias(const Tensor& y, const Tensor& bias, cudaStream_t stream) {
   const int64_t total = y.numel();
-  const int64_t o = y.size(1), s = y.size(2) * y.size(3);
+  const int64_t o = y.size(1);
+  const int64_t s = y.suggest_memory_format() == MemoryFormat::channels_last ? 1 : y.size(2) * y.size(3);
   EMBER_DISPATCH_FLOAT(y.dtype(), "conv2d bias", [&]<typename T>() {
     fill_bias_kernel<T><<<grid_for(total), kBlock, 0, stream>>>(static_cast<T*>(y.data_ptr()),
                                                                 static_cast<const T*>(bias.data_ptr()), total, o, s);
@@ -613,7 +628,7 @@ void fill_bias(const Tensor& y, const Tensor& bias, cudaStream_t stream) {
 // devices, dtypes and shapes and hand over contiguous tensors; here those are debug-only
 // assertions (issue 11). What only the CUDA path limits (cuDNN's 32-bit sizes) stays an error.
 
-void assert_operands(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> ts) {
+void assert_operands(const char* op, MemoryFormat f, std::initializer_list<std::pair<const char*, const Tensor*>> ts) {
   const Tensor& first = *ts.begin()->second;
   for (const auto& [name, t] : ts) {
     EMBER_DEBUG_ASSERT(t->device() == first.device() && t->device().is_cuda(), op,
@@ -621,15 +636,17 @@ void assert_operands(const char* op, std::initializer_list<std::pair<const char*
                        first.device().str(), " and ", name, " on ", t->device().str());
     EMBER_DEBUG_ASSERT(t->dtype() == first.dtype(), op, ": expected one dtype, got ", ts.begin()->first, " ",
                        dtype_name(first.dtype()), " and ", name, " ", dtype_name(t->dtype()));
-    EMBER_DEBUG_ASSERT(t->dim() == 4 && is_dense(*t), op, ": expected a contiguous 4-D ", name, ", got shape ",
-                       t->shape_str(), " strides ", shape_str(t->strides()));
+    EMBER_DEBUG_ASSERT(t->dim() == 4 && (t->numel() == 0 || t->is_contiguous(f)), op, ": expected a dense 4-D ", name,
+                       " laid out ", memory_format_name(f), ", got shape ", t->shape_str(), " strides ",
+                       shape_str(t->strides()));
   }
 }
 
 /// Geometry from x (N, C, H, W), w (O, C/g, kh, kw), y (N, O, Ho, Wo) shapes.
-Geometry geometry_of(DType dt, const Shape& xs, const Shape& ws, const Shape& ys, const Conv2dParams& p,
+Geometry geometry_of(DType dt, const Shape& xs, const Shape& ws, const Shape& ys, const Conv2dParams& p, MemoryFormat f,
                      const char* op) {
-  Geometry g{dt, xs[0], xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], ws[3], ys[2], ys[3], p};
+  Geometry g{
+      dt, xs[0], xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], ws[3], ys[2], ys[3], p, f == MemoryFormat::channels_last};
   EMBER_DEBUG_ASSERT(p.groups >= 1 && g.c == g.cg * p.groups && g.o % p.groups == 0 && ys[0] == xs[0] && ys[1] == ws[0],
                      op, ": inconsistent shapes x ", shape_str(xs), ", w ", shape_str(ws), ", y ", shape_str(ys),
                      " with groups ", p.groups);
@@ -668,8 +685,10 @@ void run_chunked(Direction dir, const Geometry& full, Device dev, cudaStream_t s
 /// out (N, O, Ho, Wo) = conv(x (N, C, H, W), w (O, C/g, kh, kw)) + bias (O).
 void conv2d_forward_cuda(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
                          const Tensor& out) {
-  assert_operands("conv2d (cuda)", {{"x", &x}, {"w", &w}, {"out", &out}});
-  const Geometry full = geometry_of(x.dtype(), x.shape(), w.shape(), out.shape(), p, "conv2d (cuda)");
+  // The front allocated the output in the call's layout (kernels/conv.cpp) and made the inputs so.
+  const MemoryFormat f = out.suggest_memory_format();
+  assert_operands("conv2d (cuda)", f, {{"x", &x}, {"w", &w}, {"out", &out}});
+  const Geometry full = geometry_of(x.dtype(), x.shape(), w.shape(), out.shape(), p, f, "conv2d (cuda)");
   EMBER_DEBUG_ASSERT(
       !bias.defined() ||
           (bias.device() == out.device() && bias.dtype() == out.dtype() && bias.numel() == full.o && is_dense(bias)),
@@ -690,9 +709,10 @@ void conv2d_forward_cuda(const Tensor& x, const Tensor& w, const Tensor& bias, c
 
 /// grad_x (N, C, H, W) from grad_out (N, O, Ho, Wo) and w (O, C/g, kh, kw).
 void conv2d_backward_input_cuda(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p, const Tensor& grad_x) {
-  assert_operands("conv2d_backward_input (cuda)", {{"grad_out", &grad_out}, {"w", &w}, {"grad_x", &grad_x}});
+  const MemoryFormat f = grad_x.suggest_memory_format();
+  assert_operands("conv2d_backward_input (cuda)", f, {{"grad_out", &grad_out}, {"w", &w}, {"grad_x", &grad_x}});
   const Geometry full =
-      geometry_of(w.dtype(), grad_x.shape(), w.shape(), grad_out.shape(), p, "conv2d_backward_input (cuda)");
+      geometry_of(w.dtype(), grad_x.shape(), w.shape(), grad_out.shape(), p, f, "conv2d_backward_input (cuda)");
   launch_on(grad_x, [&](cudaStream_t stream) {
     if (grad_out.numel() == 0 || w.numel() == 0) return zero_fill(grad_x, stream);  // no output depends on x
     run_chunked(Direction::BackwardData, full, grad_x.device(), stream, grad_x, w, grad_out, 0.0, 0.0);
@@ -702,9 +722,10 @@ void conv2d_backward_input_cuda(const Tensor& grad_out, const Tensor& w, const C
 /// grad_w (O, C/g, kh, kw) from grad_out (N, O, Ho, Wo) and x (N, C, H, W); chunks of the batch
 /// accumulate into grad_w.
 void conv2d_backward_weight_cuda(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p, const Tensor& grad_w) {
-  assert_operands("conv2d_backward_weight (cuda)", {{"grad_out", &grad_out}, {"x", &x}, {"grad_w", &grad_w}});
+  const MemoryFormat f = grad_w.suggest_memory_format();
+  assert_operands("conv2d_backward_weight (cuda)", f, {{"grad_out", &grad_out}, {"x", &x}, {"grad_w", &grad_w}});
   const Geometry full =
-      geometry_of(x.dtype(), x.shape(), grad_w.shape(), grad_out.shape(), p, "conv2d_backward_weight (cuda)");
+      geometry_of(x.dtype(), x.shape(), grad_w.shape(), grad_out.shape(), p, f, "conv2d_backward_weight (cuda)");
   launch_on(grad_w, [&](cudaStream_t stream) {
     if (grad_out.numel() == 0 || x.numel() == 0) return zero_fill(grad_w, stream);  // empty batch or planes
     run_chunked(Direction::BackwardFilter, full, grad_w.device(), stream, x, grad_w, grad_out, 0.0, 1.0);

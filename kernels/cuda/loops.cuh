@@ -4,10 +4,10 @@
 // shape.
 //
 // Why it is shaped this way:
-//  * Elementwise kernels are memory bound, so the fast path (every operand contiguous and its base
-//    16-byte aligned for the vector width) moves 16 bytes per load/store per thread: kVec elements,
-//    where kVec = 16 / the widest element among the operands (f32x4, 8 halves, 2 doubles). The
-//    narrower operands then move kVec * their size (e.g. 4 bools next to 4 floats).
+//  * Elementwise kernels are memory bound, so the fast path (every operand contiguous, or all
+//    channels-last with out's strides, and its base 16-byte aligned for the vector width) moves 16 bytes per load/store
+//    per thread: kVec elements, where kVec = 16 / the widest element among the operands (f32x4, 8 halves, 2 doubles).
+//    The narrower operands then move kVec * their size (e.g. 4 bools next to 4 floats).
 //  * Everything else takes the strided path: one element per thread, each operand's storage offset
 //    computed from the linear index by its own indexer (dims already merged by make_indexer, so a
 //    contiguous operand costs one multiply; broadcast operands have stride 0).
@@ -180,7 +180,11 @@ void launch_elementwise(const Tensor& out, const F& f, Operand<Ins>... ins) {
     const int64_t n = out.numel();
     Out* po = static_cast<Out*>(out.data_ptr());
     const bool out_contig = out.is_contiguous();
-    if (out_contig && (ins.t.is_contiguous() && ...)) {
+    // Flat: every operand walks its memory in order, row-major, or (channels-last) all with out's strides.
+    const bool flat =
+        out_contig ? (ins.t.is_contiguous() && ...)
+                   : out.is_contiguous(MemoryFormat::channels_last) && ((ins.t.strides() == out.strides()) && ...);
+    if (flat) {
       constexpr size_t kWidest = std::max({sizeof(Out), sizeof(Ins)...});
       constexpr int kVec = static_cast<int>(16 / kWidest);
       const bool aligned =

@@ -99,25 +99,56 @@ TEST_CASE("make_indexer: too many unmergeable dims is an error", "[cpu]") {
   CHECK(make_indexer(geometry(sizes, cstrides)).ndim == 1);
 }
 
-TEST_CASE("strided_runs: covers any begin..end range with correct offsets for two operands", "[cpu]") {
+TEST_CASE("strided_runs: covers any begin..end range, each position naming one element in both operands", "[cpu]") {
+  // Operand 1 is row-major, so its offset is the element's logical index; operand 0 has random
+  // strides and sets the walk's order (make_geometry walks operand 0's memory order).
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 200; ++trial) {
-    auto geometry = random_geometry(rng);  // not a structured binding: the lambda below uses it (clang 14)
+    auto geometry = random_geometry(rng);  // not a structured binding: the lambdas below use it (clang 14)
     Shape &sizes = geometry.first, &sa = geometry.second;
     Shape sb = contiguous_strides(sizes);
+    INFO("sizes " << shape_str(sizes) << " strides " << shape_str(sa));
     auto g = kernels::cpu::make_geometry<2>(sizes, {&sa, &sb});
     const int64_t n = numel_of(sizes);
+    std::vector<int64_t> walk;  // the logical element at each position of the whole walk
+    kernels::cpu::strided_runs(g, 0, n,
+                               [&](const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st, int64_t cnt) {
+                                 REQUIRE(cnt > 0);
+                                 for (int64_t j = 0; j < cnt; ++j) {
+                                   const int64_t k = off[1] + j * st[1];
+                                   REQUIRE(off[0] + j * st[0] == manual_offset(sizes, sa, k));
+                                   walk.push_back(k);
+                                 }
+                               });
+    std::vector<int64_t> sorted = walk;
+    std::sort(sorted.begin(), sorted.end());
+    for (int64_t k = 0; k < n; ++k) REQUIRE(sorted[static_cast<size_t>(k)] == k);  // every element once
+    REQUIRE(static_cast<int64_t>(walk.size()) == n);
     const int64_t begin = static_cast<int64_t>(rng() % (n + 1));
     const int64_t end = begin + static_cast<int64_t>(rng() % (n - begin + 1));
     int64_t i = begin;
-    kernels::cpu::strided_runs(g, begin, end,
-                               [&](const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st, int64_t cnt) {
-                                 REQUIRE(cnt > 0);
-                                 for (int64_t j = 0; j < cnt; ++j, ++i) {
-                                   REQUIRE(off[0] + j * st[0] == manual_offset(sizes, sa, i));
-                                   REQUIRE(off[1] + j * st[1] == manual_offset(sizes, sb, i));
-                                 }
-                               });
+    kernels::cpu::strided_runs(
+        g, begin, end, [&](const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st, int64_t cnt) {
+          for (int64_t j = 0; j < cnt; ++j, ++i) {
+            REQUIRE(off[1] + j * st[1] == walk[static_cast<size_t>(i)]);
+            REQUIRE(off[0] + j * st[0] == manual_offset(sizes, sa, walk[static_cast<size_t>(i)]));
+          }
+        });
     REQUIRE(i == end);
   }
+}
+
+TEST_CASE("make_geometry: walks operand 0's memory order; one shared permuted layout is one run", "[cpu]") {
+  const Shape sizes{2, 3, 4, 5};
+  const Shape cl = strides_for(sizes, MemoryFormat::channels_last), rm = contiguous_strides(sizes);
+  const auto both_cl = kernels::cpu::make_geometry<2>(sizes, {&cl, &cl});
+  CHECK(both_cl.ndim == 1);  // NHWC memory in order: one unit-stride run of 120
+  CHECK(both_cl.sizes[0] == 120);
+  CHECK(both_cl.strides[0][0] == 1);
+  const auto out_cl = kernels::cpu::make_geometry<2>(sizes, {&cl, &rm});
+  CHECK(out_cl.strides[0][out_cl.ndim - 1] == 1);  // the innermost dim is the output's unit stride (C)
+  CHECK(out_cl.strides[1][out_cl.ndim - 1] == 20);
+  const auto out_rm = kernels::cpu::make_geometry<2>(sizes, {&rm, &cl});
+  CHECK(out_rm.strides[0][out_rm.ndim - 1] == 1);  // W
+  CHECK(out_rm.strides[1][out_rm.ndim - 1] == 3);
 }

@@ -81,6 +81,7 @@ ExperimentConfig all_non_default() {
   c.train.accumulation_steps = 4;
   c.train.on_nonfinite = "skip";
   c.precision = "fp16";
+  c.memory_format = "channels_last";
   c.optim.clip_grad_norm = 1.5;
   c.parallel.mode = "ddp";
   c.parallel.devices = {"cuda:0", "cpu"};
@@ -119,6 +120,7 @@ TEST_CASE("config: bad configs name the source, the key path, what was expected 
       {R"({"zzz": 1})",
        {},
        {"runs.json: zzz: unknown key; valid top-level keys: description, name, seed, device, epochs, precision, "
+        "memory_format, "
         "model, data, optim, schedule, early_stop, checkpoint, output, train, parallel"}},
       {R"({"optim.lr": 0.1})", {}, {"runs.json: \"optim.lr\": unknown key", "{\"optim\": {...}}"}},
       {"{}", {"optim.lrr=0.1"}, {"override 'optim.lrr=0.1': optim.lrr: unknown key; did you mean optim.lr?"}},

@@ -1,0 +1,253 @@
+// The channels-last memory format on every device (tests/support/device_test.h): layouts, copies
+// that keep them, elementwise results that follow their operands, and the same values as the
+// row-major computation. Sizes with C and H*W above 1, so that the two layouts differ.
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include <ember/autograd/ops.h>
+#include <ember/kernels/conv.h>
+#include <ember/kernels/elementwise.h>
+#include <ember/kernels/factory.h>
+#include <ember/kernels/norm.h>
+#include <ember/kernels/pool.h>
+#include <ember/optim/adam.h>
+#include <ember/optim/sgd.h>
+#include "support/device_test.h"
+#include "support/reference.h"
+
+using namespace ember;
+using namespace ember::testing;
+
+namespace {
+
+const Shape kNCHW = {2, 3, 4, 5};
+
+/// A channels-last tensor with the values of random_tensor(kNCHW, dt, seed).
+Tensor channels_last_input(DType dt, uint64_t seed) {
+  return random_tensor(kNCHW, dt, seed, -1.0, 1.0, Layout::Contiguous, test_device())
+      .contiguous(MemoryFormat::channels_last);
+}
+
+}  // namespace
+
+DEVICE_TEST_CASE("memory format: channels_last strides, checks and conversions", "[memory_format]") {
+  CHECK(strides_for(kNCHW, MemoryFormat::channels_last) == Shape{60, 1, 15, 3});
+  CHECK(strides_for(kNCHW, MemoryFormat::contiguous) == Shape{60, 20, 5, 1});
+  CHECK_THROWS_WITH(strides_for({2, 3, 4}, MemoryFormat::channels_last), Catch::Contains("[2, 3, 4]"));
+
+  const Tensor x = random_tensor(kNCHW, DType::f32, 1, -1.0, 1.0, Layout::Contiguous, test_device());
+  CHECK(x.is_contiguous(MemoryFormat::contiguous));
+  CHECK_FALSE(x.is_contiguous(MemoryFormat::channels_last));
+  CHECK(x.suggest_memory_format() == MemoryFormat::contiguous);
+  CHECK(x.contiguous(MemoryFormat::contiguous).is_same(x));
+
+  const Tensor cl = x.contiguous(MemoryFormat::channels_last);
+  CHECK(cl.strides() == Shape{60, 1, 15, 3});
+  CHECK(cl.is_contiguous(MemoryFormat::channels_last));
+  CHECK_FALSE(cl.is_contiguous());
+  CHECK(cl.suggest_memory_format() == MemoryFormat::channels_last);
+  CHECK(cl.contiguous(MemoryFormat::channels_last).is_same(cl));
+  CHECK(to_f64(cl) == to_f64(x));  // same logical values
+  const Tensor back = cl.contiguous();
+  CHECK(back.is_contiguous());
+  CHECK(to_f64(back) == to_f64(x));
+
+  // A permuted NHWC array is the same layout.
+  const Tensor nhwc = random_tensor({2, 4, 5, 3}, DType::f32, 2, -1.0, 1.0, Layout::Contiguous, test_device());
+  CHECK(nhwc.permute({0, 3, 1, 2}).is_contiguous(MemoryFormat::channels_last));
+  // Both layouts at once (C == 1, or a 1x1 filter): the strides of the size-1 dims decide.
+  for (const Shape& both : {Shape{2, 1, 4, 5}, Shape{6, 3, 1, 1}}) {
+    INFO(shape_str(both));
+    const Tensor made_cl = empty(both, {.device = test_device()}, MemoryFormat::channels_last);
+    const Tensor made_rm = empty(both, {.device = test_device()});
+    CHECK(made_cl.is_contiguous());
+    CHECK(made_rm.is_contiguous(MemoryFormat::channels_last));
+    CHECK(made_cl.suggest_memory_format() == MemoryFormat::channels_last);
+    CHECK(made_rm.suggest_memory_format() == MemoryFormat::contiguous);
+    const Tensor converted = made_rm.contiguous(MemoryFormat::channels_last);
+    CHECK_FALSE(converted.is_same(made_rm));
+    CHECK(converted.suggest_memory_format() == MemoryFormat::channels_last);
+    CHECK(made_cl.contiguous().is_same(made_cl));  // row-major too: no copy
+  }
+  // Not 4-D: never channels-last.
+  CHECK_FALSE(empty({3, 4}, {.device = test_device()}).is_contiguous(MemoryFormat::channels_last));
+}
+
+DEVICE_TEST_CASE("memory format: clone, to, empty_like and zeros_like keep channels_last", "[memory_format]") {
+  const Tensor cl = channels_last_input(DType::f32, 3);
+  const std::vector<double> v = to_f64(cl);
+  for (const Tensor& t : {cl.clone(), cl.to(DType::f64), cl.to(Device::cpu()), empty_like(cl), zeros_like(cl),
+                          ones_like(cl, {.dtype = DType::bf16})}) {
+    CHECK(t.is_contiguous(MemoryFormat::channels_last));
+    CHECK_FALSE(t.is_contiguous());
+  }
+  CHECK(to_f64(cl.clone()) == v);
+  CHECK(to_f64(cl.to(DType::f64)) == v);
+  CHECK(to_f64(cl.to(Device::cpu())) == v);
+  CHECK(to_f64(zeros_like(cl)) == std::vector<double>(v.size(), 0.0));
+}
+
+DEVICE_TEST_CASE("memory format: elementwise ops follow a channels_last operand, values as row-major",
+                 "[memory_format]") {
+  for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
+    INFO(dtype_name(dt));
+    const Tensor a = channels_last_input(dt, 4), b = channels_last_input(dt, 5);
+    const Tensor ar = a.contiguous(), br = b.contiguous();
+    const Tensor bias = random_tensor({1, 3, 1, 1}, dt, 6, -1.0, 1.0, Layout::Contiguous, test_device());
+    struct Pair {
+      Tensor got, want;
+    };
+    const std::vector<Pair> pairs = {
+        {kernels::unary(kernels::UnaryOp::Exp, a), kernels::unary(kernels::UnaryOp::Exp, ar)},
+        {kernels::binary(kernels::BinaryOp::Mul, a, b), kernels::binary(kernels::BinaryOp::Mul, ar, br)},
+        {kernels::binary(kernels::BinaryOp::Add, a, bias), kernels::binary(kernels::BinaryOp::Add, ar, bias)},
+        {kernels::binary(kernels::BinaryOp::Sub, a, br), kernels::binary(kernels::BinaryOp::Sub, ar, br)},
+        {kernels::binary(kernels::BinaryOp::Mul, a, 2.5, false),
+         kernels::binary(kernels::BinaryOp::Mul, ar, 2.5, false)},
+        {kernels::where(kernels::binary(kernels::BinaryOp::Gt, a, 0.0, false), a, b),
+         kernels::where(kernels::binary(kernels::BinaryOp::Gt, ar, 0.0, false), ar, br)},
+    };
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      INFO("case " << i);
+      CHECK(pairs[i].got.is_contiguous(MemoryFormat::channels_last));
+      CHECK(to_f64(pairs[i].got) == to_f64(pairs[i].want));  // the same arithmetic per element: exact
+    }
+    // A row-major first operand of the full shape gives a row-major result.
+    CHECK(kernels::binary(kernels::BinaryOp::Add, ar, b).is_contiguous());
+  }
+}
+
+DEVICE_TEST_CASE("memory format: gradients flow through contiguous(channels_last)", "[memory_format]") {
+  Tensor x = random_tensor(kNCHW, DType::f32, 7, -1.0, 1.0, Layout::Contiguous, test_device());
+  x.requires_grad_();
+  const Tensor cl = x.contiguous(MemoryFormat::channels_last);
+  CHECK(cl.is_contiguous(MemoryFormat::channels_last));
+  sum(cl * cl).backward();
+  const std::vector<double> g = to_f64(x.grad()), xv = to_f64(x);
+  REQUIRE(g.size() == xv.size());
+  for (size_t i = 0; i < g.size(); ++i) CHECK(g[i] == 2 * xv[i]);
+}
+
+DEVICE_TEST_CASE("memory format: SGD and Adam steps on channels_last parameters equal row-major ones",
+                 "[memory_format][optim]") {
+  // The fused steps walk flat arrays: a row-major gradient of a channels-last parameter must be
+  // staged in the parameter's layout, not paired element by element with the wrong values.
+  for (int which = 0; which < 2; ++which) {
+    INFO((which == 0 ? "sgd" : "adam"));
+    Tensor p_cl = channels_last_input(DType::f32, 8).detach();
+    Tensor p_rm = p_cl.contiguous().detach();
+    p_cl.requires_grad_();
+    p_rm.requires_grad_();
+    std::unique_ptr<optim::Optimizer> o_cl, o_rm;
+    if (which == 0) {
+      o_cl = std::make_unique<optim::SGD>(std::vector<Tensor>{p_cl}, optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+      o_rm = std::make_unique<optim::SGD>(std::vector<Tensor>{p_rm}, optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+    } else {
+      o_cl = std::make_unique<optim::Adam>(std::vector<Tensor>{p_cl}, optim::AdamOptions{.lr = 0.01});
+      o_rm = std::make_unique<optim::Adam>(std::vector<Tensor>{p_rm}, optim::AdamOptions{.lr = 0.01});
+    }
+    for (int step = 0; step < 3; ++step) {
+      const Tensor g = random_tensor(kNCHW, DType::f32, 20 + step, -1.0, 1.0, Layout::Contiguous, test_device());
+      p_cl.set_grad(step == 1 ? g.contiguous(MemoryFormat::channels_last) : g);  // both layouts of gradient
+      p_rm.set_grad(g);
+      o_cl->step();
+      o_rm->step();
+    }
+    CHECK(p_cl.is_contiguous(MemoryFormat::channels_last));
+    CHECK(to_f64(p_cl) == to_f64(p_rm));
+    for (const auto& [name, t] : o_cl->state(0))
+      if (t.dim() == 4) CHECK(t.is_contiguous(MemoryFormat::channels_last));
+  }
+}
+
+namespace {
+
+/// CHECKs |a - b| <= bound[i] elementwise, and that `a` is laid out channels-last.
+void check_close_cl(const Tensor& a, const Tensor& b, const std::vector<double>& bound) {
+  CHECK(a.suggest_memory_format() == MemoryFormat::channels_last);
+  const std::vector<double> x = to_f64(a), y = to_f64(b);
+  REQUIRE(x.size() == y.size());
+  REQUIRE(bound.size() == x.size());
+  int bad = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!(std::fabs(x[i] - y[i]) <= bound[i]) && ++bad <= 5)
+      FAIL_CHECK("element " << i << ": " << x[i] << " vs " << y[i]);
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+DEVICE_TEST_CASE("memory format: conv2d in channels_last equals row-major within the f32 bound",
+                 "[memory_format][conv]") {
+  // Both results are sums of K = C/g * kh * kw products accumulated in f32, each within
+  // gamma_K * sum |x w| of the exact value, so they differ by at most twice that (the |x| * |w|
+  // sums are a float64 convolution of the magnitudes on the CPU).
+  const Device dev = test_device();
+  kernels::Conv2dParams p;
+  p.pad_h = p.pad_w = 1;
+  const Tensor x = channels_last_input(DType::f32, 11);
+  const Tensor w = random_tensor({6, 3, 3, 3}, DType::f32, 12, -1.0, 1.0, Layout::Contiguous, dev);
+  const Tensor wc = w.contiguous(MemoryFormat::channels_last);
+  const double u = std::ldexp(1.0, -24), K = 27, gamma = K * u / (1 - K * u);
+  auto bound_of = [&](const Tensor& mag) {
+    std::vector<double> b = to_f64(mag);
+    for (double& v : b) v = 2 * gamma * v + 1e-30;
+    return b;
+  };
+  auto abs64 = [](const Tensor& t) {
+    return kernels::unary(kernels::UnaryOp::Abs, t.to(Device::cpu()).contiguous().to(DType::f64));
+  };
+  const Tensor y = kernels::conv2d(x, wc, Tensor(), p);
+  check_close_cl(y, kernels::conv2d(x.contiguous(), w, Tensor(), p),
+                 bound_of(kernels::conv2d(abs64(x), abs64(w), Tensor(), p)));
+
+  const Tensor gy = random_tensor(y.sizes(), DType::f32, 13, -1.0, 1.0, Layout::Contiguous, dev)
+                        .contiguous(MemoryFormat::channels_last);
+  const Tensor gx = kernels::conv2d_backward_input(gy, wc, x.sizes(), p);
+  // Each input gradient sums O * kh * kw = 54 products.
+  const double g54 = 54 * u / (1 - 54 * u);
+  std::vector<double> bx = to_f64(kernels::conv2d_backward_input(abs64(gy), abs64(w), x.sizes(), p));
+  for (double& v : bx) v = 2 * g54 * v + 1e-30;
+  check_close_cl(gx, kernels::conv2d_backward_input(gy.contiguous(), w, x.sizes(), p), bx);
+
+  const Tensor gw = kernels::conv2d_backward_weight(gy, x, w.sizes(), p);
+  // Each weight gradient sums N * Ho * Wo = 40 products.
+  const double g40 = 40 * u / (1 - 40 * u);
+  std::vector<double> bw = to_f64(kernels::conv2d_backward_weight(abs64(gy), abs64(x), w.sizes(), p));
+  for (double& v : bw) v = 2 * g40 * v + 1e-30;
+  check_close_cl(gw, kernels::conv2d_backward_weight(gy.contiguous(), x.contiguous(), w.sizes(), p), bw);
+}
+
+DEVICE_TEST_CASE("memory format: batch norm and pooling keep channels_last, values as row-major",
+                 "[memory_format][norm][pool]") {
+  const Device dev = test_device();
+  // f64: the statistics of 40 values per channel are summed in another order in each layout; the
+  // normalized outputs (|out| < 8) then differ by a few units of f64 rounding, far below 1e-12.
+  const Tensor x = channels_last_input(DType::f64, 14);
+  const Tensor xr = x.contiguous();
+  const Tensor w = random_tensor({3}, DType::f64, 15, 0.5, 1.5, Layout::Contiguous, dev);
+  const Tensor b = random_tensor({3}, DType::f64, 16, -0.5, 0.5, Layout::Contiguous, dev);
+  const kernels::BatchNormResult r = kernels::batch_norm(x, w, b, Tensor(), Tensor(), true, 0.1, 1e-5);
+  const kernels::BatchNormResult rr = kernels::batch_norm(xr, w, b, Tensor(), Tensor(), true, 0.1, 1e-5);
+  check_close_cl(r.out, rr.out, std::vector<double>(static_cast<size_t>(x.numel()), 1e-12));
+  const Tensor go = channels_last_input(DType::f64, 17);
+  const kernels::BatchNormGrads g = kernels::batch_norm_backward(go, x, w, r.save_mean, r.save_invstd, true, 1e-5);
+  const kernels::BatchNormGrads gr =
+      kernels::batch_norm_backward(go.contiguous(), xr, w, rr.save_mean, rr.save_invstd, true, 1e-5);
+  check_close_cl(g.grad_x, gr.grad_x, std::vector<double>(static_cast<size_t>(x.numel()), 1e-12));
+  const std::vector<double> gw = to_f64(g.grad_weight), gwr = to_f64(gr.grad_weight);
+  for (size_t i = 0; i < gw.size(); ++i) CHECK(std::fabs(gw[i] - gwr[i]) <= 1e-12);
+
+  // Pooling computes on the same values in the same order: equal.
+  kernels::Pool2dParams pp;
+  const kernels::MaxPoolResult m = kernels::max_pool2d(x, pp);
+  CHECK(m.out.suggest_memory_format() == MemoryFormat::channels_last);
+  CHECK(to_f64(m.out) == to_f64(kernels::max_pool2d(xr, pp).out));
+  const Tensor a = kernels::avg_pool2d(x, pp);
+  CHECK(a.suggest_memory_format() == MemoryFormat::channels_last);
+  CHECK(to_f64(a) == to_f64(kernels::avg_pool2d(xr, pp)));
+  const Tensor ad = kernels::adaptive_avg_pool2d(x, 1, 1);
+  CHECK(ad.suggest_memory_format() == MemoryFormat::channels_last);
+  CHECK(to_f64(ad) == to_f64(kernels::adaptive_avg_pool2d(xr, 1, 1)));
+}

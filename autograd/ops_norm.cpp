@@ -47,9 +47,12 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
   check_defined("dropout", x, "x");
   Tensor out = kernels::dropout(x, p, seed, offset);
   if (needs_grad(x)) {
+    // The backward regenerates the mask in the layout the forward drew it in.
+    const MemoryFormat f = kernels::dropout_format(x);
     record(
         out, "DropoutBackward",
-        [p, seed, offset](const Tensor& g) { return TensorList{kernels::dropout_backward(g, p, seed, offset)}; }, x);
+        [p, seed, offset, f](const Tensor& g) { return TensorList{kernels::dropout_backward(g, p, seed, offset, f)}; },
+        x);
   }
   return out;
 }

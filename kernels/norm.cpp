@@ -117,30 +117,35 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, cons
 
 namespace {
 
-Tensor dropout_impl(const char* op, const Tensor& x, double p, uint64_t seed, uint64_t offset) {
+Tensor dropout_impl(const char* op, const Tensor& x, double p, uint64_t seed, uint64_t offset, MemoryFormat f) {
   EMBER_CHECK(x.defined(), op, ": undefined input");
   EMBER_CHECK(is_floating(x.dtype()), op, ": expected a floating tensor, got dtype ", dtype_name(x.dtype()),
               " of shape ", x.shape_str());
   EMBER_CHECK(p >= 0.0 && p <= 1.0, op, ": p must be in [0, 1], got ", p);
-  Tensor out = empty(x.sizes(), x.options());
+  EMBER_CHECK(f == MemoryFormat::contiguous || x.dim() == 4, op, ": the channels_last format needs a 4-D tensor, got ",
+              x.shape_str());
+  Tensor out = empty(x.sizes(), x.options(), f);
   if (x.numel() == 0) return out;
   if (p >= 1.0) {  // every element dropped; 1 / (1 - p) would turn 0 * inf into NaN
     fill(out, 0.0);
     return out;
   }
-  dropout_table(x.device(), contiguous_raw(x), p, seed, offset, out);
-  // The mask follows the row-major element order, so a channels-last input gets the same mask.
-  return x.dim() == 4 ? dense_raw(out, x.suggest_memory_format()) : out;
+  dropout_table(x.device(), dense_raw(x, f), p, seed, offset, out);  // flat, in f's memory order
+  return out;
 }
 
 }  // namespace
 
-Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
-  return dropout_impl("dropout", x, p, seed, offset);
+MemoryFormat dropout_format(const Tensor& x) {
+  return x.dim() == 4 ? x.suggest_memory_format() : MemoryFormat::contiguous;
 }
 
-Tensor dropout_backward(const Tensor& grad, double p, uint64_t seed, uint64_t offset) {
-  return dropout_impl("dropout_backward", grad, p, seed, offset);
+Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
+  return dropout_impl("dropout", x, p, seed, offset, x.defined() ? dropout_format(x) : MemoryFormat::contiguous);
+}
+
+Tensor dropout_backward(const Tensor& grad, double p, uint64_t seed, uint64_t offset, MemoryFormat format) {
+  return dropout_impl("dropout_backward", grad, p, seed, offset, format);
 }
 
 }  // namespace ember::kernels

@@ -1,5 +1,5 @@
 // Front of 2-D pooling: parameter and shape checks (messages name the shapes and parameters),
-// output allocation, contiguous operands, dispatch by device.
+// output allocation in the input's memory format, operands made dense in it, dispatch by device.
 #include <ember/kernels/pool.h>
 
 #include <sstream>
@@ -67,21 +67,14 @@ int64_t pool_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, b
   return out;
 }
 
-namespace {
-/// `out`, computed row-major, in the layout of `like` (channels-last stays channels-last). The pool
-/// kernels walk NCHW planes: a channels-last tensor is converted on the way in and out (to be
-/// replaced by NHWC kernels).
-Tensor keep_layout(const Tensor& out, const Tensor& like) { return dense_raw(out, like.suggest_memory_format()); }
-}  // namespace
-
 MaxPoolResult max_pool2d(const Tensor& x, const Pool2dParams& p) {
   const char* what = "max_pool2d";
   check_input(what, x);
   const Shape os = pool_shape(what, x.sizes(), p);
-  MaxPoolResult r{empty(os, x.options()), empty(os, {.dtype = DType::i64, .device = x.device()})};
+  const MemoryFormat f = x.suggest_memory_format();
+  MaxPoolResult r{empty(os, x.options(), f), empty(os, {.dtype = DType::i64, .device = x.device()}, f)};
   if (r.out.numel() == 0) return r;
-  max_pool2d_table(x.device(), contiguous_raw(x), p, r.out, r.indices);
-  r.out = keep_layout(r.out, x);  // the indices stay row-major
+  max_pool2d_table(x.device(), dense_raw(x, f), p, r.out, r.indices, f);
   return r;
 }
 
@@ -98,32 +91,35 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const 
               dtype_name(grad_out.dtype()));
   EMBER_CHECK(grad_out.device() == indices.device(), what, ": grad_out on ", grad_out.device().str(),
               " but indices on ", indices.device().str());
-  Tensor gx = empty(x_shape, grad_out.options());
+  const MemoryFormat f = grad_out.suggest_memory_format();
+  Tensor gx = empty(x_shape, grad_out.options(), f);
   if (gx.numel() == 0) return gx;
   if (grad_out.numel() == 0) {
     fill(gx, 0.0);
     return gx;
   }
-  max_pool2d_backward_table(gx.device(), contiguous_raw(grad_out), contiguous_raw(indices), gx);
-  return keep_layout(gx, grad_out);
+  max_pool2d_backward_table(gx.device(), dense_raw(grad_out, f), dense_raw(indices, f), gx, f);
+  return gx;
 }
 
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
   const char* what = "avg_pool2d";
   check_input(what, x);
-  Tensor out = empty(pool_shape(what, x.sizes(), p), x.options());
+  const MemoryFormat f = x.suggest_memory_format();
+  Tensor out = empty(pool_shape(what, x.sizes(), p), x.options(), f);
   if (out.numel() == 0) return out;
-  avg_pool2d_table(x.device(), contiguous_raw(x), p, out);
-  return keep_layout(out, x);
+  avg_pool2d_table(x.device(), dense_raw(x, f), p, out, f);
+  return out;
 }
 
 Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape, const Pool2dParams& p) {
   const char* what = "avg_pool2d_backward";
   check_grad(what, grad_out, pool_shape(what, x_shape, p), x_shape);
-  Tensor gx = empty(x_shape, grad_out.options());
+  const MemoryFormat f = grad_out.suggest_memory_format();
+  Tensor gx = empty(x_shape, grad_out.options(), f);
   if (gx.numel() == 0) return gx;
-  avg_pool2d_backward_table(gx.device(), contiguous_raw(grad_out), p, gx);
-  return keep_layout(gx, grad_out);
+  avg_pool2d_backward_table(gx.device(), dense_raw(grad_out, f), p, gx, f);
+  return gx;
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
@@ -133,10 +129,11 @@ Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
               ") for input ", x.shape_str());
   EMBER_CHECK(x.size(2) >= 1 && x.size(3) >= 1, what, ": input ", x.shape_str(),
               " has an empty plane; expected H >= 1 and W >= 1");
-  Tensor out = empty({x.size(0), x.size(1), out_h, out_w}, x.options());
+  const MemoryFormat f = x.suggest_memory_format();
+  Tensor out = empty({x.size(0), x.size(1), out_h, out_w}, x.options(), f);
   if (out.numel() == 0) return out;
-  adaptive_avg_pool2d_table(x.device(), contiguous_raw(x), out);
-  return keep_layout(out, x);
+  adaptive_avg_pool2d_table(x.device(), dense_raw(x, f), out, f);
+  return out;
 }
 
 Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape) {
@@ -149,10 +146,11 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape
               ", got ", grad_out.defined() ? grad_out.shape_str() : std::string("undefined"));
   EMBER_CHECK(is_floating(grad_out.dtype()), what, ": expected a floating grad_out, got ",
               dtype_name(grad_out.dtype()));
-  Tensor gx = empty(x_shape, grad_out.options());
+  const MemoryFormat f = grad_out.suggest_memory_format();
+  Tensor gx = empty(x_shape, grad_out.options(), f);
   if (gx.numel() == 0) return gx;
-  adaptive_avg_pool2d_backward_table(gx.device(), contiguous_raw(grad_out), gx);
-  return keep_layout(gx, grad_out);
+  adaptive_avg_pool2d_backward_table(gx.device(), dense_raw(grad_out, f), gx, f);
+  return gx;
 }
 
 }  // namespace ember::kernels

@@ -1,5 +1,7 @@
 #pragma once
-// 2-D pooling (NCHW): max (with arg-max indices for the backward), average, adaptive average.
+// 2-D pooling of (N, C, H, W) tensors in either memory format: max (with arg-max indices for the
+// backward), average, adaptive average. A channels-last input gives channels-last results, computed
+// in that layout (no transposes).
 #include <cstdint>
 
 #include <ember/core/tensor.h>
@@ -19,8 +21,8 @@ struct Pool2dParams {
 int64_t pool_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, bool ceil_mode);
 
 struct MaxPoolResult {
-  Tensor out;  // (N, C, Ho, Wo)
-  Tensor indices;  // (N, C, Ho, Wo) i64: flat index h * W + w of the max inside its (H, W) plane
+  Tensor out;  // (N, C, Ho, Wo), in x's memory format
+  Tensor indices;  // (N, C, Ho, Wo) i64, laid out as out: flat index h * W + w of the max in its (H, W) plane
 };
 MaxPoolResult max_pool2d(const Tensor& x, const Pool2dParams& p);
 /// Scatters grad_out to the arg-max positions (accumulating where windows overlap).
@@ -31,13 +33,16 @@ Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape, const P
 Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w);
 Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape);
 
-// ---- implementation signatures: contiguous tensors ----
-using MaxPoolFn = void(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices);
-using MaxPoolBackwardFn = void(const Tensor& grad_out, const Tensor& indices, const Tensor& grad_x);
-using AvgPoolFn = void(const Tensor& x, const Pool2dParams& p, const Tensor& out);
-using AvgPoolBackwardFn = void(const Tensor& grad_out, const Pool2dParams& p, const Tensor& grad_x);
-using AdaptiveAvgPoolFn = void(const Tensor& x, const Tensor& out);
-using AdaptiveAvgPoolBackwardFn = void(const Tensor& grad_out, const Tensor& grad_x);
+// ---- implementation signatures ----
+// Every operand is dense in the one memory format `f` (NCHW or NHWC order; the front copies an
+// operand that is not), so element (n, c, h, w) of an operand lives where f's row-major formula puts it.
+using MaxPoolFn = void(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices,
+                       MemoryFormat f);
+using MaxPoolBackwardFn = void(const Tensor& grad_out, const Tensor& indices, const Tensor& grad_x, MemoryFormat f);
+using AvgPoolFn = void(const Tensor& x, const Pool2dParams& p, const Tensor& out, MemoryFormat f);
+using AvgPoolBackwardFn = void(const Tensor& grad_out, const Pool2dParams& p, const Tensor& grad_x, MemoryFormat f);
+using AdaptiveAvgPoolFn = void(const Tensor& x, const Tensor& out, MemoryFormat f);
+using AdaptiveAvgPoolBackwardFn = void(const Tensor& grad_out, const Tensor& grad_x, MemoryFormat f);
 extern DispatchTable<MaxPoolFn> max_pool2d_table;
 extern DispatchTable<MaxPoolBackwardFn> max_pool2d_backward_table;
 extern DispatchTable<AvgPoolFn> avg_pool2d_table;

@@ -1,12 +1,20 @@
 // CPU 2-D pooling: max (with arg-max indices), average (count_include_pad), adaptive average, and
-// their backwards. Every (n, c) plane is independent, so all six run parallel over planes; the
-// backwards scatter into their own plane only, so no two threads ever write the same element.
+// their backwards, on NCHW or NHWC (channels-last) operands.
+//  * NCHW: every (n, c) plane is independent, so all six run parallel over planes; the backwards
+//    scatter into their own plane only, so no two threads ever write the same element.
+//  * NHWC: the C values of one position are adjacent, so the loops run over positions with the
+//    channels innermost (one vectorisable pass per window element), parallel over output rows
+//    (the forwards and the average backwards, which gather) or images (max backward, which scatters).
+//    They scan every window in the same order as the NCHW loops, so both layouts give equal
+//    results, bit for bit.
 // Sums and comparisons run in f32 (f64 for f64); f16 / bf16 are widened per element.
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #if defined(__SSE2__)
@@ -48,6 +56,21 @@ inline Window adaptive_window(int64_t o, int64_t out, int64_t in) {
   const int64_t s = (o * in) / out;
   const int64_t e = ((o + 1) * in + out - 1) / out;
   return {s, e, e - s};
+}
+
+/// Sizes of an (N, C, H, W) -> (N, C, Ho, Wo) pooling, and the NHWC row of position (n, h, w).
+struct Nhwc {
+  int64_t C, H, W, Ho, Wo;
+  int64_t in(int64_t n, int64_t h, int64_t w) const { return ((n * H + h) * W + w) * C; }
+  int64_t out(int64_t n, int64_t h, int64_t w) const { return ((n * Ho + h) * Wo + w) * C; }
+};
+Nhwc nhwc_of(const Tensor& big, const Tensor& small) {
+  return {big.size(1), big.size(2), big.size(3), small.size(2), small.size(3)};
+}
+
+/// Runs fn(n, oh) for every output row of an NHWC pooling, parallel; `per_row` elements of work each.
+template <typename F> void for_rows(int64_t n, int64_t rows, int64_t per_row, const F& fn) {
+  for_planes(n * rows, per_row, [&](int64_t r) { fn(r / rows, r % rows); });
 }
 
 // ---- max ----
@@ -125,6 +148,39 @@ template <typename T> void max_pool_2x2_plane(const T* xs, int64_t W, int64_t Ho
   }
 }
 
+/// NHWC max pooling: per output position, the window's positions in row-major order, each one a
+/// pass over the C channels with take_if_greater (so the same scan as the NCHW loops). The running
+/// maximum lives in the output itself (exact for f16 / bf16: it is always one of the inputs).
+template <typename T>
+void max_pool_nhwc(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) {
+  using A = acc_t<T>;
+  const Nhwc d = nhwc_of(x, out);
+  const T* xp = x.data<T>();
+  T* op = out.data<T>();
+  int64_t* ip = indices.data<int64_t>();
+  for_rows(x.size(0), d.Ho, d.Wo * d.C * p.kernel_h * p.kernel_w, [&](int64_t n, int64_t oh) {
+    const Window wh = pool_window(oh, p.kernel_h, p.stride_h, p.pad_h, d.H);
+    for (int64_t ow = 0; ow < d.Wo; ++ow) {
+      const Window ww = pool_window(ow, p.kernel_w, p.stride_w, p.pad_w, d.W);
+      T* o = op + d.out(n, oh, ow);
+      int64_t* ix = ip + d.out(n, oh, ow);
+      std::fill(o, o + d.C, static_cast<T>(-std::numeric_limits<A>::infinity()));
+      std::fill(ix, ix + d.C, wh.start * d.W + ww.start);
+      for (int64_t ih = wh.start; ih < wh.end; ++ih) {
+        for (int64_t iw = ww.start; iw < ww.end; ++iw) {
+          const T* xr = xp + d.in(n, ih, iw);
+          const int64_t at = ih * d.W + iw;
+          for (int64_t c = 0; c < d.C; ++c) {
+            A best = static_cast<A>(o[c]);
+            take_if_greater(static_cast<A>(xr[c]), at, best, ix[c]);
+            o[c] = static_cast<T>(best);
+          }
+        }
+      }
+    }
+  });
+}
+
 template <typename T>
 void max_pool_impl(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) {
   using A = acc_t<T>;
@@ -161,6 +217,27 @@ void max_pool_impl(const Tensor& x, const Pool2dParams& p, const Tensor& out, co
   });
 }
 
+/// NHWC max backward: each image's gradient is its own region, so images run in parallel and
+/// every output position scatters its C gradients to C adjacent rows of its arg-max positions.
+template <typename T> void max_pool_backward_nhwc(const Tensor& gout, const Tensor& indices, const Tensor& gx) {
+  const Nhwc d = nhwc_of(gx, gout);
+  const int64_t HW = d.H * d.W, L = d.Ho * d.Wo;
+  const T* gp = gout.data<T>();
+  const int64_t* ip = indices.data<int64_t>();
+  T* xp = gx.data<T>();
+  for_planes(gx.size(0), (HW + L) * d.C, [&](int64_t n) {
+    T* dst = xp + n * HW * d.C;
+    std::fill(dst, dst + HW * d.C, T(0));
+    for (int64_t i = n * L * d.C; i < (n + 1) * L * d.C; ++i) {
+      const int64_t k = ip[i];
+      EMBER_CHECK(k >= 0 && k < HW, "max_pool2d_backward: index ", k, " at position ", i, " is outside its plane of ",
+                  HW, " elements");
+      T& e = dst[k * d.C + i % d.C];
+      e = static_cast<T>(static_cast<acc_t<T>>(e) + static_cast<acc_t<T>>(gp[i]));
+    }
+  });
+}
+
 template <typename T> void max_pool_backward_impl(const Tensor& gout, const Tensor& indices, const Tensor& gx) {
   const int64_t HW = gx.size(2) * gx.size(3), L = gout.size(2) * gout.size(3);
   const T* gp = gout.data<T>();
@@ -185,11 +262,19 @@ template <typename T> void max_pool_backward_impl(const Tensor& gout, const Tens
 /// avg_pool2d: PyTorch's strided windows; the count includes the padding or not.
 struct AvgWindows {
   const Pool2dParams& p;
-  int64_t H, W;
+  int64_t H, W, Ho, Wo;
   Window rows(int64_t oh) const { return pool_window(oh, p.kernel_h, p.stride_h, p.pad_h, H); }
   Window cols(int64_t ow) const { return pool_window(ow, p.kernel_w, p.stride_w, p.pad_w, W); }
   int64_t count(const Window& wh, const Window& ww) const {
     return p.count_include_pad ? wh.padded * ww.padded : (wh.end - wh.start) * (ww.end - ww.start);
+  }
+  // Outputs [first, last) whose windows may cover input row ih / column iw (a superset: callers
+  // test the window). Window o starts at o * stride - pad, so o <= (i + pad) / stride.
+  std::pair<int64_t, int64_t> cover_rows(int64_t ih) const { return cover(ih, p.kernel_h, p.stride_h, p.pad_h, Ho); }
+  std::pair<int64_t, int64_t> cover_cols(int64_t iw) const { return cover(iw, p.kernel_w, p.stride_w, p.pad_w, Wo); }
+  static std::pair<int64_t, int64_t> cover(int64_t i, int64_t k, int64_t s, int64_t pad, int64_t out) {
+    const int64_t ip = i + pad;
+    return {ip < k ? 0 : (ip - k) / s + 1, std::min(ip / s + 1, out)};
   }
 };
 
@@ -199,6 +284,13 @@ struct AdaptiveWindows {
   Window rows(int64_t oh) const { return adaptive_window(oh, Ho, H); }
   Window cols(int64_t ow) const { return adaptive_window(ow, Wo, W); }
   int64_t count(const Window& wh, const Window& ww) const { return wh.padded * ww.padded; }
+  // A superset of the outputs covering input i: floor(o*in/out) <= i < ceil((o+1)*in/out) implies
+  // floor(i*out/in) <= o < ceil((i+1)*out/in).
+  std::pair<int64_t, int64_t> cover_rows(int64_t ih) const { return cover(ih, H, Ho); }
+  std::pair<int64_t, int64_t> cover_cols(int64_t iw) const { return cover(iw, W, Wo); }
+  static std::pair<int64_t, int64_t> cover(int64_t i, int64_t in, int64_t out) {
+    return {(i * out) / in, std::min(((i + 1) * out + in - 1) / in, out)};
+  }
 };
 
 /// out (N, C, Ho, Wo) = the average of x (N, C, H, W) over each output's window.
@@ -218,6 +310,62 @@ template <typename T, typename Windows> void avg_pool_impl(const Tensor& x, cons
           for (int64_t iw = ww.start; iw < ww.end; ++iw) s += static_cast<A>(xs[ih * W + iw]);
         op[(pl * Ho + oh) * Wo + ow] = static_cast<T>(s / static_cast<A>(win.count(wh, ww)));
       }
+    }
+  });
+}
+
+/// NHWC out = the average over each output's window: a C-wide sum per window position.
+template <typename T, typename Windows> void avg_pool_nhwc(const Tensor& x, const Tensor& out, const Windows& win) {
+  using A = acc_t<T>;
+  const Nhwc d = nhwc_of(x, out);
+  const T* xp = x.data<T>();
+  T* op = out.data<T>();
+  for_rows(x.size(0), d.Ho, d.Wo * d.C * 4, [&](int64_t n, int64_t oh) {
+    std::vector<A> s(static_cast<size_t>(d.C));
+    const Window wh = win.rows(oh);
+    for (int64_t ow = 0; ow < d.Wo; ++ow) {
+      const Window ww = win.cols(ow);
+      std::fill(s.begin(), s.end(), A(0));
+      for (int64_t ih = wh.start; ih < wh.end; ++ih) {
+        for (int64_t iw = ww.start; iw < ww.end; ++iw) {
+          const T* xr = xp + d.in(n, ih, iw);
+          for (int64_t c = 0; c < d.C; ++c) s[c] += static_cast<A>(xr[c]);
+        }
+      }
+      const A count = static_cast<A>(win.count(wh, ww));
+      T* o = op + d.out(n, oh, ow);
+      for (int64_t c = 0; c < d.C; ++c) o[c] = static_cast<T>(s[c] / count);
+    }
+  });
+}
+
+/// NHWC backward: each input position gathers gout / count from the windows covering it, in
+/// ascending (oh, ow) order: the additions of the NCHW scatter, in its order, so equal results.
+template <typename T, typename Windows>
+void avg_pool_backward_nhwc(const Tensor& gout, const Tensor& gx, const Windows& win) {
+  using A = acc_t<T>;
+  const Nhwc d = nhwc_of(gx, gout);
+  const T* gp = gout.data<T>();
+  T* xp = gx.data<T>();
+  for_rows(gx.size(0), d.H, d.W * d.C * 4, [&](int64_t n, int64_t ih) {
+    std::vector<A> s(static_cast<size_t>(d.C));
+    const auto [oh0, oh1] = win.cover_rows(ih);
+    for (int64_t iw = 0; iw < d.W; ++iw) {
+      const auto [ow0, ow1] = win.cover_cols(iw);
+      std::fill(s.begin(), s.end(), A(0));
+      for (int64_t oh = oh0; oh < oh1; ++oh) {
+        const Window wh = win.rows(oh);
+        if (ih < wh.start || ih >= wh.end) continue;
+        for (int64_t ow = ow0; ow < ow1; ++ow) {
+          const Window ww = win.cols(ow);
+          if (iw < ww.start || iw >= ww.end) continue;
+          const A count = static_cast<A>(win.count(wh, ww));
+          const T* g = gp + d.out(n, oh, ow);
+          for (int64_t c = 0; c < d.C; ++c) s[c] += static_cast<A>(g[c]) / count;
+        }
+      }
+      T* dst = xp + d.in(n, ih, iw);
+      for (int64_t c = 0; c < d.C; ++c) dst[c] = static_cast<T>(s[c]);
     }
   });
 }
@@ -256,30 +404,59 @@ void avg_pool_backward_impl(const Tensor& gout, const Tensor& gx, const Windows&
 }
 
 // ---- dtype dispatch ----
-void max_pool_cpu(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) {
-  EMBER_DISPATCH_FLOAT(x.dtype(), "max_pool2d (cpu)", [&]<typename T>() { max_pool_impl<T>(x, p, out, indices); });
+// The front (kernels/pool.cpp) passes operands dense in f: debug-only.
+void check_layout(const char* op, MemoryFormat f, std::initializer_list<const Tensor*> ts) {
+  for ([[maybe_unused]] const Tensor* t : ts)
+    EMBER_DEBUG_ASSERT(t->dim() == 4 && t->is_contiguous(f), op, ": expected an operand dense in ",
+                       memory_format_name(f), ", got shape ", t->shape_str(), " strides ", shape_str(t->strides()));
 }
-void max_pool_backward_cpu(const Tensor& gout, const Tensor& indices, const Tensor& gx) {
-  EMBER_DISPATCH_FLOAT(gx.dtype(), "max_pool2d_backward (cpu)",
-                       [&]<typename T>() { max_pool_backward_impl<T>(gout, indices, gx); });
+constexpr bool nhwc(MemoryFormat f) { return f == MemoryFormat::channels_last; }
+
+void max_pool_cpu(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices, MemoryFormat f) {
+  check_layout("max_pool2d (cpu)", f, {&x, &out, &indices});
+  EMBER_DISPATCH_FLOAT(x.dtype(), "max_pool2d (cpu)", [&]<typename T>() {
+    if (nhwc(f)) max_pool_nhwc<T>(x, p, out, indices);
+    else max_pool_impl<T>(x, p, out, indices);
+  });
 }
-void avg_pool_cpu(const Tensor& x, const Pool2dParams& p, const Tensor& out) {
-  const AvgWindows win{p, x.size(2), x.size(3)};
-  EMBER_DISPATCH_FLOAT(x.dtype(), "avg_pool2d (cpu)", [&]<typename T>() { avg_pool_impl<T>(x, out, win); });
+void max_pool_backward_cpu(const Tensor& gout, const Tensor& indices, const Tensor& gx, MemoryFormat f) {
+  check_layout("max_pool2d_backward (cpu)", f, {&gout, &indices, &gx});
+  EMBER_DISPATCH_FLOAT(gx.dtype(), "max_pool2d_backward (cpu)", [&]<typename T>() {
+    if (nhwc(f)) max_pool_backward_nhwc<T>(gout, indices, gx);
+    else max_pool_backward_impl<T>(gout, indices, gx);
+  });
 }
-void avg_pool_backward_cpu(const Tensor& gout, const Pool2dParams& p, const Tensor& gx) {
-  const AvgWindows win{p, gx.size(2), gx.size(3)};
-  EMBER_DISPATCH_FLOAT(gx.dtype(), "avg_pool2d_backward (cpu)",
-                       [&]<typename T>() { avg_pool_backward_impl<T>(gout, gx, win); });
+/// The forward of either average pooling in layout f, with window policy win.
+template <typename Windows>
+void avg_forward(const char* op, const Tensor& x, const Tensor& out, const Windows& win, MemoryFormat f) {
+  check_layout(op, f, {&x, &out});
+  EMBER_DISPATCH_FLOAT(x.dtype(), op, [&]<typename T>() {
+    if (nhwc(f)) avg_pool_nhwc<T>(x, out, win);
+    else avg_pool_impl<T>(x, out, win);
+  });
 }
-void adaptive_avg_cpu(const Tensor& x, const Tensor& out) {
-  const AdaptiveWindows win{x.size(2), x.size(3), out.size(2), out.size(3)};
-  EMBER_DISPATCH_FLOAT(x.dtype(), "adaptive_avg_pool2d (cpu)", [&]<typename T>() { avg_pool_impl<T>(x, out, win); });
+/// The backward of either average pooling in layout f, with window policy win.
+template <typename Windows>
+void avg_backward(const char* op, const Tensor& gout, const Tensor& gx, const Windows& win, MemoryFormat f) {
+  check_layout(op, f, {&gout, &gx});
+  EMBER_DISPATCH_FLOAT(gx.dtype(), op, [&]<typename T>() {
+    if (nhwc(f)) avg_pool_backward_nhwc<T>(gout, gx, win);
+    else avg_pool_backward_impl<T>(gout, gx, win);
+  });
 }
-void adaptive_avg_backward_cpu(const Tensor& gout, const Tensor& gx) {
-  const AdaptiveWindows win{gx.size(2), gx.size(3), gout.size(2), gout.size(3)};
-  EMBER_DISPATCH_FLOAT(gx.dtype(), "adaptive_avg_pool2d_backward (cpu)",
-                       [&]<typename T>() { avg_pool_backward_impl<T>(gout, gx, win); });
+void avg_pool_cpu(const Tensor& x, const Pool2dParams& p, const Tensor& out, MemoryFormat f) {
+  avg_forward("avg_pool2d (cpu)", x, out, AvgWindows{p, x.size(2), x.size(3), out.size(2), out.size(3)}, f);
+}
+void avg_pool_backward_cpu(const Tensor& gout, const Pool2dParams& p, const Tensor& gx, MemoryFormat f) {
+  avg_backward("avg_pool2d_backward (cpu)", gout, gx, AvgWindows{p, gx.size(2), gx.size(3), gout.size(2), gout.size(3)},
+               f);
+}
+void adaptive_avg_cpu(const Tensor& x, const Tensor& out, MemoryFormat f) {
+  avg_forward("adaptive_avg_pool2d (cpu)", x, out, AdaptiveWindows{x.size(2), x.size(3), out.size(2), out.size(3)}, f);
+}
+void adaptive_avg_backward_cpu(const Tensor& gout, const Tensor& gx, MemoryFormat f) {
+  avg_backward("adaptive_avg_pool2d_backward (cpu)", gout, gx,
+               AdaptiveWindows{gx.size(2), gx.size(3), gout.size(2), gout.size(3)}, f);
 }
 
 }  // namespace

@@ -371,12 +371,15 @@ __global__ void __launch_bounds__(kBlock) dropout_kernel(const T* __restrict__ x
 
 void dropout_cuda(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Tensor& out) {
   const char* op = "dropout (cuda)";
-  // The front (kernels/norm.cpp: dropout_impl) passes contiguous x, allocates out, and handles p == 1.
-  EMBER_DEBUG_ASSERT(x.device().is_cuda() && out.device() == x.device() && out.dtype() == x.dtype() &&
-                         out.sizes() == x.sizes() && is_dense(x) && is_dense(out),
-                     op, ": expected contiguous x and out of one shape, dtype and CUDA device, got x ", x.shape_str(),
-                     " ", dtype_name(x.dtype()), " on ", x.device().str(), ", out ", out.shape_str(), " ",
-                     dtype_name(out.dtype()), " on ", out.device().str());
+  // The front (kernels/norm.cpp: dropout_impl) passes x and out dense in one layout (both walked
+  // flat), allocates out, and handles p == 1.
+  EMBER_DEBUG_ASSERT(
+      x.device().is_cuda() && out.device() == x.device() && out.dtype() == x.dtype() && out.sizes() == x.sizes() &&
+          ((is_dense(x) && is_dense(out)) ||
+           (x.is_contiguous(MemoryFormat::channels_last) && out.is_contiguous(MemoryFormat::channels_last))),
+      op, ": expected x and out dense in one layout, of one shape, dtype and CUDA device, got x ", x.shape_str(), " ",
+      dtype_name(x.dtype()), " on ", x.device().str(), ", out ", out.shape_str(), " ", dtype_name(out.dtype()), " on ",
+      out.device().str());
   EMBER_DEBUG_ASSERT(p >= 0.0 && p < 1.0, op, ": p must be in [0, 1) here (the front handles p == 1), got ", p);
   const int64_t n = x.numel();
   if (n == 0) return;

@@ -1,6 +1,6 @@
-// CUDA 2-D pooling (NCHW, contiguous): max with arg-max indices and its backward, average and its
-// backward, adaptive average and its backward. Same windows, same NaN rule and same index
-// convention as the CPU twin (kernels/cpu/pool.cpp): index = h * W + w inside the (H, W) plane.
+// CUDA 2-D pooling (dense NCHW or NHWC operands): max with arg-max indices and its backward,
+// average and its backward, adaptive average and its backward. Same windows, same NaN rule and same
+// index convention as the CPU twin (kernels/cpu/pool.cpp): index = h * W + w inside the (H, W) plane.
 //
 // Why the kernels are shaped this way:
 //  * Pooling windows are tiny and every output reads its own window, so the forwards run one
@@ -14,6 +14,8 @@
 //    Overlapping windows may pick the same position; the atomics accumulate those (f16/bf16 add
 //    in their own precision, as the hardware atomics do). The indices come from max_pool2d; one
 //    outside its plane is skipped rather than written (a check would need a stream sync per step).
+//  * Threads take elements in memory order (a Layout4 says which): for NHWC, neighbouring threads
+//    are neighbouring channels of one position, so every load and store of a warp is coalesced.
 //  * Index math is 32-bit (with the hardware's 32-bit division) when every tensor has fewer than
 //    2^31 elements, 64-bit otherwise: a 64-bit division is a long software routine on the GPU,
 //    and these kernels do several per element.
@@ -50,6 +52,38 @@ template <typename I> __device__ __forceinline__ Window<I> adaptive_window(I o, 
   return {s, e, e - s};
 }
 
+/// Where element (n, c, h, w) of a dense (N, C, H, W) tensor lives, NCHW or NHWC (channels-last).
+template <typename I> struct Layout4 {
+  I c, h, w;
+  bool nhwc;
+  __device__ __forceinline__ I offset(I n, I ci, I hi, I wi) const {
+    return nhwc ? ((n * h + hi) * w + wi) * c + ci : ((n * c + ci) * h + hi) * w + wi;
+  }
+  /// The coordinates of the element at offset i.
+  __device__ __forceinline__ void coords(I i, I& n, I& ci, I& hi, I& wi) const {
+    if (nhwc) {
+      ci = i % c;
+      I t = i / c;
+      wi = t % w;
+      t /= w;
+      hi = t % h;
+      n = t / h;
+    } else {
+      wi = i % w;
+      I t = i / w;
+      hi = t % h;
+      t /= h;
+      ci = t % c;
+      n = t / c;
+    }
+  }
+};
+
+template <typename I> Layout4<I> layout_of(const Tensor& t, MemoryFormat f) {
+  return {static_cast<I>(t.size(1)), static_cast<I>(t.size(2)), static_cast<I>(t.size(3)),
+          f == MemoryFormat::channels_last};
+}
+
 /// Pooling geometry in index type I: planes of (h, w) in, (ho, wo) out.
 template <typename I> struct PoolDims {
   I h, w, ho, wo;
@@ -71,35 +105,37 @@ template <typename I> PoolDims<I> dims_of(const Tensor& in_plane, const Tensor& 
                      p.count_include_pad};
 }
 
-/// Grid-stride loop over the elements of a contiguous (planes, rows, cols) tensor: calls
-/// f(i, plane, r, c) for each linear index i this thread owns.
+/// Grid-stride loop over the elements of a dense tensor laid out as `lay`: calls f(i, n, c, h, w)
+/// for each offset i this thread owns.
 template <typename I, typename F>
-__device__ __forceinline__ void for_each_in_planes(I total, I rows, I cols, const F& f) {
+__device__ __forceinline__ void for_each_element(I total, const Layout4<I>& lay, const F& f) {
   const I stride = static_cast<I>(gridDim.x) * blockDim.x;
   for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const I t = i / cols;
-    f(i, t / rows, t % rows, i % cols);
+    I n, c, h, w;
+    lay.coords(i, n, c, h, w);
+    f(i, n, c, h, w);
   }
 }
 
 // ---- max ----
 
-/// out/indices (planes, ho, wo) from x (planes, h, w). First maximum in row-major window order
-/// wins; a NaN wins over everything and the first NaN stops the scan (as the CPU twin).
+/// out/indices (n, c, ho, wo) from x (n, c, h, w), both laid out as their Layout4. First maximum
+/// in row-major window order wins; a NaN wins over everything and the first NaN stops the scan (as
+/// the CPU twin).
 template <typename T, typename I>
-__global__ void __launch_bounds__(kBlock) max_pool_kernel(const T* __restrict__ x, T* __restrict__ out,
-                                                          int64_t* __restrict__ indices, I total, PoolDims<I> d) {
+__global__ void __launch_bounds__(kBlock)
+    max_pool_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t* __restrict__ indices, I total, PoolDims<I> d,
+                    Layout4<I> xl, Layout4<I> ol) {
   using A = acc_t<T>;
-  for_each_in_planes(total, d.ho, d.wo, [&](I i, I plane, I oh, I ow) {
+  for_each_element(total, ol, [&](I i, I n, I c, I oh, I ow) {
     const Window<I> wh = pool_window(oh, d.kh, d.sh, d.ph, d.h);
     const Window<I> ww = pool_window(ow, d.kw, d.sw, d.pw, d.w);
-    const T* xs = x + plane * d.h * d.w;
     A best = -INFINITY;
     I arg = wh.start * d.w + ww.start;
     bool nan = false;
     for (I ih = wh.start; ih < wh.end && !nan; ++ih) {
       for (I iw = ww.start; iw < ww.end; ++iw) {
-        const A v = load_as<A>(xs[ih * d.w + iw]);
+        const A v = load_as<A>(x[xl.offset(n, c, ih, iw)]);
         if (v > best || v != v) {
           best = v;
           arg = ih * d.w + iw;
@@ -150,18 +186,18 @@ template <typename T> __device__ inline void atomic_add(T* addr, T val) {
   }
 }
 
-/// grad_x (planes, hw) += grad_out (planes, l) scattered to the arg-max indices (grad_x zeroed).
+/// grad_x (n, c, h, w) += grad_out (n, c, ho, wo) scattered to the arg-max indices (grad_x zeroed);
+/// grad_out and indices laid out as gl, grad_x as xl.
 template <typename T, typename I>
 __global__ void __launch_bounds__(kBlock)
     max_pool_backward_kernel(const T* __restrict__ gout, const int64_t* __restrict__ indices, T* __restrict__ gx,
-                             I total, I l, I hw) {
-  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
-  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+                             I total, Layout4<I> gl, Layout4<I> xl) {
+  for_each_element(total, gl, [&](I i, I n, I c, I, I) {
     const int64_t k = indices[i];
-    if (k < 0 || k >= static_cast<int64_t>(hw)) continue;  // see the top comment
-    const I plane = i / l;
-    atomic_add(gx + plane * hw + static_cast<I>(k), gout[i]);
-  }
+    if (k < 0 || k >= static_cast<int64_t>(xl.h) * xl.w) return;  // see the top comment
+    const I at = static_cast<I>(k);
+    atomic_add(gx + xl.offset(n, c, at / xl.w, at % xl.w), gout[i]);
+  });
 }
 
 // ---- average and adaptive average ----
@@ -214,35 +250,32 @@ template <typename I> struct AdaptiveWindows {
   __device__ void cover_cols(I iw, I& first, I& last) const { adaptive_cover(iw, w, wo, first, last); }
 };
 
-/// out (planes, ho, wo) = the average of x (planes, h, w) over each output's window.
+/// out (n, c, ho, wo) = the average of x (n, c, h, w) over each output's window; each laid out as
+/// its Layout4.
 template <typename T, typename I, typename Windows>
 __global__ void __launch_bounds__(kBlock)
-    avg_pool_kernel(const T* __restrict__ x, T* __restrict__ out, I total, Windows win) {
+    avg_pool_kernel(const T* __restrict__ x, T* __restrict__ out, I total, Windows win, Layout4<I> xl, Layout4<I> ol) {
   using A = acc_t<T>;
-  const Windows& d = win;  // planes (d.h, d.w) in, (d.ho, d.wo) out
-  for_each_in_planes(total, d.ho, d.wo, [&](I i, I plane, I oh, I ow) {
+  for_each_element(total, ol, [&](I i, I n, I c, I oh, I ow) {
     const Window<I> wh = win.rows(oh);
     const Window<I> ww = win.cols(ow);
-    const T* xs = x + plane * d.h * d.w;
     A s = A(0);
     for (I ih = wh.start; ih < wh.end; ++ih)
-      for (I iw = ww.start; iw < ww.end; ++iw) s += load_as<A>(xs[ih * d.w + iw]);
+      for (I iw = ww.start; iw < ww.end; ++iw) s += load_as<A>(x[xl.offset(n, c, ih, iw)]);
     out[i] = store_as<T>(s / static_cast<A>(win.count(wh, ww)));
   });
 }
 
-/// grad_x (planes, h, w) gathered from grad_out (planes, ho, wo): each input element sums
-/// grad_out / count over the windows covering it.
+/// grad_x (n, c, h, w) gathered from grad_out (n, c, ho, wo): each input element sums
+/// grad_out / count over the windows covering it; each laid out as its Layout4.
 template <typename T, typename I, typename Windows>
-__global__ void __launch_bounds__(kBlock)
-    avg_pool_backward_kernel(const T* __restrict__ gout, T* __restrict__ gx, I total, Windows win) {
+__global__ void __launch_bounds__(kBlock) avg_pool_backward_kernel(const T* __restrict__ gout, T* __restrict__ gx,
+                                                                   I total, Windows win, Layout4<I> gl, Layout4<I> xl) {
   using A = acc_t<T>;
-  const Windows& d = win;  // planes (d.h, d.w) in, (d.ho, d.wo) out
-  for_each_in_planes(total, d.h, d.w, [&](I i, I plane, I ih, I iw) {
+  for_each_element(total, xl, [&](I i, I n, I c, I ih, I iw) {
     I oh0, oh1, ow0, ow1;
     win.cover_rows(ih, oh0, oh1);
     win.cover_cols(iw, ow0, ow1);
-    const T* gs = gout + plane * d.ho * d.wo;
     A s = A(0);
     for (I oh = oh0; oh < oh1; ++oh) {
       const Window<I> wh = win.rows(oh);
@@ -250,7 +283,7 @@ __global__ void __launch_bounds__(kBlock)
       for (I ow = ow0; ow < ow1; ++ow) {
         const Window<I> ww = win.cols(ow);
         if (!Windows::kExactCover && (iw < ww.start || iw >= ww.end)) continue;
-        s += load_as<A>(gs[oh * d.wo + ow]) / static_cast<A>(win.count(wh, ww));
+        s += load_as<A>(gout[gl.offset(n, c, oh, ow)]) / static_cast<A>(win.count(wh, ww));
       }
     }
     gx[i] = store_as<T>(s);
@@ -259,12 +292,14 @@ __global__ void __launch_bounds__(kBlock)
 
 // ---- launchers ----
 
-// The fronts (kernels/pool.cpp) pass contiguous 4-D operands on one device and allocate the outputs: debug-only.
-void check_pool_operand(const char* op, const char* name, const Tensor& t, const Tensor& ref, bool same_dtype) {
+// The fronts (kernels/pool.cpp) pass 4-D operands dense in one memory format on one device and
+// allocate the outputs: debug-only.
+void check_pool_operand(const char* op, const char* name, const Tensor& t, const Tensor& ref, bool same_dtype,
+                        MemoryFormat f) {
   EMBER_DEBUG_ASSERT(t.device() == ref.device() && t.device().is_cuda(), op, ": ", name, " is on ", t.device().str(),
                      ", expected ", ref.device().str());
-  EMBER_DEBUG_ASSERT(t.dim() == 4 && is_dense(t), op, ": expected a contiguous 4-D ", name, ", got shape ",
-                     t.shape_str(), " strides ", shape_str(t.strides()));
+  EMBER_DEBUG_ASSERT(t.dim() == 4 && t.is_contiguous(f), op, ": expected a 4-D ", name, " dense in ",
+                     memory_format_name(f), ", got shape ", t.shape_str(), " strides ", shape_str(t.strides()));
   EMBER_DEBUG_ASSERT(!same_dtype || t.dtype() == ref.dtype(), op, ": ", name, " has dtype ", dtype_name(t.dtype()),
                      ", expected ", dtype_name(ref.dtype()));
 }
@@ -289,11 +324,11 @@ template <typename F> void dispatch_pool(DType dt, bool idx32, const char* op, c
   });
 }
 
-void max_pool_cuda(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) {
+void max_pool_cuda(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices, MemoryFormat f) {
   const char* op = "max_pool2d (cuda)";
-  check_pool_operand(op, "x", x, x, true);
-  check_pool_operand(op, "out", out, x, true);
-  check_pool_operand(op, "indices", indices, x, false);
+  check_pool_operand(op, "x", x, x, true, f);
+  check_pool_operand(op, "out", out, x, true, f);
+  check_pool_operand(op, "indices", indices, x, false, f);
   // The front (kernels/pool.cpp: max_pool2d) allocates indices as i64 of the output shape.
   EMBER_DEBUG_ASSERT(indices.dtype() == DType::i64 && indices.sizes() == out.sizes(), op, ": indices ",
                      indices.shape_str(), " ", dtype_name(indices.dtype()), " must be i64 of the output's shape ",
@@ -301,18 +336,19 @@ void max_pool_cuda(const Tensor& x, const Pool2dParams& p, const Tensor& out, co
   const int64_t total = out.numel();
   launch_on(out, [&](cudaStream_t stream) {
     dispatch_pool(x.dtype(), use_32bit({&x, &out}, &p), op, [&]<typename T, typename I>() {
-      max_pool_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
-          static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()),
-          static_cast<int64_t*>(indices.data_ptr()), static_cast<I>(total), dims_of<I>(x, out, p));
+      max_pool_kernel<T, I>
+          <<<grid_for(total), kBlock, 0, stream>>>(static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()),
+                                                   static_cast<int64_t*>(indices.data_ptr()), static_cast<I>(total),
+                                                   dims_of<I>(x, out, p), layout_of<I>(x, f), layout_of<I>(out, f));
     });
   });
 }
 
-void max_pool_backward_cuda(const Tensor& gout, const Tensor& indices, const Tensor& gx) {
+void max_pool_backward_cuda(const Tensor& gout, const Tensor& indices, const Tensor& gx, MemoryFormat f) {
   const char* op = "max_pool2d_backward (cuda)";
-  check_pool_operand(op, "grad_x", gx, gx, true);
-  check_pool_operand(op, "grad_out", gout, gx, true);
-  check_pool_operand(op, "indices", indices, gx, false);
+  check_pool_operand(op, "grad_x", gx, gx, true, f);
+  check_pool_operand(op, "grad_out", gout, gx, true, f);
+  check_pool_operand(op, "indices", indices, gx, false, f);
   // The front (kernels/pool.cpp: max_pool2d_backward) checks indices (i64, grad_out shape, N and C of x).
   EMBER_DEBUG_ASSERT(indices.dtype() == DType::i64 && indices.sizes() == gout.sizes() && gout.size(0) == gx.size(0) &&
                          gout.size(1) == gx.size(1),
@@ -322,11 +358,10 @@ void max_pool_backward_cuda(const Tensor& gout, const Tensor& indices, const Ten
     zero_fill(gx, stream);
     const int64_t total = gout.numel();
     if (total == 0) return;
-    const int64_t l = gout.size(2) * gout.size(3), hw = gx.size(2) * gx.size(3);
     dispatch_pool(gx.dtype(), use_32bit({&gx, &gout}), op, [&]<typename T, typename I>() {
       max_pool_backward_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
           static_cast<const T*>(gout.data_ptr()), static_cast<const int64_t*>(indices.data_ptr()),
-          static_cast<T*>(gx.data_ptr()), static_cast<I>(total), static_cast<I>(l), static_cast<I>(hw));
+          static_cast<T*>(gx.data_ptr()), static_cast<I>(total), layout_of<I>(gout, f), layout_of<I>(gx, f));
     });
   });
 }
@@ -334,44 +369,45 @@ void max_pool_backward_cuda(const Tensor& gout, const Tensor& indices, const Ten
 /// The forward of either average pooling: out (N, C, Ho, Wo) from x (N, C, H, W) with the window
 /// policy make.template operator()<I>() returns for index type I (32-bit when idx32).
 template <typename MakeWindows>
-void launch_avg_pool(const char* op, const Tensor& x, const Tensor& out, bool idx32, const MakeWindows& make) {
+void launch_avg_pool(const char* op, const Tensor& x, const Tensor& out, MemoryFormat f, bool idx32,
+                     const MakeWindows& make) {
   const int64_t total = out.numel();
   launch_on(out, [&](cudaStream_t stream) {
     dispatch_pool(x.dtype(), idx32, op, [&]<typename T, typename I>() {
-      avg_pool_kernel<T, I>
-          <<<grid_for(total), kBlock, 0, stream>>>(static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()),
-                                                   static_cast<I>(total), make.template operator()<I>());
+      avg_pool_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
+          static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()), static_cast<I>(total),
+          make.template operator()<I>(), layout_of<I>(x, f), layout_of<I>(out, f));
     });
   });
 }
 
 /// The backward of either average pooling: gx (N, C, H, W) from gout (N, C, Ho, Wo), as above.
 template <typename MakeWindows>
-void launch_avg_pool_backward(const char* op, const Tensor& gout, const Tensor& gx, bool idx32,
+void launch_avg_pool_backward(const char* op, const Tensor& gout, const Tensor& gx, MemoryFormat f, bool idx32,
                               const MakeWindows& make) {
   const int64_t total = gx.numel();
   launch_on(gx, [&](cudaStream_t stream) {
     dispatch_pool(gx.dtype(), idx32, op, [&]<typename T, typename I>() {
       avg_pool_backward_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
           static_cast<const T*>(gout.data_ptr()), static_cast<T*>(gx.data_ptr()), static_cast<I>(total),
-          make.template operator()<I>());
+          make.template operator()<I>(), layout_of<I>(gout, f), layout_of<I>(gx, f));
     });
   });
 }
 
-void avg_pool_cuda(const Tensor& x, const Pool2dParams& p, const Tensor& out) {
+void avg_pool_cuda(const Tensor& x, const Pool2dParams& p, const Tensor& out, MemoryFormat f) {
   const char* op = "avg_pool2d (cuda)";
-  check_pool_operand(op, "x", x, x, true);
-  check_pool_operand(op, "out", out, x, true);
-  launch_avg_pool(op, x, out, use_32bit({&x, &out}, &p),
+  check_pool_operand(op, "x", x, x, true, f);
+  check_pool_operand(op, "out", out, x, true, f);
+  launch_avg_pool(op, x, out, f, use_32bit({&x, &out}, &p),
                   [&]<typename I>() { return AvgWindows<I>{dims_of<I>(x, out, p)}; });
 }
 
-void avg_pool_backward_cuda(const Tensor& gout, const Pool2dParams& p, const Tensor& gx) {
+void avg_pool_backward_cuda(const Tensor& gout, const Pool2dParams& p, const Tensor& gx, MemoryFormat f) {
   const char* op = "avg_pool2d_backward (cuda)";
-  check_pool_operand(op, "grad_x", gx, gx, true);
-  check_pool_operand(op, "grad_out", gout, gx, true);
-  launch_avg_pool_backward(op, gout, gx, use_32bit({&gx, &gout}, &p),
+  check_pool_operand(op, "grad_x", gx, gx, true, f);
+  check_pool_operand(op, "grad_out", gout, gx, true, f);
+  launch_avg_pool_backward(op, gout, gx, f, use_32bit({&gx, &gout}, &p),
                            [&]<typename I>() { return AvgWindows<I>{dims_of<I>(gx, gout, p)}; });
 }
 
@@ -387,24 +423,24 @@ template <typename I> AdaptiveWindows<I> adaptive_of(const Tensor& big, const Te
           static_cast<I>(small.size(3))};
 }
 
-void adaptive_avg_cuda(const Tensor& x, const Tensor& out) {
+void adaptive_avg_cuda(const Tensor& x, const Tensor& out, MemoryFormat f) {
   const char* op = "adaptive_avg_pool2d (cuda)";
-  check_pool_operand(op, "x", x, x, true);
-  check_pool_operand(op, "out", out, x, true);
+  check_pool_operand(op, "x", x, x, true, f);
+  check_pool_operand(op, "out", out, x, true, f);
   // The front (kernels/pool.cpp: adaptive_avg_pool2d) checks x has H, W >= 1.
   EMBER_DEBUG_ASSERT(out.numel() == 0 || (x.size(2) >= 1 && x.size(3) >= 1), op, ": input ", x.shape_str(),
                      " has an empty plane");
-  launch_avg_pool(op, x, out, adaptive_32bit(x, out), [&]<typename I>() { return adaptive_of<I>(x, out); });
+  launch_avg_pool(op, x, out, f, adaptive_32bit(x, out), [&]<typename I>() { return adaptive_of<I>(x, out); });
 }
 
-void adaptive_avg_backward_cuda(const Tensor& gout, const Tensor& gx) {
+void adaptive_avg_backward_cuda(const Tensor& gout, const Tensor& gx, MemoryFormat f) {
   const char* op = "adaptive_avg_pool2d_backward (cuda)";
-  check_pool_operand(op, "grad_x", gx, gx, true);
-  check_pool_operand(op, "grad_out", gout, gx, true);
+  check_pool_operand(op, "grad_x", gx, gx, true, f);
+  check_pool_operand(op, "grad_out", gout, gx, true, f);
   // The front (kernels/pool.cpp: adaptive_avg_pool2d_backward) checks grad_out has H, W >= 1.
   EMBER_DEBUG_ASSERT(gx.numel() == 0 || (gout.size(2) >= 1 && gout.size(3) >= 1), op, ": grad_out ", gout.shape_str(),
                      " has an empty plane");
-  launch_avg_pool_backward(op, gout, gx, adaptive_32bit(gx, gout),
+  launch_avg_pool_backward(op, gout, gx, f, adaptive_32bit(gx, gout),
                            [&]<typename I>() { return adaptive_of<I>(gx, gout); });
 }
 

@@ -6,11 +6,11 @@
 #include <vector>
 
 #include <ember/autograd/ops.h>
+#include <ember/autograd/ops_norm.h>
 #include <ember/kernels/conv.h>
 #include <ember/kernels/elementwise.h>
 #include <ember/kernels/factory.h>
 #include <ember/kernels/norm.h>
-#include <ember/kernels/pool.h>
 #include <ember/optim/adam.h>
 #include <ember/optim/sgd.h>
 #include "support/device_test.h"
@@ -219,8 +219,7 @@ DEVICE_TEST_CASE("memory format: conv2d in channels_last equals row-major within
   check_close_cl(gw, kernels::conv2d_backward_weight(gy.contiguous(), x.contiguous(), w.sizes(), p), bw);
 }
 
-DEVICE_TEST_CASE("memory format: batch norm and pooling keep channels_last, values as row-major",
-                 "[memory_format][norm][pool]") {
+DEVICE_TEST_CASE("memory format: batch norm keeps channels_last, values as row-major", "[memory_format][norm]") {
   const Device dev = test_device();
   // f64: the statistics of 40 values per channel are summed in another order in each layout; the
   // normalized outputs (|out| < 8) then differ by a few units of f64 rounding, far below 1e-12.
@@ -238,16 +237,28 @@ DEVICE_TEST_CASE("memory format: batch norm and pooling keep channels_last, valu
   check_close_cl(g.grad_x, gr.grad_x, std::vector<double>(static_cast<size_t>(x.numel()), 1e-12));
   const std::vector<double> gw = to_f64(g.grad_weight), gwr = to_f64(gr.grad_weight);
   for (size_t i = 0; i < gw.size(); ++i) CHECK(std::fabs(gw[i] - gwr[i]) <= 1e-12);
+}
 
-  // Pooling computes on the same values in the same order: equal.
-  kernels::Pool2dParams pp;
-  const kernels::MaxPoolResult m = kernels::max_pool2d(x, pp);
-  CHECK(m.out.suggest_memory_format() == MemoryFormat::channels_last);
-  CHECK(to_f64(m.out) == to_f64(kernels::max_pool2d(xr, pp).out));
-  const Tensor a = kernels::avg_pool2d(x, pp);
-  CHECK(a.suggest_memory_format() == MemoryFormat::channels_last);
-  CHECK(to_f64(a) == to_f64(kernels::avg_pool2d(xr, pp)));
-  const Tensor ad = kernels::adaptive_avg_pool2d(x, 1, 1);
-  CHECK(ad.suggest_memory_format() == MemoryFormat::channels_last);
-  CHECK(to_f64(ad) == to_f64(kernels::adaptive_avg_pool2d(xr, 1, 1)));
+DEVICE_TEST_CASE("memory format: dropout masks channels_last in place, in NHWC order, and its backward uses that mask",
+                 "[memory_format][dropout]") {
+  const MemoryFormat cl = MemoryFormat::channels_last;
+  const Tensor x = channels_last_input(DType::f32, 20);
+  const Tensor y = kernels::dropout(x, 0.4, 7, 3);
+  CHECK(y.is_contiguous(cl));
+  CHECK_FALSE(y.is_contiguous());
+  // The mask follows memory order: that of the row-major (N, H, W, C) array in the same memory.
+  const Tensor nhwc = x.permute({0, 2, 3, 1});
+  REQUIRE(nhwc.is_contiguous());
+  CHECK(to_f64(y.permute({0, 2, 3, 1})) == to_f64(kernels::dropout(nhwc, 0.4, 7, 3)));
+  const std::vector<double> yv = to_f64(y);
+  CHECK(yv != to_f64(kernels::dropout(x.contiguous(), 0.4, 7, 3)));  // a row-major x draws another mask
+
+  // The backward regenerates the forward's mask, whatever layout the gradient arrives in.
+  const Tensor g = kernels::dropout_backward(x.contiguous(), 0.4, 7, 3, cl);
+  CHECK(g.is_contiguous(cl));
+  CHECK(to_f64(g) == yv);
+  Tensor xa = x.clone();
+  xa.requires_grad_();
+  sum(dropout(xa, 0.4, 7, 3) * x).backward();  // d/dxa = x * keep / (1 - p) = y
+  CHECK(to_f64(xa.grad()) == yv);
 }

@@ -1,0 +1,145 @@
+// Pooling on channels-last tensors, on every device (tests/support/device_test.h): the NHWC kernels
+// scan each window in the order the NCHW kernels do, so a channels-last input gives the row-major
+// result bit for bit (values, arg-max indices, gradients), in the channels-last layout, and the
+// kernels receive channels-last operands (no transposes on the way in or out).
+#include <cmath>
+#include <vector>
+
+#include <ember/kernels/copy.h>
+#include <ember/kernels/elementwise.h>
+#include <ember/kernels/pool.h>
+#include "support/device_test.h"
+#include "support/reference.h"
+
+using namespace ember;
+using namespace ember::testing;
+
+namespace {
+
+constexpr MemoryFormat kCL = MemoryFormat::channels_last;
+
+/// A channels-last tensor of random values (C = 5 and H * W > 1: the two layouts differ).
+Tensor cl_input(const Shape& s, DType dt, uint64_t seed) {
+  return random_tensor(s, dt, seed, -1.0, 1.0, Layout::Contiguous, test_device()).contiguous(kCL);
+}
+
+kernels::Pool2dParams params(int64_t k, int64_t s, int64_t pad, bool ceil, bool include_pad = true) {
+  return {.kernel_h = k,
+          .kernel_w = k + 1,
+          .stride_h = s,
+          .stride_w = s,
+          .pad_h = pad,
+          .pad_w = pad,
+          .ceil_mode = ceil,
+          .count_include_pad = include_pad};
+}
+
+/// got is channels-last and holds the values of want (a row-major result): equal, element by element.
+void check_same(const Tensor& got, const Tensor& want) {
+  CHECK(got.suggest_memory_format() == kCL);  // channels-last strides exactly (also for an (N, C, 1, 1) result)
+  CHECK(to_f64(got) == to_f64(want));
+}
+
+const Shape kShape = {2, 5, 7, 9};
+const std::vector<DType> kDtypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
+// 2x2 stride 2 (the NCHW fast path), overlapping 3x4 stride 1 padded, 3x4 stride 2 with ceil_mode.
+const std::vector<kernels::Pool2dParams> kWindows = {
+    {}, params(3, 1, 1, false), params(3, 2, 1, true), params(2, 1, 1, false, false)};
+
+}  // namespace
+
+DEVICE_TEST_CASE("pool layout: max pooling of channels_last equals row-major, indices and gradients included",
+                 "[pool][memory_format]") {
+  for (DType dt : kDtypes) {
+    for (size_t w = 0; w < kWindows.size(); ++w) {
+      INFO(dtype_name(dt) << ", window " << w);
+      const kernels::Pool2dParams& p = kWindows[w];
+      const Tensor x = cl_input(kShape, dt, 100 + w);
+      const kernels::MaxPoolResult r = kernels::max_pool2d(x, p);
+      const kernels::MaxPoolResult rr = kernels::max_pool2d(x.contiguous(), p);
+      check_same(r.out, rr.out);
+      check_same(r.indices, rr.indices);
+
+      const Tensor gy = cl_input(r.out.sizes(), dt, 200 + w);
+      const Tensor gx = kernels::max_pool2d_backward(gy, r.indices, x.sizes());
+      const Tensor gxr = kernels::max_pool2d_backward(gy.contiguous(), rr.indices, x.sizes());
+      CHECK(gx.suggest_memory_format() == kCL);
+      // Overlapping windows may pick one position several times; the CUDA kernel adds those with
+      // atomics in the storage dtype, in no fixed order: each such sum may differ by its roundings.
+      const std::vector<double> a = to_f64(gx), b = to_f64(gxr);
+      const std::vector<double> mag =
+          to_f64(kernels::max_pool2d_backward(kernels::unary(kernels::UnaryOp::Abs, gy), rr.indices, x.sizes()));
+      const double u = tol(dt), windows = static_cast<double>(p.kernel_h * (p.kernel_w));
+      for (size_t i = 0; i < a.size(); ++i)
+        if (!(std::fabs(a[i] - b[i]) <= 2 * windows * u * mag[i]))
+          FAIL_CHECK("grad element " << i << ": " << a[i] << " vs " << b[i]);
+    }
+  }
+}
+
+DEVICE_TEST_CASE("pool layout: average and adaptive average of channels_last equal row-major, forward and backward",
+                 "[pool][memory_format]") {
+  for (DType dt : kDtypes) {
+    INFO(dtype_name(dt));
+    for (size_t w = 0; w < kWindows.size(); ++w) {
+      INFO("window " << w);
+      const Tensor x = cl_input(kShape, dt, 300 + w);
+      const Tensor y = kernels::avg_pool2d(x, kWindows[w]);
+      check_same(y, kernels::avg_pool2d(x.contiguous(), kWindows[w]));
+      const Tensor gy = cl_input(y.sizes(), dt, 400 + w);
+      check_same(kernels::avg_pool2d_backward(gy, x.sizes(), kWindows[w]),
+                 kernels::avg_pool2d_backward(gy.contiguous(), x.sizes(), kWindows[w]));
+    }
+    // Down to one value per channel (the ResNets' head), to uneven windows, and up (windows overlap).
+    for (const auto& [ho, wo] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 4}, {10, 11}}) {
+      INFO("adaptive to " << ho << " x " << wo);
+      const Tensor x = cl_input(kShape, dt, 500 + ho);
+      const Tensor y = kernels::adaptive_avg_pool2d(x, ho, wo);
+      check_same(y, kernels::adaptive_avg_pool2d(x.contiguous(), ho, wo));
+      const Tensor gy = cl_input(y.sizes(), dt, 600 + ho);
+      check_same(kernels::adaptive_avg_pool2d_backward(gy, x.sizes()),
+                 kernels::adaptive_avg_pool2d_backward(gy.contiguous(), x.sizes()));
+    }
+  }
+}
+
+DEVICE_TEST_CASE("pool layout: a 1x1 channels_last input pooled up to 2x2 stays channels_last, values as row-major",
+                 "[pool][memory_format]") {
+  // (2, 5, 1, 1) is dense in both layouts; made with channels-last strides it counts as channels-last,
+  // and its (2, 5, 2, 2) output is then channels-last only.
+  const Tensor x = empty({2, 5, 1, 1}, {.dtype = DType::f32, .device = test_device()}, kCL);
+  kernels::copy(x, random_tensor({2, 5, 1, 1}, DType::f32, 7, -1.0, 1.0, Layout::Contiguous, test_device()));
+  REQUIRE(x.suggest_memory_format() == kCL);
+  check_same(kernels::adaptive_avg_pool2d(x, 2, 2), kernels::adaptive_avg_pool2d(x.contiguous(), 2, 2));
+}
+
+namespace {
+// A spy in the dispatch table: records the layout of the operands the max-pool kernel receives.
+kernels::MaxPoolFn* g_real_max_pool = nullptr;
+bool g_saw_channels_last = false;
+void spy_max_pool(const Tensor& x, const kernels::Pool2dParams& p, const Tensor& out, const Tensor& indices,
+                  MemoryFormat f) {
+  g_saw_channels_last = f == kCL && x.is_contiguous(kCL) && !x.is_contiguous() && out.is_contiguous(kCL) &&
+                        !out.is_contiguous() && indices.is_contiguous(kCL);
+  g_real_max_pool(x, p, out, indices, f);
+}
+}  // namespace
+
+DEVICE_TEST_CASE("pool layout: the kernels get the channels_last operands and write the result in place",
+                 "[pool][memory_format]") {
+  const DeviceType type = test_device().type();
+  g_real_max_pool = kernels::max_pool2d_table.get(type);
+  kernels::max_pool2d_table.set(type, &spy_max_pool);
+  g_saw_channels_last = false;
+  const Tensor x = cl_input(kShape, DType::f32, 9);
+  kernels::MaxPoolResult r;
+  try {
+    r = kernels::max_pool2d(x, {});
+  } catch (...) {
+    kernels::max_pool2d_table.set(type, g_real_max_pool);
+    throw;
+  }
+  kernels::max_pool2d_table.set(type, g_real_max_pool);
+  CHECK(g_saw_channels_last);
+  CHECK(r.out.is_contiguous(kCL));
+}

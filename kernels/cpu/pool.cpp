@@ -149,33 +149,45 @@ template <typename T> void max_pool_2x2_plane(const T* xs, int64_t W, int64_t Ho
 }
 
 /// NHWC max pooling: per output position, the window's positions in row-major order, each one a
-/// pass over the C channels with take_if_greater (so the same scan as the NCHW loops). The running
-/// maximum lives in the output itself (exact for f16 / bf16: it is always one of the inputs).
+/// pass over the C channels doing take_if_greater's step (so the same scan as the NCHW loops). The
+/// pass keeps the running maximum and the window element it came from (q) in two same-width arrays
+/// and selects with masks, so the compiler vectorises it; q becomes the index h * W + w at the end.
 template <typename T>
 void max_pool_nhwc(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) {
   using A = acc_t<T>;
+  using Q = std::conditional_t<sizeof(A) == 8, int64_t, int32_t>;
   const Nhwc d = nhwc_of(x, out);
   const T* xp = x.data<T>();
   T* op = out.data<T>();
   int64_t* ip = indices.data<int64_t>();
   for_rows(x.size(0), d.Ho, d.Wo * d.C * p.kernel_h * p.kernel_w, [&](int64_t n, int64_t oh) {
+    std::vector<A> best(static_cast<size_t>(d.C));
+    std::vector<Q> from(static_cast<size_t>(d.C));
     const Window wh = pool_window(oh, p.kernel_h, p.stride_h, p.pad_h, d.H);
     for (int64_t ow = 0; ow < d.Wo; ++ow) {
       const Window ww = pool_window(ow, p.kernel_w, p.stride_w, p.pad_w, d.W);
-      T* o = op + d.out(n, oh, ow);
-      int64_t* ix = ip + d.out(n, oh, ow);
-      std::fill(o, o + d.C, static_cast<T>(-std::numeric_limits<A>::infinity()));
-      std::fill(ix, ix + d.C, wh.start * d.W + ww.start);
+      std::fill(best.begin(), best.end(), -std::numeric_limits<A>::infinity());
+      std::fill(from.begin(), from.end(), Q(0));
+      Q q = 0;
       for (int64_t ih = wh.start; ih < wh.end; ++ih) {
-        for (int64_t iw = ww.start; iw < ww.end; ++iw) {
+        for (int64_t iw = ww.start; iw < ww.end; ++iw, ++q) {
           const T* xr = xp + d.in(n, ih, iw);
-          const int64_t at = ih * d.W + iw;
+          A* b = best.data();
+          Q* f = from.data();
           for (int64_t c = 0; c < d.C; ++c) {
-            A best = static_cast<A>(o[c]);
-            take_if_greater(static_cast<A>(xr[c]), at, best, ix[c]);
-            o[c] = static_cast<T>(best);
+            const A v = static_cast<A>(xr[c]);
+            const bool take = (b[c] == b[c]) & ((v > b[c]) | (v != v));  // a held NaN is final
+            b[c] = take ? v : b[c];
+            f[c] = take ? q : f[c];
           }
         }
+      }
+      T* o = op + d.out(n, oh, ow);
+      int64_t* ix = ip + d.out(n, oh, ow);
+      const int64_t span = ww.end - ww.start;
+      for (int64_t c = 0; c < d.C; ++c) {
+        o[c] = static_cast<T>(best[c]);
+        ix[c] = (wh.start + from[c] / span) * d.W + ww.start + from[c] % span;
       }
     }
   });
@@ -228,12 +240,15 @@ template <typename T> void max_pool_backward_nhwc(const Tensor& gout, const Tens
   for_planes(gx.size(0), (HW + L) * d.C, [&](int64_t n) {
     T* dst = xp + n * HW * d.C;
     std::fill(dst, dst + HW * d.C, T(0));
-    for (int64_t i = n * L * d.C; i < (n + 1) * L * d.C; ++i) {
-      const int64_t k = ip[i];
-      EMBER_CHECK(k >= 0 && k < HW, "max_pool2d_backward: index ", k, " at position ", i, " is outside its plane of ",
-                  HW, " elements");
-      T& e = dst[k * d.C + i % d.C];
-      e = static_cast<T>(static_cast<acc_t<T>>(e) + static_cast<acc_t<T>>(gp[i]));
+    for (int64_t pos = n * L; pos < (n + 1) * L; ++pos) {
+      const int64_t* k = ip + pos * d.C;
+      const T* g = gp + pos * d.C;
+      for (int64_t c = 0; c < d.C; ++c) {
+        EMBER_CHECK(k[c] >= 0 && k[c] < HW, "max_pool2d_backward: index ", k[c], " at position ", pos * d.C + c,
+                    " is outside its plane of ", HW, " elements");
+        T& e = dst[k[c] * d.C + c];
+        e = static_cast<T>(static_cast<acc_t<T>>(e) + static_cast<acc_t<T>>(g[c]));
+      }
     }
   });
 }

@@ -11,8 +11,9 @@
 //
 // Op classes (docs/amp.md lists every op):
 //   low precision: matmul (so Linear) and conv2d cast their floating inputs to the guard's dtype;
-//   f32:           softmax, log_softmax, cross_entropy, batch_norm, sum and mean cast f16 / bf16
-//                  inputs up to f32;
+//   f32:           softmax, log_softmax, cross_entropy, sum and mean cast f16 / bf16 inputs up to f32;
+//   own dtype:     batch_norm keeps its input's dtype (its kernels compute in f32 with f32
+//                  parameters and round the output once);
 //   promote:       binary elementwise ops already run in promote_types of their inputs.
 // Only tensors on the guard's device type are touched; f64 tensors never are.
 //

@@ -19,9 +19,11 @@
 #include <ember/layers/loss.h>
 #include <ember/models/mnist_cnn.h>
 #include "support/error_of.h"
+#include "support/reference.h"
 
 using namespace ember;
 using amp::Autocast;
+using testing::to_f64;
 
 namespace {
 
@@ -92,7 +94,7 @@ TEST_CASE("autocast: conv2d inside the guard gives the low dtype", "[cpu][autogr
   CHECK(conv2d(x, randn({3, 2, 3, 3}, {}, gen)).dtype() == low);
 }
 
-TEST_CASE("autocast: softmax, losses, norms, sums and means run in f32", "[cpu][autograd][autocast]") {
+TEST_CASE("autocast: softmax, losses, sums and means run in f32", "[cpu][autograd][autocast]") {
   const DType low = GENERATE(DType::bf16, DType::f16);
   Generator gen(3);
   Tensor x = randn({4, 5}, {}, gen).to(low);
@@ -105,12 +107,46 @@ TEST_CASE("autocast: softmax, losses, norms, sums and means run in f32", "[cpu][
   CHECK(sum(x, {1}).dtype() == DType::f32);
   CHECK(mean(x).dtype() == DType::f32);
   CHECK(mean(x, {0}, true).dtype() == DType::f32);
-  Tensor img = randn({2, 3, 4, 4}, {}, gen).to(low);
-  Tensor bn = batch_norm(img, ones({3}), zeros({3}), zeros({3}), ones({3}), true);
-  CHECK(bn.dtype() == DType::f32);
   // The softmax of a Linear's low-precision output is f32 too.
   layers::Linear lin(5, 3, true, gen);
   CHECK(softmax(lin.forward(randn({2, 5}, {}, gen)), 1).dtype() == DType::f32);
+}
+
+TEST_CASE("autocast: batch_norm keeps a low-precision input's dtype, f32 statistics and f32 parameter gradients",
+          "[cpu][autograd][autocast]") {
+  const DType low = GENERATE(DType::bf16, DType::f16);
+  Generator gen(5);
+  const Tensor img = randn({2, 3, 4, 4}, {}, gen).to(low);
+  const Tensor w0 = randn({3}, {}, gen), b0 = randn({3}, {}, gen);
+  auto run = [&](bool autocast, Tensor& w, Tensor& b, Tensor& rm) {
+    w = w0.clone();
+    b = b0.clone();
+    w.requires_grad_();
+    b.requires_grad_();
+    rm = zeros({3});
+    Tensor rv = ones({3});
+    Tensor y;
+    {
+      Autocast guard(kCpu, low, autocast);
+      y = batch_norm(img, w, b, rm, rv, true);
+    }
+    sum(y.to(DType::f32) * y.to(DType::f32)).backward();
+    return y;
+  };
+  Tensor w, b, rm, w2, b2, rm2;
+  const Tensor y = run(true, w, b, rm);
+  CHECK(y.dtype() == low);
+  CHECK(w.grad().dtype() == DType::f32);
+  CHECK(b.grad().dtype() == DType::f32);
+  CHECK(rm.dtype() == DType::f32);
+  // The same kernels as without autocast, on the same input: the same results.
+  const Tensor y2 = run(false, w2, b2, rm2);
+  CHECK(to_f64(y) == to_f64(y2));
+  CHECK(to_f64(w.grad()) == to_f64(w2.grad()));
+  CHECK(to_f64(rm) == to_f64(rm2));
+  // An f32 input stays f32.
+  Autocast guard(kCpu, low);
+  CHECK(batch_norm(img.to(DType::f32), w0, b0, zeros({3}), ones({3}), true).dtype() == DType::f32);
 }
 
 TEST_CASE("autocast: binary ops promote to the widest input", "[cpu][autograd][autocast]") {

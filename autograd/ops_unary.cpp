@@ -1,6 +1,6 @@
 // Differentiable unary math. The derivative kernels live in kernels::unary_backward; which of the
 // input x and the output y a closure keeps follows the op list's kernels::unary_grad_reads: Abs,
-// Log, Relu, Gelu read x; Exp, Sqrt, Tanh, Sigmoid read y (kept detached, see
+// Log, Gelu read x; Exp, Sqrt, Tanh, Sigmoid, Relu read y (kept detached, see
 // autograd/function.h); Neg reads neither.
 #include <ember/autograd/ops.h>
 #include <ember/autograd/ops_util.h>

@@ -29,7 +29,7 @@ namespace ember::kernels {
   X(Sqrt, "sqrt", false, Output)       \
   X(Tanh, "tanh", false, Output)       \
   X(Sigmoid, "sigmoid", false, Output) \
-  X(Relu, "relu", true, Input)         \
+  X(Relu, "relu", true, Output)        \
   X(Gelu, "gelu", false, Input)
 
 // EMBER_BINARY_OPS(X): X(Name, "name", on_bool, comparison). `on_bool`: defined for bool operands
@@ -88,7 +88,9 @@ constexpr bool is_comparison(BinaryOp op) { return op_info(op).comparison; }
 /// i32/i64. Gelu is the exact erf form.
 Tensor unary(UnaryOp op, const Tensor& x);
 /// dL/dx for y = op(x), given grad = dL/dy. All three share a shape. Which of x, y the op reads:
-/// Neg: none; Abs, Log, Relu, Gelu: x; Exp, Sqrt, Tanh, Sigmoid: y. The other may be undefined.
+/// Neg: none; Abs, Log, Gelu: x; Exp, Sqrt, Tanh, Sigmoid, Relu: y. The other may be undefined.
+/// (Relu reads y, as y > 0 exactly where x > 0: a ReLU after a batch norm then keeps only its
+/// output alive for the backward, which the next layer saves anyway, and the norm's output is freed.)
 Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y);
 /// out = a op b with broadcasting; comparisons give DType::boolean, others the promoted dtype.
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);

@@ -52,7 +52,7 @@ template <UnaryOp OP, typename A> EMBER_HOST_DEVICE inline A unary_apply(A x) {
   }
 }
 
-/// dL/dx given g = dL/dy and v = x (Abs, Log, Relu, Gelu) or v = y (Exp, Sqrt, Tanh, Sigmoid);
+/// dL/dx given g = dL/dy and v = x (Abs, Log, Gelu) or v = y (Exp, Sqrt, Tanh, Sigmoid, Relu);
 /// v is ignored for Neg.
 template <UnaryOp OP, typename A> EMBER_HOST_DEVICE inline A unary_backward_apply(A g, A v) {
   if constexpr (OP == UnaryOp::Neg) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <ember/autograd/ops.h>
+#include <ember/core/caching_allocator.h>
 #include "support/gradcheck.h"
 #include "support/reference.h"
 
@@ -77,4 +78,22 @@ TEST_CASE("relu and abs gradients at and around zero", "[cpu][autograd]") {
   y.requires_grad_();
   sum(abs(y)).backward();
   check_close(y.grad(), {-1.0, 0.0, 1.0}, 0.0);
+}
+
+TEST_CASE("autograd: relu keeps its output for the backward, not its input", "[cpu][autograd]") {
+  // relu(x * 2): the product is relu's input; the scalar multiply saves nothing, so once relu keeps
+  // only its output the product is freed when the forward returns (a batch norm's output before a
+  // ReLU, in a CNN). The CPU tensors' caching allocator counts the bytes still handed out.
+  auto& host = dynamic_cast<CachingAllocator&>(cpu_allocator());
+  Tensor x = random_tensor({256, 256}, DType::f32, 61);
+  x.requires_grad_();
+  const size_t one = static_cast<size_t>(x.numel()) * sizeof(float);
+  const size_t before = host.stats().allocated;
+  Tensor y = relu(x * 2.0);
+  const size_t live = host.stats().allocated - before;
+  CHECK(live >= one);
+  CHECK(live < one + one / 2);  // y alone, not y and the product
+  sum(y).backward();
+  const std::vector<double> xv = to_f64(x), gv = to_f64(x.grad());
+  for (size_t i = 0; i < xv.size(); ++i) REQUIRE(gv[i] == (xv[i] > 0 ? 2.0 : 0.0));
 }

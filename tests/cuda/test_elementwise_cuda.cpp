@@ -153,7 +153,7 @@ TEST_CASE("cuda unary ops keep NaN, inf and signed zero like the CPU", "[cuda]")
 TEST_CASE("cuda unary_backward matches the CPU", "[cuda]") {
   const Shape shape{31, 19};
   for (UnaryOp op : kUnaryOps) {
-    const bool reads_x = op == UnaryOp::Abs || op == UnaryOp::Log || op == UnaryOp::Relu || op == UnaryOp::Gelu;
+    const bool reads_x = kernels::unary_grad_reads(op) == kernels::UnaryGradReads::Input;
     // tanh' = g (1 - y^2) and gelu' go through a fusable multiply-add or erf/exp: tolerance; the
     // others are products and quotients of single roundings: exact.
     const bool exact = op != UnaryOp::Tanh && op != UnaryOp::Gelu;

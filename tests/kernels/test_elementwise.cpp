@@ -50,9 +50,7 @@ double ref_unary(UnaryOp op, double x) {
   return 0;
 }
 
-bool backward_reads_y(UnaryOp op) {
-  return op == UnaryOp::Exp || op == UnaryOp::Sqrt || op == UnaryOp::Tanh || op == UnaryOp::Sigmoid;
-}
+bool backward_reads_y(UnaryOp op) { return kernels::unary_grad_reads(op) == kernels::UnaryGradReads::Output; }
 
 // dL/dx from g and v = x or y (which one: see kernels/elementwise.h).
 double ref_unary_grad(UnaryOp op, double g, double v) {
@@ -263,13 +261,14 @@ TEST_CASE("unary_backward: every op against the float64 derivative", "[cpu]") {
   }
   Tensor x = from_vector({1, 2}, {2}, {.dtype = DType::f32});
   CHECK_THROWS_WITH(kernels::unary_backward(UnaryOp::Exp, x, x, Tensor()), Catch::Contains("needs y"));
-  CHECK_THROWS_WITH(kernels::unary_backward(UnaryOp::Relu, x, Tensor(), x), Catch::Contains("needs x"));
+  CHECK_THROWS_WITH(kernels::unary_backward(UnaryOp::Relu, x, x, Tensor()), Catch::Contains("needs y"));
+  CHECK_THROWS_WITH(kernels::unary_backward(UnaryOp::Abs, x, Tensor(), x), Catch::Contains("needs x"));
   CHECK_THROWS_WITH(
-      kernels::unary_backward(UnaryOp::Relu, x, from_vector({1, 2, 3}, {3}, {.dtype = DType::f32}), Tensor()),
+      kernels::unary_backward(UnaryOp::Abs, x, from_vector({1, 2, 3}, {3}, {.dtype = DType::f32}), Tensor()),
       Catch::Contains("[2]") && Catch::Contains("[3]"));
-  // Integer relu backward.
-  Tensor xi = from_vector({-3, 0, 5}, {3}, {.dtype = DType::i64});
-  check_close(kernels::unary_backward(UnaryOp::Relu, from_vector({7, 7, 7}, {3}, {.dtype = DType::i64}), xi, Tensor()),
+  // Integer relu backward, from y = relu(x).
+  Tensor yi = kernels::unary(UnaryOp::Relu, from_vector({-3, 0, 5}, {3}, {.dtype = DType::i64}));
+  check_close(kernels::unary_backward(UnaryOp::Relu, from_vector({7, 7, 7}, {3}, {.dtype = DType::i64}), Tensor(), yi),
               {0, 0, 7}, 0.0);
 }
 

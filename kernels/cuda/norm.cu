@@ -23,7 +23,10 @@
 //  * bf16 training goes through f32 copies of x (and dy): cuDNN's legacy batch norm does not
 //    promise bf16, and one rounding at the end loses nothing.
 // cuDNN indexes in 32 bits, and its training kernels fail past N = 880801 (the bound PyTorch
-// found and also enforces); inputs past either limit are refused with a message naming them.
+// found and also enforces). An input past it with one value per (n, c), S == 1 (a channels-last
+// input, which the front sees as (N*H*W, C, 1), or a long (N, C) batch), is normalized as its
+// (1, C, N) transpose, which has the same per-channel statistics and N = 1: two transposing
+// copies, only for these sizes. Other inputs past either limit are refused with a message naming them.
 // Dropout: one thread per Philox block of 4 consecutive elements (core/rng.h's layout: element i
 // uses block offset + i / 4, lane i % 4), grid-stride, 64-bit indices, 16-byte vector loads and
 // stores for f32 (8 bytes for f16/bf16) when both tensors are aligned. The keep test is the
@@ -93,6 +96,21 @@ struct BnDescs {
     CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(bn.get(), x.get(), CUDNN_BATCHNORM_SPATIAL));
   }
 };
+
+/// The (N, C, 1) tensor t as its contiguous (1, C, N) transpose (see the top comment).
+Tensor rows_to_plane(const Tensor& t) {
+  const int64_t N = t.size(0), C = t.size(1);
+  Tensor p = empty({1, C, N}, t.options());
+  copy(p, as_strided_raw(t, {1, C, N}, {N * C, 1, C}, t.offset()));
+  return p;
+}
+/// Writes the (1, C, N) plane p back into the contiguous (N, C, 1) tensor t.
+void plane_to_rows(const Tensor& p, const Tensor& t) {
+  const int64_t N = t.size(0), C = t.size(1);
+  copy(as_strided_raw(t, {1, C, N}, {N * C, 1, C}, t.offset()), p);
+}
+/// True when a training call on x (N, C, S) goes through its transpose (see the top comment).
+bool train_as_plane(const Tensor& x) { return x.size(0) > kMaxTrainingBatch && x.size(2) == 1; }
 
 /// `t` itself, or a (C) tensor of `value` when t is undefined.
 Tensor or_filled(const Tensor& t, int64_t C, DType dt, Device dev, double value) {
@@ -190,8 +208,16 @@ void batch_norm_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, 
     batch_norm_eval_kernel(x, weight, bias, running_mean, running_var, eps, r.out, stream, op);
     return;
   }
+  if (training && train_as_plane(x)) {
+    const Tensor out = empty({1, C, N}, r.out.options());
+    batch_norm_cuda(rows_to_plane(x), weight, bias, running_mean, running_var, true, momentum, eps,
+                    {out, r.save_mean, r.save_invstd});
+    plane_to_rows(out, r.out);
+    return;
+  }
   EMBER_CHECK(!training || N <= kMaxTrainingBatch, op, ": input ", x.shape_str(), " has N = ", N,
-              "; cuDNN's batch-norm training kernels take at most N = ", kMaxTrainingBatch);
+              "; cuDNN's batch-norm training kernels take at most N = ", kMaxTrainingBatch,
+              " (or any N with one value per sample and channel)");
   const DType dt = cudnn_dtype_for(x.dtype());
   const CudnnHandleLease lease = cudnn_handle(x.device(), stream);
   cudnnHandle_t h = lease.get();
@@ -299,9 +325,17 @@ void batch_norm_backward_cuda(const Tensor& grad_out, const Tensor& x, const Ten
     CUDA_CHECK(cudaMemsetAsync(r.grad_bias.data_ptr(), 0, static_cast<size_t>(C) * dtype_size(pd), stream));
     return;
   }
+  if (training && train_as_plane(x)) {
+    const Tensor gx = empty({1, C, N}, r.grad_x.options());
+    batch_norm_backward_cuda(rows_to_plane(grad_out), rows_to_plane(x), weight, save_mean, save_invstd, true, eps,
+                             {gx, r.grad_weight, r.grad_bias});
+    plane_to_rows(gx, r.grad_x);
+    return;
+  }
   if (training) {
     EMBER_CHECK(N <= kMaxTrainingBatch, op, ": input ", x.shape_str(), " has N = ", N,
-                "; cuDNN's batch-norm training kernels take at most N = ", kMaxTrainingBatch);
+                "; cuDNN's batch-norm training kernels take at most N = ", kMaxTrainingBatch,
+                " (or any N with one value per sample and channel)");
     const DType dt = cudnn_dtype_for(x.dtype());
     const CudnnHandleLease lease = cudnn_handle(x.device(), stream);
     cudnnHandle_t h = lease.get();

@@ -277,9 +277,45 @@ TEST_CASE("cuda batch_norm eval past cuDNN's batch limit (N > 65535) and in bf16
 }
 
 TEST_CASE("cuda batch_norm training past cuDNN's batch limit is refused with a message", "[cuda]") {
-  const Tensor x = zeros({880802, 1}, {.dtype = DType::f32, .device = kGpu});
+  const Tensor x = zeros({880802, 1, 2}, {.dtype = DType::f32, .device = kGpu});
   REQUIRE_THROWS_WITH(kernels::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5),
                       Catch::Contains("880801") && Catch::Contains("N = 880802"));
+}
+
+TEST_CASE("cuda batch_norm training past cuDNN's batch limit with one value per (n, c): channels-last and 2-D",
+          "[cuda]") {
+  // A channels-last (870, 2, 32, 32) input is (N*H*W = 890880, C = 2, 1) to the kernels, and a
+  // (890000, 3) batch is (890000, 3, 1): both past N = 880801, both run on their (1, C, N) transpose.
+  uint64_t seed = 900;
+  for (const bool channels_last : {true, false}) {
+    const Shape xs = channels_last ? Shape{870, 2, 32, 32} : Shape{890000, 3};
+    INFO("x " << shape_str(xs) << (channels_last ? " channels_last" : ""));
+    const int64_t C = xs[1];
+    Tensor x = random_tensor(xs, DType::f32, ++seed, -1.0, 3.0, Layout::Contiguous, kGpu);
+    if (channels_last) x = x.contiguous(MemoryFormat::channels_last);
+    const Tensor w = random_tensor({C}, DType::f32, ++seed, 0.5, 1.5, Layout::Contiguous, kGpu);
+    const Tensor b = random_tensor({C}, DType::f32, ++seed, -1.0, 1.0, Layout::Contiguous, kGpu);
+    const std::vector<double> rm0 = random_values(C, ++seed, -0.5, 0.5), rv0 = random_values(C, ++seed, 0.5, 2.0);
+    Tensor rm = from_vector(rm0, {C}, {.dtype = DType::f32, .device = kGpu}),
+           rv = from_vector(rv0, {C}, {.dtype = DType::f32, .device = kGpu});
+    const kernels::BatchNormResult r = kernels::batch_norm(x, w, b, rm, rv, true, 0.1, 1e-5);
+    if (channels_last) CHECK(r.out.suggest_memory_format() == MemoryFormat::channels_last);
+    const BnRef e = ref_batch_norm(xs, to_f64(x), to_f64(w), to_f64(b), rm0, rv0, true, 0.1, 1e-5, DType::f32);
+    check_expect(r.out, e.out);
+    check_expect(r.save_mean, e.save_mean);
+    check_expect(r.save_invstd, e.save_invstd);
+    check_expect(rm, e.running_mean);
+    check_expect(rv, e.running_var);
+
+    Tensor gy = random_tensor(xs, DType::f32, ++seed, -1.0, 1.0, Layout::Contiguous, kGpu);
+    if (channels_last) gy = gy.contiguous(MemoryFormat::channels_last);
+    const kernels::BatchNormGrads g = kernels::batch_norm_backward(gy, x, w, r.save_mean, r.save_invstd, true, 1e-5);
+    const BnGradRef eg = ref_batch_norm_backward(xs, to_f64(gy), to_f64(x), to_f64(w), to_f64(r.save_mean),
+                                                 to_f64(r.save_invstd), true, DType::f32);
+    check_expect(g.grad_x, eg.gx);
+    check_expect(g.grad_weight, eg.gw);
+    check_expect(g.grad_bias, eg.gb);
+  }
 }
 
 TEST_CASE("cuda batch_norm_backward in training (cuDNN) and eval (kernel) matches float64 and the CPU", "[cuda]") {

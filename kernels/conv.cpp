@@ -82,9 +82,11 @@ MemoryFormat conv_layout(const Tensor& lead) {
 }
 
 /// The layout the device's kernels take for `want`: CUDA (cuDNN) computes in either; the CPU
-/// kernels take row-major operands, so a channels-last call on the CPU converts (the CPU is the
-/// reference twin; the layout is for the GPU's tensor cores).
-MemoryFormat run_layout(Device d, MemoryFormat want) { return d.is_cuda() ? want : MemoryFormat::contiguous; }
+/// kernels too, but channels-last only for groups == 1 (a grouped channels-last call on the CPU
+/// converts to row-major and back).
+MemoryFormat run_layout(Device d, MemoryFormat want, const Conv2dParams& p) {
+  return d.is_cuda() || p.groups == 1 ? want : MemoryFormat::contiguous;
+}
 
 /// `out` (computed in layout `run`) in layout `want`.
 Tensor in_layout(const Tensor& out, MemoryFormat want) { return dense_raw(out, want); }
@@ -100,7 +102,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
                 w.shape_str(), ", got shape ", bias.shape_str());
     check_pair(what, bias, "bias", w, "weight");
   }
-  const MemoryFormat want = conv_layout(x), run = run_layout(x.device(), want);
+  const MemoryFormat want = conv_layout(x), run = run_layout(x.device(), want, p);
   Tensor out = empty(out_shape, x.options(), run);
   if (out.numel() == 0) return out;
   conv2d_forward_table(x.device(), dense_raw(x, run), dense_raw(w, run),
@@ -114,7 +116,7 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Shap
   const Shape expect = check_conv_shapes(what, x_shape, w.sizes(), p);
   EMBER_CHECK(grad_out.sizes() == expect, what, ": grad_out has shape ", grad_out.shape_str(), ", expected ",
               shape_str(expect), " for input ", shape_str(x_shape), " and weight ", w.shape_str());
-  const MemoryFormat want = conv_layout(grad_out), run = run_layout(w.device(), want);
+  const MemoryFormat want = conv_layout(grad_out), run = run_layout(w.device(), want, p);
   Tensor grad_x = empty(x_shape, w.options(), run);
   if (grad_x.numel() == 0) return grad_x;
   conv2d_backward_input_table(w.device(), dense_raw(grad_out, run), dense_raw(w, run), p, grad_x);
@@ -127,7 +129,7 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Sha
   const Shape expect = check_conv_shapes(what, x.sizes(), w_shape, p);
   EMBER_CHECK(grad_out.sizes() == expect, what, ": grad_out has shape ", grad_out.shape_str(), ", expected ",
               shape_str(expect), " for input ", x.shape_str(), " and weight ", shape_str(w_shape));
-  const MemoryFormat want = conv_layout(x), run = run_layout(x.device(), want);
+  const MemoryFormat want = conv_layout(x), run = run_layout(x.device(), want, p);
   Tensor grad_w = empty(w_shape, x.options(), run);
   if (grad_w.numel() == 0) return grad_w;
   if (x.numel() == 0) {  // N == 0: no contributions

@@ -1,4 +1,5 @@
-// CPU 2-D convolution: im2col + GEMM, with groups, stride, padding and dilation.
+// CPU 2-D convolution: im2col + GEMM, with groups, stride, padding and dilation. Row-major (NCHW)
+// operands here; channels-last ones (groups == 1) in kernels/cpu/conv_nhwc.cpp.
 //
 // Why it is shaped like this: the GEMMs carry nearly all the FLOPs. The forward and input-gradient
 // GEMMs run one image per pool task (each GEMM single-threaded inside its task), straight into the
@@ -21,108 +22,26 @@
 // f16 / bf16 are computed in f32 and rounded once at the end.
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
 #include <ember/core/thread_pool.h>
 #include <ember/kernels/conv.h>
 #include <ember/kernels/copy.h>
+#include <ember/kernels/cpu/conv_common.h>
 #include <ember/kernels/cpu/cpu_kernels.h>
 #include <ember/kernels/matmul.h>
 
 namespace ember::kernels::cpu {
 namespace {
 
-constexpr int64_t kChunkBytes = int64_t{4} << 20;  // target size of one chunk's column buffer
-constexpr int64_t kGrainElems = int64_t{1} << 14;  // min elements per parallel_for chunk
-
-struct Geometry {
-  int64_t N, C, H, W;  // input
-  int64_t O, kh, kw;  // weight (O, C / G, kh, kw)
-  int64_t Ho, Wo, L;  // output plane, L = Ho * Wo
-  int64_t G, Cg, Og, Kg;  // groups
-  int64_t sh, sw, ph, pw, dh, dw;
-  bool direct;  // 1x1, stride 1, no padding: the column buffer is x itself
-
-  Geometry(const Shape& xs, const Shape& ws, const Shape& os, const Conv2dParams& p)
-      : N(xs[0]),
-        C(xs[1]),
-        H(xs[2]),
-        W(xs[3]),
-        O(ws[0]),
-        kh(ws[2]),
-        kw(ws[3]),
-        Ho(os[2]),
-        Wo(os[3]),
-        L(os[2] * os[3]),
-        G(p.groups),
-        Cg(xs[1] / p.groups),
-        Og(ws[0] / p.groups),
-        Kg(ws[1] * ws[2] * ws[3]),
-        sh(p.stride_h),
-        sw(p.stride_w),
-        ph(p.pad_h),
-        pw(p.pad_w),
-        dh(p.dilation_h),
-        dw(p.dilation_w),
-        direct(ws[2] == 1 && ws[3] == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0) {}
-
-  int64_t col_per_image() const { return C * kh * kw * L; }  // = G * Kg * L
-  /// Images per chunk: as many as fit kChunkBytes, at least one.
-  int64_t chunk(size_t elem) const {
-    const int64_t per = std::max<int64_t>(col_per_image() * static_cast<int64_t>(elem), 1);
-    return std::clamp<int64_t>(kChunkBytes / per, 1, std::max<int64_t>(N, 1));
-  }
-};
-
-/// The column buffer: a per-thread buffer that only grows, reused across calls so it stays mapped
-/// (and warm); a request above kMaxRetainedBytes (huge images, where one image is a chunk) gets a
-/// buffer of its own instead, freed on return, so no thread keeps hundreds of MiB alive.
-constexpr int64_t kMaxRetainedBytes = int64_t{64} << 20;
-template <typename T> class ColumnBuffer {
- public:
-  explicit ColumnBuffer(int64_t n) {
-    thread_local std::vector<T> retained;
-    std::vector<T>* buf = n * static_cast<int64_t>(sizeof(T)) > kMaxRetainedBytes ? &own_ : &retained;
-    if (static_cast<int64_t>(buf->size()) < n) {
-      buf->clear();
-      buf->shrink_to_fit();
-      buf->resize(static_cast<size_t>(n));
-    }
-    data_ = buf->data();
-  }
-  ColumnBuffer(const ColumnBuffer&) = delete;
-  ColumnBuffer& operator=(const ColumnBuffer&) = delete;
-  T* data() const { return data_; }
-
- private:
-  std::vector<T> own_;
-  T* data_ = nullptr;
-};
-
-/// A contiguous tensor over memory owned elsewhere (the column buffer); the caller keeps it alive.
-template <typename T> Tensor wrap(T* p, const Shape& sizes) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage =
-      Storage(DataPtr(p, nullptr, nullptr), static_cast<size_t>(numel_of(sizes)) * sizeof(T), Device::cpu());
-  impl->sizes = sizes;
-  impl->strides = contiguous_strides(sizes);
-  impl->dtype = dtype_of<T>();
-  return Tensor(std::move(impl));
-}
+using namespace conv_detail;
 
 /// The (G, rows, cols) view of image n of a contiguous (N, G * rows, ...) tensor.
 Tensor image_view(const Tensor& t, int64_t n, int64_t G, int64_t rows, int64_t cols) {
   const Shape s{G, rows, cols};
   return as_strided_raw(t, s, contiguous_strides(s), t.offset() + n * G * rows * cols);
-}
-
-/// Range [lo, hi) of output columns ow whose input column ow * sw + off lies in [0, W).
-inline void valid_range(int64_t off, int64_t sw, int64_t W, int64_t Wo, int64_t& lo, int64_t& hi) {
-  lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
-  hi = W - off <= 0 ? 0 : std::min<int64_t>(Wo, (W - off + sw - 1) / sw);
-  lo = std::min(lo, Wo);
-  hi = std::max(hi, lo);
 }
 
 /// The kh * kw rows (each L long) of one input channel plane x (H, W) in the column buffer.
@@ -280,6 +199,26 @@ void backward_weight_impl(const Tensor& gout, const Tensor& x, const Conv2dParam
 
 bool is_half(DType dt) { return dt == DType::f16 || dt == DType::bf16; }
 
+/// The layout of a call: channels-last when any operand is not row-major (the front then made
+/// every operand dense channels-last, groups == 1; kernels/conv.cpp), else row-major.
+MemoryFormat layout_of(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (!t->is_contiguous()) {
+      for ([[maybe_unused]] const Tensor* u : ts)
+        EMBER_DEBUG_ASSERT(u->is_contiguous(MemoryFormat::channels_last), "conv2d (cpu): operand ", u->shape_str(),
+                           " with strides ", shape_str(u->strides()), " is neither row-major nor channels-last");
+      return MemoryFormat::channels_last;
+    }
+  return MemoryFormat::contiguous;
+}
+
+/// t in f32, in layout f (f16 / bf16 are computed in f32).
+Tensor widened(const Tensor& t, MemoryFormat f) {
+  Tensor r = empty(t.sizes(), {.dtype = DType::f32}, f);
+  copy(r, t);
+  return r;
+}
+
 // The fronts (kernels/conv.cpp: conv2d and its backwards, check_pair) refuse non-floating dtypes: debug-only.
 void assert_float(const char* what, DType dt) {
   EMBER_DEBUG_ASSERT(is_floating(dt), what, " (cpu): expected a floating dtype (f32, f64, f16, bf16), got ",
@@ -289,6 +228,12 @@ void assert_float(const char* what, DType dt) {
 void conv2d_forward_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
                         const Tensor& out) {
   assert_float("conv2d", x.dtype());
+  if (const MemoryFormat f = layout_of({&x, &w, &out}); f == MemoryFormat::channels_last) {
+    if (!is_half(x.dtype())) return forward_nhwc(x, w, bias, p, out);
+    const Tensor of = empty(out.sizes(), {.dtype = DType::f32}, f);
+    forward_nhwc(widened(x, f), widened(w, f), bias.defined() ? cast(bias, DType::f32) : Tensor(), p, of);
+    return copy(out, of);
+  }
   switch (x.dtype()) {
     case DType::f64:
       return forward_impl<double>(x, w, bias, p, out);
@@ -305,6 +250,12 @@ void conv2d_forward_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, co
 
 void conv2d_backward_input_cpu(const Tensor& gout, const Tensor& w, const Conv2dParams& p, const Tensor& gx) {
   assert_float("conv2d_backward_input", w.dtype());
+  if (const MemoryFormat f = layout_of({&gout, &w, &gx}); f == MemoryFormat::channels_last) {
+    if (!is_half(w.dtype())) return backward_input_nhwc(gout, w, p, gx);
+    const Tensor gf = empty(gx.sizes(), {.dtype = DType::f32}, f);
+    backward_input_nhwc(widened(gout, f), widened(w, f), p, gf);
+    return copy(gx, gf);
+  }
   if (!is_half(w.dtype())) {
     if (w.dtype() == DType::f64) return backward_input_impl<double>(gout, w, p, gx);
     return backward_input_impl<float>(gout, w, p, gx);
@@ -316,6 +267,12 @@ void conv2d_backward_input_cpu(const Tensor& gout, const Tensor& w, const Conv2d
 
 void conv2d_backward_weight_cpu(const Tensor& gout, const Tensor& x, const Conv2dParams& p, const Tensor& gw) {
   assert_float("conv2d_backward_weight", x.dtype());
+  if (const MemoryFormat f = layout_of({&gout, &x, &gw}); f == MemoryFormat::channels_last) {
+    if (!is_half(x.dtype())) return backward_weight_nhwc(gout, x, p, gw);
+    const Tensor gf = empty(gw.sizes(), {.dtype = DType::f32}, f);
+    backward_weight_nhwc(widened(gout, f), widened(x, f), p, gf);
+    return copy(gw, gf);
+  }
   if (!is_half(x.dtype())) {
     if (x.dtype() == DType::f64) return backward_weight_impl<double>(gout, x, p, gw);
     return backward_weight_impl<float>(gout, x, p, gw);

@@ -1,7 +1,8 @@
 // CPU batch norm and dropout (all floating dtypes).
 //
-// Batch norm: x is a contiguous (N, C, S) view; each task owns whole channels, so per-channel sums
-// never cross tasks and results do not depend on the thread count. Sums accumulate in double;
+// Batch norm: x is a contiguous (N, C, S) view; each task owns whole channels (a block of them
+// when S == 1, see kChannelBlock), so per-channel sums never cross tasks and results do not depend
+// on the thread count. Sums accumulate in double;
 // the variance is two-pass (sum of squared deviations from the mean), which stays accurate when
 // |mean| >> std, where E[x^2] - E[x]^2 cancels. f16 / bf16 inputs keep f32 parameters and
 // statistics (kernels/norm.h); their outputs are computed in f32 and rounded once, as cuDNN does.
@@ -24,11 +25,35 @@ namespace {
 
 constexpr int64_t kGrainElems = 32768;
 
-void for_channels(int64_t C, int64_t per_channel, const std::function<void(int64_t)>& fn) {
-  const int64_t grain = std::max<int64_t>(1, kGrainElems / std::max<int64_t>(per_channel, 1));
-  parallel_for(0, C, grain, [&](int64_t b, int64_t e) {
-    for (int64_t c = b; c < e; ++c) fn(c);
+/// Channels per task: one when each (n, c) holds a plane of S > 1 values (the task walks the
+/// channel's planes), kChannelBlock when S == 1 (a channels-last input, which the front views as
+/// (N*H*W, C, 1), or a 2-D one): a channel's values are then C apart, so a task takes a block of
+/// adjacent channels and walks the rows, using whole cache lines. Each channel's sums still run
+/// over n, then s, in order: the same results for any block size and thread count.
+constexpr int64_t kChannelBlock = 16;
+
+/// Runs fn(c0, c1) over blocks of channels, parallel; M values per channel.
+void for_channel_blocks(int64_t C, int64_t S, int64_t M, const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t block = S == 1 ? kChannelBlock : 1;
+  const int64_t blocks = (C + block - 1) / block;
+  const int64_t grain = std::max<int64_t>(1, kGrainElems / std::max<int64_t>(M * block, 1));
+  parallel_for(0, blocks, grain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) fn(i * block, std::min(C, (i + 1) * block));
   });
+}
+
+/// Calls f(j, i) for every value of channels [c0, c0 + nc) of an (N, C, S) array: j the channel
+/// within the block, i the element's offset; per channel in (n, s) order. S == 1 gets its own loop
+/// (no inner loop of one), which the compiler vectorises over the block.
+template <typename F> inline void for_block_values(int64_t N, int64_t C, int64_t S, int64_t c0, int64_t nc, F&& f) {
+  if (S == 1) {
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t j = 0; j < nc; ++j) f(j, n * C + c0 + j);
+    return;
+  }
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < nc; ++j)
+      for (int64_t i = (n * C + c0 + j) * S, e = i + S; i < e; ++i) f(j, i);
 }
 
 /// Parameter type of input type T: double for double, else float.
@@ -47,45 +72,45 @@ void batch_norm_typed(const Tensor& xt, const Tensor& weight, const Tensor& bias
   P* rv = running_var.defined() ? running_var.data<P>() : nullptr;
   P* save_mean = training ? r.save_mean.data<P>() : nullptr;
   P* save_invstd = training ? r.save_invstd.data<P>() : nullptr;
-  for_channels(C, M, [&](int64_t c) {
-    double mean, invstd;
+  for_channel_blocks(C, S, M, [&](int64_t c0, int64_t c1) {
+    const int64_t nc = c1 - c0;
+    double mean[kChannelBlock], invstd[kChannelBlock];
+    P scale[kChannelBlock], shift[kChannelBlock];
     if (training) {
-      double sum = 0.0;
-      for (int64_t n = 0; n < N; ++n) {
-        const T* xs = x + (n * C + c) * S;
-        for (int64_t s = 0; s < S; ++s) sum += static_cast<double>(xs[s]);
-      }
-      mean = sum / static_cast<double>(M);
-      double sq = 0.0;
-      for (int64_t n = 0; n < N; ++n) {
-        const T* xs = x + (n * C + c) * S;
-        for (int64_t s = 0; s < S; ++s) {
-          const double d = static_cast<double>(xs[s]) - mean;
-          sq += d * d;
+      double sum[kChannelBlock] = {}, sq[kChannelBlock] = {};
+      for_block_values(N, C, S, c0, nc, [&](int64_t j, int64_t i) { sum[j] += static_cast<double>(x[i]); });
+      for (int64_t j = 0; j < nc; ++j) mean[j] = sum[j] / static_cast<double>(M);
+      for_block_values(N, C, S, c0, nc, [&](int64_t j, int64_t i) {
+        const double d = static_cast<double>(x[i]) - mean[j];
+        sq[j] += d * d;
+      });
+      for (int64_t j = 0; j < nc; ++j) {
+        const int64_t c = c0 + j;
+        const double var = sq[j] / static_cast<double>(M);  // biased: what normalizes the batch
+        invstd[j] = 1.0 / std::sqrt(var + eps);
+        save_mean[c] = static_cast<P>(mean[j]);
+        save_invstd[c] = static_cast<P>(invstd[j]);
+        if (rm != nullptr) {
+          const double unbiased = sq[j] / static_cast<double>(M - 1);
+          rm[c] = static_cast<P>((1.0 - momentum) * static_cast<double>(rm[c]) + momentum * mean[j]);
+          rv[c] = static_cast<P>((1.0 - momentum) * static_cast<double>(rv[c]) + momentum * unbiased);
         }
       }
-      const double var = sq / static_cast<double>(M);  // biased: what normalizes the batch
-      invstd = 1.0 / std::sqrt(var + eps);
-      save_mean[c] = static_cast<P>(mean);
-      save_invstd[c] = static_cast<P>(invstd);
-      if (rm != nullptr) {
-        const double unbiased = sq / static_cast<double>(M - 1);
-        rm[c] = static_cast<P>((1.0 - momentum) * static_cast<double>(rm[c]) + momentum * mean);
-        rv[c] = static_cast<P>((1.0 - momentum) * static_cast<double>(rv[c]) + momentum * unbiased);
-      }
     } else {
-      mean = static_cast<double>(rm[c]);
-      invstd = 1.0 / std::sqrt(static_cast<double>(rv[c]) + eps);
+      for (int64_t j = 0; j < nc; ++j) {
+        mean[j] = static_cast<double>(rm[c0 + j]);
+        invstd[j] = 1.0 / std::sqrt(static_cast<double>(rv[c0 + j]) + eps);
+      }
     }
     // y = (x - mean) * invstd * w + b = x * scale + shift
-    const double scale_d = invstd * (w ? static_cast<double>(w[c]) : 1.0);
-    const double shift_d = (b ? static_cast<double>(b[c]) : 0.0) - mean * scale_d;
-    const P scale = static_cast<P>(scale_d), shift = static_cast<P>(shift_d);
-    for (int64_t n = 0; n < N; ++n) {
-      const T* xs = x + (n * C + c) * S;
-      T* os = out + (n * C + c) * S;
-      for (int64_t s = 0; s < S; ++s) os[s] = static_cast<T>(static_cast<P>(xs[s]) * scale + shift);
+    for (int64_t j = 0; j < nc; ++j) {
+      const double scale_d = invstd[j] * (w ? static_cast<double>(w[c0 + j]) : 1.0);
+      scale[j] = static_cast<P>(scale_d);
+      shift[j] = static_cast<P>((b ? static_cast<double>(b[c0 + j]) : 0.0) - mean[j] * scale_d);
     }
+    for_block_values(N, C, S, c0, nc, [&](int64_t j, int64_t i) {
+      out[i] = static_cast<T>(static_cast<P>(x[i]) * scale[j] + shift[j]);
+    });
   });
 }
 
@@ -119,34 +144,31 @@ void batch_norm_backward_typed(const Tensor& got, const Tensor& xt, const Tensor
   T* gx = static_cast<T*>(r.grad_x.data_ptr());
   P* gw = r.grad_weight.data<P>();
   P* gb = r.grad_bias.data<P>();
-  for_channels(C, M, [&](int64_t c) {
-    const double mean = static_cast<double>(sm[c]), invstd = static_cast<double>(si[c]);
-    double sum_g = 0.0, sum_gd = 0.0;  // sum(g), sum(g * (x - mean))
-    for (int64_t n = 0; n < N; ++n) {
-      const T* xs = x + (n * C + c) * S;
-      const T* gs = g + (n * C + c) * S;
-      for (int64_t s = 0; s < S; ++s) {
-        const double gv = static_cast<double>(gs[s]);
-        sum_g += gv;
-        sum_gd += gv * (static_cast<double>(xs[s]) - mean);
-      }
+  for_channel_blocks(C, S, M, [&](int64_t c0, int64_t c1) {
+    const int64_t nc = c1 - c0;
+    double sum_g[kChannelBlock] = {}, sum_gd[kChannelBlock] = {};  // sum(g), sum(g * (x - mean))
+    double mean[kChannelBlock], wi[kChannelBlock], k[kChannelBlock], mg[kChannelBlock];
+    for (int64_t j = 0; j < nc; ++j) mean[j] = static_cast<double>(sm[c0 + j]);
+    for_block_values(N, C, S, c0, nc, [&](int64_t j, int64_t i) {
+      const double gv = static_cast<double>(g[i]);
+      sum_g[j] += gv;
+      sum_gd[j] += gv * (static_cast<double>(x[i]) - mean[j]);
+    });
+    for (int64_t j = 0; j < nc; ++j) {
+      const int64_t c = c0 + j;
+      const double invstd = static_cast<double>(si[c]);
+      const double sum_g_xhat = sum_gd[j] * invstd;
+      gb[c] = static_cast<P>(sum_g[j]);
+      gw[c] = static_cast<P>(sum_g_xhat);
+      wi[j] = (w ? static_cast<double>(w[c]) : 1.0) * invstd;
+      // training: dx = w * invstd * (g - mean(g) - xhat * mean(g * xhat)); eval: dx = w * invstd * g
+      k[j] = training ? sum_g_xhat * invstd / static_cast<double>(M) : 0.0;  // per (x - mean)
+      mg[j] = training ? sum_g[j] / static_cast<double>(M) : 0.0;
     }
-    const double sum_g_xhat = sum_gd * invstd;
-    gb[c] = static_cast<P>(sum_g);
-    gw[c] = static_cast<P>(sum_g_xhat);
-    const double wi = (w ? static_cast<double>(w[c]) : 1.0) * invstd;
-    // training: dx = w * invstd * (g - mean(g) - xhat * mean(g * xhat)); eval: dx = w * invstd * g
-    const double k = training ? sum_g_xhat * invstd / static_cast<double>(M) : 0.0;  // per (x - mean)
-    const double mg = training ? sum_g / static_cast<double>(M) : 0.0;
-    for (int64_t n = 0; n < N; ++n) {
-      const T* xs = x + (n * C + c) * S;
-      const T* gs = g + (n * C + c) * S;
-      T* o = gx + (n * C + c) * S;
-      for (int64_t s = 0; s < S; ++s) {
-        const double d = static_cast<double>(xs[s]) - mean;
-        o[s] = static_cast<T>(wi * (static_cast<double>(gs[s]) - mg - d * k));
-      }
-    }
+    for_block_values(N, C, S, c0, nc, [&](int64_t j, int64_t i) {
+      const double d = static_cast<double>(x[i]) - mean[j];
+      gx[i] = static_cast<T>(wi[j] * (static_cast<double>(g[i]) - mg[j] - d * k[j]));
+    });
   });
 }
 

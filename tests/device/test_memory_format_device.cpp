@@ -219,6 +219,86 @@ DEVICE_TEST_CASE("memory format: conv2d in channels_last equals row-major within
   check_close_cl(gw, kernels::conv2d_backward_weight(gy.contiguous(), x.contiguous(), w.sizes(), p), bw);
 }
 
+DEVICE_TEST_CASE("memory format: conv2d in channels_last across strides, padding, dilation, 1x1, groups and bias",
+                 "[memory_format][conv]") {
+  // Bounds as above: each result sums k products (k = C/g * kh * kw forward, O/g * kh * kw for an
+  // input gradient, N * Ho * Wo for a weight gradient; the bias is one more term) accumulated in
+  // f32, so the two layouts differ by at most 2 * gamma_k times the float64 sum of magnitudes.
+  const Device dev = test_device();
+  struct Case {
+    Shape w;
+    kernels::Conv2dParams p;
+  };
+  auto params = [](int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t g) {
+    kernels::Conv2dParams p;
+    p.stride_h = sh, p.stride_w = sw, p.pad_h = ph, p.pad_w = pw, p.dilation_h = dh, p.dilation_w = dw, p.groups = g;
+    return p;
+  };
+  const std::vector<Case> cases = {
+      {{6, 4, 3, 3}, params(2, 2, 1, 1, 1, 1, 1)},  // ResNet's downsampling 3x3
+      {{6, 4, 1, 1}, params(1, 1, 0, 0, 1, 1, 1)},  // 1x1: the input is the column buffer
+      {{6, 4, 1, 1}, params(2, 2, 0, 0, 1, 1, 1)},  // ResNet's 1x1 shortcut
+      {{5, 4, 2, 3}, params(2, 1, 1, 0, 1, 2, 1)},  // uneven kernel, stride, padding, dilation
+      {{6, 2, 3, 3}, params(1, 1, 1, 1, 1, 1, 2)},  // two groups
+  };
+  const double u = std::ldexp(1.0, -24);
+  auto abs64 = [](const Tensor& t) {
+    return kernels::unary(kernels::UnaryOp::Abs, t.to(Device::cpu()).contiguous().to(DType::f64));
+  };
+  auto bounds = [&](const Tensor& mag, int64_t k) {
+    const double gamma = static_cast<double>(k) * u / (1 - static_cast<double>(k) * u);
+    std::vector<double> b = to_f64(mag);
+    for (double& v : b) v = 2 * gamma * v + 1e-30;
+    return b;
+  };
+  uint64_t seed = 40;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& k = cases[i];
+    INFO("case " << i << ": weight " << shape_str(k.w) << ", groups " << k.p.groups);
+    const Tensor x = random_tensor({2, 4, 6, 7}, DType::f32, ++seed, -1.0, 1.0, Layout::Contiguous, dev)
+                         .contiguous(MemoryFormat::channels_last);
+    const Tensor w = random_tensor(k.w, DType::f32, ++seed, -1.0, 1.0, Layout::Contiguous, dev);
+    const Tensor wc = w.contiguous(MemoryFormat::channels_last);
+    const Tensor b = random_tensor({k.w[0]}, DType::f32, ++seed, -1.0, 1.0, Layout::Contiguous, dev);
+    const Tensor y = kernels::conv2d(x, wc, b, k.p);
+    const int64_t taps = k.w[2] * k.w[3];
+    check_close_cl(y, kernels::conv2d(x.contiguous(), w, b, k.p),
+                   bounds(kernels::conv2d(abs64(x), abs64(w), abs64(b), k.p), k.w[1] * taps + 1));
+    const Tensor gy = random_tensor(y.sizes(), DType::f32, ++seed, -1.0, 1.0, Layout::Contiguous, dev)
+                          .contiguous(MemoryFormat::channels_last);
+    check_close_cl(
+        kernels::conv2d_backward_input(gy, wc, x.sizes(), k.p),
+        kernels::conv2d_backward_input(gy.contiguous(), w, x.sizes(), k.p),
+        bounds(kernels::conv2d_backward_input(abs64(gy), abs64(w), x.sizes(), k.p), k.w[0] / k.p.groups * taps));
+    check_close_cl(kernels::conv2d_backward_weight(gy, x, w.sizes(), k.p),
+                   kernels::conv2d_backward_weight(gy.contiguous(), x.contiguous(), w.sizes(), k.p),
+                   bounds(kernels::conv2d_backward_weight(abs64(gy), abs64(x), w.sizes(), k.p), gy.numel() / k.w[0]));
+  }
+}
+
+DEVICE_TEST_CASE("memory format: conv2d in bf16 channels_last rounds the f32 result once, as row-major does",
+                 "[memory_format][conv]") {
+  // Both layouts compute in f32 (the CPU widens, cuDNN accumulates in f32) and round once to
+  // bf16: the results differ by the f32 sums' difference plus one bf16 rounding each side.
+  const Device dev = test_device();
+  kernels::Conv2dParams p;
+  p.pad_h = p.pad_w = 1;
+  const Tensor x = random_tensor({2, 4, 6, 7}, DType::bf16, 50, -1.0, 1.0, Layout::Contiguous, dev)
+                       .contiguous(MemoryFormat::channels_last);
+  const Tensor w = random_tensor({6, 4, 3, 3}, DType::bf16, 51, -1.0, 1.0, Layout::Contiguous, dev);
+  const Tensor y = kernels::conv2d(x, w.contiguous(MemoryFormat::channels_last), Tensor(), p);
+  CHECK(y.dtype() == DType::bf16);
+  const std::vector<double> a = to_f64(y), r = to_f64(kernels::conv2d(x.contiguous(), w, Tensor(), p));
+  const std::vector<double> mag =
+      to_f64(kernels::conv2d(kernels::unary(kernels::UnaryOp::Abs, x.to(Device::cpu()).contiguous().to(DType::f64)),
+                             kernels::unary(kernels::UnaryOp::Abs, w.to(Device::cpu()).to(DType::f64)), Tensor(), p));
+  const double ub = std::ldexp(1.0, -8), uf = std::ldexp(1.0, -24), gamma = 36 * uf / (1 - 36 * uf);
+  REQUIRE(a.size() == r.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(std::fabs(a[i] - r[i]) <= ub * (std::fabs(a[i]) + std::fabs(r[i])) / (1 - ub) + 2 * gamma * mag[i] + 1e-30))
+      FAIL_CHECK("element " << i << ": " << a[i] << " vs " << r[i]);
+}
+
 DEVICE_TEST_CASE("memory format: batch norm keeps channels_last, values as row-major", "[memory_format][norm]") {
   const Device dev = test_device();
   // f64: the statistics of 40 values per channel are summed in another order in each layout; the
@@ -261,4 +341,37 @@ DEVICE_TEST_CASE("memory format: dropout masks channels_last in place, in NHWC o
   xa.requires_grad_();
   sum(dropout(xa, 0.4, 7, 3) * x).backward();  // d/dxa = x * keep / (1 - p) = y
   CHECK(to_f64(xa.grad()) == yv);
+}
+
+namespace {
+// A spy in the dispatch table: records whether the convolution kernel received channels-last operands.
+kernels::Conv2dForwardFn* g_real_conv = nullptr;
+bool g_conv_saw_channels_last = false;
+void spy_conv(const Tensor& x, const Tensor& w, const Tensor& bias, const kernels::Conv2dParams& p, const Tensor& out) {
+  const MemoryFormat cl = MemoryFormat::channels_last;
+  g_conv_saw_channels_last = x.is_contiguous(cl) && !x.is_contiguous() && w.is_contiguous(cl) && !w.is_contiguous() &&
+                             out.is_contiguous(cl) && !out.is_contiguous();
+  g_real_conv(x, w, bias, p, out);
+}
+}  // namespace
+
+DEVICE_TEST_CASE("memory format: the conv2d kernel gets channels_last operands and writes the result in place",
+                 "[memory_format][conv]") {
+  const DeviceType type = test_device().type();
+  g_real_conv = kernels::conv2d_forward_table.get(type);
+  kernels::conv2d_forward_table.set(type, &spy_conv);
+  g_conv_saw_channels_last = false;
+  const Tensor x = channels_last_input(DType::f32, 60);
+  const Tensor w = random_tensor({4, 3, 3, 3}, DType::f32, 61, -1.0, 1.0, Layout::Contiguous, test_device())
+                       .contiguous(MemoryFormat::channels_last);
+  Tensor y;
+  try {
+    y = kernels::conv2d(x, w, Tensor(), {});
+  } catch (...) {
+    kernels::conv2d_forward_table.set(type, g_real_conv);
+    throw;
+  }
+  kernels::conv2d_forward_table.set(type, g_real_conv);
+  CHECK(g_conv_saw_channels_last);
+  CHECK(y.suggest_memory_format() == MemoryFormat::channels_last);
 }

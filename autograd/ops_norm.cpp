@@ -50,7 +50,7 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
   Tensor out = kernels::dropout(x, p, seed, offset);
   if (needs_grad(x)) {
     // The backward regenerates the mask in the layout the forward drew it in.
-    const MemoryFormat f = kernels::dropout_format(x);
+    const MemoryFormat f = x.suggest_memory_format();
     record(
         out, "DropoutBackward",
         [p, seed, offset, f](const Tensor& g) { return TensorList{kernels::dropout_backward(g, p, seed, offset, f)}; },

@@ -267,8 +267,7 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 namespace {
 /// A copy of t laid out as `format`; its gradient passes through unchanged.
 Tensor copy_as(const Tensor& t, MemoryFormat format) {
-  Tensor out = empty(t.sizes(), t.options(), format);
-  kernels::copy(out, t);
+  Tensor out = kernels::copy_in_layout(t, format);
   if (needs_grad(t))
     record(
         out, "CloneBackward", [](const Tensor& g) { return TensorList{g}; }, t);

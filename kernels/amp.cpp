@@ -30,8 +30,7 @@ void non_finite_check_and_unscale_(const std::vector<Tensor>& tensors, const Ten
     if (t.is_contiguous(t.suggest_memory_format())) {  // each tensor is one flat pass: any dense layout
       work.push_back(t);
     } else {
-      Tensor c = empty(t.sizes(), t.options());
-      copy(c, t);
+      Tensor c = copy_in_layout(t, MemoryFormat::contiguous);
       writeback.emplace_back(t, c);
       work.push_back(c);
     }

@@ -1,6 +1,6 @@
 // Front of 2-D convolution: parameter and shape checks (every message names the shapes involved),
-// the layout (row-major, or channels-last when the input is: computed so on CUDA, converted on the
-// CPU), output allocation, operands dense in that layout, dispatch by device.
+// the layout (row-major, or channels-last when the leading input is; the CPU converts a grouped
+// channels-last call), output allocation, operands dense in that layout, dispatch by device.
 #include <ember/kernels/conv.h>
 
 #include <sstream>
@@ -75,21 +75,13 @@ int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, i
 
 namespace {
 
-/// The layout a convolution computes in and returns: channels-last when `lead` (the forward's and
-/// the weight gradient's input, the input gradient's grad_out) is, else row-major.
-MemoryFormat conv_layout(const Tensor& lead) {
-  return lead.dim() == 4 ? lead.suggest_memory_format() : MemoryFormat::contiguous;
-}
-
-/// The layout the device's kernels take for `want`: CUDA (cuDNN) computes in either; the CPU
-/// kernels too, but channels-last only for groups == 1 (a grouped channels-last call on the CPU
-/// converts to row-major and back).
+/// The layout the device's kernels compute in for a call whose result is wanted as `want` (the
+/// layout of the forward's and weight gradient's input, of the input gradient's grad_out): CUDA
+/// (cuDNN) computes in either; the CPU too, but channels-last only for groups == 1 (a grouped
+/// channels-last call on the CPU converts to row-major and back).
 MemoryFormat run_layout(Device d, MemoryFormat want, const Conv2dParams& p) {
   return d.is_cuda() || p.groups == 1 ? want : MemoryFormat::contiguous;
 }
-
-/// `out` (computed in layout `run`) in layout `want`.
-Tensor in_layout(const Tensor& out, MemoryFormat want) { return dense_raw(out, want); }
 
 }  // namespace
 
@@ -102,12 +94,12 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
                 w.shape_str(), ", got shape ", bias.shape_str());
     check_pair(what, bias, "bias", w, "weight");
   }
-  const MemoryFormat want = conv_layout(x), run = run_layout(x.device(), want, p);
+  const MemoryFormat want = x.suggest_memory_format(), run = run_layout(x.device(), want, p);
   Tensor out = empty(out_shape, x.options(), run);
   if (out.numel() == 0) return out;
   conv2d_forward_table(x.device(), dense_raw(x, run), dense_raw(w, run),
-                       bias.defined() ? contiguous_raw(bias) : Tensor(), p, out);
-  return in_layout(out, want);
+                       bias.defined() ? contiguous_raw(bias) : Tensor(), p, out, run);
+  return dense_raw(out, want);
 }
 
 Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Shape& x_shape, const Conv2dParams& p) {
@@ -116,11 +108,11 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Shap
   const Shape expect = check_conv_shapes(what, x_shape, w.sizes(), p);
   EMBER_CHECK(grad_out.sizes() == expect, what, ": grad_out has shape ", grad_out.shape_str(), ", expected ",
               shape_str(expect), " for input ", shape_str(x_shape), " and weight ", w.shape_str());
-  const MemoryFormat want = conv_layout(grad_out), run = run_layout(w.device(), want, p);
+  const MemoryFormat want = grad_out.suggest_memory_format(), run = run_layout(w.device(), want, p);
   Tensor grad_x = empty(x_shape, w.options(), run);
   if (grad_x.numel() == 0) return grad_x;
-  conv2d_backward_input_table(w.device(), dense_raw(grad_out, run), dense_raw(w, run), p, grad_x);
-  return in_layout(grad_x, want);
+  conv2d_backward_input_table(w.device(), dense_raw(grad_out, run), dense_raw(w, run), p, grad_x, run);
+  return dense_raw(grad_x, want);
 }
 
 Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Shape& w_shape, const Conv2dParams& p) {
@@ -129,15 +121,15 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Sha
   const Shape expect = check_conv_shapes(what, x.sizes(), w_shape, p);
   EMBER_CHECK(grad_out.sizes() == expect, what, ": grad_out has shape ", grad_out.shape_str(), ", expected ",
               shape_str(expect), " for input ", x.shape_str(), " and weight ", shape_str(w_shape));
-  const MemoryFormat want = conv_layout(x), run = run_layout(x.device(), want, p);
+  const MemoryFormat want = x.suggest_memory_format(), run = run_layout(x.device(), want, p);
   Tensor grad_w = empty(w_shape, x.options(), run);
   if (grad_w.numel() == 0) return grad_w;
   if (x.numel() == 0) {  // N == 0: no contributions
     fill(grad_w, 0.0);
-    return in_layout(grad_w, want);
+    return dense_raw(grad_w, want);
   }
-  conv2d_backward_weight_table(x.device(), dense_raw(grad_out, run), dense_raw(x, run), p, grad_w);
-  return in_layout(grad_w, want);
+  conv2d_backward_weight_table(x.device(), dense_raw(grad_out, run), dense_raw(x, run), p, grad_w, run);
+  return dense_raw(grad_w, want);
 }
 
 }  // namespace ember::kernels

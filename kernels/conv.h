@@ -27,13 +27,14 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Shap
 /// dL/dw (shape w_shape) from grad_out and x.
 Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Shape& w_shape, const Conv2dParams& p);
 
-// ---- implementation signatures: all tensors contiguous, one float dtype ----
+// ---- implementation signatures: one float dtype; the 4-D tensors dense in the layout f (row-major,
+// or channels-last), the bias contiguous ----
 using Conv2dForwardFn = void(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
-                             const Tensor& out);
-using Conv2dBackwardInputFn = void(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p,
-                                   const Tensor& grad_x);
+                             const Tensor& out, MemoryFormat f);
+using Conv2dBackwardInputFn = void(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p, const Tensor& grad_x,
+                                   MemoryFormat f);
 using Conv2dBackwardWeightFn = void(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
-                                    const Tensor& grad_w);
+                                    const Tensor& grad_w, MemoryFormat f);
 extern DispatchTable<Conv2dForwardFn> conv2d_forward_table;
 extern DispatchTable<Conv2dBackwardInputFn> conv2d_backward_input_table;
 extern DispatchTable<Conv2dBackwardWeightFn> conv2d_backward_weight_table;

@@ -83,19 +83,17 @@ Tensor cast(const Tensor& src, DType dtype) {
   return out;
 }
 
-Tensor contiguous_raw(const Tensor& x) {
-  if (x.is_contiguous()) return x;
-  Tensor out = empty(x.sizes(), x.options());
+Tensor copy_in_layout(const Tensor& x, MemoryFormat format) {
+  Tensor out = empty(x.sizes(), x.options(), format);
   copy(out, x);
   return out;
 }
 
+Tensor contiguous_raw(const Tensor& x) { return x.is_contiguous() ? x : copy_in_layout(x, MemoryFormat::contiguous); }
+
 Tensor dense_raw(const Tensor& x, MemoryFormat format) {
   if (format == MemoryFormat::contiguous) return contiguous_raw(x);
-  if (x.suggest_memory_format() == format) return x;
-  Tensor out = empty(x.sizes(), x.options(), format);
-  copy(out, x);
-  return out;
+  return x.suggest_memory_format() == format ? x : copy_in_layout(x, format);
 }
 
 Tensor raw_view(const Tensor& x, const Shape& sizes) {

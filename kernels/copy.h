@@ -19,6 +19,8 @@ Tensor cast(const Tensor& src, DType dtype);
 /// expand() makes). Writing into such a view has no single answer (CPU and GPU would differ), so
 /// copy and index_add refuse it.
 bool has_internal_overlap(const Tensor& t);
+/// A new copy of x on x's device laid out as `format`, with its strides exactly (no autograd).
+Tensor copy_in_layout(const Tensor& x, MemoryFormat format);
 /// x itself when contiguous, else a contiguous copy on x's device (no autograd).
 Tensor contiguous_raw(const Tensor& x);
 /// x itself when laid out as `format` (for channels_last: as suggest_memory_format() reads it),

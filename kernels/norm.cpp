@@ -13,18 +13,16 @@ DispatchTable<DropoutFn> dropout_table("dropout");
 
 namespace {
 
-/// x (N, C, ...) as a contiguous (N, C, S) view, S = product of the trailing dims (1 for 2-D x).
-Tensor as_ncs(const Tensor& xc) {
+/// x (N, C, ...), dense in layout f, as a contiguous (N, C, S) view, S = product of the trailing
+/// dims (1 for 2-D x). Channels-last memory is (N, H, W, C) row-major: the same per-channel
+/// statistics are those of N*H*W samples of one value each, so the (N*H*W, C, 1) row-major view
+/// feeds the same kernels.
+Tensor as_ncs(const Tensor& xc, MemoryFormat f) {
   const int64_t N = xc.size(0), C = xc.size(1);
   const int64_t S = C == 0 || N == 0 ? 0 : xc.numel() / (N * C);
-  // Channels-last memory is (N, H, W, C) row-major: the same per-channel statistics are those of
-  // N*H*W samples of one value each, so the (N*H*W, C, 1) row-major view feeds the same kernels.
-  const Shape s = xc.suggest_memory_format() == MemoryFormat::channels_last ? Shape{N * S, C, 1} : Shape{N, C, S};
+  const Shape s = f == MemoryFormat::channels_last ? Shape{N * S, C, 1} : Shape{N, C, S};
   return as_strided_raw(xc, s, contiguous_strides(s), xc.offset());
 }
-
-/// The layout batch norm computes in: channels-last when the input is (4-D), else row-major.
-MemoryFormat bn_layout(const Tensor& x) { return x.dim() == 4 ? x.suggest_memory_format() : MemoryFormat::contiguous; }
 
 DType param_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
 
@@ -69,7 +67,7 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& weight, const Tensor& 
     EMBER_CHECK(running_mean.defined() && running_var.defined(), op,
                 ": eval mode normalizes with the running statistics, which are undefined");
   }
-  const MemoryFormat f = bn_layout(x);
+  const MemoryFormat f = x.suggest_memory_format();  // batch norm computes in x's layout
   BatchNormResult r;
   r.out = empty(x.sizes(), x.options(), f);
   if (training) {
@@ -79,8 +77,9 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& weight, const Tensor& 
   if (x.numel() == 0) return r;
   const Tensor w = weight.defined() ? contiguous_raw(weight) : Tensor();
   const Tensor b = bias.defined() ? contiguous_raw(bias) : Tensor();
-  BatchNormResult view{as_ncs(r.out), r.save_mean, r.save_invstd};
-  batch_norm_table(x.device(), as_ncs(dense_raw(x, f)), w, b, running_mean, running_var, training, momentum, eps, view);
+  BatchNormResult view{as_ncs(r.out, f), r.save_mean, r.save_invstd};
+  batch_norm_table(x.device(), as_ncs(dense_raw(x, f), f), w, b, running_mean, running_var, training, momentum, eps,
+                   view);
   return r;
 }
 
@@ -97,7 +96,7 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, cons
   check_channel(op, save_mean, "save_mean", x, false);
   check_channel(op, save_invstd, "save_invstd", x, false);
   const int64_t C = x.size(1);
-  const MemoryFormat f = bn_layout(x);
+  const MemoryFormat f = x.suggest_memory_format();  // batch norm computes in x's layout
   BatchNormGrads g;
   g.grad_x = empty(x.sizes(), x.options(), f);
   g.grad_weight = empty({C}, {.dtype = param_dtype(x.dtype()), .device = x.device()});
@@ -108,8 +107,8 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, cons
     return g;
   }
   const Tensor go = dense_raw(grad_out.dtype() == x.dtype() ? grad_out : cast(grad_out, x.dtype()), f);
-  BatchNormGrads view{as_ncs(g.grad_x), g.grad_weight, g.grad_bias};
-  batch_norm_backward_table(x.device(), as_ncs(go), as_ncs(dense_raw(x, f)),
+  BatchNormGrads view{as_ncs(g.grad_x, f), g.grad_weight, g.grad_bias};
+  batch_norm_backward_table(x.device(), as_ncs(go, f), as_ncs(dense_raw(x, f), f),
                             weight.defined() ? contiguous_raw(weight) : Tensor(), contiguous_raw(save_mean),
                             contiguous_raw(save_invstd), training, eps, view);
   return g;
@@ -136,12 +135,9 @@ Tensor dropout_impl(const char* op, const Tensor& x, double p, uint64_t seed, ui
 
 }  // namespace
 
-MemoryFormat dropout_format(const Tensor& x) {
-  return x.dim() == 4 ? x.suggest_memory_format() : MemoryFormat::contiguous;
-}
-
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
-  return dropout_impl("dropout", x, p, seed, offset, x.defined() ? dropout_format(x) : MemoryFormat::contiguous);
+  return dropout_impl("dropout", x, p, seed, offset,
+                      x.defined() ? x.suggest_memory_format() : MemoryFormat::contiguous);
 }
 
 Tensor dropout_backward(const Tensor& grad, double p, uint64_t seed, uint64_t offset, MemoryFormat format) {

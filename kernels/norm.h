@@ -38,16 +38,14 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, cons
 EMBER_HOST_DEVICE inline uint32_t dropout_threshold(double p) { return static_cast<uint32_t>(::ceil(p * 16777216.0)); }
 /// y = x * keep / (1 - p), keep = (u >= p) with u the Philox uniform of element i at
 /// (seed, offset) — so the mask is regenerated, not stored, for the backward. i counts the elements
-/// in the memory order of x's layout (dropout_format(x)): a channels-last x is masked in place, in
-/// NHWC order, so its mask differs from a row-major x's. 0 <= p <= 1; the front handles p == 1 (all
+/// in the memory order of x's layout (x.suggest_memory_format()): a channels-last x is masked in
+/// place, in NHWC order, so its mask differs from a row-major x's. 0 <= p <= 1; the front handles p == 1 (all
 /// zeros) itself, so implementations only see p < 1 and dense x, out of one layout.
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset);
 /// grad * keep / (1 - p) with the mask dropout() drew for an x of layout `format`
-/// (dropout_format(x)); the result has that layout.
+/// (x.suggest_memory_format()); the result has that layout.
 Tensor dropout_backward(const Tensor& grad, double p, uint64_t seed, uint64_t offset,
                         MemoryFormat format = MemoryFormat::contiguous);
-/// The layout dropout() computes in for x: its channels-last layout, else row-major.
-MemoryFormat dropout_format(const Tensor& x);
 
 // ---- implementation signatures: contiguous tensors; x viewed as (N, C, S) with S = H*W ----
 using BatchNormFn = void(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,

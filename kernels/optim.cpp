@@ -52,16 +52,12 @@ void check_state(const char* op, size_t i, const char* name, const Tensor& p, co
 /// stand-in) pairs to copy back after the kernel.
 Tensor inplace_operand(const Tensor& t, MemoryFormat format, std::vector<std::pair<Tensor, Tensor>>& writeback) {
   if (!t.defined() || t.is_contiguous(format)) return t;
-  Tensor c = empty(t.sizes(), t.options(), format);
-  copy(c, t);
+  Tensor c = copy_in_layout(t, format);
   writeback.emplace_back(t, c);
   return c;
 }
 Tensor read_operand(const Tensor& t, MemoryFormat format) {
-  if (t.is_contiguous(format)) return t;
-  Tensor c = empty(t.sizes(), t.options(), format);
-  copy(c, t);
-  return c;
+  return t.is_contiguous(format) ? t : copy_in_layout(t, format);
 }
 
 /// Key grouping slots that one implementation call can take together.

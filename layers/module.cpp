@@ -155,20 +155,15 @@ Module& Module::to(DType dtype) {
 
 Module& Module::to(MemoryFormat format) {
   NoGradGuard no_grad;
-  // A copy laid out as `format` (also for a tensor in both layouts whose strides say the other).
-  auto relaid = [format](const Tensor& t) {
-    Tensor c = empty(t.sizes(), t.options(), format);
-    kernels::copy(c, t);
-    return c;
-  };
+  // Copied with format's exact strides (also a tensor in both layouts whose strides say the other).
   for (auto& [n, p] : params_) {
     if (p.dim() != 4 || p.suggest_memory_format() == format) continue;
     Tensor g = p.grad();
-    rebind_in_place(p, relaid(p));
-    if (g.defined()) p.set_grad(relaid(g));
+    rebind_in_place(p, kernels::copy_in_layout(p, format));
+    if (g.defined()) p.set_grad(kernels::copy_in_layout(g, format));
   }
   for (auto& [n, b] : buffers_)
-    if (b.dim() == 4 && b.suggest_memory_format() != format) rebind_in_place(b, relaid(b));
+    if (b.dim() == 4 && b.suggest_memory_format() != format) rebind_in_place(b, kernels::copy_in_layout(b, format));
   for (auto& [n, c] : children_) c->to(format);
   return *this;
 }

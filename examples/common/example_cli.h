@@ -177,20 +177,6 @@ inline int64_t count_parameters(ember::layers::Module& model) {
   return n;
 }
 
-/// Mean cross-entropy and accuracy (a fraction) over a test split.
-struct EvalResult {
-  double loss = 0, accuracy = 0;
-};
-
-/// Mean cross-entropy and accuracy over LOADER's examples, in eval mode (BatchNorm's running
-/// statistics, no dropout) and without a graph; MODEL is back in train mode afterwards. DEV is
-/// where LOADER's batches live. Logits are (B, classes), targets (B) i64.
-///
-/// Sharded evaluation: when LOADER's sampler is a data::DistributedSampler (this rank's share of
-/// the test split) and GROUP is given, each rank counts only the real rows of its share (the
-/// padding that evens out the shares comes last and is skipped) and one all-reduce of the totals
-/// gives every rank the result over the whole split, each example counted exactly once. Every rank
-/// of GROUP must call it (MODEL may be a DistributedDataParallel: its forwards are collective).
 /// --channels-last: the model's 4-D weights (Module::to) and every input batch laid out
 /// channels-last (docs/amp.md, Channels last).
 inline void add_channels_last_flag(std::vector<Flag>& flags, bool& on) {
@@ -205,6 +191,20 @@ inline ember::Tensor in_format(const ember::Tensor& x, ember::MemoryFormat forma
   return x.dim() == 4 ? x.contiguous(format) : x;
 }
 
+/// Mean cross-entropy and accuracy (a fraction) over a test split.
+struct EvalResult {
+  double loss = 0, accuracy = 0;
+};
+
+/// Mean cross-entropy and accuracy over LOADER's examples, in eval mode (BatchNorm's running
+/// statistics, no dropout) and without a graph; MODEL is back in train mode afterwards. DEV is
+/// where LOADER's batches live. Logits are (B, classes), targets (B) i64.
+///
+/// Sharded evaluation: when LOADER's sampler is a data::DistributedSampler (this rank's share of
+/// the test split) and GROUP is given, each rank counts only the real rows of its share (the
+/// padding that evens out the shares comes last and is skipped) and one all-reduce of the totals
+/// gives every rank the result over the whole split, each example counted exactly once. Every rank
+/// of GROUP must call it (MODEL may be a DistributedDataParallel: its forwards are collective).
 /// INPUT_FORMAT: the layout the batches are given to MODEL in (--channels-last).
 inline EvalResult evaluate(ember::layers::Module& model, ember::data::DataLoader& loader, ember::Device dev,
                            ember::parallel::ProcessGroup* group = nullptr,

@@ -292,8 +292,7 @@ inline std::pair<ember::Tensor, bool> train_batch(ember::layers::Module& net, em
     auto no_sync = run.no_sync_unless(step);  // DDP: reduce the gradients once per step
     {
       auto low = precision.autocast();  // the forward and the loss only (docs/amp.md)
-      const ember::Tensor x = batch.input.dim() == 4 ? batch.input.contiguous(input_format) : batch.input;
-      loss = ember::layers::cross_entropy(net.forward(x), batch.target);  // 0-d, f32
+      loss = ember::layers::cross_entropy(net.forward(in_format(batch.input, input_format)), batch.target);  // 0-d, f32
     }
     precision.scaler().scale(accumulation.scaled(loss, i)).backward();
   }

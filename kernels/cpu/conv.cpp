@@ -199,20 +199,14 @@ void backward_weight_impl(const Tensor& gout, const Tensor& x, const Conv2dParam
 
 bool is_half(DType dt) { return dt == DType::f16 || dt == DType::bf16; }
 
-/// The layout of a call: channels-last when any operand is not row-major (the front then made
-/// every operand dense channels-last, groups == 1; kernels/conv.cpp), else row-major.
-MemoryFormat layout_of(std::initializer_list<const Tensor*> ts) {
-  for (const Tensor* t : ts)
-    if (!t->is_contiguous()) {
-      for ([[maybe_unused]] const Tensor* u : ts)
-        EMBER_DEBUG_ASSERT(u->is_contiguous(MemoryFormat::channels_last), "conv2d (cpu): operand ", u->shape_str(),
-                           " with strides ", shape_str(u->strides()), " is neither row-major nor channels-last");
-      return MemoryFormat::channels_last;
-    }
-  return MemoryFormat::contiguous;
+// The front (kernels/conv.cpp) passes the 4-D operands dense in f: debug-only.
+void assert_layout(const char* what, MemoryFormat f, std::initializer_list<const Tensor*> ts) {
+  for ([[maybe_unused]] const Tensor* t : ts)
+    EMBER_DEBUG_ASSERT(t->is_contiguous(f), what, " (cpu): operand ", t->shape_str(), " with strides ",
+                       shape_str(t->strides()), " is not dense ", memory_format_name(f));
 }
 
-/// t in f32, in layout f (f16 / bf16 are computed in f32).
+/// t in f32, laid out as f.
 Tensor widened(const Tensor& t, MemoryFormat f) {
   Tensor r = empty(t.sizes(), {.dtype = DType::f32}, f);
   copy(r, t);
@@ -225,61 +219,48 @@ void assert_float(const char* what, DType dt) {
                      dtype_name(dt));
 }
 
-void conv2d_forward_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
-                        const Tensor& out) {
+// f16 / bf16 are computed in f32 (operands widened in their layout) and rounded once at the end.
+
+void conv2d_forward_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, const Tensor& out,
+                        MemoryFormat f) {
   assert_float("conv2d", x.dtype());
-  if (const MemoryFormat f = layout_of({&x, &w, &out}); f == MemoryFormat::channels_last) {
-    if (!is_half(x.dtype())) return forward_nhwc(x, w, bias, p, out);
+  assert_layout("conv2d", f, {&x, &w, &out});
+  if (is_half(x.dtype())) {
     const Tensor of = empty(out.sizes(), {.dtype = DType::f32}, f);
-    forward_nhwc(widened(x, f), widened(w, f), bias.defined() ? cast(bias, DType::f32) : Tensor(), p, of);
+    conv2d_forward_cpu(widened(x, f), widened(w, f), bias.defined() ? cast(bias, DType::f32) : Tensor(), p, of, f);
     return copy(out, of);
   }
-  switch (x.dtype()) {
-    case DType::f64:
-      return forward_impl<double>(x, w, bias, p, out);
-    case DType::f32:
-      return forward_impl<float>(x, w, bias, p, out);
-    default:
-      break;
-  }
-  Tensor of = empty(out.sizes(), {.dtype = DType::f32});
-  forward_impl<float>(cast(x, DType::f32), cast(w, DType::f32), bias.defined() ? cast(bias, DType::f32) : Tensor(), p,
-                      of);
-  copy(out, of);
+  if (f == MemoryFormat::channels_last) return forward_nhwc(x, w, bias, p, out);
+  if (x.dtype() == DType::f64) return forward_impl<double>(x, w, bias, p, out);
+  forward_impl<float>(x, w, bias, p, out);
 }
 
-void conv2d_backward_input_cpu(const Tensor& gout, const Tensor& w, const Conv2dParams& p, const Tensor& gx) {
+void conv2d_backward_input_cpu(const Tensor& gout, const Tensor& w, const Conv2dParams& p, const Tensor& gx,
+                               MemoryFormat f) {
   assert_float("conv2d_backward_input", w.dtype());
-  if (const MemoryFormat f = layout_of({&gout, &w, &gx}); f == MemoryFormat::channels_last) {
-    if (!is_half(w.dtype())) return backward_input_nhwc(gout, w, p, gx);
+  assert_layout("conv2d_backward_input", f, {&gout, &w, &gx});
+  if (is_half(w.dtype())) {
     const Tensor gf = empty(gx.sizes(), {.dtype = DType::f32}, f);
-    backward_input_nhwc(widened(gout, f), widened(w, f), p, gf);
+    conv2d_backward_input_cpu(widened(gout, f), widened(w, f), p, gf, f);
     return copy(gx, gf);
   }
-  if (!is_half(w.dtype())) {
-    if (w.dtype() == DType::f64) return backward_input_impl<double>(gout, w, p, gx);
-    return backward_input_impl<float>(gout, w, p, gx);
-  }
-  Tensor gf = empty(gx.sizes(), {.dtype = DType::f32});
-  backward_input_impl<float>(cast(gout, DType::f32), cast(w, DType::f32), p, gf);
-  copy(gx, gf);
+  if (f == MemoryFormat::channels_last) return backward_input_nhwc(gout, w, p, gx);
+  if (w.dtype() == DType::f64) return backward_input_impl<double>(gout, w, p, gx);
+  backward_input_impl<float>(gout, w, p, gx);
 }
 
-void conv2d_backward_weight_cpu(const Tensor& gout, const Tensor& x, const Conv2dParams& p, const Tensor& gw) {
+void conv2d_backward_weight_cpu(const Tensor& gout, const Tensor& x, const Conv2dParams& p, const Tensor& gw,
+                                MemoryFormat f) {
   assert_float("conv2d_backward_weight", x.dtype());
-  if (const MemoryFormat f = layout_of({&gout, &x, &gw}); f == MemoryFormat::channels_last) {
-    if (!is_half(x.dtype())) return backward_weight_nhwc(gout, x, p, gw);
+  assert_layout("conv2d_backward_weight", f, {&gout, &x, &gw});
+  if (is_half(x.dtype())) {
     const Tensor gf = empty(gw.sizes(), {.dtype = DType::f32}, f);
-    backward_weight_nhwc(widened(gout, f), widened(x, f), p, gf);
+    conv2d_backward_weight_cpu(widened(gout, f), widened(x, f), p, gf, f);
     return copy(gw, gf);
   }
-  if (!is_half(x.dtype())) {
-    if (x.dtype() == DType::f64) return backward_weight_impl<double>(gout, x, p, gw);
-    return backward_weight_impl<float>(gout, x, p, gw);
-  }
-  Tensor gf = empty(gw.sizes(), {.dtype = DType::f32});
-  backward_weight_impl<float>(cast(gout, DType::f32), cast(x, DType::f32), p, gf);
-  copy(gw, gf);
+  if (f == MemoryFormat::channels_last) return backward_weight_nhwc(gout, x, p, gw);
+  if (x.dtype() == DType::f64) return backward_weight_impl<double>(gout, x, p, gw);
+  backward_weight_impl<float>(gout, x, p, gw);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // CUDA 2-D convolution through cuDNN: forward, backward-data, backward-filter (NCHW or channels-last,
 // groups, stride, padding, dilation; f32, f64, f16, bf16).
 //
-// Layout: the front (kernels/conv.cpp) hands over every operand dense in one layout, the output's:
+// Layout: the front (kernels/conv.cpp) hands over every operand dense in one layout, which it names:
 // row-major, or channels-last (NHWC in memory). The graph-API tensors take that layout's strides,
 // so cuDNN reads and writes NHWC directly (no transposes); the legacy fallback's descriptors are
 // NCHW only, so a channels-last problem the graph API has no engine for is an error.
@@ -600,8 +600,8 @@ void run(Direction dir, const Geometry& g, Device dev, cudaStream_t stream, cons
 
 // ---- bias ----
 
-/// y[n, o, s] = bias[o] over y (n, o_count, s_count) row-major, or (n, s_count, o_count) in memory
-/// when channels-last (s_count 1) (a copy: no rounding).
+/// y[n, o, s] = bias[o] over y (n, o_count, s_count) in memory; fill_bias passes a channels-last y
+/// as s_count 1 (its memory is (n * h * w, o_count)) (a copy: no rounding).
 template <typename T>
 __global__ void __launch_bounds__(kBlock)
     fill_bias_kernel(T* __restrict__ y, const T* __restrict__ bias, int64_t total, int64_t o_count, int64_t s_count) {
@@ -612,10 +612,10 @@ __global__ void __launch_bounds__(kBlock)
 
 /// y (non-empty) = bias broadcast over dims 0, 2, 3; the convolution then blends onto it (see the
 /// top comment). The caller's launch_on checks the launch.
-void fill_bias(const Tensor& y, const Tensor& bias, cudaStream_t stream) {
+void fill_bias(const Tensor& y, const Tensor& bias, bool channels_last, cudaStream_t stream) {
   const int64_t total = y.numel();
   const int64_t o = y.size(1);
-  const int64_t s = y.suggest_memory_format() == MemoryFormat::channels_last ? 1 : y.size(2) * y.size(3);
+  const int64_t s = channels_last ? 1 : y.size(2) * y.size(3);
   EMBER_DISPATCH_FLOAT(y.dtype(), "conv2d bias", [&]<typename T>() {
     fill_bias_kernel<T><<<grid_for(total), kBlock, 0, stream>>>(static_cast<T*>(y.data_ptr()),
                                                                 static_cast<const T*>(bias.data_ptr()), total, o, s);
@@ -683,10 +683,8 @@ void run_chunked(Direction dir, const Geometry& full, Device dev, cudaStream_t s
 // ---- the three entry points ----
 
 /// out (N, O, Ho, Wo) = conv(x (N, C, H, W), w (O, C/g, kh, kw)) + bias (O).
-void conv2d_forward_cuda(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
-                         const Tensor& out) {
-  // The front allocated the output in the call's layout (kernels/conv.cpp) and made the inputs so.
-  const MemoryFormat f = out.suggest_memory_format();
+void conv2d_forward_cuda(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, const Tensor& out,
+                         MemoryFormat f) {
   assert_operands("conv2d (cuda)", f, {{"x", &x}, {"w", &w}, {"out", &out}});
   const Geometry full = geometry_of(x.dtype(), x.shape(), w.shape(), out.shape(), p, f, "conv2d (cuda)");
   EMBER_DEBUG_ASSERT(
@@ -697,7 +695,7 @@ void conv2d_forward_cuda(const Tensor& x, const Tensor& w, const Tensor& bias, c
   launch_on(out, [&](cudaStream_t stream) {
     // out = bias, then out = conv + out inside cuDNN (beta = 1): one rounding where the kernel
     // blends in f32 (see the top comment). Every chunk blends onto its own bias-filled rows.
-    if (bias.defined()) fill_bias(out, bias, stream);
+    if (bias.defined()) fill_bias(out, bias, full.channels_last, stream);
     if (x.numel() == 0 || w.numel() == 0) {  // C == 0: an empty sum (cuDNN rejects zero sizes)
       if (!bias.defined()) zero_fill(out, stream);
     } else {
@@ -708,8 +706,8 @@ void conv2d_forward_cuda(const Tensor& x, const Tensor& w, const Tensor& bias, c
 }
 
 /// grad_x (N, C, H, W) from grad_out (N, O, Ho, Wo) and w (O, C/g, kh, kw).
-void conv2d_backward_input_cuda(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p, const Tensor& grad_x) {
-  const MemoryFormat f = grad_x.suggest_memory_format();
+void conv2d_backward_input_cuda(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p, const Tensor& grad_x,
+                                MemoryFormat f) {
   assert_operands("conv2d_backward_input (cuda)", f, {{"grad_out", &grad_out}, {"w", &w}, {"grad_x", &grad_x}});
   const Geometry full =
       geometry_of(w.dtype(), grad_x.shape(), w.shape(), grad_out.shape(), p, f, "conv2d_backward_input (cuda)");
@@ -721,8 +719,8 @@ void conv2d_backward_input_cuda(const Tensor& grad_out, const Tensor& w, const C
 
 /// grad_w (O, C/g, kh, kw) from grad_out (N, O, Ho, Wo) and x (N, C, H, W); chunks of the batch
 /// accumulate into grad_w.
-void conv2d_backward_weight_cuda(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p, const Tensor& grad_w) {
-  const MemoryFormat f = grad_w.suggest_memory_format();
+void conv2d_backward_weight_cuda(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p, const Tensor& grad_w,
+                                 MemoryFormat f) {
   assert_operands("conv2d_backward_weight (cuda)", f, {{"grad_out", &grad_out}, {"x", &x}, {"grad_w", &grad_w}});
   const Geometry full =
       geometry_of(x.dtype(), x.shape(), grad_w.shape(), grad_out.shape(), p, f, "conv2d_backward_weight (cuda)");

@@ -15,6 +15,7 @@
 #include <ember/optim/sgd.h>
 #include "support/device_test.h"
 #include "support/reference.h"
+#include "support/table_override.h"
 
 using namespace ember;
 using namespace ember::testing;
@@ -276,6 +277,31 @@ DEVICE_TEST_CASE("memory format: conv2d in channels_last across strides, padding
   }
 }
 
+DEVICE_TEST_CASE("memory format: a channels_last input convolved to one channel of 1x1 (a result in both layouts)",
+                 "[memory_format][conv]") {
+  // The (2, 1, 1, 1) result is laid out the same in both formats; the kernels must still read the
+  // input and weight as channels-last (the front names the layout; the result's strides cannot).
+  const Device dev = test_device();
+  const Tensor x = random_tensor({2, 4, 6, 7}, DType::f32, 70, -1.0, 1.0, Layout::Contiguous, dev)
+                       .contiguous(MemoryFormat::channels_last);
+  const Tensor w = random_tensor({1, 4, 6, 7}, DType::f32, 71, -1.0, 1.0, Layout::Contiguous, dev);
+  const Tensor wc = w.contiguous(MemoryFormat::channels_last);
+  const std::vector<double> got = to_f64(kernels::conv2d(x, wc, Tensor(), {}));
+  const std::vector<double> want = to_f64(kernels::conv2d(x.contiguous(), w, Tensor(), {}));
+  const std::vector<double> mag =
+      to_f64(kernels::conv2d(kernels::unary(kernels::UnaryOp::Abs, x.to(Device::cpu()).contiguous().to(DType::f64)),
+                             kernels::unary(kernels::UnaryOp::Abs, w.to(Device::cpu()).to(DType::f64)), Tensor(), {}));
+  const double u = std::ldexp(1.0, -24), gamma = 168 * u / (1 - 168 * u);  // 4 * 6 * 7 products
+  REQUIRE(got.size() == 2);
+  for (size_t i = 0; i < got.size(); ++i) CHECK(std::fabs(got[i] - want[i]) <= 2 * gamma * mag[i]);
+  // The input gradient from a gradient of that shape, with the channels-last weight.
+  const Tensor gy = random_tensor({2, 1, 1, 1}, DType::f32, 72, -1.0, 1.0, Layout::Contiguous, dev);
+  const Tensor gx = kernels::conv2d_backward_input(gy.contiguous(MemoryFormat::channels_last), wc, x.sizes(), {});
+  const std::vector<double> gxr = to_f64(kernels::conv2d_backward_input(gy, w, x.sizes(), {}));
+  const std::vector<double> gxv = to_f64(gx);
+  for (size_t i = 0; i < gxv.size(); ++i) REQUIRE(gxv[i] == gxr[i]);  // one product each: exact
+}
+
 DEVICE_TEST_CASE("memory format: conv2d in bf16 channels_last rounds the f32 result once, as row-major does",
                  "[memory_format][conv]") {
   // Both layouts compute in f32 (the CPU widens, cuDNN accumulates in f32) and round once to
@@ -347,31 +373,24 @@ namespace {
 // A spy in the dispatch table: records whether the convolution kernel received channels-last operands.
 kernels::Conv2dForwardFn* g_real_conv = nullptr;
 bool g_conv_saw_channels_last = false;
-void spy_conv(const Tensor& x, const Tensor& w, const Tensor& bias, const kernels::Conv2dParams& p, const Tensor& out) {
+void spy_conv(const Tensor& x, const Tensor& w, const Tensor& bias, const kernels::Conv2dParams& p, const Tensor& out,
+              MemoryFormat f) {
   const MemoryFormat cl = MemoryFormat::channels_last;
-  g_conv_saw_channels_last = x.is_contiguous(cl) && !x.is_contiguous() && w.is_contiguous(cl) && !w.is_contiguous() &&
-                             out.is_contiguous(cl) && !out.is_contiguous();
-  g_real_conv(x, w, bias, p, out);
+  g_conv_saw_channels_last = f == cl && x.is_contiguous(cl) && !x.is_contiguous() && w.is_contiguous(cl) &&
+                             !w.is_contiguous() && out.is_contiguous(cl) && !out.is_contiguous();
+  g_real_conv(x, w, bias, p, out, f);
 }
 }  // namespace
 
 DEVICE_TEST_CASE("memory format: the conv2d kernel gets channels_last operands and writes the result in place",
                  "[memory_format][conv]") {
-  const DeviceType type = test_device().type();
-  g_real_conv = kernels::conv2d_forward_table.get(type);
-  kernels::conv2d_forward_table.set(type, &spy_conv);
+  const TableOverride spy(kernels::conv2d_forward_table, test_device().type(), &spy_conv);
+  g_real_conv = spy.original();
   g_conv_saw_channels_last = false;
   const Tensor x = channels_last_input(DType::f32, 60);
   const Tensor w = random_tensor({4, 3, 3, 3}, DType::f32, 61, -1.0, 1.0, Layout::Contiguous, test_device())
                        .contiguous(MemoryFormat::channels_last);
-  Tensor y;
-  try {
-    y = kernels::conv2d(x, w, Tensor(), {});
-  } catch (...) {
-    kernels::conv2d_forward_table.set(type, g_real_conv);
-    throw;
-  }
-  kernels::conv2d_forward_table.set(type, g_real_conv);
+  const Tensor y = kernels::conv2d(x, w, Tensor(), {});
   CHECK(g_conv_saw_channels_last);
   CHECK(y.suggest_memory_format() == MemoryFormat::channels_last);
 }

@@ -10,6 +10,7 @@
 #include <ember/kernels/pool.h>
 #include "support/device_test.h"
 #include "support/reference.h"
+#include "support/table_override.h"
 
 using namespace ember;
 using namespace ember::testing;
@@ -127,19 +128,10 @@ void spy_max_pool(const Tensor& x, const kernels::Pool2dParams& p, const Tensor&
 
 DEVICE_TEST_CASE("pool layout: the kernels get the channels_last operands and write the result in place",
                  "[pool][memory_format]") {
-  const DeviceType type = test_device().type();
-  g_real_max_pool = kernels::max_pool2d_table.get(type);
-  kernels::max_pool2d_table.set(type, &spy_max_pool);
+  const TableOverride spy(kernels::max_pool2d_table, test_device().type(), &spy_max_pool);
+  g_real_max_pool = spy.original();
   g_saw_channels_last = false;
-  const Tensor x = cl_input(kShape, DType::f32, 9);
-  kernels::MaxPoolResult r;
-  try {
-    r = kernels::max_pool2d(x, {});
-  } catch (...) {
-    kernels::max_pool2d_table.set(type, g_real_max_pool);
-    throw;
-  }
-  kernels::max_pool2d_table.set(type, g_real_max_pool);
+  const kernels::MaxPoolResult r = kernels::max_pool2d(cl_input(kShape, DType::f32, 9), {});
   CHECK(g_saw_channels_last);
   CHECK(r.out.is_contiguous(kCL));
 }

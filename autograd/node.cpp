@@ -21,11 +21,12 @@ std::atomic<uint64_t> g_next_sequence_nr{0};
 thread_local std::vector<std::shared_ptr<Node>> t_pending_delete;
 thread_local bool t_draining = false;
 
-/// True when `g` is the only handle on a storage it fills exactly, row-major, in the leaf's dtype,
-/// and carries no graph of its own: then it can become the leaf's .grad without a copy.
-bool owns_whole_storage(const Tensor& g, const Tensor& leaf) {
+/// True when `g` is the only handle on a storage it fills exactly, laid out as the leaf's .grad
+/// should be (`format`), in the leaf's dtype, and carries no graph of its own: then it can become
+/// the leaf's .grad without a copy.
+bool owns_whole_storage(const Tensor& g, const Tensor& leaf, MemoryFormat format) {
   return g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && !g.impl()->autograd &&
-         g.dtype() == leaf.dtype() && g.offset() == 0 && g.is_contiguous() &&
+         g.dtype() == leaf.dtype() && g.offset() == 0 && g.is_contiguous(format) &&
          static_cast<size_t>(g.numel()) * g.element_size() == g.storage().nbytes();
 }
 }  // namespace
@@ -64,11 +65,14 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     EMBER_CHECK(g.device() == leaf.device(), "backward: gradient on ", g.device().str(), " reached a leaf on ",
                 leaf.device().str());
     AutogradMeta& m = ensure_meta(leaf);
-    if (!m.grad.defined() && owns_whole_storage(g, leaf)) {
+    // .grad is laid out as its leaf (a channels-last weight gets a channels-last gradient, as the
+    // fused optimizer steps walk both as one flat array).
+    const MemoryFormat format = leaf.suggest_memory_format();
+    if (!m.grad.defined() && owns_whole_storage(g, leaf, format)) {
       m.grad = std::move(g);  // a temporary nobody else holds: keep it rather than copy it
     } else if (!m.grad.defined()) {
       // A fresh buffer: the incoming gradient may be shared with other nodes or be a broadcast view.
-      Tensor fresh = empty(leaf.sizes(), leaf.options());
+      Tensor fresh = empty(leaf.sizes(), leaf.options(), format);
       kernels::copy(fresh, g);
       m.grad = std::move(fresh);
     } else {

@@ -77,10 +77,12 @@ namespace {
 
 /// The layout the device's kernels compute in for a call whose result is wanted as `want` (the
 /// layout of the forward's and weight gradient's input, of the input gradient's grad_out): CUDA
-/// (cuDNN) computes in either; the CPU too, but channels-last only for groups == 1 (a grouped
-/// channels-last call on the CPU converts to row-major and back).
-MemoryFormat run_layout(Device d, MemoryFormat want, const Conv2dParams& p) {
-  return d.is_cuda() || p.groups == 1 ? want : MemoryFormat::contiguous;
+/// (cuDNN) computes in either, except f64, which cuDNN has no NHWC engines for (PyTorch makes the
+/// same exception); the CPU too, but channels-last only for groups == 1. The other calls convert
+/// to row-major and back.
+MemoryFormat run_layout(Device d, DType dt, MemoryFormat want, const Conv2dParams& p) {
+  const bool nhwc = d.is_cuda() ? dt != DType::f64 : p.groups == 1;
+  return nhwc ? want : MemoryFormat::contiguous;
 }
 
 }  // namespace
@@ -94,7 +96,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
                 w.shape_str(), ", got shape ", bias.shape_str());
     check_pair(what, bias, "bias", w, "weight");
   }
-  const MemoryFormat want = x.suggest_memory_format(), run = run_layout(x.device(), want, p);
+  const MemoryFormat want = x.suggest_memory_format(), run = run_layout(x.device(), x.dtype(), want, p);
   Tensor out = empty(out_shape, x.options(), run);
   if (out.numel() == 0) return out;
   conv2d_forward_table(x.device(), dense_raw(x, run), dense_raw(w, run),
@@ -108,7 +110,7 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Shap
   const Shape expect = check_conv_shapes(what, x_shape, w.sizes(), p);
   EMBER_CHECK(grad_out.sizes() == expect, what, ": grad_out has shape ", grad_out.shape_str(), ", expected ",
               shape_str(expect), " for input ", shape_str(x_shape), " and weight ", w.shape_str());
-  const MemoryFormat want = grad_out.suggest_memory_format(), run = run_layout(w.device(), want, p);
+  const MemoryFormat want = grad_out.suggest_memory_format(), run = run_layout(w.device(), w.dtype(), want, p);
   Tensor grad_x = empty(x_shape, w.options(), run);
   if (grad_x.numel() == 0) return grad_x;
   conv2d_backward_input_table(w.device(), dense_raw(grad_out, run), dense_raw(w, run), p, grad_x, run);
@@ -121,7 +123,7 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Sha
   const Shape expect = check_conv_shapes(what, x.sizes(), w_shape, p);
   EMBER_CHECK(grad_out.sizes() == expect, what, ": grad_out has shape ", grad_out.shape_str(), ", expected ",
               shape_str(expect), " for input ", x.shape_str(), " and weight ", shape_str(w_shape));
-  const MemoryFormat want = x.suggest_memory_format(), run = run_layout(x.device(), want, p);
+  const MemoryFormat want = x.suggest_memory_format(), run = run_layout(x.device(), x.dtype(), want, p);
   Tensor grad_w = empty(w_shape, x.options(), run);
   if (grad_w.numel() == 0) return grad_w;
   if (x.numel() == 0) {  // N == 0: no contributions

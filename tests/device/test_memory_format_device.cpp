@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <ember/autograd/ops.h>
+#include <ember/autograd/ops_conv.h>
 #include <ember/autograd/ops_norm.h>
 #include <ember/kernels/conv.h>
 #include <ember/kernels/elementwise.h>
@@ -128,6 +129,28 @@ DEVICE_TEST_CASE("memory format: gradients flow through contiguous(channels_last
   const std::vector<double> g = to_f64(x.grad()), xv = to_f64(x);
   REQUIRE(g.size() == xv.size());
   for (size_t i = 0; i < g.size(); ++i) CHECK(g[i] == 2 * xv[i]);
+}
+
+DEVICE_TEST_CASE("memory format: a leaf's .grad is laid out as the leaf", "[memory_format][autograd]") {
+  // A channels-last weight gets a channels-last gradient whether the gradient arrives in that
+  // layout (kept as it is) or row-major (copied into a channels-last buffer), so the optimizer's
+  // fused step needs no staging copies; a row-major leaf keeps a row-major gradient.
+  constexpr MemoryFormat kCL = MemoryFormat::channels_last;
+  Tensor w = channels_last_input(DType::f32, 30).requires_grad_();
+  const Tensor x = channels_last_input(DType::f32, 31);
+  sum(conv2d(x, w, Tensor(), {.padding = 1})).backward();
+  CHECK(w.grad().is_contiguous(kCL));
+  CHECK_FALSE(w.grad().is_contiguous());
+
+  Tensor v = channels_last_input(DType::f32, 32).requires_grad_();
+  sum(v.contiguous() * 3.0).backward();  // the gradient arrives row-major
+  CHECK(v.grad().is_contiguous(kCL));
+  CHECK(to_f64(v.grad()) == std::vector<double>(v.numel(), 3.0));
+
+  Tensor r = random_tensor(kNCHW, DType::f32, 33, -1.0, 1.0, Layout::Contiguous, test_device()).requires_grad_();
+  sum(r.contiguous(kCL) * 3.0).backward();  // the gradient arrives channels-last
+  CHECK(r.grad().is_contiguous());
+  CHECK(to_f64(r.grad()) == std::vector<double>(r.numel(), 3.0));
 }
 
 DEVICE_TEST_CASE("memory format: SGD and Adam steps on channels_last parameters equal row-major ones",
@@ -294,12 +317,46 @@ DEVICE_TEST_CASE("memory format: a channels_last input convolved to one channel 
   const double u = std::ldexp(1.0, -24), gamma = 168 * u / (1 - 168 * u);  // 4 * 6 * 7 products
   REQUIRE(got.size() == 2);
   for (size_t i = 0; i < got.size(); ++i) CHECK(std::fabs(got[i] - want[i]) <= 2 * gamma * mag[i]);
-  // The input gradient from a gradient of that shape, with the channels-last weight.
+  // The input gradient from a gradient of that shape: its layout cannot be told from its strides
+  // (the same in both formats), so it is computed row-major, from the channels-last weight.
   const Tensor gy = random_tensor({2, 1, 1, 1}, DType::f32, 72, -1.0, 1.0, Layout::Contiguous, dev);
   const Tensor gx = kernels::conv2d_backward_input(gy.contiguous(MemoryFormat::channels_last), wc, x.sizes(), {});
   const std::vector<double> gxr = to_f64(kernels::conv2d_backward_input(gy, w, x.sizes(), {}));
   const std::vector<double> gxv = to_f64(gx);
   for (size_t i = 0; i < gxv.size(); ++i) REQUIRE(gxv[i] == gxr[i]);  // one product each: exact
+}
+
+DEVICE_TEST_CASE("memory format: conv2d in f64 channels_last equals row-major and keeps the layout",
+                 "[memory_format][conv]") {
+  // cuDNN has no NHWC engines for f64: CUDA computes row-major and converts (the CPU runs NHWC).
+  // Each sum of k products in f64 is within gamma_k * sum |x w| of the exact value.
+  const Device dev = test_device();
+  kernels::Conv2dParams p;
+  p.pad_h = p.pad_w = 1;
+  p.stride_h = 2;
+  const Tensor x = random_tensor({2, 4, 6, 7}, DType::f64, 80, -1.0, 1.0, Layout::Contiguous, dev)
+                       .contiguous(MemoryFormat::channels_last);
+  const Tensor w = random_tensor({6, 4, 3, 3}, DType::f64, 81, -1.0, 1.0, Layout::Contiguous, dev);
+  const Tensor wc = w.contiguous(MemoryFormat::channels_last);
+  const double u = std::ldexp(1.0, -53);
+  auto abs64 = [](const Tensor& t) { return kernels::unary(kernels::UnaryOp::Abs, t.to(Device::cpu()).contiguous()); };
+  auto bounds = [&](const Tensor& mag, double k) {
+    std::vector<double> b = to_f64(mag);
+    for (double& v : b) v = 2 * k * u / (1 - k * u) * v + 1e-300;
+    return b;
+  };
+  const Tensor y = kernels::conv2d(x, wc, Tensor(), p);
+  check_close_cl(y, kernels::conv2d(x.contiguous(), w, Tensor(), p),
+                 bounds(kernels::conv2d(abs64(x), abs64(w), Tensor(), p), 36));
+  const Tensor gy = random_tensor(y.sizes(), DType::f64, 82, -1.0, 1.0, Layout::Contiguous, dev)
+                        .contiguous(MemoryFormat::channels_last);
+  check_close_cl(kernels::conv2d_backward_input(gy, wc, x.sizes(), p),
+                 kernels::conv2d_backward_input(gy.contiguous(), w, x.sizes(), p),
+                 bounds(kernels::conv2d_backward_input(abs64(gy), abs64(w), x.sizes(), p), 54));
+  check_close_cl(
+      kernels::conv2d_backward_weight(gy, x, w.sizes(), p),
+      kernels::conv2d_backward_weight(gy.contiguous(), x.contiguous(), w.sizes(), p),
+      bounds(kernels::conv2d_backward_weight(abs64(gy), abs64(x), w.sizes(), p), static_cast<double>(gy.numel() / 6)));
 }
 
 DEVICE_TEST_CASE("memory format: conv2d in bf16 channels_last rounds the f32 result once, as row-major does",

@@ -35,6 +35,10 @@ kernels::Pool2dParams params(int64_t k, int64_t s, int64_t pad, bool ceil, bool 
           .count_include_pad = include_pad};
 }
 
+/// x copied into row-major strides (not x.contiguous(): an (N, C, 1, 1) tensor with channels-last
+/// strides counts as contiguous, and would be its own reference).
+Tensor row_major(const Tensor& x) { return kernels::copy_in_layout(x, MemoryFormat::contiguous); }
+
 /// got is channels-last and holds the values of want (a row-major result): equal, element by element.
 void check_same(const Tensor& got, const Tensor& want) {
   CHECK(got.suggest_memory_format() == kCL);  // channels-last strides exactly (also for an (N, C, 1, 1) result)
@@ -57,13 +61,13 @@ DEVICE_TEST_CASE("pool layout: max pooling of channels_last equals row-major, in
       const kernels::Pool2dParams& p = kWindows[w];
       const Tensor x = cl_input(kShape, dt, 100 + w);
       const kernels::MaxPoolResult r = kernels::max_pool2d(x, p);
-      const kernels::MaxPoolResult rr = kernels::max_pool2d(x.contiguous(), p);
+      const kernels::MaxPoolResult rr = kernels::max_pool2d(row_major(x), p);
       check_same(r.out, rr.out);
       check_same(r.indices, rr.indices);
 
       const Tensor gy = cl_input(r.out.sizes(), dt, 200 + w);
       const Tensor gx = kernels::max_pool2d_backward(gy, r.indices, x.sizes());
-      const Tensor gxr = kernels::max_pool2d_backward(gy.contiguous(), rr.indices, x.sizes());
+      const Tensor gxr = kernels::max_pool2d_backward(row_major(gy), rr.indices, x.sizes());
       CHECK(gx.suggest_memory_format() == kCL);
       // Overlapping windows may pick one position several times; the CUDA kernel adds those with
       // atomics in the storage dtype, in no fixed order: each such sum may differ by its roundings.
@@ -86,20 +90,20 @@ DEVICE_TEST_CASE("pool layout: average and adaptive average of channels_last equ
       INFO("window " << w);
       const Tensor x = cl_input(kShape, dt, 300 + w);
       const Tensor y = kernels::avg_pool2d(x, kWindows[w]);
-      check_same(y, kernels::avg_pool2d(x.contiguous(), kWindows[w]));
+      check_same(y, kernels::avg_pool2d(row_major(x), kWindows[w]));
       const Tensor gy = cl_input(y.sizes(), dt, 400 + w);
       check_same(kernels::avg_pool2d_backward(gy, x.sizes(), kWindows[w]),
-                 kernels::avg_pool2d_backward(gy.contiguous(), x.sizes(), kWindows[w]));
+                 kernels::avg_pool2d_backward(row_major(gy), x.sizes(), kWindows[w]));
     }
     // Down to one value per channel (the ResNets' head), to uneven windows, and up (windows overlap).
     for (const auto& [ho, wo] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 4}, {10, 11}}) {
       INFO("adaptive to " << ho << " x " << wo);
       const Tensor x = cl_input(kShape, dt, 500 + ho);
       const Tensor y = kernels::adaptive_avg_pool2d(x, ho, wo);
-      check_same(y, kernels::adaptive_avg_pool2d(x.contiguous(), ho, wo));
+      check_same(y, kernels::adaptive_avg_pool2d(row_major(x), ho, wo));
       const Tensor gy = cl_input(y.sizes(), dt, 600 + ho);
       check_same(kernels::adaptive_avg_pool2d_backward(gy, x.sizes()),
-                 kernels::adaptive_avg_pool2d_backward(gy.contiguous(), x.sizes()));
+                 kernels::adaptive_avg_pool2d_backward(row_major(gy), x.sizes()));
     }
   }
 }
@@ -111,7 +115,7 @@ DEVICE_TEST_CASE("pool layout: a 1x1 channels_last input pooled up to 2x2 stays 
   const Tensor x = empty({2, 5, 1, 1}, {.dtype = DType::f32, .device = test_device()}, kCL);
   kernels::copy(x, random_tensor({2, 5, 1, 1}, DType::f32, 7, -1.0, 1.0, Layout::Contiguous, test_device()));
   REQUIRE(x.suggest_memory_format() == kCL);
-  check_same(kernels::adaptive_avg_pool2d(x, 2, 2), kernels::adaptive_avg_pool2d(x.contiguous(), 2, 2));
+  check_same(kernels::adaptive_avg_pool2d(x, 2, 2), kernels::adaptive_avg_pool2d(row_major(x), 2, 2));
 }
 
 namespace {

@@ -35,6 +35,7 @@ struct CachingAllocator::Block {
   std::vector<void*> stream_uses;  // other streams recorded (record_stream) since it was handed out
   void* last_use = nullptr;  // the stream of the last noted use (stream checks), when use_noted
   bool use_noted = false;
+  size_t requested = 0;  // bytes asked for, while allocated
 };
 
 namespace {
@@ -194,8 +195,11 @@ DataPtr CachingAllocator::allocate(size_t nbytes, void* stream) {
   block->stream_uses.clear();
   block->use_noted = false;
   active_.emplace(block->ptr, block);
+  block->requested = nbytes;
   stats_.allocated += block->size;
   stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+  stats_.requested += nbytes;
+  stats_.peak_requested = std::max(stats_.peak_requested, stats_.requested);
   ++stats_.num_allocs;
   return DataPtr(block->ptr, this, &CachingAllocator::deleter);
 }
@@ -259,6 +263,8 @@ void CachingAllocator::return_block(Block* b) {
   b->allocated = false;
   b->stream_uses.clear();
   stats_.allocated -= b->size;
+  stats_.requested -= b->requested;
+  b->requested = 0;
   auto& pool = b->small ? small_free_ : large_free_;
   // Merge with free neighbours; a free neighbour is in the pool, keyed by its size, so take it
   // out before its size changes.
@@ -351,6 +357,7 @@ void CachingAllocator::reset_peak() {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.peak_allocated = stats_.allocated;
   stats_.peak_reserved = stats_.reserved;
+  stats_.peak_requested = stats_.requested;
 }
 
 void record_stream(const Storage& storage, const Stream& stream) {

@@ -42,6 +42,8 @@ struct AllocatorStats {
   size_t reserved = 0;  // bytes held from the backend (segments)
   size_t peak_allocated = 0;  // high-water mark of `allocated` since the last reset_peak()
   size_t peak_reserved = 0;
+  size_t requested = 0;  // bytes the live blocks were asked for (before rounding and unsplit tails)
+  size_t peak_requested = 0;  // high-water mark of `requested` since the last reset_peak()
   uint64_t num_allocs = 0;  // allocate() calls served
   uint64_t num_backend_allocs = 0;  // segments requested from the backend
   uint64_t num_backend_frees = 0;

@@ -204,6 +204,7 @@ TEST_CASE("large-pool remainders of 1 MiB or less stay with the block", "[cpu]")
   a.allocate(12 * MiB).reset();
   DataPtr p = a.allocate(11 * MiB + 512 * KiB);  // leaves 0.5 MiB: not split
   CHECK(a.stats().allocated == 12 * MiB);
+  CHECK(a.stats().requested == 11 * MiB + 512 * KiB);  // what was asked for, without the tail
   CHECK(st.allocs == 1);
   DataPtr q = a.allocate(2 * MiB);  // nothing free in the large pool any more
   CHECK(st.allocs == 2);
@@ -217,11 +218,14 @@ TEST_CASE("stats track allocated, reserved and their peaks", "[cpu]") {
     DataPtr q = a.allocate(15 * MiB);
     auto s = a.stats();
     CHECK(s.allocated == 300 * KiB + 16 * MiB);
+    CHECK(s.requested == 300 * KiB + 15 * MiB);
     CHECK(s.reserved == 2 * MiB + 16 * MiB);
   }
   auto s = a.stats();
   CHECK(s.allocated == 0);
+  CHECK(s.requested == 0);
   CHECK(s.peak_allocated == 300 * KiB + 16 * MiB);
+  CHECK(s.peak_requested == 300 * KiB + 15 * MiB);
   CHECK(s.reserved == 18 * MiB);
   CHECK(s.peak_reserved == 18 * MiB);
   a.empty_cache();
@@ -230,8 +234,11 @@ TEST_CASE("stats track allocated, reserved and their peaks", "[cpu]") {
   a.reset_peak();
   CHECK(a.stats().peak_allocated == 0);
   CHECK(a.stats().peak_reserved == 0);
+  CHECK(a.stats().peak_requested == 0);
   DataPtr r = a.allocate(1);
   CHECK(a.stats().peak_allocated == 512);
+  CHECK(a.stats().requested == 1);
+  CHECK(a.stats().peak_requested == 1);
   CHECK(a.stats().num_backend_frees == 2);
 }
 

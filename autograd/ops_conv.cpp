@@ -29,10 +29,11 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, con
     // dx needs only w and dw only x: keep just what the requested gradients read.
     record(
         out, "Conv2dBackward",
-        [xs = need_w ? x : Tensor(), ws = need_x ? w : Tensor(), x_shape = x.sizes(), w_shape = w.sizes(), params,
-         need_x, need_w, need_b = tensor_requires_grad(bias)](const Tensor& g) {
+        [xs = need_w ? x : Tensor(), ws = need_x ? w : Tensor(), x_shape = x.sizes(),
+         x_format = x.suggest_memory_format(), w_shape = w.sizes(), params, need_x, need_w,
+         need_b = tensor_requires_grad(bias)](const Tensor& g) {
           Tensor gx, gw, gb;
-          if (need_x) gx = kernels::conv2d_backward_input(g, ws, x_shape, params);
+          if (need_x) gx = kernels::conv2d_backward_input(g, ws, x_shape, x_format, params);
           if (need_w) gw = kernels::conv2d_backward_weight(g, xs, w_shape, params);
           // g (N, O, Ho, Wo) -> (O)
           if (need_b) gb = kernels::reduce(kernels::ReduceOp::Sum, g, {0, 2, 3});
@@ -50,8 +51,8 @@ Tensor max_pool2d(const Tensor& x, const Pool2dFuncOptions& options) {
   if (needs_grad(x)) {
     record(
         r.out, "MaxPool2dBackward",
-        [indices = r.indices, x_shape = x.sizes()](const Tensor& g) {
-          return TensorList{kernels::max_pool2d_backward(g, indices, x_shape)};
+        [indices = r.indices, x_shape = x.sizes(), x_format = x.suggest_memory_format()](const Tensor& g) {
+          return TensorList{kernels::max_pool2d_backward(g, indices, x_shape, x_format)};
         },
         x);
   }
@@ -69,8 +70,8 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dFuncOptions& options) {
   if (needs_grad(x)) {
     record(
         out, "AvgPool2dBackward",
-        [x_shape = x.sizes(), params](const Tensor& g) {
-          return TensorList{kernels::avg_pool2d_backward(g, x_shape, params)};
+        [x_shape = x.sizes(), x_format = x.suggest_memory_format(), params](const Tensor& g) {
+          return TensorList{kernels::avg_pool2d_backward(g, x_shape, x_format, params)};
         },
         x);
   }
@@ -87,8 +88,8 @@ Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
   if (needs_grad(x)) {
     record(
         out, "AdaptiveAvgPool2dBackward",
-        [x_shape = x.sizes()](const Tensor& g) {
-          return TensorList{kernels::adaptive_avg_pool2d_backward(g, x_shape)};
+        [x_shape = x.sizes(), x_format = x.suggest_memory_format()](const Tensor& g) {
+          return TensorList{kernels::adaptive_avg_pool2d_backward(g, x_shape, x_format)};
         },
         x);
   }

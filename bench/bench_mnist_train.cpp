@@ -305,7 +305,7 @@ bool gpu_part(bool quick) {
   auto convs = [&] {
     Tensor o1 = kernels::conv2d(x, w1, b1, p);  // (B, 32, 26, 26)
     Tensor o2 = kernels::conv2d(a1, w2, b2, p);  // (B, 64, 24, 24)
-    (void)kernels::conv2d_backward_input(o2, w2, a1.sizes(), p);
+    (void)kernels::conv2d_backward_input(o2, w2, a1.sizes(), MemoryFormat::contiguous, p);
     (void)kernels::conv2d_backward_weight(o2, a1, w2.sizes(), p);
     (void)kernels::conv2d_backward_weight(o1, x, w1.sizes(), p);
   };

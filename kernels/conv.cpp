@@ -76,7 +76,7 @@ int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, i
 namespace {
 
 /// The layout the device's kernels compute in for a call whose result is wanted as `want` (the
-/// layout of the forward's and weight gradient's input, of the input gradient's grad_out): CUDA
+/// layout of the forward input, given or named by the caller of the input gradient): CUDA
 /// (cuDNN) computes in either, except f64, which cuDNN has no NHWC engines for (PyTorch makes the
 /// same exception); the CPU too, but channels-last only for groups == 1. The other calls convert
 /// to row-major and back.
@@ -104,13 +104,14 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
   return dense_raw(out, want);
 }
 
-Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Shape& x_shape, const Conv2dParams& p) {
+Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Shape& x_shape, MemoryFormat x_format,
+                             const Conv2dParams& p) {
   const char* what = "conv2d_backward_input";
   check_pair(what, grad_out, "grad_out", w, "weight");
   const Shape expect = check_conv_shapes(what, x_shape, w.sizes(), p);
   EMBER_CHECK(grad_out.sizes() == expect, what, ": grad_out has shape ", grad_out.shape_str(), ", expected ",
               shape_str(expect), " for input ", shape_str(x_shape), " and weight ", w.shape_str());
-  const MemoryFormat want = grad_out.suggest_memory_format(), run = run_layout(w.device(), w.dtype(), want, p);
+  const MemoryFormat want = x_format, run = run_layout(w.device(), w.dtype(), want, p);
   Tensor grad_x = empty(x_shape, w.options(), run);
   if (grad_x.numel() == 0) return grad_x;
   conv2d_backward_input_table(w.device(), dense_raw(grad_out, run), dense_raw(w, run), p, grad_x, run);

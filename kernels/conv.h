@@ -22,8 +22,11 @@ int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, i
 /// x (N, C, H, W), w (O, C/groups, kh, kw), bias (O) or undefined -> (N, O, Ho, Wo).
 /// Checks every shape and names both shapes on mismatch.
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p);
-/// dL/dx (shape x_shape) from grad_out (N, O, Ho, Wo) and w.
-Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Shape& x_shape, const Conv2dParams& p);
+/// dL/dx (shape x_shape, laid out as x_format: the forward input's layout, which grad_out's strides
+/// cannot always tell, e.g. for one output channel or a 1x1 output) from grad_out (N, O, Ho, Wo)
+/// and w.
+Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Shape& x_shape, MemoryFormat x_format,
+                             const Conv2dParams& p);
 /// dL/dw (shape w_shape) from grad_out and x.
 Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Shape& w_shape, const Conv2dParams& p);
 

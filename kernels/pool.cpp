@@ -78,7 +78,7 @@ MaxPoolResult max_pool2d(const Tensor& x, const Pool2dParams& p) {
   return r;
 }
 
-Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Shape& x_shape) {
+Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Shape& x_shape, MemoryFormat x_format) {
   const char* what = "max_pool2d_backward";
   EMBER_CHECK(x_shape.size() == 4, what, ": expected input shape (N, C, H, W), got ", shape_str(x_shape));
   EMBER_CHECK(grad_out.defined() && indices.defined(), what, ": undefined grad_out or indices");
@@ -91,7 +91,7 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const 
               dtype_name(grad_out.dtype()));
   EMBER_CHECK(grad_out.device() == indices.device(), what, ": grad_out on ", grad_out.device().str(),
               " but indices on ", indices.device().str());
-  const MemoryFormat f = grad_out.suggest_memory_format();
+  const MemoryFormat f = x_format;
   Tensor gx = empty(x_shape, grad_out.options(), f);
   if (gx.numel() == 0) return gx;
   if (grad_out.numel() == 0) {
@@ -112,10 +112,10 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
   return out;
 }
 
-Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape, const Pool2dParams& p) {
+Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape, MemoryFormat x_format, const Pool2dParams& p) {
   const char* what = "avg_pool2d_backward";
   check_grad(what, grad_out, pool_shape(what, x_shape, p), x_shape);
-  const MemoryFormat f = grad_out.suggest_memory_format();
+  const MemoryFormat f = x_format;
   Tensor gx = empty(x_shape, grad_out.options(), f);
   if (gx.numel() == 0) return gx;
   avg_pool2d_backward_table(gx.device(), dense_raw(grad_out, f), p, gx, f);
@@ -136,7 +136,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
   return out;
 }
 
-Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape) {
+Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape, MemoryFormat x_format) {
   const char* what = "adaptive_avg_pool2d_backward";
   EMBER_CHECK(x_shape.size() == 4 && x_shape[2] >= 1 && x_shape[3] >= 1, what,
               ": expected input shape (N, C, H, W) with H, W >= 1, got ", shape_str(x_shape));
@@ -146,7 +146,7 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape
               ", got ", grad_out.defined() ? grad_out.shape_str() : std::string("undefined"));
   EMBER_CHECK(is_floating(grad_out.dtype()), what, ": expected a floating grad_out, got ",
               dtype_name(grad_out.dtype()));
-  const MemoryFormat f = grad_out.suggest_memory_format();
+  const MemoryFormat f = x_format;
   Tensor gx = empty(x_shape, grad_out.options(), f);
   if (gx.numel() == 0) return gx;
   adaptive_avg_pool2d_backward_table(gx.device(), dense_raw(grad_out, f), gx, f);

@@ -25,13 +25,16 @@ struct MaxPoolResult {
   Tensor indices;  // (N, C, Ho, Wo) i64, laid out as out: flat index h * W + w of the max in its (H, W) plane
 };
 MaxPoolResult max_pool2d(const Tensor& x, const Pool2dParams& p);
+// The backward passes return the input's gradient laid out as `x_format`, the forward input's
+// layout (x.suggest_memory_format()): grad_out's strides cannot always tell it (an (N, C, 1, 1)
+// gradient, e.g. from a flatten after global pooling, is dense in both layouts).
 /// Scatters grad_out to the arg-max positions (accumulating where windows overlap).
-Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Shape& x_shape);
+Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Shape& x_shape, MemoryFormat x_format);
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p);
-Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape, const Pool2dParams& p);
+Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape, MemoryFormat x_format, const Pool2dParams& p);
 /// Window i covers [floor(i*H/Ho), ceil((i+1)*H/Ho)).
 Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w);
-Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape);
+Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape, MemoryFormat x_format);
 
 // ---- implementation signatures ----
 // Every operand is dense in the one memory format `f` (NCHW or NHWC order; the front copies an

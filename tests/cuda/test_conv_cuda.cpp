@@ -203,11 +203,12 @@ TEST_CASE("cuda conv2d backward-input and backward-weight match float64 and the 
       const Tensor gy = random_tensor(ys, dt, ++seed, -1.0, 1.0, Layout::Transposed, kGpu);
       const std::vector<double> xv = to_f64(x), wv = to_f64(w), gv = to_f64(gy);
 
-      const Tensor gx = kernels::conv2d_backward_input(gy, w, xs, k.p);
+      const Tensor gx = kernels::conv2d_backward_input(gy, w, xs, MemoryFormat::contiguous, k.p);
       REQUIRE(gx.sizes() == xs);
       const Expect ex = ref_backward_input(k, gv, wv, dt);
       check_expect(gx, ex);
-      check_expect(gx, doubled(ex, kernels::conv2d_backward_input(gy.to(Device::cpu()), w.to(Device::cpu()), xs, k.p)));
+      check_expect(gx, doubled(ex, kernels::conv2d_backward_input(gy.to(Device::cpu()), w.to(Device::cpu()), xs,
+                                                                  MemoryFormat::contiguous, k.p)));
 
       const Tensor gw = kernels::conv2d_backward_weight(gy, x, ws, k.p);
       REQUIRE(gw.sizes() == ws);
@@ -256,7 +257,7 @@ TEST_CASE("cuda conv2d plans each problem once, on cuDNN's graph API for f32, f1
     const Tensor w = random_tensor({7, 5, 3, 3}, dt, 42, -1.0, 1.0, Layout::Contiguous, kGpu);
     auto three_calls = [&] {
       const Tensor y = kernels::conv2d(x, w, Tensor(), p);
-      (void)kernels::conv2d_backward_input(y, w, x.sizes(), p);
+      (void)kernels::conv2d_backward_input(y, w, x.sizes(), MemoryFormat::contiguous, p);
       (void)kernels::conv2d_backward_weight(y, x, w.sizes(), p);
     };
     const kernels::cuda::ConvPlanCounts before = kernels::cuda::conv_plan_counts();
@@ -290,7 +291,7 @@ TEST_CASE("cuda conv2d: the algorithm search's workspace does not stay in the ca
     alloc.reset_peak();
     {
       const Tensor y = kernels::conv2d(x, w, Tensor(), p);
-      const Tensor gx = kernels::conv2d_backward_input(y, w, x.sizes(), p);
+      const Tensor gx = kernels::conv2d_backward_input(y, w, x.sizes(), MemoryFormat::contiguous, p);
       const Tensor gw = kernels::conv2d_backward_weight(y, x, w.sizes(), p);
       synchronize(kGpu);
     }
@@ -319,14 +320,15 @@ TEST_CASE("cuda conv2d on operands one element into their buffers after the alig
     const Tensor x = random_tensor(xs, dt, ++seed, -1.0, 1.0, Layout::Contiguous, kGpu);
     const Tensor gy = random_tensor(ys, dt, ++seed, -1.0, 1.0, Layout::Contiguous, kGpu);
     (void)kernels::conv2d(x, w, Tensor(), k.p);
-    (void)kernels::conv2d_backward_input(gy, w, xs, k.p);
+    (void)kernels::conv2d_backward_input(gy, w, xs, MemoryFormat::contiguous, k.p);
     (void)kernels::conv2d_backward_weight(gy, x, ws, k.p);
     const Tensor xo = offset_copy(x), gyo = offset_copy(gy);
     REQUIRE(reinterpret_cast<uintptr_t>(xo.data_ptr()) % 16 != 0);
     REQUIRE(reinterpret_cast<uintptr_t>(gyo.data_ptr()) % 16 != 0);
     const std::vector<double> xv = to_f64(xo), wv = to_f64(w), gv = to_f64(gyo);
     check_expect(kernels::conv2d(xo, w, Tensor(), k.p), ref_forward(k, xv, wv, {}, dt));
-    check_expect(kernels::conv2d_backward_input(gyo, w, xs, k.p), ref_backward_input(k, gv, wv, dt));
+    check_expect(kernels::conv2d_backward_input(gyo, w, xs, MemoryFormat::contiguous, k.p),
+                 ref_backward_input(k, gv, wv, dt));
     check_expect(kernels::conv2d_backward_weight(gyo, xo, ws, k.p), ref_backward_weight(k, gv, xv, dt));
   }
 }
@@ -408,7 +410,7 @@ TEST_CASE("cuda conv2d splits a batch of 2^31+ elements into cuDNN-sized chunks"
   {
     // Input gradient of grad_out = 1: gx[n, h, w] = sum of the taps whose output exists.
     const Tensor gy = ones({N, 1, H, W}, {.dtype = DType::f64, .device = kGpu});
-    const Tensor gx = kernels::conv2d_backward_input(gy, w, {N, 1, H, W}, p);
+    const Tensor gx = kernels::conv2d_backward_input(gy, w, {N, 1, H, W}, MemoryFormat::contiguous, p);
     for (int64_t n : {int64_t(0), N - 2, N - 1}) check_sample(gx, n, true, 1.0);
   }
 }

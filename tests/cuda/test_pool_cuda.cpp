@@ -215,11 +215,12 @@ TEST_CASE("cuda max_pool2d_backward scatters to the arg-max, accumulating overla
       const Tensor x = random_tensor(k.x, dt, ++seed, -1.0, 1.0, Layout::Contiguous, kGpu);
       const kernels::MaxPoolResult r = kernels::max_pool2d(x, k.p);
       const Tensor gy = random_tensor(r.out.sizes(), dt, ++seed, -1.0, 1.0, Layout::Transposed, kGpu);
-      const Tensor gx = kernels::max_pool2d_backward(gy, r.indices, k.x);
+      const Tensor gx = kernels::max_pool2d_backward(gy, r.indices, k.x, MemoryFormat::contiguous);
       REQUIRE(gx.sizes() == k.x);
       const Expect e = ref_max_backward(to_f64(gy), to_f64(r.indices), dims(k.x, r.out.size(2), r.out.size(3)), dt);
       check_expect(gx, e);
-      const Tensor gxc = kernels::max_pool2d_backward(gy.to(Device::cpu()), r.indices.to(Device::cpu()), k.x);
+      const Tensor gxc = kernels::max_pool2d_backward(gy.to(Device::cpu()), r.indices.to(Device::cpu()), k.x,
+                                                      MemoryFormat::contiguous);
       check_expect(gx, doubled(e, gxc));
     }
   }
@@ -240,12 +241,13 @@ TEST_CASE("cuda avg_pool2d and its backward match float64 and the CPU (count_inc
         check_expect(y, doubled(e, kernels::avg_pool2d(x.to(Device::cpu()), k.p)));
 
         const Tensor gy = random_tensor(y.sizes(), dt, ++seed, -1.0, 1.0, Layout::Strided, kGpu);
-        const Tensor gx = kernels::avg_pool2d_backward(gy, k.x, k.p);
+        const Tensor gx = kernels::avg_pool2d_backward(gy, k.x, MemoryFormat::contiguous, k.p);
         const std::vector<double> gv = to_f64(gy);
         const Expect eg = ref_avg_backward(gv, d, &k.p, dt);
         check_expect(gx, eg);
-        check_expect(gx, combined(eg, ref_avg_backward(gv, d, &k.p, dt, true),
-                                  kernels::avg_pool2d_backward(gy.to(Device::cpu()), k.x, k.p)));
+        check_expect(gx,
+                     combined(eg, ref_avg_backward(gv, d, &k.p, dt, true),
+                              kernels::avg_pool2d_backward(gy.to(Device::cpu()), k.x, MemoryFormat::contiguous, k.p)));
       }
     }
   }
@@ -271,12 +273,13 @@ TEST_CASE("cuda adaptive_avg_pool2d and its backward match float64 and the CPU",
       check_expect(y, doubled(e, kernels::adaptive_avg_pool2d(x.to(Device::cpu()), a.ho, a.wo)));
 
       const Tensor gy = random_tensor(y.sizes(), dt, ++seed, -1.0, 1.0, Layout::Transposed, kGpu);
-      const Tensor gx = kernels::adaptive_avg_pool2d_backward(gy, a.x);
+      const Tensor gx = kernels::adaptive_avg_pool2d_backward(gy, a.x, MemoryFormat::contiguous);
       const std::vector<double> gv = to_f64(gy);
       const Expect eg = ref_avg_backward(gv, d, nullptr, dt);
       check_expect(gx, eg);
-      check_expect(gx, combined(eg, ref_avg_backward(gv, d, nullptr, dt, true),
-                                kernels::adaptive_avg_pool2d_backward(gy.to(Device::cpu()), a.x)));
+      check_expect(
+          gx, combined(eg, ref_avg_backward(gv, d, nullptr, dt, true),
+                       kernels::adaptive_avg_pool2d_backward(gy.to(Device::cpu()), a.x, MemoryFormat::contiguous)));
     }
   }
 }
@@ -299,7 +302,7 @@ TEST_CASE("cuda pooling on a 2^31+ element plane takes the 64-bit index path", "
     check_close(r.out.narrow(2, H / 2 - 2, 2), out, 0.0, 0.0);
     check_close(r.indices.narrow(2, H / 2 - 2, 2), idx, 0.0, 0.0);
     const Tensor gy = ones(r.out.sizes(), {.dtype = DType::f16, .device = kGpu});
-    const Tensor gx = kernels::max_pool2d_backward(gy, r.indices, x.sizes());
+    const Tensor gx = kernels::max_pool2d_backward(gy, r.indices, x.sizes(), MemoryFormat::contiguous);
     std::vector<double> expect(tv.size(), 0.0);
     for (double i : idx) expect[static_cast<size_t>(static_cast<int64_t>(i) - (H - 4) * W)] = 1.0;
     check_close(gx.narrow(2, H - 4, 4), expect, 0.0, 0.0);
@@ -310,7 +313,7 @@ TEST_CASE("cuda pooling on a 2^31+ element plane takes the 64-bit index path", "
     const Tensor gy = random_tensor({1, 1, 2, W / 2}, DType::f16, 6, -1.0, 1.0, Layout::Contiguous, kGpu);
     Tensor gfull = zeros(y.sizes(), {.dtype = DType::f16, .device = kGpu});
     gfull.narrow(2, H / 2 - 2, 2).copy_(gy);
-    const Tensor gx = kernels::avg_pool2d_backward(gfull, x.sizes(), p);
+    const Tensor gx = kernels::avg_pool2d_backward(gfull, x.sizes(), MemoryFormat::contiguous, p);
     check_expect(gx.narrow(2, H - 4, 4), ref_avg_backward(to_f64(gy), d, &p, DType::f16));
   }
 }

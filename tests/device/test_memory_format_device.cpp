@@ -3,15 +3,20 @@
 // row-major computation. Sizes with C and H*W above 1, so that the two layouts differ.
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <vector>
 
+#include <ember/autograd/autocast.h>
 #include <ember/autograd/ops.h>
 #include <ember/autograd/ops_conv.h>
 #include <ember/autograd/ops_norm.h>
 #include <ember/kernels/conv.h>
+#include <ember/kernels/copy.h>
 #include <ember/kernels/elementwise.h>
 #include <ember/kernels/factory.h>
 #include <ember/kernels/norm.h>
+#include <ember/layers/loss.h>
+#include <ember/models/resnet.h>
 #include <ember/optim/adam.h>
 #include <ember/optim/sgd.h>
 #include "support/device_test.h"
@@ -228,12 +233,13 @@ DEVICE_TEST_CASE("memory format: conv2d in channels_last equals row-major within
 
   const Tensor gy = random_tensor(y.sizes(), DType::f32, 13, -1.0, 1.0, Layout::Contiguous, dev)
                         .contiguous(MemoryFormat::channels_last);
-  const Tensor gx = kernels::conv2d_backward_input(gy, wc, x.sizes(), p);
+  const Tensor gx = kernels::conv2d_backward_input(gy, wc, x.sizes(), MemoryFormat::channels_last, p);
   // Each input gradient sums O * kh * kw = 54 products.
   const double g54 = 54 * u / (1 - 54 * u);
-  std::vector<double> bx = to_f64(kernels::conv2d_backward_input(abs64(gy), abs64(w), x.sizes(), p));
+  std::vector<double> bx =
+      to_f64(kernels::conv2d_backward_input(abs64(gy), abs64(w), x.sizes(), MemoryFormat::contiguous, p));
   for (double& v : bx) v = 2 * g54 * v + 1e-30;
-  check_close_cl(gx, kernels::conv2d_backward_input(gy.contiguous(), w, x.sizes(), p), bx);
+  check_close_cl(gx, kernels::conv2d_backward_input(gy.contiguous(), w, x.sizes(), MemoryFormat::contiguous, p), bx);
 
   const Tensor gw = kernels::conv2d_backward_weight(gy, x, w.sizes(), p);
   // Each weight gradient sums N * Ho * Wo = 40 products.
@@ -290,10 +296,10 @@ DEVICE_TEST_CASE("memory format: conv2d in channels_last across strides, padding
                    bounds(kernels::conv2d(abs64(x), abs64(w), abs64(b), k.p), k.w[1] * taps + 1));
     const Tensor gy = random_tensor(y.sizes(), DType::f32, ++seed, -1.0, 1.0, Layout::Contiguous, dev)
                           .contiguous(MemoryFormat::channels_last);
-    check_close_cl(
-        kernels::conv2d_backward_input(gy, wc, x.sizes(), k.p),
-        kernels::conv2d_backward_input(gy.contiguous(), w, x.sizes(), k.p),
-        bounds(kernels::conv2d_backward_input(abs64(gy), abs64(w), x.sizes(), k.p), k.w[0] / k.p.groups * taps));
+    check_close_cl(kernels::conv2d_backward_input(gy, wc, x.sizes(), MemoryFormat::channels_last, k.p),
+                   kernels::conv2d_backward_input(gy.contiguous(), w, x.sizes(), MemoryFormat::contiguous, k.p),
+                   bounds(kernels::conv2d_backward_input(abs64(gy), abs64(w), x.sizes(), MemoryFormat::contiguous, k.p),
+                          k.w[0] / k.p.groups * taps));
     check_close_cl(kernels::conv2d_backward_weight(gy, x, w.sizes(), k.p),
                    kernels::conv2d_backward_weight(gy.contiguous(), x.contiguous(), w.sizes(), k.p),
                    bounds(kernels::conv2d_backward_weight(abs64(gy), abs64(x), w.sizes(), k.p), gy.numel() / k.w[0]));
@@ -317,11 +323,14 @@ DEVICE_TEST_CASE("memory format: a channels_last input convolved to one channel 
   const double u = std::ldexp(1.0, -24), gamma = 168 * u / (1 - 168 * u);  // 4 * 6 * 7 products
   REQUIRE(got.size() == 2);
   for (size_t i = 0; i < got.size(); ++i) CHECK(std::fabs(got[i] - want[i]) <= 2 * gamma * mag[i]);
-  // The input gradient from a gradient of that shape: its layout cannot be told from its strides
-  // (the same in both formats), so it is computed row-major, from the channels-last weight.
+  // The input gradient from a gradient of that shape (its strides cannot tell the layout; the
+  // caller names it), with the channels-last weight.
   const Tensor gy = random_tensor({2, 1, 1, 1}, DType::f32, 72, -1.0, 1.0, Layout::Contiguous, dev);
-  const Tensor gx = kernels::conv2d_backward_input(gy.contiguous(MemoryFormat::channels_last), wc, x.sizes(), {});
-  const std::vector<double> gxr = to_f64(kernels::conv2d_backward_input(gy, w, x.sizes(), {}));
+  const Tensor gx = kernels::conv2d_backward_input(gy.contiguous(MemoryFormat::channels_last), wc, x.sizes(),
+                                                   MemoryFormat::channels_last, {});
+  const std::vector<double> gxr =
+      to_f64(kernels::conv2d_backward_input(gy, w, x.sizes(), MemoryFormat::contiguous, {}));
+  CHECK(gx.suggest_memory_format() == MemoryFormat::channels_last);
   const std::vector<double> gxv = to_f64(gx);
   for (size_t i = 0; i < gxv.size(); ++i) REQUIRE(gxv[i] == gxr[i]);  // one product each: exact
 }
@@ -350,9 +359,10 @@ DEVICE_TEST_CASE("memory format: conv2d in f64 channels_last equals row-major an
                  bounds(kernels::conv2d(abs64(x), abs64(w), Tensor(), p), 36));
   const Tensor gy = random_tensor(y.sizes(), DType::f64, 82, -1.0, 1.0, Layout::Contiguous, dev)
                         .contiguous(MemoryFormat::channels_last);
-  check_close_cl(kernels::conv2d_backward_input(gy, wc, x.sizes(), p),
-                 kernels::conv2d_backward_input(gy.contiguous(), w, x.sizes(), p),
-                 bounds(kernels::conv2d_backward_input(abs64(gy), abs64(w), x.sizes(), p), 54));
+  check_close_cl(
+      kernels::conv2d_backward_input(gy, wc, x.sizes(), MemoryFormat::channels_last, p),
+      kernels::conv2d_backward_input(gy.contiguous(), w, x.sizes(), MemoryFormat::contiguous, p),
+      bounds(kernels::conv2d_backward_input(abs64(gy), abs64(w), x.sizes(), MemoryFormat::contiguous, p), 54));
   check_close_cl(
       kernels::conv2d_backward_weight(gy, x, w.sizes(), p),
       kernels::conv2d_backward_weight(gy.contiguous(), x.contiguous(), w.sizes(), p),
@@ -450,4 +460,51 @@ DEVICE_TEST_CASE("memory format: the conv2d kernel gets channels_last operands a
   const Tensor y = kernels::conv2d(x, w, Tensor(), {});
   CHECK(g_conv_saw_channels_last);
   CHECK(y.suggest_memory_format() == MemoryFormat::channels_last);
+}
+
+namespace {
+// A spy in the copy table: counts copies that change a 4-D tensor's layout (a transpose
+// between row-major and channels-last: source and destination dense with different strides, C
+// and H * W above 1, where the two layouts differ).
+kernels::CopyFn* g_real_copy = nullptr;
+int g_layout_copies = 0;
+void counting_copy(const Tensor& src, const Tensor& dst) {
+  if (src.dim() == 4 && src.sizes() == dst.sizes() && src.size(1) > 1 && src.size(2) * src.size(3) > 1 &&
+      src.strides() != dst.strides())
+    ++g_layout_copies;
+  g_real_copy(src, dst);
+}
+}  // namespace
+
+DEVICE_TEST_CASE(
+    "memory format: a ResNet-18 training step makes no layout-changing copies, in f32 and under bf16 autocast",
+    "[memory_format]") {
+  // Forward, loss, backward and an SGD step with momentum on a channels-last model and input: no
+  // op may convert an activation, a gradient or optimizer state to row-major and back.
+  for (const bool low : {false, true}) {
+    INFO((low ? "bf16 autocast" : "f32"));
+    manual_seed(3);
+    auto model = models::resnet18();
+    model->to(test_device());
+    model->to(MemoryFormat::channels_last);
+    optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4});
+    const Tensor x = random_tensor({2, 3, 16, 16}, DType::f32, 4, -1.0, 1.0, Layout::Contiguous, test_device())
+                         .contiguous(MemoryFormat::channels_last);
+    const Tensor y = from_vector(std::vector<int64_t>{3, 7}, {2}, {.device = test_device()});
+    TableOverride<kernels::CopyFn> spy(kernels::copy_table, test_device().type(), &counting_copy);
+    g_real_copy = spy.original();
+    for (int step = 0; step < 2; ++step) {  // the second step finds the momentum buffers
+      g_layout_copies = 0;
+      Tensor loss;
+      {
+        std::optional<amp::Autocast> guard;
+        if (low) guard.emplace(test_device().type(), DType::bf16);
+        loss = layers::cross_entropy(model->forward(x), y);
+      }
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      CHECK(g_layout_copies == 0);
+    }
+  }
 }

@@ -66,14 +66,14 @@ DEVICE_TEST_CASE("pool layout: max pooling of channels_last equals row-major, in
       check_same(r.indices, rr.indices);
 
       const Tensor gy = cl_input(r.out.sizes(), dt, 200 + w);
-      const Tensor gx = kernels::max_pool2d_backward(gy, r.indices, x.sizes());
-      const Tensor gxr = kernels::max_pool2d_backward(row_major(gy), rr.indices, x.sizes());
+      const Tensor gx = kernels::max_pool2d_backward(gy, r.indices, x.sizes(), kCL);
+      const Tensor gxr = kernels::max_pool2d_backward(row_major(gy), rr.indices, x.sizes(), MemoryFormat::contiguous);
       CHECK(gx.suggest_memory_format() == kCL);
       // Overlapping windows may pick one position several times; the CUDA kernel adds those with
       // atomics in the storage dtype, in no fixed order: each such sum may differ by its roundings.
       const std::vector<double> a = to_f64(gx), b = to_f64(gxr);
-      const std::vector<double> mag =
-          to_f64(kernels::max_pool2d_backward(kernels::unary(kernels::UnaryOp::Abs, gy), rr.indices, x.sizes()));
+      const std::vector<double> mag = to_f64(kernels::max_pool2d_backward(
+          kernels::unary(kernels::UnaryOp::Abs, gy), rr.indices, x.sizes(), MemoryFormat::contiguous));
       const double u = tol(dt), windows = static_cast<double>(p.kernel_h * (p.kernel_w));
       for (size_t i = 0; i < a.size(); ++i)
         if (!(std::fabs(a[i] - b[i]) <= 2 * windows * u * mag[i]))
@@ -92,8 +92,8 @@ DEVICE_TEST_CASE("pool layout: average and adaptive average of channels_last equ
       const Tensor y = kernels::avg_pool2d(x, kWindows[w]);
       check_same(y, kernels::avg_pool2d(row_major(x), kWindows[w]));
       const Tensor gy = cl_input(y.sizes(), dt, 400 + w);
-      check_same(kernels::avg_pool2d_backward(gy, x.sizes(), kWindows[w]),
-                 kernels::avg_pool2d_backward(row_major(gy), x.sizes(), kWindows[w]));
+      check_same(kernels::avg_pool2d_backward(gy, x.sizes(), kCL, kWindows[w]),
+                 kernels::avg_pool2d_backward(row_major(gy), x.sizes(), MemoryFormat::contiguous, kWindows[w]));
     }
     // Down to one value per channel (the ResNets' head), to uneven windows, and up (windows overlap).
     for (const auto& [ho, wo] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 4}, {10, 11}}) {
@@ -102,8 +102,8 @@ DEVICE_TEST_CASE("pool layout: average and adaptive average of channels_last equ
       const Tensor y = kernels::adaptive_avg_pool2d(x, ho, wo);
       check_same(y, kernels::adaptive_avg_pool2d(row_major(x), ho, wo));
       const Tensor gy = cl_input(y.sizes(), dt, 600 + ho);
-      check_same(kernels::adaptive_avg_pool2d_backward(gy, x.sizes()),
-                 kernels::adaptive_avg_pool2d_backward(row_major(gy), x.sizes()));
+      check_same(kernels::adaptive_avg_pool2d_backward(gy, x.sizes(), kCL),
+                 kernels::adaptive_avg_pool2d_backward(row_major(gy), x.sizes(), MemoryFormat::contiguous));
     }
   }
 }
@@ -116,6 +116,22 @@ DEVICE_TEST_CASE("pool layout: a 1x1 channels_last input pooled up to 2x2 stays 
   kernels::copy(x, random_tensor({2, 5, 1, 1}, DType::f32, 7, -1.0, 1.0, Layout::Contiguous, test_device()));
   REQUIRE(x.suggest_memory_format() == kCL);
   check_same(kernels::adaptive_avg_pool2d(x, 2, 2), kernels::adaptive_avg_pool2d(row_major(x), 2, 2));
+}
+
+DEVICE_TEST_CASE("pool layout: the input gradient takes the forward input's layout, also from an (N, C, 1, 1) gradient",
+                 "[pool][memory_format]") {
+  // A flatten after global pooling hands back a row-major (N, C, 1, 1) gradient, dense in both
+  // layouts: its strides cannot say the gradient should be channels-last; the caller's format does.
+  const Tensor gy = random_tensor({2, 5, 1, 1}, DType::f32, 8, -1.0, 1.0, Layout::Contiguous, test_device());
+  REQUIRE(gy.suggest_memory_format() == MemoryFormat::contiguous);
+  check_same(kernels::adaptive_avg_pool2d_backward(gy, kShape, kCL),
+             kernels::adaptive_avg_pool2d_backward(gy, kShape, MemoryFormat::contiguous));
+  const kernels::Pool2dParams whole{.kernel_h = 7, .kernel_w = 9, .stride_h = 1, .stride_w = 1};
+  check_same(kernels::avg_pool2d_backward(gy, kShape, kCL, whole),
+             kernels::avg_pool2d_backward(gy, kShape, MemoryFormat::contiguous, whole));
+  const kernels::MaxPoolResult r = kernels::max_pool2d(cl_input(kShape, DType::f32, 9), whole);
+  check_same(kernels::max_pool2d_backward(gy, r.indices, kShape, kCL),
+             kernels::max_pool2d_backward(gy, row_major(r.indices), kShape, MemoryFormat::contiguous));
 }
 
 namespace {

@@ -128,7 +128,7 @@ void run_case(const Case& c, DType dt, Layout x_layout, Layout w_layout, uint64_
   check_scaled(out, r.out, r.out_mag, rtol_f, "forward");
 
   const double rtol_x = dt == DType::f64 ? 1e-13 : tol_sum(dt, (c.O / c.p.groups) * c.kh * c.kw);
-  Tensor gx = kernels::conv2d_backward_input(g, w, xs, c.p);
+  Tensor gx = kernels::conv2d_backward_input(g, w, xs, MemoryFormat::contiguous, c.p);
   REQUIRE(gx.sizes() == xs);
   check_scaled(gx, r.gx, r.gx_mag, rtol_x, "backward input");
 
@@ -211,7 +211,8 @@ TEST_CASE("conv2d in f16 and bf16 (computed in f32, rounded once)", "[cpu]") {
     const Reference r = reference(c, to_f64(x), to_f64(w), to_f64(b), to_f64(g));
     // One rounding of the result to dt dominates (the f32 sum is far more accurate).
     check_scaled(kernels::conv2d(x, w, b, c.p), r.out, r.out_mag, 2 * tol(dt), "forward");
-    check_scaled(kernels::conv2d_backward_input(g, w, xs, c.p), r.gx, r.gx_mag, 2 * tol(dt), "backward input");
+    check_scaled(kernels::conv2d_backward_input(g, w, xs, MemoryFormat::contiguous, c.p), r.gx, r.gx_mag, 2 * tol(dt),
+                 "backward input");
     check_scaled(kernels::conv2d_backward_weight(g, x, ws, c.p), r.gw, r.gw_mag, 2 * tol(dt), "backward weight");
   }
 }
@@ -262,7 +263,10 @@ TEST_CASE("conv2d shape errors name both shapes", "[cpu]") {
   CHECK_THAT(m, Contains("stride"));
   // Backward: grad_out of the wrong shape.
   Tensor w = random_tensor({4, 3, 3, 3}, DType::f32, 2);
-  m = error_of([&] { kernels::conv2d_backward_input(random_tensor({2, 4, 5, 6}, DType::f32, 4), w, x.sizes(), {}); });
+  m = error_of([&] {
+    kernels::conv2d_backward_input(random_tensor({2, 4, 5, 6}, DType::f32, 4), w, x.sizes(), MemoryFormat::contiguous,
+                                   {});
+  });
   CHECK_THAT(m, Contains("[2, 4, 5, 6]") && Contains("[2, 4, 5, 7]"));
   m = error_of([&] { kernels::conv2d_backward_weight(random_tensor({2, 4, 5, 6}, DType::f32, 4), x, w.sizes(), {}); });
   CHECK_THAT(m, Contains("[2, 4, 5, 6]") && Contains("[2, 4, 5, 7]"));

@@ -137,7 +137,8 @@ TEST_CASE("max_pool2d values, indices and backward match float64 loops", "[cpu]"
         CHECK(bad == 0);
         if (dt == DType::f32 || dt == DType::f64) {
           // Overlapping windows add several gradients into one input: a short sum.
-          check_close(kernels::max_pool2d_backward(g, r.indices, x.sizes()), ref.grad, 4 * tol(dt), 4 * tol(dt));
+          check_close(kernels::max_pool2d_backward(g, r.indices, x.sizes(), MemoryFormat::contiguous), ref.grad,
+                      4 * tol(dt), 4 * tol(dt));
         }
       }
     }
@@ -179,7 +180,7 @@ TEST_CASE("avg_pool2d and its backward match float64 loops (count_include_pad bo
       // Values in [-1, 1): sums of up to 16 terms, so an absolute tolerance is the right scale.
       const double t = dt == DType::f64 ? 1e-14 : (dt == DType::f32 ? tol_sum(dt, 16) : 2 * tol(dt));
       check_close(out, ref.out, t, t);
-      check_close(kernels::avg_pool2d_backward(g, x.sizes(), p), ref.grad, t, t);
+      check_close(kernels::avg_pool2d_backward(g, x.sizes(), MemoryFormat::contiguous, p), ref.grad, t, t);
     }
   }
 }
@@ -198,7 +199,7 @@ TEST_CASE("adaptive_avg_pool2d and its backward match float64 loops", "[cpu]") {
       REQUIRE(out.sizes() == Shape{N, C, oh, ow});
       const double t = dt == DType::f64 ? 1e-14 : (dt == DType::f32 ? tol_sum(dt, H * W) : 2 * tol(dt));
       check_close(out, ref.out, t, t);
-      check_close(kernels::adaptive_avg_pool2d_backward(g, x.sizes()), ref.grad, t, t);
+      check_close(kernels::adaptive_avg_pool2d_backward(g, x.sizes(), MemoryFormat::contiguous), ref.grad, t, t);
     }
   }
 }
@@ -217,26 +218,29 @@ TEST_CASE("pooling errors name the shapes and parameters", "[cpu]") {
   CHECK_THAT(error_of([&] { kernels::avg_pool2d(x, pool(2, 2, 0, 2, 0, 0)); }), Contains("stride"));
   CHECK_THROWS(kernels::max_pool2d(random_tensor({2, 3, 7, 9}, DType::i64, 1), pool(2, 2, 2, 2, 0, 0)));
   CHECK_THAT(error_of([&] { kernels::adaptive_avg_pool2d(x, 0, 3); }), Contains("[2, 3, 7, 9]"));
-  CHECK_THAT(
-      error_of([&] {
-        kernels::avg_pool2d_backward(random_tensor({2, 3, 3, 3}, DType::f32, 2), x.sizes(), pool(2, 2, 2, 2, 0, 0));
-      }),
-      Contains("[2, 3, 3, 3]") && Contains("[2, 3, 3, 4]"));
+  CHECK_THAT(error_of([&] {
+               kernels::avg_pool2d_backward(random_tensor({2, 3, 3, 3}, DType::f32, 2), x.sizes(),
+                                            MemoryFormat::contiguous, pool(2, 2, 2, 2, 0, 0));
+             }),
+             Contains("[2, 3, 3, 3]") && Contains("[2, 3, 3, 4]"));
   auto r = kernels::max_pool2d(x, pool(2, 2, 2, 2, 0, 0));
   CHECK_THAT(error_of([&] {
-               kernels::max_pool2d_backward(r.out, r.indices, {2, 4, 7, 9});
+               kernels::max_pool2d_backward(r.out, r.indices, {2, 4, 7, 9}, MemoryFormat::contiguous);
              }),
              Contains("[2, 3, 3, 4]") && Contains("[2, 4, 7, 9]"));
-  CHECK_THAT(error_of([&] { kernels::max_pool2d_backward(r.out, r.out, x.sizes()); }), Contains("i64"));
+  CHECK_THAT(error_of([&] { kernels::max_pool2d_backward(r.out, r.out, x.sizes(), MemoryFormat::contiguous); }),
+             Contains("i64"));
   // Corrupted indices are caught, not written out of bounds.
   Tensor bad = from_vector(std::vector<double>(24, 63.0), {2, 3, 2, 2}, {.dtype = DType::i64});
   CHECK_THAT(error_of([&] {
                kernels::max_pool2d_backward(
-                   from_vector(std::vector<double>(24, 1.0), {2, 3, 2, 2}, {.dtype = DType::f32}), bad, {2, 3, 7, 9});
+                   from_vector(std::vector<double>(24, 1.0), {2, 3, 2, 2}, {.dtype = DType::f32}), bad, {2, 3, 7, 9},
+                   MemoryFormat::contiguous);
              }),
              Contains("63"));
   CHECK_THAT(error_of([&] {
-               kernels::adaptive_avg_pool2d_backward(random_tensor({2, 4, 3, 3}, DType::f32, 2), x.sizes());
+               kernels::adaptive_avg_pool2d_backward(random_tensor({2, 4, 3, 3}, DType::f32, 2), x.sizes(),
+                                                     MemoryFormat::contiguous);
              }),
              Contains("[2, 4, 3, 3]"));
 }

@@ -189,7 +189,8 @@ inline std::vector<LpCase> lp_cases() {
                      // Overlapping windows add at most 4 gradients of [-2, 2]: multiples of 1/32
                      // below 8 in size, exact in f16 and bf16, so the backward is exact too.
                      const Tensor g = c.in(r.out.sizes(), 62);
-                     return std::vector<Tensor>{r.out, r.indices, max_pool2d_backward(g, r.indices, x.sizes())};
+                     return std::vector<Tensor>{r.out, r.indices,
+                                                max_pool2d_backward(g, r.indices, x.sizes(), MemoryFormat::contiguous)};
                    }});
   cases.push_back({"avg_pool2d", kRound, [](const LpCtx& c) {
                      const Pool2dParams p{
@@ -197,14 +198,15 @@ inline std::vector<LpCase> lp_cases() {
                      const Tensor x = c.in({2, 3, 9, 9}, 63);
                      const Tensor y = avg_pool2d(x, p);
                      const Tensor g = c.in(y.sizes(), 64);
-                     return std::vector<Tensor>{y, avg_pool2d_backward(g, x.sizes(), p)};
+                     return std::vector<Tensor>{y, avg_pool2d_backward(g, x.sizes(), MemoryFormat::contiguous, p)};
                    }});
-  cases.push_back({"adaptive_avg_pool2d", kRound, [](const LpCtx& c) {
-                     const Tensor x = c.in({2, 3, 7, 5}, 65);
-                     const Tensor y = adaptive_avg_pool2d(x, 3, 2);
-                     const Tensor g = c.in(y.sizes(), 66);
-                     return std::vector<Tensor>{y, adaptive_avg_pool2d_backward(g, x.sizes())};
-                   }});
+  cases.push_back(
+      {"adaptive_avg_pool2d", kRound, [](const LpCtx& c) {
+         const Tensor x = c.in({2, 3, 7, 5}, 65);
+         const Tensor y = adaptive_avg_pool2d(x, 3, 2);
+         const Tensor g = c.in(y.sizes(), 66);
+         return std::vector<Tensor>{y, adaptive_avg_pool2d_backward(g, x.sizes(), MemoryFormat::contiguous)};
+       }});
 
   // ---- BatchNorm (statistics in f32; parameters and running statistics stay f32) ----
   for (bool training : {true, false}) {
@@ -256,7 +258,7 @@ inline std::vector<LpCase> lp_cases() {
                      const Tensor b = c.in({4}, 93, -2.0, 2.0);
                      const Tensor y = conv2d(x, w, b, p);
                      const Tensor g = c.in(y.sizes(), 94);
-                     return std::vector<Tensor>{y, conv2d_backward_input(g, w, x.sizes(), p),
+                     return std::vector<Tensor>{y, conv2d_backward_input(g, w, x.sizes(), MemoryFormat::contiguous, p),
                                                 conv2d_backward_weight(g, x, w.sizes(), p)};
                    },
                    {{.output = 0, .addend_bound = 2.0}}});

@@ -58,6 +58,22 @@ Tensor reduce(ReduceOp op, const Tensor& x, std::vector<int64_t> dims, bool keep
     EMBER_FAIL(name, ": cannot reduce over an empty range (shape ", x.shape_str(), ", reduced extent 0); ", name,
                " of nothing is undefined");
   }
+  if (first >= 0 && nd == 4 && !x.is_contiguous() && x.suggest_memory_format() == MemoryFormat::channels_last) {
+    // Channels-last: reduce the (N, H, W, C) view, which is contiguous, when the kept dims keep
+    // their order there (so the result is laid out as out_shape): e.g. {0, 2, 3} (a conv bias's
+    // gradient, a column sum of the (N*H*W, C) rows), {2, 3} or {1}. Not {0} alone.
+    const int64_t perm[4] = {0, 2, 3, 1};
+    std::vector<int64_t> kept, dims_nhwc;
+    for (int64_t i = 0; i < 4; ++i) {
+      if (reduced[perm[i]]) dims_nhwc.push_back(i);
+      else kept.push_back(perm[i]);
+    }
+    if (std::is_sorted(kept.begin(), kept.end())) {
+      const Tensor nhwc = as_strided_raw(x, {x.size(0), x.size(2), x.size(3), x.size(1)},
+                                         {x.stride(0), x.stride(2), x.stride(3), x.stride(1)}, x.offset());
+      return raw_view(reduce(op, nhwc, dims_nhwc, false), out_shape);
+    }
+  }
   bool block = true;  // reduced dims form one run [first, last]
   for (int d = first; d >= 0 && d <= last; ++d) block = block && reduced[d];
 

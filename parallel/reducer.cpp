@@ -24,9 +24,12 @@ CommStats& CommStats::operator+=(const CommStats& o) {
 
 namespace {
 
-// The flat view of one parameter's elements inside its bucket.
+// The view of one parameter's elements inside its bucket, laid out as the parameter (a
+// channels-last weight's gradient copies in and out without a transpose; the all-reduce is
+// elementwise, and every rank lays out its replica alike).
 Tensor slot_view(const Tensor& flat, int64_t offset, const Tensor& param) {
-  return flat.narrow(0, offset, param.numel()).view(param.shape());
+  return as_strided_raw(flat, param.sizes(), strides_for(param.sizes(), param.suggest_memory_format()),
+                        flat.offset() + offset);
 }
 
 }  // namespace

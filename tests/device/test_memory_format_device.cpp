@@ -11,15 +11,16 @@
 #include <ember/autograd/ops_conv.h>
 #include <ember/autograd/ops_norm.h>
 #include <ember/kernels/conv.h>
-#include <ember/kernels/copy.h>
 #include <ember/kernels/elementwise.h>
 #include <ember/kernels/factory.h>
 #include <ember/kernels/norm.h>
+#include <ember/kernels/reduce.h>
 #include <ember/layers/loss.h>
 #include <ember/models/resnet.h>
 #include <ember/optim/adam.h>
 #include <ember/optim/sgd.h>
 #include "support/device_test.h"
+#include "support/layout_copy_spy.h"
 #include "support/reference.h"
 #include "support/table_override.h"
 
@@ -122,6 +123,32 @@ DEVICE_TEST_CASE("memory format: elementwise ops follow a channels_last operand,
     }
     // A row-major first operand of the full shape gives a row-major result.
     CHECK(kernels::binary(kernels::BinaryOp::Add, ar, b).is_contiguous());
+  }
+}
+
+DEVICE_TEST_CASE("memory format: sums over the dims of a channels_last tensor equal row-major ones, without copies",
+                 "[memory_format][reduce]") {
+  // {0, 2, 3} is a conv bias's gradient: on channels-last data a column sum of the (N*H*W, C)
+  // rows, reduced in place. Each result sums k terms in f32 in some order: within gamma_k * sum |x|
+  // of the exact sum, so the two layouts differ by at most twice that.
+  const Tensor x = channels_last_input(DType::f32, 20);
+  const double u = std::ldexp(1.0, -24);
+  for (const std::vector<int64_t>& dims :
+       std::vector<std::vector<int64_t>>{{0, 2, 3}, {2, 3}, {1}, {0}, {0, 1, 2, 3}}) {
+    INFO("dims " << shape_str(dims));
+    int64_t k = 1;
+    for (int64_t d : dims) k *= x.size(d);
+    const double gamma = static_cast<double>(k) * u / (1 - static_cast<double>(k) * u);
+    LayoutCopySpy spy(test_device().type());
+    const Tensor got = kernels::reduce(kernels::ReduceOp::Sum, x, dims);
+    if (dims != std::vector<int64_t>{0}) CHECK(spy.count() == 0);  // {0} keeps (C, H, W): permuted, copied
+    const std::vector<double> a = to_f64(got),
+                              b = to_f64(kernels::reduce(kernels::ReduceOp::Sum, x.contiguous(), dims));
+    const std::vector<double> mag = to_f64(
+        kernels::reduce(kernels::ReduceOp::Sum,
+                        kernels::unary(kernels::UnaryOp::Abs, x.to(Device::cpu()).contiguous().to(DType::f64)), dims));
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) CHECK(std::fabs(a[i] - b[i]) <= 2 * gamma * mag[i]);
   }
 }
 
@@ -462,20 +489,6 @@ DEVICE_TEST_CASE("memory format: the conv2d kernel gets channels_last operands a
   CHECK(y.suggest_memory_format() == MemoryFormat::channels_last);
 }
 
-namespace {
-// A spy in the copy table: counts copies that change a 4-D tensor's layout (a transpose
-// between row-major and channels-last: source and destination dense with different strides, C
-// and H * W above 1, where the two layouts differ).
-kernels::CopyFn* g_real_copy = nullptr;
-int g_layout_copies = 0;
-void counting_copy(const Tensor& src, const Tensor& dst) {
-  if (src.dim() == 4 && src.sizes() == dst.sizes() && src.size(1) > 1 && src.size(2) * src.size(3) > 1 &&
-      src.strides() != dst.strides())
-    ++g_layout_copies;
-  g_real_copy(src, dst);
-}
-}  // namespace
-
 DEVICE_TEST_CASE(
     "memory format: a ResNet-18 training step makes no layout-changing copies, in f32 and under bf16 autocast",
     "[memory_format]") {
@@ -491,10 +504,9 @@ DEVICE_TEST_CASE(
     const Tensor x = random_tensor({2, 3, 16, 16}, DType::f32, 4, -1.0, 1.0, Layout::Contiguous, test_device())
                          .contiguous(MemoryFormat::channels_last);
     const Tensor y = from_vector(std::vector<int64_t>{3, 7}, {2}, {.device = test_device()});
-    TableOverride<kernels::CopyFn> spy(kernels::copy_table, test_device().type(), &counting_copy);
-    g_real_copy = spy.original();
+    LayoutCopySpy spy(test_device().type());
     for (int step = 0; step < 2; ++step) {  // the second step finds the momentum buffers
-      g_layout_copies = 0;
+      spy.reset();
       Tensor loss;
       {
         std::optional<amp::Autocast> guard;
@@ -504,7 +516,7 @@ DEVICE_TEST_CASE(
       opt.zero_grad();
       loss.backward();
       opt.step();
-      CHECK(g_layout_copies == 0);
+      CHECK(spy.count() == 0);
     }
   }
 }

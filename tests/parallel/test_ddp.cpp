@@ -22,6 +22,8 @@
 #include "parallel/ddp_check.h"
 #include "parallel/multiproc.h"
 #include "support/error_of.h"
+#include "support/layout_copy_spy.h"
+#include "support/reference.h"
 
 using namespace ember;
 using namespace ember::parallel;
@@ -209,5 +211,50 @@ TEST_CASE("ddp: a group of one - buckets, no_sync and stats", "[cpu][parallel][d
 
   CHECK_THAT(error_of([&] { DistributedDataParallel bad(m, pg, {.bucket_cap_mb = 0}); }),
              Catch::Contains("bucket_cap_mb"));
+  destroy_process_group();
+}
+
+TEST_CASE("ddp: a group of one - channels-last gradients go through the buckets without transposes",
+          "[cpu][parallel][ddp][memory_format]") {
+  // Each bucket slot is laid out as its parameter, so a channels-last weight's gradient copies into
+  // the bucket and back as it is; the gradients equal a plain module's.
+  const InitOptions o = testing::group_of_one_options(10);
+  auto pg = init_process_group(o);
+  auto make = [] {
+    Generator gen(11);
+    auto m = std::make_shared<layers::Sequential>();
+    m->push_back(std::make_shared<layers::Conv2d>(3, 8, 3, layers::Conv2dOptions{}, gen));
+    m->push_back(std::make_shared<layers::ReLU>());
+    m->push_back(std::make_shared<layers::Conv2d>(8, 6, 3, layers::Conv2dOptions{}, gen));
+    m->push_back(std::make_shared<layers::AdaptiveAvgPool2d>(1));
+    m->push_back(std::make_shared<layers::Flatten>());
+    m->push_back(std::make_shared<layers::Linear>(6, 5, true, gen));
+    return m;
+  };
+  layers::ModulePtr m = make(), plain = make();
+  m->to(MemoryFormat::channels_last);
+  DistributedDataParallel ddp(m, pg);
+  const Tensor x = random_tensor({4, 3, 9, 9}, DType::f32, 12);
+  const Tensor y = from_vector(std::vector<int64_t>{0, 4, 2, 1}, {4}, {});
+  const Tensor x_cl = x.contiguous(MemoryFormat::channels_last);
+  {
+    LayoutCopySpy spy(DeviceType::CPU);
+    layers::cross_entropy(ddp(x_cl), y).backward();
+    CHECK(spy.count() == 0);
+  }
+  layers::cross_entropy(plain->forward(x), y).backward();
+  const std::vector<Tensor> got = m->parameters(), want = plain->parameters();
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("parameter " << i << " " << got[i].shape_str());
+    CHECK(got[i].grad().is_contiguous(got[i].suggest_memory_format()));
+    if (got[i].dim() == 4) CHECK(got[i].suggest_memory_format() == MemoryFormat::channels_last);
+  }
+  auto grads = [](const std::vector<Tensor>& params) {
+    std::vector<Tensor> g;
+    for (const Tensor& p : params) g.push_back(p.grad());
+    return g;
+  };
+  CHECK(max_rel_diff(grads(got), grads(want)) <= kTol);
   destroy_process_group();
 }

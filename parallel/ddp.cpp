@@ -29,12 +29,19 @@ std::vector<Entry> parse_entries(const std::string& text) {
   return out;
 }
 
+/// The shape, and the memory layout when it is not row-major: DDP's buckets lay each gradient out
+/// as its parameter, so the replicas must agree on it.
+std::string shape_and_layout(const Tensor& t) {
+  if (t.is_contiguous()) return t.shape_str();
+  return t.shape_str() + (t.is_contiguous(MemoryFormat::channels_last) ? " channels-last" : " strided");
+}
+
 }  // namespace
 
 void check_same_across_ranks(ProcessGroup& group, const std::vector<std::pair<std::string, Tensor>>& named,
                              const std::string& what) {
   std::string text;
-  for (const auto& [name, t] : named) text += name + "\t" + dtype_name(t.dtype()) + "\t" + t.shape_str() + "\n";
+  for (const auto& [name, t] : named) text += name + "\t" + dtype_name(t.dtype()) + "\t" + shape_and_layout(t) + "\n";
   const std::vector<std::string> all = all_gather_strings(group, text);
   const std::vector<Entry> ref = parse_entries(all[0]);
   // Every rank runs the same comparison on the same data, so all of them raise the same error.

@@ -82,7 +82,8 @@ class DistributedDataParallel : public layers::Module {
   bool sync_ = true;
 };
 
-/// Checks that every rank of `group` holds the same (name, dtype, shape) list; the error names
+/// Checks that every rank of `group` holds the same (name, dtype, shape, memory layout) list
+/// (channels-last or not: convert a model before wrapping it, on every rank); the error names
 /// the first difference, both ranks and `what` ("parameter", "buffer"). Collective.
 void check_same_across_ranks(ProcessGroup& group, const std::vector<std::pair<std::string, Tensor>>& named,
                              const std::string& what);

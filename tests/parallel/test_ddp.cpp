@@ -81,6 +81,12 @@ void mismatch_child() {
   const std::string err = error_of([&] { DistributedDataParallel ddp(small_cnn(1, false, rank == 1 ? 6 : 5), pg); });
   CHECK_THAT(err, Catch::Contains("parameter 2 is '4.weight' f32 [5, 36] on rank 0 but '4.weight' f32 [6, 36] on "
                                   "rank 1"));
+  // A replica converted to channels-last on one rank only: its bucket slots would pair other elements.
+  auto conv = std::make_shared<layers::Conv2d>(3, 4, 3);
+  if (rank == 1) conv->to(MemoryFormat::channels_last);
+  const std::string layout_err = error_of([&] { DistributedDataParallel ddp(conv, pg); });
+  CHECK_THAT(layout_err, Catch::Contains("parameter 0 is 'weight' f32 [4, 3, 3, 3] on rank 0 but 'weight' f32 "
+                                         "[4, 3, 3, 3] channels-last on rank 1"));
 }
 
 // A test set of 7 split over the ranks (padded to a multiple of the world size): the summed

@@ -40,7 +40,7 @@ struct GradSink {
   Tensor operator()(Tensor g) const {
     if (!needed || !g.defined()) return Tensor();
     if (reduce) g = sum_to(g, shape);
-    if (g.dtype() != dtype) g = kernels::cast(g, dtype);
+    if (g.dtype() != dtype) g = kernels::cast(g, dtype, g.suggest_memory_format());
     return g;
   }
 };

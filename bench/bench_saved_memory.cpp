@@ -71,7 +71,8 @@ int main(int argc, char** argv) {
       const Kept k = measure(batch, low, cl);
       const auto it = peer.find("saved_mib_" + key);
       t.add({key, fmt("%.1f", k.saved_mib), bench::peer_figure(peer, "saved_mib_" + key, "%.1f"),
-             it == peer.end() ? "-" : fmt("%.3f", k.saved_mib / it->second), fmt("%.1f", k.peak_mib)});
+             it == peer.end() || it->second <= 0 ? "-" : fmt("%.3f", k.saved_mib / it->second),
+             fmt("%.1f", k.peak_mib)});
     }
   }
   t.print();

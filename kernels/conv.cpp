@@ -3,6 +3,7 @@
 // channels-last call), output allocation, operands dense in that layout, dispatch by device.
 #include <ember/kernels/conv.h>
 
+#include <initializer_list>
 #include <sstream>
 #include <string>
 
@@ -85,6 +86,15 @@ MemoryFormat run_layout(Device d, DType dt, MemoryFormat want, const Conv2dParam
   return nhwc ? want : MemoryFormat::contiguous;
 }
 
+/// PyTorch's rule: a call is channels-last when any of its 4-D operands is, so a model converted
+/// with Module::to(MemoryFormat::channels_last) runs channels-last on an input that was not
+/// converted (the first convolution converts it; for free when C == 1, as for MNIST).
+MemoryFormat either_layout(std::initializer_list<MemoryFormat> formats) {
+  for (MemoryFormat f : formats)
+    if (f == MemoryFormat::channels_last) return f;
+  return MemoryFormat::contiguous;
+}
+
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
@@ -96,7 +106,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
                 w.shape_str(), ", got shape ", bias.shape_str());
     check_pair(what, bias, "bias", w, "weight");
   }
-  const MemoryFormat want = x.suggest_memory_format(), run = run_layout(x.device(), x.dtype(), want, p);
+  const MemoryFormat want = either_layout({x.suggest_memory_format(), w.suggest_memory_format()}),
+                     run = run_layout(x.device(), x.dtype(), want, p);
   Tensor out = empty(out_shape, x.options(), run);
   if (out.numel() == 0) return out;
   conv2d_forward_table(x.device(), dense_raw(x, run), dense_raw(w, run),
@@ -111,7 +122,10 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Shap
   const Shape expect = check_conv_shapes(what, x_shape, w.sizes(), p);
   EMBER_CHECK(grad_out.sizes() == expect, what, ": grad_out has shape ", grad_out.shape_str(), ", expected ",
               shape_str(expect), " for input ", shape_str(x_shape), " and weight ", w.shape_str());
-  const MemoryFormat want = x_format, run = run_layout(w.device(), w.dtype(), want, p);
+  const MemoryFormat want = x_format,
+                     run = run_layout(
+                         w.device(), w.dtype(),
+                         either_layout({x_format, grad_out.suggest_memory_format(), w.suggest_memory_format()}), p);
   Tensor grad_x = empty(x_shape, w.options(), run);
   if (grad_x.numel() == 0) return grad_x;
   conv2d_backward_input_table(w.device(), dense_raw(grad_out, run), dense_raw(w, run), p, grad_x, run);
@@ -124,7 +138,8 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Sha
   const Shape expect = check_conv_shapes(what, x.sizes(), w_shape, p);
   EMBER_CHECK(grad_out.sizes() == expect, what, ": grad_out has shape ", grad_out.shape_str(), ", expected ",
               shape_str(expect), " for input ", x.shape_str(), " and weight ", shape_str(w_shape));
-  const MemoryFormat want = x.suggest_memory_format(), run = run_layout(x.device(), x.dtype(), want, p);
+  const MemoryFormat want = either_layout({x.suggest_memory_format(), grad_out.suggest_memory_format()}),
+                     run = run_layout(x.device(), x.dtype(), want, p);
   Tensor grad_w = empty(w_shape, x.options(), run);
   if (grad_w.numel() == 0) return grad_w;
   if (x.numel() == 0) {  // N == 0: no contributions

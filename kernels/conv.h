@@ -20,7 +20,9 @@ struct Conv2dParams {
 int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation);
 
 /// x (N, C, H, W), w (O, C/groups, kh, kw), bias (O) or undefined -> (N, O, Ho, Wo).
-/// Checks every shape and names both shapes on mismatch.
+/// Checks every shape and names both shapes on mismatch. Channels-last when x or w is (PyTorch's
+/// rule; the other operand is converted), else row-major; the gradients likewise, the input's
+/// laid out as x_format, the weight's channels-last when x or grad_out is.
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p);
 /// dL/dx (shape x_shape, laid out as x_format: the forward input's layout, which grad_out's strides
 /// cannot always tell, e.g. for one output channel or a 1x1 output) from grad_out (N, O, Ho, Wo)

@@ -76,9 +76,11 @@ void fill(const Tensor& dst, double value) {
   fill_table(dst.device(), dst, value);
 }
 
-Tensor cast(const Tensor& src, DType dtype) {
+Tensor cast(const Tensor& src, DType dtype) { return cast(src, dtype, MemoryFormat::contiguous); }
+
+Tensor cast(const Tensor& src, DType dtype, MemoryFormat format) {
   EMBER_CHECK(src.defined(), "cast: source is undefined");
-  Tensor out = empty(src.sizes(), {.dtype = dtype, .device = src.device()});
+  Tensor out = empty(src.sizes(), {.dtype = dtype, .device = src.device()}, format);
   if (out.numel() > 0) copy_table(src.device(), src, out);
   return out;
 }

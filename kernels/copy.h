@@ -15,6 +15,8 @@ void fill(const Tensor& dst, double value);
 /// A contiguous copy of src with the given dtype on src's device (kernels rely on the row-major
 /// result; Tensor::to(DType) keeps a channels-last layout instead).
 Tensor cast(const Tensor& src, DType dtype);
+/// A copy of src with the given dtype on src's device, laid out as `format` (no autograd).
+Tensor cast(const Tensor& src, DType dtype, MemoryFormat format);
 /// True when two elements of `t` share one memory location (a dim of stride 0 and size > 1, as
 /// expand() makes). Writing into such a view has no single answer (CPU and GPU would differ), so
 /// copy and index_add refuse it.

@@ -47,16 +47,20 @@ Shape broadcast_for(const char* op, const Shape& a, const Shape& b) {
   }
 }
 
-/// The layout of an elementwise result: that of the first operand with the result's shape (not
-/// broadcast), so that channels-last operands give a channels-last result; else row-major.
+/// The layout of an elementwise result: that of the first dense operand with the result's shape
+/// (not broadcast: an expanded view, e.g. the ones a sum's backward hands down, has no layout), so
+/// that channels-last operands give a channels-last result; else row-major.
 MemoryFormat layout_for(const Shape& shape, std::initializer_list<const Tensor*> operands) {
   for (const Tensor* t : operands)
-    if (t->sizes() == shape) return t->suggest_memory_format();
+    if (t->defined() && t->sizes() == shape && (t->is_contiguous() || t->is_contiguous(MemoryFormat::channels_last)))
+      return t->suggest_memory_format();
   return MemoryFormat::contiguous;
 }
 
-// t converted to dtype (t itself when it already has it).
-Tensor as_dtype(const Tensor& t, DType dtype) { return t.dtype() == dtype ? t : cast(t, dtype); }
+// t converted to dtype (t itself when it already has it), in t's layout.
+Tensor as_dtype(const Tensor& t, DType dtype) {
+  return t.dtype() == dtype ? t : cast(t, dtype, t.suggest_memory_format());
+}
 
 }  // namespace
 
@@ -83,7 +87,7 @@ Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Ten
     check_same_device(name.c_str(), "grad", grad, reads_x ? "x" : "y", v);
     (reads_x ? xs : ys) = as_dtype(v, grad.dtype());
   }
-  Tensor out = empty(grad.sizes(), grad.options(), grad.suggest_memory_format());
+  Tensor out = empty(grad.sizes(), grad.options(), layout_for(grad.sizes(), {&grad, &x, &y}));
   if (out.numel() > 0) unary_backward_table(grad.device(), op, grad, xs, ys, out);
   return out;
 }

@@ -106,7 +106,7 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, cons
     fill(g.grad_bias, 0.0);
     return g;
   }
-  const Tensor go = dense_raw(grad_out.dtype() == x.dtype() ? grad_out : cast(grad_out, x.dtype()), f);
+  const Tensor go = grad_out.dtype() == x.dtype() ? dense_raw(grad_out, f) : cast(grad_out, x.dtype(), f);
   BatchNormGrads view{as_ncs(g.grad_x, f), g.grad_weight, g.grad_bias};
   batch_norm_backward_table(x.device(), as_ncs(go, f), as_ncs(dense_raw(x, f), f),
                             weight.defined() ? contiguous_raw(weight) : Tensor(), contiguous_raw(save_mean),

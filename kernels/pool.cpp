@@ -91,14 +91,13 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const 
               dtype_name(grad_out.dtype()));
   EMBER_CHECK(grad_out.device() == indices.device(), what, ": grad_out on ", grad_out.device().str(),
               " but indices on ", indices.device().str());
-  const MemoryFormat f = x_format;
-  Tensor gx = empty(x_shape, grad_out.options(), f);
+  Tensor gx = empty(x_shape, grad_out.options(), x_format);
   if (gx.numel() == 0) return gx;
   if (grad_out.numel() == 0) {
     fill(gx, 0.0);
     return gx;
   }
-  max_pool2d_backward_table(gx.device(), dense_raw(grad_out, f), dense_raw(indices, f), gx, f);
+  max_pool2d_backward_table(gx.device(), dense_raw(grad_out, x_format), dense_raw(indices, x_format), gx, x_format);
   return gx;
 }
 
@@ -115,10 +114,9 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
 Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape, MemoryFormat x_format, const Pool2dParams& p) {
   const char* what = "avg_pool2d_backward";
   check_grad(what, grad_out, pool_shape(what, x_shape, p), x_shape);
-  const MemoryFormat f = x_format;
-  Tensor gx = empty(x_shape, grad_out.options(), f);
+  Tensor gx = empty(x_shape, grad_out.options(), x_format);
   if (gx.numel() == 0) return gx;
-  avg_pool2d_backward_table(gx.device(), dense_raw(grad_out, f), p, gx, f);
+  avg_pool2d_backward_table(gx.device(), dense_raw(grad_out, x_format), p, gx, x_format);
   return gx;
 }
 
@@ -146,10 +144,9 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape
               ", got ", grad_out.defined() ? grad_out.shape_str() : std::string("undefined"));
   EMBER_CHECK(is_floating(grad_out.dtype()), what, ": expected a floating grad_out, got ",
               dtype_name(grad_out.dtype()));
-  const MemoryFormat f = x_format;
-  Tensor gx = empty(x_shape, grad_out.options(), f);
+  Tensor gx = empty(x_shape, grad_out.options(), x_format);
   if (gx.numel() == 0) return gx;
-  adaptive_avg_pool2d_backward_table(gx.device(), dense_raw(grad_out, f), gx, f);
+  adaptive_avg_pool2d_backward_table(gx.device(), dense_raw(grad_out, x_format), gx, x_format);
   return gx;
 }
 

@@ -30,7 +30,7 @@ Tensor raw_narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
 // t on `device` as a tensor of its own handle: an alias of t's storage on t's device, else a copy.
 Tensor raw_to(const Tensor& t, Device device) {
   if (device == t.device()) return as_strided_raw(t, t.sizes(), t.strides(), t.offset());
-  Tensor out = empty(t.sizes(), {.dtype = t.dtype(), .device = device});
+  Tensor out = empty(t.sizes(), {.dtype = t.dtype(), .device = device}, t.suggest_memory_format());
   kernels::copy(out, t);
   return out;
 }
@@ -95,8 +95,9 @@ std::vector<Tensor> scatter(const Tensor& t, const std::vector<Device>& devices,
   }
   if (autograd::needs_grad(t)) {
     autograd::record_multi(outs, "ScatterBackward",
-                           [in_sizes = t.sizes(), options = t.options(), dim, sizes](const TensorList& grads) {
-                             Tensor gx = empty(in_sizes, options);
+                           [in_sizes = t.sizes(), options = t.options(), format = t.suggest_memory_format(), dim,
+                            sizes](const TensorList& grads) {
+                             Tensor gx = empty(in_sizes, options, format);
                              int64_t at = 0;
                              for (size_t i = 0; i < sizes.size(); ++i) {
                                const Tensor piece = raw_narrow(gx, dim, at, sizes[i]);
@@ -133,7 +134,7 @@ Tensor gather(const std::vector<Tensor>& parts, Device out, int64_t dim) {
                 dtype_name(first.dtype()), ") outside dim ", dim);
     out_sizes[dim] += p.size(dim);
   }
-  Tensor result = empty(out_sizes, {.dtype = first.dtype(), .device = out});
+  Tensor result = empty(out_sizes, {.dtype = first.dtype(), .device = out}, first.suggest_memory_format());
   std::vector<int64_t> sizes;
   std::vector<Device> devices;
   std::vector<bool> need;  // parts that require grad (the others get none in backward)

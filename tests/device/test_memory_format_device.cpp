@@ -123,6 +123,13 @@ DEVICE_TEST_CASE("memory format: elementwise ops follow a channels_last operand,
     }
     // A row-major first operand of the full shape gives a row-major result.
     CHECK(kernels::binary(kernels::BinaryOp::Add, ar, b).is_contiguous());
+    // An expanded first operand (a sum's backward hands down such ones) has no layout: the
+    // channels-last one decides, for a binary op and a unary op's gradient alike.
+    const Tensor ones_view = full({1, 1, 1, 1}, 1.0, {.dtype = dt, .device = test_device()}).expand(kNCHW);
+    CHECK(kernels::binary(kernels::BinaryOp::Mul, ones_view, a).is_contiguous(MemoryFormat::channels_last));
+    CHECK(
+        kernels::unary_backward(kernels::UnaryOp::Relu, ones_view, Tensor(), kernels::unary(kernels::UnaryOp::Relu, a))
+            .is_contiguous(MemoryFormat::channels_last));
   }
 }
 
@@ -180,9 +187,18 @@ DEVICE_TEST_CASE("memory format: a leaf's .grad is laid out as the leaf", "[memo
   CHECK(to_f64(v.grad()) == std::vector<double>(v.numel(), 3.0));
 
   Tensor r = random_tensor(kNCHW, DType::f32, 33, -1.0, 1.0, Layout::Contiguous, test_device()).requires_grad_();
-  sum(r.contiguous(kCL) * 3.0).backward();  // the gradient arrives channels-last
+  const Tensor c = channels_last_input(DType::f32, 34);
+  sum(c * r).backward();  // r's gradient, ones * c, arrives laid out as c: channels-last
   CHECK(r.grad().is_contiguous());
-  CHECK(to_f64(r.grad()) == std::vector<double>(r.numel(), 3.0));
+  CHECK(to_f64(r.grad()) == to_f64(c));
+
+  // A bf16 leaf in a product promoted to f32: its gradient is cast back to bf16 in its layout.
+  Tensor h = channels_last_input(DType::bf16, 35).requires_grad_();
+  LayoutCopySpy spy(test_device().type());
+  sum(h * c).backward();
+  CHECK(spy.count() == 0);
+  CHECK(h.grad().is_contiguous(kCL));
+  CHECK(to_f64(h.grad()) == to_f64(c.to(DType::bf16)));
 }
 
 DEVICE_TEST_CASE("memory format: SGD and Adam steps on channels_last parameters equal row-major ones",
@@ -274,6 +290,39 @@ DEVICE_TEST_CASE("memory format: conv2d in channels_last equals row-major within
   std::vector<double> bw = to_f64(kernels::conv2d_backward_weight(abs64(gy), abs64(x), w.sizes(), p));
   for (double& v : bw) v = 2 * g40 * v + 1e-30;
   check_close_cl(gw, kernels::conv2d_backward_weight(gy.contiguous(), x.contiguous(), w.sizes(), p), bw);
+}
+
+DEVICE_TEST_CASE("memory format: a channels_last weight makes conv2d channels_last on a row-major input",
+                 "[memory_format][conv]") {
+  // PyTorch's rule: a model converted to channels-last runs channels-last whatever its input's
+  // layout; the first convolution converts the input (for free when C == 1, as MNIST's).
+  constexpr MemoryFormat kCL = MemoryFormat::channels_last;
+  const Device dev = test_device();
+  const Tensor x = random_tensor({2, 3, 6, 7}, DType::f32, 60, -1.0, 1.0, Layout::Contiguous, dev);
+  const Tensor w = random_tensor({5, 3, 3, 3}, DType::f32, 61, -1.0, 1.0, Layout::Contiguous, dev);
+  const Tensor y = kernels::conv2d(x, w.contiguous(kCL), Tensor(), {});
+  CHECK(y.suggest_memory_format() == kCL);
+  const double u = std::ldexp(1.0, -24), gamma = 27 * u / (1 - 27 * u);
+  const std::vector<double> got = to_f64(y), want = to_f64(kernels::conv2d(x, w, Tensor(), {}));
+  const std::vector<double> mag =
+      to_f64(kernels::conv2d(kernels::unary(kernels::UnaryOp::Abs, x.to(Device::cpu()).to(DType::f64)),
+                             kernels::unary(kernels::UnaryOp::Abs, w.to(Device::cpu()).to(DType::f64)), Tensor(), {}));
+  for (size_t i = 0; i < got.size(); ++i) CHECK(std::fabs(got[i] - want[i]) <= 2 * gamma * mag[i]);
+  CHECK(kernels::conv2d_backward_weight(y, x, w.sizes(), {}).suggest_memory_format() == kCL);
+
+  // Two convolutions on a (2, 1, 8, 8) row-major input, forward and backward: no layout changes.
+  Tensor w1 = random_tensor({4, 1, 3, 3}, DType::f32, 62, -1.0, 1.0, Layout::Contiguous, dev).contiguous(kCL);
+  Tensor w2 = random_tensor({6, 4, 3, 3}, DType::f32, 63, -1.0, 1.0, Layout::Contiguous, dev).contiguous(kCL);
+  w1.requires_grad_();
+  w2.requires_grad_();
+  const Tensor image = random_tensor({2, 1, 8, 8}, DType::f32, 64, -1.0, 1.0, Layout::Contiguous, dev);
+  LayoutCopySpy spy(dev.type());
+  const Tensor out = conv2d(relu(conv2d(image, w1, Tensor(), {.padding = 1})), w2, Tensor(), {});
+  sum(out * out).backward();
+  CHECK(spy.count() == 0);
+  CHECK(out.suggest_memory_format() == kCL);
+  CHECK(w1.grad().is_contiguous(kCL));
+  CHECK(w2.grad().is_contiguous(kCL));
 }
 
 DEVICE_TEST_CASE("memory format: conv2d in channels_last across strides, padding, dilation, 1x1, groups and bias",

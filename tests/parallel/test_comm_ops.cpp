@@ -10,6 +10,7 @@
 #include <ember/parallel/comm_ops.h>
 #include "support/error_of.h"
 #include "support/gradcheck.h"
+#include "support/layout_copy_spy.h"
 #include "support/reference.h"
 
 using namespace ember;
@@ -93,6 +94,24 @@ TEST_CASE("gather: concatenates along dim 0 and dim 1", "[cpu][parallel][comm_op
   CHECK(h.sizes() == Shape{2, 4});
   CHECK(to_f64(h)[3] == to_f64(c)[0]);
   CHECK(to_f64(h)[7] == to_f64(c)[1]);
+}
+
+TEST_CASE("comm ops: channels-last tensors keep their layout through scatter, its gradient and gather",
+          "[cpu][parallel][comm_ops][memory_format]") {
+  constexpr MemoryFormat kCL = MemoryFormat::channels_last;
+  Tensor x = random_tensor({4, 3, 5, 6}, DType::f32, 30).contiguous(kCL).requires_grad_();
+  const Tensor c = random_tensor({2, 3, 5, 6}, DType::f32, 31).contiguous(kCL);
+  ember::testing::LayoutCopySpy spy(DeviceType::CPU);
+  const std::vector<Tensor> parts = scatter(x, {kCpu, kCpu});
+  REQUIRE(parts.size() == 2);
+  sum(parts[0] * c + parts[1] * c).backward();
+  const Tensor g = gather(parts, kCpu);
+  CHECK(spy.count() == 0);
+  CHECK(x.grad().is_contiguous(kCL));
+  CHECK(g.is_contiguous(kCL));
+  CHECK(to_f64(g) == to_f64(x));
+  const std::vector<double> cv = to_f64(c), gv = to_f64(x.grad());  // each half's gradient is c
+  for (size_t i = 0; i < gv.size(); ++i) CHECK(gv[i] == cv[i % cv.size()]);
 }
 
 TEST_CASE("comm ops: gradients against hand results", "[cpu][parallel][comm_ops]") {

@@ -162,6 +162,14 @@ DEVICE_TEST_CASE("memory format: sums over the dims of a channels_last tensor eq
     REQUIRE(a.size() == b.size());
     for (size_t i = 0; i < a.size(); ++i) CHECK(std::fabs(a[i] - b[i]) <= 2 * gamma * mag[i]);
   }
+  // keepdim and negative dims take the same path; the shapes are the row-major ones.
+  const Tensor kept = kernels::reduce(kernels::ReduceOp::Mean, x, {0, -2, -1}, true);
+  CHECK(kept.sizes() == Shape{1, 3, 1, 1});
+  CHECK(kernels::reduce(kernels::ReduceOp::Sum, x, {-1, -2}).sizes() == Shape{2, 3});
+  const std::vector<double> km = to_f64(kept),
+                            kr = to_f64(kernels::reduce(kernels::ReduceOp::Mean, x.contiguous(), {0, 2, 3}));
+  const double g40 = 40 * u / (1 - 40 * u);  // means of 40 values in [-1, 1]: |mean of |x|| <= 1
+  for (size_t i = 0; i < km.size(); ++i) CHECK(std::fabs(km[i] - kr[i]) <= 2 * g40);
 }
 
 DEVICE_TEST_CASE("memory format: gradients flow through contiguous(channels_last)", "[memory_format]") {

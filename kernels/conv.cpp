@@ -1,6 +1,7 @@
 // Front of 2-D convolution: parameter and shape checks (every message names the shapes involved),
-// the layout (row-major, or channels-last when the leading input is; the CPU converts a grouped
-// channels-last call), output allocation, operands dense in that layout, dispatch by device.
+// the layout (channels-last when an operand is, else row-major; the CPU converts a grouped
+// channels-last call, CUDA an f64 one), output allocation, operands dense in that layout, dispatch
+// by device.
 #include <ember/kernels/conv.h>
 
 #include <initializer_list>
@@ -122,14 +123,12 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Shap
   const Shape expect = check_conv_shapes(what, x_shape, w.sizes(), p);
   EMBER_CHECK(grad_out.sizes() == expect, what, ": grad_out has shape ", grad_out.shape_str(), ", expected ",
               shape_str(expect), " for input ", shape_str(x_shape), " and weight ", w.shape_str());
-  const MemoryFormat want = x_format,
-                     run = run_layout(
-                         w.device(), w.dtype(),
-                         either_layout({x_format, grad_out.suggest_memory_format(), w.suggest_memory_format()}), p);
+  const MemoryFormat run = run_layout(
+      w.device(), w.dtype(), either_layout({x_format, grad_out.suggest_memory_format(), w.suggest_memory_format()}), p);
   Tensor grad_x = empty(x_shape, w.options(), run);
   if (grad_x.numel() == 0) return grad_x;
   conv2d_backward_input_table(w.device(), dense_raw(grad_out, run), dense_raw(w, run), p, grad_x, run);
-  return dense_raw(grad_x, want);
+  return dense_raw(grad_x, x_format);
 }
 
 Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Shape& w_shape, const Conv2dParams& p) {

@@ -85,11 +85,7 @@ Tensor cast(const Tensor& src, DType dtype, MemoryFormat format) {
   return out;
 }
 
-Tensor copy_in_layout(const Tensor& x, MemoryFormat format) {
-  Tensor out = empty(x.sizes(), x.options(), format);
-  copy(out, x);
-  return out;
-}
+Tensor copy_in_layout(const Tensor& x, MemoryFormat format) { return cast(x, x.dtype(), format); }
 
 Tensor contiguous_raw(const Tensor& x) { return x.is_contiguous() ? x : copy_in_layout(x, MemoryFormat::contiguous); }
 

@@ -206,13 +206,6 @@ void assert_layout(const char* what, MemoryFormat f, std::initializer_list<const
                        shape_str(t->strides()), " is not dense ", memory_format_name(f));
 }
 
-/// t in f32, laid out as f.
-Tensor widened(const Tensor& t, MemoryFormat f) {
-  Tensor r = empty(t.sizes(), {.dtype = DType::f32}, f);
-  copy(r, t);
-  return r;
-}
-
 // The fronts (kernels/conv.cpp: conv2d and its backwards, check_pair) refuse non-floating dtypes: debug-only.
 void assert_float(const char* what, DType dt) {
   EMBER_DEBUG_ASSERT(is_floating(dt), what, " (cpu): expected a floating dtype (f32, f64, f16, bf16), got ",
@@ -227,7 +220,8 @@ void conv2d_forward_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, co
   assert_layout("conv2d", f, {&x, &w, &out});
   if (is_half(x.dtype())) {
     const Tensor of = empty(out.sizes(), {.dtype = DType::f32}, f);
-    conv2d_forward_cpu(widened(x, f), widened(w, f), bias.defined() ? cast(bias, DType::f32) : Tensor(), p, of, f);
+    conv2d_forward_cpu(cast(x, DType::f32, f), cast(w, DType::f32, f),
+                       bias.defined() ? cast(bias, DType::f32) : Tensor(), p, of, f);
     return copy(out, of);
   }
   if (f == MemoryFormat::channels_last) return forward_nhwc(x, w, bias, p, out);
@@ -241,7 +235,7 @@ void conv2d_backward_input_cpu(const Tensor& gout, const Tensor& w, const Conv2d
   assert_layout("conv2d_backward_input", f, {&gout, &w, &gx});
   if (is_half(w.dtype())) {
     const Tensor gf = empty(gx.sizes(), {.dtype = DType::f32}, f);
-    conv2d_backward_input_cpu(widened(gout, f), widened(w, f), p, gf, f);
+    conv2d_backward_input_cpu(cast(gout, DType::f32, f), cast(w, DType::f32, f), p, gf, f);
     return copy(gx, gf);
   }
   if (f == MemoryFormat::channels_last) return backward_input_nhwc(gout, w, p, gx);
@@ -255,7 +249,7 @@ void conv2d_backward_weight_cpu(const Tensor& gout, const Tensor& x, const Conv2
   assert_layout("conv2d_backward_weight", f, {&gout, &x, &gw});
   if (is_half(x.dtype())) {
     const Tensor gf = empty(gw.sizes(), {.dtype = DType::f32}, f);
-    conv2d_backward_weight_cpu(widened(gout, f), widened(x, f), p, gf, f);
+    conv2d_backward_weight_cpu(cast(gout, DType::f32, f), cast(x, DType::f32, f), p, gf, f);
     return copy(gw, gf);
   }
   if (f == MemoryFormat::channels_last) return backward_weight_nhwc(gout, x, p, gw);

@@ -42,6 +42,11 @@ Tensor channels_last_input(DType dt, uint64_t seed) {
       .contiguous(MemoryFormat::channels_last);
 }
 
+/// |t| in float64 on the CPU, row-major: the magnitudes the rounding bounds are made of.
+Tensor abs64(const Tensor& t) {
+  return kernels::unary(kernels::UnaryOp::Abs, t.to(Device::cpu()).contiguous().to(DType::f64));
+}
+
 }  // namespace
 
 DEVICE_TEST_CASE("memory format: channels_last strides, checks and conversions", "[memory_format]") {
@@ -156,9 +161,7 @@ DEVICE_TEST_CASE("memory format: sums over the dims of a channels_last tensor eq
     if (dims != std::vector<int64_t>{0}) CHECK(spy.count() == 0);  // {0} keeps (C, H, W): permuted, copied
     const std::vector<double> a = to_f64(got),
                               b = to_f64(kernels::reduce(kernels::ReduceOp::Sum, x.contiguous(), dims));
-    const std::vector<double> mag = to_f64(
-        kernels::reduce(kernels::ReduceOp::Sum,
-                        kernels::unary(kernels::UnaryOp::Abs, x.to(Device::cpu()).contiguous().to(DType::f64)), dims));
+    const std::vector<double> mag = to_f64(kernels::reduce(kernels::ReduceOp::Sum, abs64(x), dims));
     REQUIRE(a.size() == b.size());
     for (size_t i = 0; i < a.size(); ++i) CHECK(std::fabs(a[i] - b[i]) <= 2 * gamma * mag[i]);
   }
@@ -281,9 +284,6 @@ DEVICE_TEST_CASE("memory format: conv2d in channels_last equals row-major within
     for (double& v : b) v = 2 * gamma * v + 1e-30;
     return b;
   };
-  auto abs64 = [](const Tensor& t) {
-    return kernels::unary(kernels::UnaryOp::Abs, t.to(Device::cpu()).contiguous().to(DType::f64));
-  };
   const Tensor y = kernels::conv2d(x, wc, Tensor(), p);
   check_close_cl(y, kernels::conv2d(x.contiguous(), w, Tensor(), p),
                  bound_of(kernels::conv2d(abs64(x), abs64(w), Tensor(), p)));
@@ -318,9 +318,7 @@ DEVICE_TEST_CASE("memory format: a channels_last weight makes conv2d channels_la
   CHECK(y.suggest_memory_format() == kCL);
   const double u = std::ldexp(1.0, -24), gamma = 27 * u / (1 - 27 * u);
   const std::vector<double> got = to_f64(y), want = to_f64(kernels::conv2d(x, w, Tensor(), {}));
-  const std::vector<double> mag =
-      to_f64(kernels::conv2d(kernels::unary(kernels::UnaryOp::Abs, x.to(Device::cpu()).to(DType::f64)),
-                             kernels::unary(kernels::UnaryOp::Abs, w.to(Device::cpu()).to(DType::f64)), Tensor(), {}));
+  const std::vector<double> mag = to_f64(kernels::conv2d(abs64(x), abs64(w), Tensor(), {}));
   for (size_t i = 0; i < got.size(); ++i) CHECK(std::fabs(got[i] - want[i]) <= 2 * gamma * mag[i]);
   CHECK(kernels::conv2d_backward_weight(y, x, w.sizes(), {}).suggest_memory_format() == kCL);
 
@@ -362,9 +360,6 @@ DEVICE_TEST_CASE("memory format: conv2d in channels_last across strides, padding
       {{6, 2, 3, 3}, params(1, 1, 1, 1, 1, 1, 2)},  // two groups
   };
   const double u = std::ldexp(1.0, -24);
-  auto abs64 = [](const Tensor& t) {
-    return kernels::unary(kernels::UnaryOp::Abs, t.to(Device::cpu()).contiguous().to(DType::f64));
-  };
   auto bounds = [&](const Tensor& mag, int64_t k) {
     const double gamma = static_cast<double>(k) * u / (1 - static_cast<double>(k) * u);
     std::vector<double> b = to_f64(mag);
@@ -407,9 +402,7 @@ DEVICE_TEST_CASE("memory format: a channels_last input convolved to one channel 
   const Tensor wc = w.contiguous(MemoryFormat::channels_last);
   const std::vector<double> got = to_f64(kernels::conv2d(x, wc, Tensor(), {}));
   const std::vector<double> want = to_f64(kernels::conv2d(x.contiguous(), w, Tensor(), {}));
-  const std::vector<double> mag =
-      to_f64(kernels::conv2d(kernels::unary(kernels::UnaryOp::Abs, x.to(Device::cpu()).contiguous().to(DType::f64)),
-                             kernels::unary(kernels::UnaryOp::Abs, w.to(Device::cpu()).to(DType::f64)), Tensor(), {}));
+  const std::vector<double> mag = to_f64(kernels::conv2d(abs64(x), abs64(w), Tensor(), {}));
   const double u = std::ldexp(1.0, -24), gamma = 168 * u / (1 - 168 * u);  // 4 * 6 * 7 products
   REQUIRE(got.size() == 2);
   for (size_t i = 0; i < got.size(); ++i) CHECK(std::fabs(got[i] - want[i]) <= 2 * gamma * mag[i]);
@@ -438,7 +431,6 @@ DEVICE_TEST_CASE("memory format: conv2d in f64 channels_last equals row-major an
   const Tensor w = random_tensor({6, 4, 3, 3}, DType::f64, 81, -1.0, 1.0, Layout::Contiguous, dev);
   const Tensor wc = w.contiguous(MemoryFormat::channels_last);
   const double u = std::ldexp(1.0, -53);
-  auto abs64 = [](const Tensor& t) { return kernels::unary(kernels::UnaryOp::Abs, t.to(Device::cpu()).contiguous()); };
   auto bounds = [&](const Tensor& mag, double k) {
     std::vector<double> b = to_f64(mag);
     for (double& v : b) v = 2 * k * u / (1 - k * u) * v + 1e-300;
@@ -472,9 +464,7 @@ DEVICE_TEST_CASE("memory format: conv2d in bf16 channels_last rounds the f32 res
   const Tensor y = kernels::conv2d(x, w.contiguous(MemoryFormat::channels_last), Tensor(), p);
   CHECK(y.dtype() == DType::bf16);
   const std::vector<double> a = to_f64(y), r = to_f64(kernels::conv2d(x.contiguous(), w, Tensor(), p));
-  const std::vector<double> mag =
-      to_f64(kernels::conv2d(kernels::unary(kernels::UnaryOp::Abs, x.to(Device::cpu()).contiguous().to(DType::f64)),
-                             kernels::unary(kernels::UnaryOp::Abs, w.to(Device::cpu()).to(DType::f64)), Tensor(), p));
+  const std::vector<double> mag = to_f64(kernels::conv2d(abs64(x), abs64(w), Tensor(), p));
   const double ub = std::ldexp(1.0, -8), uf = std::ldexp(1.0, -24), gamma = 36 * uf / (1 - 36 * uf);
   REQUIRE(a.size() == r.size());
   for (size_t i = 0; i < a.size(); ++i)

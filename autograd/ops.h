@@ -69,7 +69,8 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 /// Mean over rows of the cross-entropy of logits (N, C) against class indices target (N, i64),
-/// with label smoothing. 0-d f32 result, computed by the fused kernel (kernels/softmax.h).
+/// with label smoothing. 0-d f32 result (f64 for f64 logits), computed by the fused kernel
+/// (kernels/softmax.h).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing = 0.0);
 
 // ---- selection ----

@@ -146,9 +146,10 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, double label
     record(
         out, "CrossEntropyBackward",
         [logits, target, lse = rows.lse, label_smoothing](const Tensor& g) {
-          // Each row's loss enters the mean with weight 1/N: grad_rows (N) f32 = g / N.
+          // Each row's loss enters the mean with weight 1/N: grad_rows (N) = g / N, in the rows' dtype.
           const int64_t n = logits.size(0);
-          Tensor gf = g.dtype() == DType::f32 ? g : kernels::cast(g, DType::f32);
+          const DType row_dtype = kernels::cross_entropy_row_dtype(logits.dtype());
+          Tensor gf = g.dtype() == row_dtype ? g : kernels::cast(g, row_dtype);
           Tensor grad_rows = (gf * (1.0 / static_cast<double>(std::max<int64_t>(n, 1)))).expand({n}).contiguous();
           return TensorList{kernels::cross_entropy_backward(grad_rows, logits, target, lse, label_smoothing)};
         },

@@ -85,14 +85,16 @@ Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool l
   return out;
 }
 
+DType cross_entropy_row_dtype(DType logits) { return logits == DType::f64 ? DType::f64 : DType::f32; }
+
 CrossEntropyRows cross_entropy_rows(const Tensor& logits, const Tensor& target, double label_smoothing) {
   const char* what = "cross_entropy";
   check_logits_target(logits, target, label_smoothing, what);
   const int64_t N = logits.size(0), C = logits.size(1);
   Tensor t = target_i64(target, what);
   check_targets(t, C, what);
-  CrossEntropyRows r{empty({N}, {.dtype = DType::f32, .device = logits.device()}),
-                     empty({N}, {.dtype = DType::f32, .device = logits.device()})};
+  const TensorOptions rows{.dtype = cross_entropy_row_dtype(logits.dtype()), .device = logits.device()};
+  CrossEntropyRows r{empty({N}, rows), empty({N}, rows)};
   if (N == 0) return r;
   cross_entropy_table(logits.device(), contiguous_raw(logits), t, label_smoothing, r.loss, r.lse);
   return r;
@@ -110,12 +112,13 @@ Tensor cross_entropy_backward(const Tensor& grad_rows, const Tensor& logits, con
               grad_rows.device().str(), ", lse on ", lse.device().str(), ", logits on ", logits.device().str());
   Tensor t = target_i64(target, what);
   check_targets(t, C, what);
-  // grad_rows often arrives expanded from a scalar (mean/sum backward): densify as f32 (N).
-  auto f32_rows = [](const Tensor& v) {
+  // grad_rows often arrives expanded from a scalar (mean/sum backward): densify as (N) rows.
+  const DType row_dtype = cross_entropy_row_dtype(logits.dtype());
+  auto dense_rows = [row_dtype](const Tensor& v) {
     Tensor dense = raw_view(contiguous_raw(v), {v.numel()});
-    return dense.dtype() == DType::f32 ? dense : cast(dense, DType::f32);
+    return dense.dtype() == row_dtype ? dense : cast(dense, row_dtype);
   };
-  Tensor g = f32_rows(grad_rows), l = f32_rows(lse);
+  Tensor g = dense_rows(grad_rows), l = dense_rows(lse);
   Tensor out = empty(logits.sizes(), logits.options());
   if (out.numel() == 0) return out;
   cross_entropy_backward_table(logits.device(), g, contiguous_raw(logits), t, l, label_smoothing, out);

@@ -25,16 +25,21 @@ Tensor softmax(const Tensor& x, int64_t dim, bool log = false);
 /// dL/dx given grad = dL/dy and the forward output y.
 Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log = false);
 
+/// The dtype cross-entropy's per-row values (loss, lse, grad_rows) are kept in: f64 for f64
+/// logits, f32 for f32, f16 and bf16 ones (PyTorch's loss dtype for f64 and f32 logits).
+DType cross_entropy_row_dtype(DType logits);
+
 /// Per-row cross-entropy of logits (N, C) against class indices target (N, i64), with label
 /// smoothing ls: loss_n = lse_n - (1 - ls) * x[n, t_n] - ls/C * sum_c x[n, c].
-/// Returns {loss (N) f32, lse (N) f32}. A target outside [0, C) is an error naming it.
+/// Returns {loss (N), lse (N)} in cross_entropy_row_dtype(logits). A target outside [0, C) is an
+/// error naming it.
 struct CrossEntropyRows {
   Tensor loss;
   Tensor lse;
 };
 CrossEntropyRows cross_entropy_rows(const Tensor& logits, const Tensor& target, double label_smoothing = 0.0);
 /// dlogits (N, C) in logits' dtype: g_n * (softmax(x_n) - (1 - ls) * onehot(t_n) - ls / C),
-/// with grad_rows (N) f32 holding g_n.
+/// with grad_rows (N) holding g_n (converted to cross_entropy_row_dtype(logits)).
 Tensor cross_entropy_backward(const Tensor& grad_rows, const Tensor& logits, const Tensor& target, const Tensor& lse,
                               double label_smoothing = 0.0);
 
@@ -43,7 +48,8 @@ Tensor cross_entropy_backward(const Tensor& grad_rows, const Tensor& logits, con
 using SoftmaxFn = void(const Tensor& x, const Tensor& out, bool log);
 /// grad, y, out contiguous (outer, D, inner).
 using SoftmaxBackwardFn = void(const Tensor& grad, const Tensor& y, const Tensor& out, bool log);
-/// logits contiguous (N, C) any float dtype; target contiguous (N) i64; loss, lse (N) f32.
+/// logits contiguous (N, C) any float dtype; target contiguous (N) i64; loss, lse, grad_rows (N)
+/// of cross_entropy_row_dtype(logits).
 /// Implementations report an out-of-range target with an Error naming the row and value.
 using CrossEntropyFn = void(const Tensor& logits, const Tensor& target, double ls, const Tensor& loss,
                             const Tensor& lse);

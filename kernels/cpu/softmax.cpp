@@ -143,10 +143,11 @@ inline void assert_target(int64_t t, int64_t n, int64_t C) {
 template <typename T>
 void cross_entropy_typed(const Tensor& logits, const Tensor& target, double ls, const Tensor& loss_t,
                          const Tensor& lse_t) {
+  using R = calc_t<T>;  // kernels::cross_entropy_row_dtype
   const T* x = static_cast<const T*>(logits.data_ptr());
   const int64_t* tgt = target.data<int64_t>();
-  float* loss = loss_t.data<float>();
-  float* lse = lse_t.data<float>();
+  R* loss = loss_t.data<R>();
+  R* lse = lse_t.data<R>();
   const int64_t N = logits.size(0), C = logits.size(1);
   parallel_for(0, N, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
     for (int64_t n = b; n < e; ++n) {
@@ -160,8 +161,8 @@ void cross_entropy_typed(const Tensor& logits, const Tensor& target, double ls, 
         for (int64_t c = 0; c < C; ++c) gap_sum += mx - static_cast<double>(row[c]);
       }
       const double gap_t = mx - static_cast<double>(row[t]);
-      loss[n] = static_cast<float>(log_sum + (1.0 - ls) * gap_t + (ls != 0.0 ? ls * gap_sum / C : 0.0));
-      lse[n] = static_cast<float>(mx + log_sum);
+      loss[n] = static_cast<R>(log_sum + (1.0 - ls) * gap_t + (ls != 0.0 ? ls * gap_sum / C : 0.0));
+      lse[n] = static_cast<R>(mx + log_sum);
     }
   });
 }
@@ -171,17 +172,17 @@ void cross_entropy_cpu(const Tensor& logits, const Tensor& target, double ls, co
                        [&]<typename T>() { cross_entropy_typed<T>(logits, target, ls, loss, lse); });
 }
 
-// d[n, c] = g_n * (exp(x - lse) - (1 - ls) [c == t] - ls / C). The lse handed in is f32, whose
-// rounding would be amplified by exp when logits are huge (|x| ~ 1e4 loses 1e-3 of every
-// probability) and would cap f64 gradients at f32 accuracy; so the row's max and log-sum are
-// recomputed here (one extra pass over the row) and the f32 lse input is not read.
+// d[n, c] = g_n * (exp(x - lse) - (1 - ls) [c == t] - ls / C). The lse handed in is rounded to
+// its dtype, and exp would amplify that rounding when logits are huge (|x| ~ 1e4 loses 1e-3 of
+// every f32 probability); so the row's max and log-sum are recomputed here (one extra pass over
+// the row) and the lse input is not read.
 template <typename T>
 void cross_entropy_backward_typed(const Tensor& grad_rows, const Tensor& logits, const Tensor& target,
                                   const Tensor& lse_t, double ls, const Tensor& dlogits) {
   using Cm = calc_t<T>;
   const T* x = static_cast<const T*>(logits.data_ptr());
   const int64_t* tgt = target.data<int64_t>();
-  const float* g = grad_rows.data<float>();
+  const Cm* g = grad_rows.data<Cm>();  // kernels::cross_entropy_row_dtype
   T* d = static_cast<T*>(dlogits.data_ptr());
   const int64_t N = logits.size(0), C = logits.size(1);
   parallel_for(0, N, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {

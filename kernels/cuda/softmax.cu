@@ -15,7 +15,8 @@
 //    step of the walk is a coalesced load across the warp.
 //  - cross-entropy forward fuses the row's (max, sum exp) with the row sum needed by label
 //    smoothing and the gather of x[n, t_n]; backward recomputes each row's (max, sum exp) in
-//    the accumulation type instead of trusting the saved f32 lse, as the CPU twin does.
+//    the accumulation type instead of trusting the saved lse, as the CPU twin does. The per-row
+//    loss, lse and grad_rows are in the accumulation type (kernels::cross_entropy_row_dtype).
 // Known limits: rows past kCachedRowMax and the backward kernels read their operands twice, with
 // scalar loads (coalesced across the warp); the strided kernel runs one thread per column, so a
 // huge D with few columns is slow (correct).
@@ -336,7 +337,7 @@ template <typename A> __device__ __forceinline__ A ce_row_loss(A m, A s, A xt, A
 template <typename T, bool kWarp, int kPer, int kVec>
 __global__ void __launch_bounds__(kBlock)
     cross_entropy_cached_kernel(const T* __restrict__ x, const int64_t* __restrict__ target, int64_t target_stride,
-                                float* __restrict__ loss, float* __restrict__ lse, int64_t N, int C, double ls,
+                                acc_t<T>* __restrict__ loss, acc_t<T>* __restrict__ lse, int64_t N, int C, double ls,
                                 DeviceErrorSlot err) {
   using A = acc_t<T>;
   using G = RowGroup<kWarp>;
@@ -371,18 +372,18 @@ __global__ void __launch_bounds__(kBlock)
     if (bad ? rank == 0 : holds_target) {
       if (bad) raise_device_error(err, row, t);
       const A l = bad ? std::numeric_limits<A>::quiet_NaN() : ce_row_loss(m, s, xt, st.sum, C, smooth);
-      loss[row] = static_cast<float>(l);
-      lse[row] = static_cast<float>(m + dev_log(s));
+      loss[row] = l;
+      lse[row] = m + dev_log(s);
     }
   }
 }
 
-/// logits (N, C) contiguous; target (N) i64 with stride target_stride; loss, lse (N) f32
-/// contiguous. err: raised with (row, target) by a row whose target is outside [0, C).
+/// logits (N, C) contiguous; target (N) i64 with stride target_stride; loss, lse (N) in the
+/// accumulation type, contiguous. err: raised with (row, target) by a row whose target is outside [0, C).
 template <typename T, bool kWarp>
 __global__ void cross_entropy_kernel(const T* __restrict__ x, const int64_t* __restrict__ target, int64_t target_stride,
-                                     float* __restrict__ loss, float* __restrict__ lse, int64_t N, int64_t C, double ls,
-                                     DeviceErrorSlot err) {
+                                     acc_t<T>* __restrict__ loss, acc_t<T>* __restrict__ lse, int64_t N, int64_t C,
+                                     double ls, DeviceErrorSlot err) {
   using A = acc_t<T>;
   using G = RowGroup<kWarp>;
   __shared__ __align__(16) unsigned char smem_raw[32 * sizeof(CeStats<A>)];
@@ -410,21 +411,20 @@ __global__ void cross_entropy_kernel(const T* __restrict__ x, const int64_t* __r
       if (bad) raise_device_error(err, row, t);
       const A l =
           bad ? std::numeric_limits<A>::quiet_NaN() : ce_row_loss(st.m, st.s, load_as<A>(xr[t]), st.sum, C, smooth);
-      loss[row] = static_cast<float>(l);
-      lse[row] = static_cast<float>(st.m + dev_log(st.s));
+      loss[row] = l;
+      lse[row] = st.m + dev_log(st.s);
     }
   }
 }
 
 /// dlogits[n, c] = g_n * (exp((x[n, c] - m_n) - log s_n) - (1 - ls) * [c == t_n] - ls / C), with
 /// the row's max m_n and s_n = sum exp(x - m_n) recomputed here, one group (warp or block) per row
-/// as in the forward pass, as the CPU twin does: the saved lse is only f32, and exp(x - lse32)
-/// would carry lse's rounding into every probability (|x| ~ 1e4: a relative 5e-4 in f32; f64
-/// logits would be capped at f32 accuracy). logits and dlogits (N, C) contiguous; grad_rows and
+/// as in the forward pass, as the CPU twin does: exp(x - lse) would carry the saved lse's rounding
+/// into every probability (|x| ~ 1e4: a relative 5e-4 in f32). logits and dlogits (N, C) contiguous; grad_rows and
 /// target (N) read with their strides. Targets were validated by the forward pass; an
 /// out-of-range one just never matches c.
 template <typename T, bool kWarp>
-__global__ void cross_entropy_backward_rows_kernel(const float* __restrict__ grad_rows, int64_t grad_stride,
+__global__ void cross_entropy_backward_rows_kernel(const acc_t<T>* __restrict__ grad_rows, int64_t grad_stride,
                                                    const T* __restrict__ x, const int64_t* __restrict__ target,
                                                    int64_t target_stride, T* __restrict__ dx, int64_t N, int64_t C,
                                                    double ls) {
@@ -567,8 +567,9 @@ void cross_entropy_cuda(const Tensor& logits, const Tensor& target, double ls, c
                      logits.shape_str());
   const int64_t N = logits.size(0), C = logits.size(1);
   check_rows("cross_entropy", target, N, DType::i64, "target");
-  check_rows("cross_entropy", loss, N, DType::f32, "loss");
-  check_rows("cross_entropy", lse, N, DType::f32, "lse");
+  const DType row_dtype = cross_entropy_row_dtype(logits.dtype());
+  check_rows("cross_entropy", loss, N, row_dtype, "loss");
+  check_rows("cross_entropy", lse, N, row_dtype, "lse");
   EMBER_DEBUG_ASSERT(is_dense(loss) && is_dense(lse), "cross_entropy: loss and lse must be contiguous");
   if (N == 0) return;
   EMBER_CHECK(C > 0, "cross_entropy: logits of shape ", logits.shape_str(), " have no classes");
@@ -579,8 +580,8 @@ void cross_entropy_cuda(const Tensor& logits, const Tensor& target, double ls, c
   EMBER_DISPATCH_FLOAT(logits.dtype(), "cross_entropy (cuda)", [&]<typename T>() {
     const T* xp = static_cast<const T*>(logits.data_ptr());
     const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
-    float* lp = static_cast<float*>(loss.data_ptr());
-    float* sp = static_cast<float*>(lse.data_ptr());
+    acc_t<T>* lp = static_cast<acc_t<T>*>(loss.data_ptr());
+    acc_t<T>* sp = static_cast<acc_t<T>*>(lse.data_ptr());
     if (C <= kCachedRowMax) {
       with_cached_rows<T>(N, C, {xp}, [&](auto warp, auto per, auto vec, int grid) {
         cross_entropy_cached_kernel<T, decltype(warp)::value, decltype(per)::value, decltype(vec)::value>
@@ -604,14 +605,15 @@ void cross_entropy_backward_cuda(const Tensor& grad_rows, const Tensor& logits, 
                      "cross_entropy_backward: dlogits ", dlogits.shape_str(), " ", dtype_name(dlogits.dtype()),
                      " does not match logits ", logits.shape_str(), " ", dtype_name(logits.dtype()));
   const int64_t N = logits.size(0), C = logits.size(1);
-  check_rows("cross_entropy_backward", grad_rows, N, DType::f32, "grad_rows");
+  const DType row_dtype = cross_entropy_row_dtype(logits.dtype());
+  check_rows("cross_entropy_backward", grad_rows, N, row_dtype, "grad_rows");
   check_rows("cross_entropy_backward", target, N, DType::i64, "target");
-  check_rows("cross_entropy_backward", lse, N, DType::f32, "lse");
+  check_rows("cross_entropy_backward", lse, N, row_dtype, "lse");
   if (N * C == 0) return;
   DeviceGuard guard(logits.device());
   cudaStream_t stream = stream_of(logits);
   EMBER_DISPATCH_FLOAT(logits.dtype(), "cross_entropy_backward (cuda)", [&]<typename T>() {
-    const float* gp = static_cast<const float*>(grad_rows.data_ptr());
+    const acc_t<T>* gp = static_cast<const acc_t<T>*>(grad_rows.data_ptr());
     const T* xp = static_cast<const T*>(logits.data_ptr());
     const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
     T* dp = static_cast<T*>(dlogits.data_ptr());

@@ -164,8 +164,9 @@ TEST_CASE("cross_entropy: value and gradient against float64 references", "[cpu]
         for (int64_t c = 0; c < C; ++c)
           gref[n * C + c] = (std::exp(x[n * C + c] - lse) - (1 - ls) * (c == tv[n]) - ls / C) / N;
       }
-      // The fused kernel computes in f32 for every input dtype.
-      const double rt = tol_sum(DType::f32, C) * 4;
+      // f64 logits give an f64 loss (its rows and their mean in f64, as PyTorch's), f32 ones f32.
+      CHECK(loss.dtype() == dt);
+      const double rt = tol_sum(dt, C) * 4;
       check_close(loss, {ref}, rt, rt);
       loss.backward();
       REQUIRE(logits.grad().defined());
@@ -178,13 +179,13 @@ TEST_CASE("cross_entropy: value and gradient against float64 references", "[cpu]
   CHECK_THROWS_WITH(cross_entropy(random_tensor({N, C}, DType::f32, 1), bad), Catch::Contains("9"));
 }
 
-TEST_CASE("gradcheck: cross_entropy (f32-precision loss, so a wider step)", "[cpu][autograd]") {
+TEST_CASE("gradcheck: cross_entropy of f64 logits, at the f64 step", "[cpu][autograd]") {
+  // The loss is f64 for f64 logits: an f32-rounded loss (~1e-7 relative) would fail this check
+  // at gradcheck's f64 step of 1e-6.
   const Tensor logits = random_tensor({4, 7}, DType::f64, 450, -2, 2, Layout::Strided);
   Tensor target = from_vector(std::vector<int64_t>{6, 0, 3, 3}, {4});
-  GradcheckOptions opt;
-  opt.eps = 1e-2;  // f32 rounding in the loss (~1e-7) / eps stays below 1e-4; truncation ~eps^2
-  EMBER_CHECK_GRADIENTS([target](const TL& t) { return cross_entropy(t[0], target); }, {logits}, opt);
-  EMBER_CHECK_GRADIENTS([target](const TL& t) { return cross_entropy(t[0], target, 0.2); }, {logits}, opt);
+  EMBER_CHECK_GRADIENTS([target](const TL& t) { return cross_entropy(t[0], target); }, {logits});
+  EMBER_CHECK_GRADIENTS([target](const TL& t) { return cross_entropy(t[0], target, 0.2); }, {logits});
 }
 
 TEST_CASE("index_select: forward and scatter-add gradient with repeated indices", "[cpu][autograd]") {

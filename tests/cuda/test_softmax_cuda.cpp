@@ -200,7 +200,9 @@ struct CeRef {
 
 CeRef ref_ce(const std::vector<double>& x, const std::vector<int64_t>& t, int64_t N, int64_t C, double ls, DType dt) {
   CeRef r;
-  const double ta = tol(acc_dtype(dt)), to = tol(DType::f32), sc = std::sqrt(static_cast<double>(C));
+  // The rows are stored in the accumulation dtype (f64 for f64 logits, else f32).
+  const double ta = tol(acc_dtype(dt)), to = tol(kernels::cross_entropy_row_dtype(dt)),
+               sc = std::sqrt(static_cast<double>(C));
   for (int64_t n = 0; n < N; ++n) {
     const double* row = x.data() + n * C;
     double m = -INFINITY, sum = 0.0, sq = 0.0;
@@ -242,8 +244,9 @@ void check_cross_entropy(int64_t N, int64_t C, double ls, DType dt, uint64_t see
   kernels::CrossEntropyRows rg = kernels::cross_entropy_rows(xg, tg, ls);
   kernels::CrossEntropyRows rc = kernels::cross_entropy_rows(xc, tc, ls);
   REQUIRE(rg.loss.device() == kGpu);
-  CHECK(rg.loss.dtype() == DType::f32);
-  CHECK(rg.lse.dtype() == DType::f32);
+  CHECK(rg.loss.dtype() == kernels::cross_entropy_row_dtype(dt));
+  CHECK(rg.lse.dtype() == kernels::cross_entropy_row_dtype(dt));
+  CHECK(rg.loss.dtype() == (dt == DType::f64 ? DType::f64 : DType::f32));
   CHECK(rg.loss.sizes() == Shape{N});
   check_both(rg.loss, rc.loss, Expect{ref.loss, ref.loss_bound});
   check_both(rg.lse, rc.lse, Expect{ref.lse, ref.lse_bound});

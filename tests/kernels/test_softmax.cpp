@@ -171,12 +171,14 @@ TEST_CASE("cross_entropy_rows: loss and lse with and without label smoothing", "
       std::vector<double> lse;
       const std::vector<double> loss = ref_ce(to_f64(x), N, C, t, ls, &lse);
       auto r = kernels::cross_entropy_rows(x, targets_tensor(t), ls);
-      CHECK(r.loss.dtype() == DType::f32);
-      CHECK(r.lse.dtype() == DType::f32);
+      // The rows are f64 for f64 logits (as PyTorch's loss), else f32.
+      const DType rows = dt == DType::f64 ? DType::f64 : DType::f32;
+      CHECK(r.loss.dtype() == rows);
+      CHECK(r.lse.dtype() == rows);
       CHECK(r.loss.sizes() == Shape{N});
-      // Outputs are f32 (one rounding); inside, sums of C terms in double; |x| <= 4 bounds the
-      // cancellation in lse - x_t.
-      const double rt = tol_sum(DType::f32, C);
+      // Outputs are rounded once to `rows`; inside, sums of C terms in double; |x| <= 4 bounds
+      // the cancellation in lse - x_t.
+      const double rt = tol_sum(rows, C);
       check_close(r.loss, loss, rt, rt * 4);
       check_close(r.lse, lse, rt, rt * 4);
     }

@@ -1,0 +1,307 @@
+// ember beside PyTorch, step for step: the same network, the same initial weights, the same batches
+// and the same optimizer and schedule, trained in both frameworks on the CPU; every step's loss,
+// the final parameters, the batch-norm running statistics and an eval-mode loss must agree.
+//
+//   ember_torch_parity [--keep DIR]      exit 0: all cases agree; 1: a mismatch (named); 77: no
+//                                        PyTorch (EMBER_PEER_PYTHON, else python3), skipped
+//
+// Each case is run in f64 and in f32. Tolerance: sqrt(eps) of the dtype, relative (f64 1.5e-8, f32
+// 3.5e-4), for each loss and for each parameter and buffer as a vector (2-norms): both frameworks
+// round each op once but sum in different orders, so a few steps keep about half the digits; a
+// formula that differs (a biased variance, the place of eps in Adam, a schedule off by one step)
+// moves the results by 1e-3 or more.
+//
+// ember writes the initial parameters (its own seeded initialisation) and the batches to
+// DIR/<case>.in.bin, tests/peer/torch_parity.py reads them, trains, and writes its losses,
+// parameters and buffers to DIR/<case>.out.bin (all float64; layouts in the script).
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ember/ember.h>
+#include <ember/models/blocks.h>
+
+using namespace ember;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Case {
+  const char* name;
+  const char* model;  // mnist_cnn or small_resnet (the script builds the same)
+  Shape input;  // one batch
+  int64_t steps;
+  // Builds the optimizer and schedule over the model's parameters; the schedule is stepped once
+  // per step, after the optimizer, and clip (when > 0) is the max norm applied before it.
+  std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)> optimizer;
+  std::function<std::unique_ptr<optim::LRScheduler>(optim::Optimizer&, int64_t steps)> schedule;
+  double clip = 0;
+  double label_smoothing = 0;
+  bool channels_last = false;
+};
+
+/// conv 3x3 (3 -> 16) + BN + ReLU, a BasicBlock with the identity shortcut, one with a projection,
+/// global average pooling and a linear head: every op of ResNet-18 at a size that trains in
+/// seconds in f64.
+std::shared_ptr<layers::Module> small_resnet() {
+  using namespace layers;
+  auto m = std::make_shared<models::NamedSequential>("SmallResNet");
+  m->add("conv1", std::make_shared<Conv2d>(3, 16, 3, Conv2dOptions{.padding = 1, .bias = false}));
+  m->add("bn1", std::make_shared<BatchNorm2d>(16));
+  m->add("relu", std::make_shared<ReLU>());
+  m->add("block1", std::make_shared<models::BasicBlock>(16, 16, 1));
+  m->add("block2", std::make_shared<models::BasicBlock>(16, 32, 2));
+  m->add("pool", std::make_shared<AdaptiveAvgPool2d>(1));
+  m->add("flatten", std::make_shared<Flatten>());
+  m->add("fc", std::make_shared<Linear>(32, 10));
+  return m;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> c;
+  c.push_back({.name = "mnist_cnn_sgd_nesterov",
+               .model = "mnist_cnn",
+               .input = {8, 1, 28, 28},
+               .steps = 6,
+               .optimizer =
+                   [](std::vector<Tensor> p) {
+                     return std::make_unique<optim::SGD>(
+                         std::move(p),
+                         optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4, .nesterov = true});
+                   },
+               .schedule = [](optim::Optimizer& o, int64_t steps) -> std::unique_ptr<optim::LRScheduler> {
+                 return std::make_unique<optim::CosineAnnealingLR>(o, optim::CosineAnnealingOptions{.T_max = steps});
+               },
+               .clip = 1.0});
+  c.push_back({.name = "mnist_cnn_adam",
+               .model = "mnist_cnn",
+               .input = {8, 1, 28, 28},
+               .steps = 6,
+               .optimizer =
+                   [](std::vector<Tensor> p) {
+                     return std::make_unique<optim::Adam>(std::move(p),
+                                                          optim::AdamOptions{.lr = 1e-3, .weight_decay = 1e-4});
+                   },
+               .schedule = [](optim::Optimizer& o, int64_t) -> std::unique_ptr<optim::LRScheduler> {
+                 return std::make_unique<optim::StepLR>(o, optim::StepLROptions{.step_size = 2, .gamma = 0.5});
+               }});
+  for (bool cl : {false, true}) {
+    c.push_back({.name = cl ? "small_resnet_adamw_channels_last" : "small_resnet_adamw",
+                 .model = "small_resnet",
+                 .input = {8, 3, 16, 16},
+                 .steps = 6,
+                 .optimizer =
+                     [](std::vector<Tensor> p) {
+                       return std::make_unique<optim::AdamW>(std::move(p),
+                                                             optim::AdamWOptions{.lr = 2e-3, .weight_decay = 5e-2});
+                     },
+                 .schedule = [](optim::Optimizer& o, int64_t steps) -> std::unique_ptr<optim::LRScheduler> {
+                   return std::make_unique<optim::OneCycleLR>(
+                       o, optim::OneCycleOptions{.max_lr = 5e-3, .total_steps = steps});
+                 },
+                 .label_smoothing = 0.1,
+                 .channels_last = cl});
+  }
+  c.push_back({.name = "small_resnet_sgd_multistep",
+               .model = "small_resnet",
+               .input = {8, 3, 16, 16},
+               .steps = 6,
+               .optimizer =
+                   [](std::vector<Tensor> p) {
+                     return std::make_unique<optim::SGD>(
+                         std::move(p), optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-3});
+                   },
+               .schedule = [](optim::Optimizer& o, int64_t) -> std::unique_ptr<optim::LRScheduler> {
+                 return std::make_unique<optim::MultiStepLR>(o, std::vector<int64_t>{2, 4}, 0.3);
+               },
+               .clip = 2.0});
+  return c;
+}
+
+void write_f64(std::ofstream& f, const Tensor& t) {
+  const Tensor d = t.detach().to(DType::f64).contiguous();
+  f.write(static_cast<const char*>(d.data_ptr()), static_cast<std::streamsize>(d.numel() * sizeof(double)));
+}
+
+std::vector<double> read_f64(std::ifstream& f, int64_t n, const std::string& what, const fs::path& file) {
+  std::vector<double> v(static_cast<size_t>(n));
+  f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(double)));
+  EMBER_CHECK(f.gcount() == static_cast<std::streamsize>(n * sizeof(double)), file.string(), ": ", what, ": expected ",
+              n, " doubles, the file ended after ", f.gcount() / 8);
+  return v;
+}
+
+/// Floating buffers (running means and variances), in named_buffers() order.
+std::vector<std::pair<std::string, Tensor>> float_buffers(const layers::Module& m) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& [name, b] : m.named_buffers())
+    if (is_floating(b.dtype())) out.emplace_back(name, b);
+  return out;
+}
+
+struct Result {
+  std::vector<double> losses;  // steps training losses, then the eval-mode loss
+  std::vector<std::pair<std::string, Tensor>> state;  // parameters, then floating buffers
+};
+
+Tensor batch_input(const Case& c, int64_t s, DType dt) {
+  Generator gen(1000 + static_cast<uint64_t>(s));
+  return randn(c.input, {.dtype = DType::f64}, gen).to(dt);
+}
+
+Tensor batch_target(const Case& c, int64_t s) {
+  std::vector<int64_t> y(static_cast<size_t>(c.input[0]));
+  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int64_t>((7 * i + 3 * static_cast<size_t>(s)) % 10);
+  return from_vector(y, {c.input[0]});
+}
+
+std::shared_ptr<layers::Module> make_model(const Case& c) {
+  return std::string(c.model) == "mnist_cnn" ? models::mnist_cnn() : small_resnet();
+}
+
+/// Trains the case in ember; writes the initial parameters and the batches for the peer first.
+Result run_ember(const Case& c, DType dt, const fs::path& in_file) {
+  manual_seed(7);
+  auto model = make_model(c);
+  model->to(dt);
+  if (c.channels_last) model->to(MemoryFormat::channels_last);
+  // mnist_cnn's dropout would draw other masks than PyTorch's: eval mode turns it off (mnist_cnn
+  // has no batch norm, so nothing else changes). The ResNet trains in training mode.
+  if (std::string(c.model) == "mnist_cnn") model->eval();
+  {
+    std::ofstream f(in_file, std::ios::binary);
+    for (const Tensor& p : model->parameters()) write_f64(f, p);
+    for (int64_t s = 0; s <= c.steps; ++s) write_f64(f, batch_input(c, s, DType::f64));
+    EMBER_CHECK(f.good(), "cannot write ", in_file.string());
+    // The parameters' names and shapes, one per line, for the peer to check its own against.
+    std::ofstream m(in_file.string() + ".shapes");
+    for (auto& [name, p] : model->named_parameters()) m << name << ' ' << p.shape_str() << '\n';
+  }
+  std::vector<Tensor> params = model->parameters();
+  auto opt = c.optimizer(params);
+  auto sched = c.schedule(*opt, c.steps);
+  Result r;
+  const layers::CrossEntropyOptions ce{.label_smoothing = c.label_smoothing};
+  auto input = [&](int64_t s) {
+    Tensor x = batch_input(c, s, dt);
+    return c.channels_last ? x.contiguous(MemoryFormat::channels_last) : x;
+  };
+  for (int64_t s = 0; s < c.steps; ++s) {
+    Tensor loss = layers::cross_entropy(model->forward(input(s)), batch_target(c, s), ce);
+    opt->zero_grad();
+    loss.backward();
+    if (c.clip > 0) optim::clip_grad_norm_(params, c.clip);
+    opt->step();
+    sched->step();
+    r.losses.push_back(loss.to(DType::f64).item<double>());
+  }
+  model->eval();
+  {
+    NoGradGuard no_grad;
+    r.losses.push_back(layers::cross_entropy(model->forward(input(c.steps)), batch_target(c, c.steps), ce)
+                           .to(DType::f64)
+                           .item<double>());
+  }
+  for (auto& [name, p] : model->named_parameters()) r.state.emplace_back(name, p);
+  for (auto& nb : float_buffers(*model)) r.state.push_back(nb);
+  return r;
+}
+
+/// The peer's command line: EMBER_PEER_PYTHON (else python3) and the script beside this file.
+std::string peer_command(const Case& c, DType dt, const fs::path& dir) {
+  const char* py = std::getenv("EMBER_PEER_PYTHON");
+  std::string cmd = std::string(py != nullptr ? py : "python3") + " " + EMBER_SOURCE_DIR +
+                    "/tests/peer/torch_parity.py --case " + c.name + " --model " + c.model + " --dtype " +
+                    dtype_name(dt) + " --dir " + dir.string();
+  return cmd;
+}
+
+struct Verdict {
+  bool ok = true;
+  double worst = 0;  // largest relative difference seen
+  std::string where;
+};
+
+void compare(Verdict& v, const std::string& what, double ember, double peer, double scale, double tol) {
+  const double rel = std::abs(ember - peer) / std::max(scale, 1e-300);
+  if (!(rel <= v.worst)) {  // also takes a NaN
+    v.worst = std::isnan(rel) ? INFINITY : rel;
+    v.where = what;
+  }
+  if (!(rel <= tol)) v.ok = false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  fs::path dir = fs::temp_directory_path() / ("ember_torch_parity_" + std::to_string(getpid()));
+  bool keep = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--keep" && i + 1 < argc) {
+      dir = argv[++i];
+      keep = true;
+    } else {
+      std::fprintf(stderr, "usage: %s [--keep DIR]\n", argv[0]);
+      return 2;
+    }
+  }
+  fs::create_directories(dir);
+  int failures = 0;
+  std::printf("%-34s %-5s %-6s %-12s %-12s %s\n", "case", "dtype", "result", "worst rel", "tolerance", "where");
+  for (const Case& c : cases()) {
+    for (DType dt : {DType::f64, DType::f32}) {
+      const std::string tag = std::string(c.name) + "." + dtype_name(dt);
+      const fs::path in_file = dir / (tag + ".in.bin"), out_file = dir / (tag + ".out.bin");
+      const Result mine = run_ember(c, dt, in_file);
+      std::fflush(stdout);
+      const int status =
+          std::system((peer_command(c, dt, dir) + " --steps " + std::to_string(c.steps) + " --batch " +
+                       std::to_string(c.input[0]) + " --tag " + tag + (c.channels_last ? " --channels-last" : "") +
+                       (c.clip > 0 ? " --clip " + std::to_string(c.clip) : "") + " --label-smoothing " +
+                       std::to_string(c.label_smoothing))
+                          .c_str());
+      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+      if (code == 77) {
+        std::printf("SKIPPED: no PyTorch for the peer (set EMBER_PEER_PYTHON to a Python that has torch)\n");
+        if (!keep) fs::remove_all(dir);
+        return 77;
+      }
+      EMBER_CHECK(code == 0, "the peer (tests/peer/torch_parity.py) failed on ", tag, " with status ", code);
+      std::ifstream f(out_file, std::ios::binary);
+      EMBER_CHECK(f.good(), "cannot read the peer's results ", out_file.string());
+      const double tol = std::sqrt(dt == DType::f64 ? 2.220446049250313e-16 : 1.1920928955078125e-07);
+      Verdict v;
+      const std::vector<double> losses = read_f64(f, c.steps + 1, "losses", out_file);
+      for (size_t s = 0; s < losses.size(); ++s)
+        compare(v, s + 1 == losses.size() ? "eval loss" : "loss of step " + std::to_string(s), mine.losses[s],
+                losses[s], std::abs(losses[s]), tol);
+      // Tensors agree as vectors: the 2-norm of the difference relative to PyTorch's tensor's.
+      // (Element by element, Adam's m / (sqrt(v) + eps) turns the rounding noise of a gradient
+      // entry near zero into a step of up to lr in either framework.)
+      for (const auto& [name, t] : mine.state) {
+        const Tensor e = t.detach().to(DType::f64).contiguous();
+        const std::vector<double> p = read_f64(f, e.numel(), name, out_file);
+        const double* ep = e.data<double>();
+        double diff = 0, norm = 0;
+        for (size_t i = 0; i < p.size(); ++i) diff += (ep[i] - p[i]) * (ep[i] - p[i]), norm += p[i] * p[i];
+        compare(v, name, std::sqrt(diff), 0.0, std::sqrt(norm), tol);
+      }
+      EMBER_CHECK(f.peek() == EOF, out_file.string(), ": more values than ember's ", mine.state.size(),
+                  " parameters and buffers");
+      std::printf("%-34s %-5s %-6s %-12.3g %-12.3g %s\n", c.name, dtype_name(dt), v.ok ? "ok" : "DIFFER", v.worst, tol,
+                  v.where.c_str());
+      if (!v.ok) ++failures;
+    }
+  }
+  if (!keep) fs::remove_all(dir);
+  std::printf("%s\n", failures == 0 ? "ember and PyTorch agree on every case" : "MISMATCH: see the rows above");
+  return failures == 0 ? 0 : 1;
+}

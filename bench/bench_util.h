@@ -111,9 +111,12 @@ inline std::map<std::string, double> run_peer_script(const std::string& script, 
   const char* off = std::getenv("EMBER_BENCH_PEER");
   if (off != nullptr && std::string(off) == "0") return out;
 #ifdef EMBER_SOURCE_DIR
+  // EMBER_SOURCE_DIR in the environment (bench/gpu_check.sh sets it) wins over the tree this was
+  // built from: bench/gpu_prebuild.sh builds on another machine.
   const char* py = std::getenv("EMBER_PEER_PYTHON");
-  const std::string cmd = std::string(py != nullptr ? py : "python3") + " " + EMBER_SOURCE_DIR + "/bench/peers/" +
-                          script + " " + args + " 2>&1";
+  const char* src = std::getenv("EMBER_SOURCE_DIR");
+  const std::string cmd = std::string(py != nullptr ? py : "python3") + " " +
+                          (src != nullptr ? src : EMBER_SOURCE_DIR) + "/bench/peers/" + script + " " + args + " 2>&1";
   std::fflush(stdout);
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) return out;

@@ -14,7 +14,8 @@ hide the others.
 phases
   build [TARGET...]  configure (CUDA on, this GPU's architecture only) and build only what the
                      GPU run needs: ember_cuda_tests, bench_cuda_ops, bench_gpu_train,
-                     bench_mnist_train, bench_data_parallel, bench_nccl, ember-train (or the
+                     bench_mnist_train, bench_data_parallel, bench_nccl, ember_torch_parity,
+                     ember-train (or the
                      TARGETs named, e.g. `build ember` for the library alone). Incremental: a
                      no-op when nothing changed.
   test [GROUP...]    the [cuda] tests, one process per group, so an illegal address or a hang in
@@ -26,8 +27,9 @@ phases
                      arguments after `--` go to every group (e.g. -- "cuda softmax*" -s).
   bench [PROGRAM...] bench_cuda_ops and bench_gpu_train (each beside PyTorch on the same GPU, through
                      bench/peers/torch_gpu.py), bench_mnist_train, bench_data_parallel ({cuda:0,
-                     cuda:0}), bench_nccl (world size 1 beside PyTorch's NCCL) and a 2-epoch
-                     ember-train on cuda:0.
+                     cuda:0}), bench_nccl (world size 1 beside PyTorch's NCCL),
+                     ember_torch_parity --device cuda (ember and PyTorch trained step for step
+                     on the GPU, tests/peer/) and a 2-epoch ember-train on cuda:0.
   sanitize [GROUP...] compute-sanitizer over the groups' [cuda] tests, [slow] ones left out:
                      memcheck on each group, racecheck too on the groups whose kernels use shared
                      memory (softmax reduce norm pool). No GROUP: softmax reduce norm pool conv.
@@ -115,6 +117,9 @@ limit() {  # seconds a command may take: min(left, $1 if given), at least 1 (tim
   echo "$l"
 }
 export PATH=/usr/local/cuda/bin:$PATH
+# The peers (bench/peers/, tests/peer/) are found here, not in the tree the binaries were built
+# from (bench/gpu_prebuild.sh builds them on another machine).
+export EMBER_SOURCE_DIR=$PWD
 jobs=${JOBS:-$(nproc)}
 logdir=$build/gpu-check-logs
 mkdir -p "$logdir"
@@ -277,7 +282,8 @@ run_program() {  # NAME CMD...
 ran_bench=no  # the benchmark sections of the summary belong to the call that ran them
 phase_bench() {  # [PROGRAM...]: only those (bench_cuda_ops bench_gpu_train ... ember-train); none: all
   ran_bench=yes
-  local all=(bench_cuda_ops bench_gpu_train bench_mnist_train bench_data_parallel bench_nccl ember-train)
+  local all=(bench_cuda_ops bench_gpu_train bench_mnist_train bench_data_parallel bench_nccl ember-train
+             ember_torch_parity)
   local chosen=("$@")
   [ ${#chosen[@]} -eq 0 ] && chosen=("${all[@]}")
   build_targets build-bench "${chosen[@]}" || return
@@ -286,6 +292,7 @@ phase_bench() {  # [PROGRAM...]: only those (bench_cuda_ops bench_gpu_train ... 
   for p in "${chosen[@]}"; do
     case $p in
       bench_gpu_train) run_program bench_gpu_train "$build/bin/bench_gpu_train" --data "$data_dir" ;;
+      ember_torch_parity) run_program ember_torch_parity "$build/bin/ember_torch_parity" --device cuda ;;
       ember-train)
         rm -rf "$build/gpu-run"
         run_program ember-train "$build/bin/ember-train" configs/mnist_cnn.json device=cuda data.path="$data_dir" \
@@ -375,7 +382,8 @@ for p in "${phases[@]}"; do
   case $name in
     build)
       if [ ${#args[@]} -eq 0 ]; then
-        args=(ember_cuda_tests bench_cuda_ops bench_gpu_train bench_mnist_train bench_data_parallel bench_nccl ember-train)
+        args=(ember_cuda_tests bench_cuda_ops bench_gpu_train bench_mnist_train bench_data_parallel bench_nccl
+              ember_torch_parity ember-train)
       fi
       build_targets build "${args[@]}" ;;
     test) phase_test "${args[@]}" ;;
@@ -412,6 +420,10 @@ summary() {
   if [ -f "$logdir/bench_data_parallel.log" ]; then
     echo "-- bench_data_parallel"
     cat "$logdir/bench_data_parallel.log"
+  fi
+  if [ -f "$logdir/ember_torch_parity.log" ]; then
+    echo "-- ember_torch_parity --device cuda (ember beside PyTorch, step for step)"
+    sed -n '/^case/,$p' "$logdir/ember_torch_parity.log"
   fi
   if [ -f "$logdir/bench_nccl.log" ]; then
     echo "-- bench_nccl"

@@ -9,7 +9,8 @@
 # Steps, each a bench/gpu_check.sh call with its own time budget (seconds, overridable by the
 # environment), its summary table copied to $OUT/summary-<step>.txt:
 #   test      every [cuda] test group                                      (TEST_BUDGET, 200)
-#   bench     the GPU benchmarks beside PyTorch, and ember-train on cuda:0   (BENCH_BUDGET, 170)
+#   bench     the GPU benchmarks beside PyTorch, ember-train on cuda:0 and
+#             ember_torch_parity --device cuda                               (BENCH_BUDGET, 190)
 #   sanitize  compute-sanitizer memcheck/racecheck on the shared-memory and
 #             cuDNN groups                                                 (SANITIZE_BUDGET, 80)
 #   profile   ncu on the sum, softmax and cross-entropy kernels            (PROFILE_BUDGET, 45)
@@ -53,7 +54,7 @@ tail -n 8 "$out/source_build.log"
 echo "gpu_device_call: the source build's last lines:"
 tail -n 3 build-source/gpu-check-logs/build.log 2>/dev/null
 grep -E '^CMAKE_(CUDA_HOST_COMPILER|CXX_COMPILER):' build-source/CMakeCache.txt 2>/dev/null
-step bench "${BENCH_BUDGET:-170}" bench "${bench_programs[@]}"
+step bench "${BENCH_BUDGET:-190}" bench "${bench_programs[@]}"
 step sanitize "${SANITIZE_BUDGET:-80}" sanitize "${sanitize_groups[@]}"
 step profile "${PROFILE_BUDGET:-45}" profile
 rm -f "$out/gpu_check_summary.txt"

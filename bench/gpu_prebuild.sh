@@ -22,7 +22,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON -DEM
   -DCMAKE_CUDA_ARCHITECTURES="$arch" -DCMAKE_DISABLE_FIND_PACKAGE_BLAS=ON "${prefix[@]}" \
   -DZLIB_LIBRARY="$libz" -DZLIB_INCLUDE_DIR=/usr/include
 cmake --build build-gpu -j "${JOBS:-$(nproc)}" --target ember_cuda_tests bench_cuda_ops bench_gpu_train \
-  bench_mnist_train bench_data_parallel bench_nccl ember-train probe_cudnn_host
+  bench_mnist_train bench_data_parallel bench_nccl ember_torch_parity ember-train probe_cudnn_host
 # Unstripped copies stay here (not carried) for bench/host_profile_summary.py's addr2line.
 mkdir -p build-gpu/symbols
 cp build-gpu/lib/libember.so.*.*.* build-gpu/symbols/

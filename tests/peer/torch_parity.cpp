@@ -2,8 +2,12 @@
 // and the same optimizer and schedule, trained in both frameworks on the CPU; every step's loss,
 // the final parameters, the batch-norm running statistics and an eval-mode loss must agree.
 //
-//   ember_torch_parity [--keep DIR]      exit 0: all cases agree; 1: a mismatch (named); 77: no
-//                                        PyTorch (EMBER_PEER_PYTHON, else python3), skipped
+//   ember_torch_parity [--device cpu|cuda] [--keep DIR]
+//       exit 0: all cases agree; 1: a mismatch (named); 77: skipped (no PyTorch in
+//       EMBER_PEER_PYTHON, else python3; or --device cuda without a usable GPU)
+//
+// --device cuda trains both on the GPU (PyTorch with TF32 off, as ember's default). The peer
+// script is found under EMBER_SOURCE_DIR (the environment's, else the source tree built from).
 //
 // Each case is run in f64 and in f32. Tolerance: sqrt(eps) of the dtype, relative (f64 1.5e-8, f32
 // 3.5e-4), for each loss and for each parameter and buffer as a vector (2-norms): both frameworks
@@ -11,9 +15,10 @@
 // formula that differs (a biased variance, the place of eps in Adam, a schedule off by one step)
 // moves the results by 1e-3 or more.
 //
-// ember writes the initial parameters (its own seeded initialisation) and the batches to
-// DIR/<case>.in.bin, tests/peer/torch_parity.py reads them, trains, and writes its losses,
-// parameters and buffers to DIR/<case>.out.bin (all float64; layouts in the script).
+// ember trains every run first and writes its initial parameters (its own seeded initialisation)
+// and the batches to DIR/<run>.in.bin and a line per run to DIR/manifest.txt; then one process of
+// tests/peer/torch_parity.py trains every run and writes its losses, parameters and buffers to
+// DIR/<run>.out.bin (all float64; layouts in the script).
 #include <sys/wait.h>
 
 #include <cmath>
@@ -36,7 +41,7 @@ namespace {
 
 struct Case {
   const char* name;
-  const char* model;  // mnist_cnn or small_resnet (the script builds the same)
+  const char* model;  // mnist_cnn, small_resnet or layer_options (the script builds the same)
   Shape input;  // one batch
   int64_t steps;
   // Builds the optimizer and schedule over the model's parameters; the schedule is stepped once
@@ -65,6 +70,29 @@ std::shared_ptr<layers::Module> small_resnet() {
   return m;
 }
 
+/// Layer options the model zoo leaves at their defaults: a strided, padded 5x5 convolution, a
+/// dilated grouped one, one without bias, max and average pooling with padding and ceil_mode,
+/// average pooling that leaves the padding out of its count and one that counts it, adaptive
+/// pooling with overlapping windows (5 -> 3), a linear layer without bias. Input 3x21x21.
+std::shared_ptr<layers::Module> layer_options() {
+  using namespace layers;
+  return std::make_shared<Sequential>(std::initializer_list<ModulePtr>{
+      std::make_shared<Conv2d>(3, 8, 5, Conv2dOptions{.stride = 2, .padding = 2}),  // 11x11
+      std::make_shared<BatchNorm2d>(8),
+      std::make_shared<ReLU>(),
+      std::make_shared<MaxPool2d>(3, 2, 1, /*ceil_mode=*/true),  // 6x6
+      std::make_shared<Conv2d>(8, 8, 3, Conv2dOptions{.padding = 2, .dilation = 2, .groups = 2}),  // 6x6
+      std::make_shared<ReLU>(),
+      std::make_shared<AvgPool2d>(3, 2, 1, /*ceil_mode=*/true, /*count_include_pad=*/false),  // 4x4
+      std::make_shared<Conv2d>(8, 16, 1, Conv2dOptions{.bias = false}),
+      std::make_shared<BatchNorm2d>(16),
+      std::make_shared<AvgPool2d>(2, 1, 1),  // 5x5, the padding counted
+      std::make_shared<AdaptiveAvgPool2d>(3),
+      std::make_shared<Flatten>(),
+      std::make_shared<Linear>(144, 10, /*bias=*/false),
+  });
+}
+
 std::vector<Case> cases() {
   std::vector<Case> c;
   c.push_back({.name = "mnist_cnn_sgd_nesterov",
@@ -87,8 +115,9 @@ std::vector<Case> cases() {
                .steps = 6,
                .optimizer =
                    [](std::vector<Tensor> p) {
-                     return std::make_unique<optim::Adam>(std::move(p),
-                                                          optim::AdamOptions{.lr = 1e-3, .weight_decay = 1e-4});
+                     return std::make_unique<optim::Adam>(
+                         std::move(p),
+                         optim::AdamOptions{.lr = 1e-3, .betas = {0.85, 0.995}, .eps = 1e-7, .weight_decay = 1e-4});
                    },
                .schedule = [](optim::Optimizer& o, int64_t) -> std::unique_ptr<optim::LRScheduler> {
                  return std::make_unique<optim::StepLR>(o, optim::StepLROptions{.step_size = 2, .gamma = 0.5});
@@ -123,6 +152,24 @@ std::vector<Case> cases() {
                  return std::make_unique<optim::MultiStepLR>(o, std::vector<int64_t>{2, 4}, 0.3);
                },
                .clip = 2.0});
+  for (bool cl : {false, true}) {
+    c.push_back({.name = cl ? "layer_options_sgd_warmup_channels_last" : "layer_options_sgd_warmup",
+                 .model = "layer_options",
+                 .input = {8, 3, 21, 21},
+                 .steps = 6,
+                 .optimizer =
+                     [](std::vector<Tensor> p) {
+                       return std::make_unique<optim::SGD>(
+                           std::move(p),
+                           optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .dampening = 0.1, .weight_decay = 1e-4});
+                     },
+                 .schedule = [](optim::Optimizer& o, int64_t steps) -> std::unique_ptr<optim::LRScheduler> {
+                   auto after =
+                       std::make_unique<optim::CosineAnnealingLR>(o, optim::CosineAnnealingOptions{.T_max = steps - 2});
+                   return std::make_unique<optim::LinearWarmup>(o, 2, std::move(after), 0.1);
+                 },
+                 .channels_last = cl});
+  }
   return c;
 }
 
@@ -164,11 +211,13 @@ Tensor batch_target(const Case& c, int64_t s) {
 }
 
 std::shared_ptr<layers::Module> make_model(const Case& c) {
-  return std::string(c.model) == "mnist_cnn" ? models::mnist_cnn() : small_resnet();
+  const std::string m = c.model;
+  if (m == "mnist_cnn") return models::mnist_cnn();
+  return m == "small_resnet" ? small_resnet() : layer_options();
 }
 
 /// Trains the case in ember; writes the initial parameters and the batches for the peer first.
-Result run_ember(const Case& c, DType dt, const fs::path& in_file) {
+Result run_ember(const Case& c, DType dt, Device dev, const fs::path& in_file) {
   manual_seed(7);
   auto model = make_model(c);
   model->to(dt);
@@ -185,17 +234,18 @@ Result run_ember(const Case& c, DType dt, const fs::path& in_file) {
     std::ofstream m(in_file.string() + ".shapes");
     for (auto& [name, p] : model->named_parameters()) m << name << ' ' << p.shape_str() << '\n';
   }
+  model->to(dev);
   std::vector<Tensor> params = model->parameters();
   auto opt = c.optimizer(params);
   auto sched = c.schedule(*opt, c.steps);
   Result r;
   const layers::CrossEntropyOptions ce{.label_smoothing = c.label_smoothing};
   auto input = [&](int64_t s) {
-    Tensor x = batch_input(c, s, dt);
+    Tensor x = batch_input(c, s, dt).to(dev);
     return c.channels_last ? x.contiguous(MemoryFormat::channels_last) : x;
   };
   for (int64_t s = 0; s < c.steps; ++s) {
-    Tensor loss = layers::cross_entropy(model->forward(input(s)), batch_target(c, s), ce);
+    Tensor loss = layers::cross_entropy(model->forward(input(s)), batch_target(c, s).to(dev), ce);
     opt->zero_grad();
     loss.backward();
     if (c.clip > 0) optim::clip_grad_norm_(params, c.clip);
@@ -206,22 +256,31 @@ Result run_ember(const Case& c, DType dt, const fs::path& in_file) {
   model->eval();
   {
     NoGradGuard no_grad;
-    r.losses.push_back(layers::cross_entropy(model->forward(input(c.steps)), batch_target(c, c.steps), ce)
+    r.losses.push_back(layers::cross_entropy(model->forward(input(c.steps)), batch_target(c, c.steps).to(dev), ce)
                            .to(DType::f64)
                            .item<double>());
   }
-  for (auto& [name, p] : model->named_parameters()) r.state.emplace_back(name, p);
-  for (auto& nb : float_buffers(*model)) r.state.push_back(nb);
+  for (auto& [name, p] : model->named_parameters()) r.state.emplace_back(name, p.to(Device::cpu()));
+  for (auto& [name, b] : float_buffers(*model)) r.state.emplace_back(name, b.to(Device::cpu()));
   return r;
 }
 
-/// The peer's command line: EMBER_PEER_PYTHON (else python3) and the script beside this file.
-std::string peer_command(const Case& c, DType dt, const fs::path& dir) {
+/// The run's line of DIR/manifest.txt, which the peer reads: key=value fields.
+std::string manifest_line(const Case& c, DType dt, const std::string& tag) {
+  std::string input;
+  for (int64_t v : c.input) input += (input.empty() ? "" : ",") + std::to_string(v);
+  return "tag=" + tag + " case=" + c.name + " model=" + c.model + " dtype=" + dtype_name(dt) +
+         " steps=" + std::to_string(c.steps) + " input=" + input + " channels_last=" + (c.channels_last ? "1" : "0") +
+         " clip=" + std::to_string(c.clip) + " label_smoothing=" + std::to_string(c.label_smoothing);
+}
+
+/// The peer's command line: EMBER_PEER_PYTHON (else python3) running tests/peer/torch_parity.py
+/// under EMBER_SOURCE_DIR (the environment's, else the tree this was built from).
+std::string peer_command(Device dev, const fs::path& dir) {
   const char* py = std::getenv("EMBER_PEER_PYTHON");
-  std::string cmd = std::string(py != nullptr ? py : "python3") + " " + EMBER_SOURCE_DIR +
-                    "/tests/peer/torch_parity.py --case " + c.name + " --model " + c.model + " --dtype " +
-                    dtype_name(dt) + " --dir " + dir.string();
-  return cmd;
+  const char* src = std::getenv("EMBER_SOURCE_DIR");
+  return std::string(py != nullptr ? py : "python3") + " " + (src != nullptr ? src : EMBER_SOURCE_DIR) +
+         "/tests/peer/torch_parity.py --device " + (dev.is_cuda() ? "cuda" : "cpu") + " --dir " + dir.string();
 }
 
 struct Verdict {
@@ -244,62 +303,83 @@ void compare(Verdict& v, const std::string& what, double ember, double peer, dou
 int main(int argc, char** argv) {
   fs::path dir = fs::temp_directory_path() / ("ember_torch_parity_" + std::to_string(getpid()));
   bool keep = false;
+  Device dev = Device::cpu();
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--keep" && i + 1 < argc) {
+    const std::string a = argv[i];
+    if (a == "--keep" && i + 1 < argc) {
       dir = argv[++i];
       keep = true;
+    } else if (a == "--device" && i + 1 < argc &&
+               (std::string(argv[i + 1]) == "cpu" || std::string(argv[i + 1]) == "cuda")) {
+      dev = std::string(argv[++i]) == "cuda" ? Device::cuda(0) : Device::cpu();
     } else {
-      std::fprintf(stderr, "usage: %s [--keep DIR]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--device cpu|cuda] [--keep DIR]\n", argv[0]);
       return 2;
     }
   }
+  if (dev.is_cuda() && !cuda_available()) {
+    std::printf("SKIPPED: --device cuda, but no usable CUDA device\n");
+    return 77;
+  }
   fs::create_directories(dir);
-  int failures = 0;
-  std::printf("%-34s %-5s %-6s %-12s %-12s %s\n", "case", "dtype", "result", "worst rel", "tolerance", "where");
-  for (const Case& c : cases()) {
+  const std::vector<Case> all_cases = cases();
+  // ember first, every run (its inputs and results kept), then the peer once over the manifest.
+  struct Run {
+    const Case* c;
+    DType dt;
+    std::string tag;
+    Result mine;
+  };
+  std::vector<Run> runs;
+  std::ofstream manifest(dir / "manifest.txt");
+  for (const Case& c : all_cases) {
     for (DType dt : {DType::f64, DType::f32}) {
       const std::string tag = std::string(c.name) + "." + dtype_name(dt);
-      const fs::path in_file = dir / (tag + ".in.bin"), out_file = dir / (tag + ".out.bin");
-      const Result mine = run_ember(c, dt, in_file);
-      std::fflush(stdout);
-      const int status =
-          std::system((peer_command(c, dt, dir) + " --steps " + std::to_string(c.steps) + " --batch " +
-                       std::to_string(c.input[0]) + " --tag " + tag + (c.channels_last ? " --channels-last" : "") +
-                       (c.clip > 0 ? " --clip " + std::to_string(c.clip) : "") + " --label-smoothing " +
-                       std::to_string(c.label_smoothing))
-                          .c_str());
-      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-      if (code == 77) {
-        std::printf("SKIPPED: no PyTorch for the peer (set EMBER_PEER_PYTHON to a Python that has torch)\n");
-        if (!keep) fs::remove_all(dir);
-        return 77;
-      }
-      EMBER_CHECK(code == 0, "the peer (tests/peer/torch_parity.py) failed on ", tag, " with status ", code);
-      std::ifstream f(out_file, std::ios::binary);
-      EMBER_CHECK(f.good(), "cannot read the peer's results ", out_file.string());
-      const double tol = std::sqrt(dt == DType::f64 ? 2.220446049250313e-16 : 1.1920928955078125e-07);
-      Verdict v;
-      const std::vector<double> losses = read_f64(f, c.steps + 1, "losses", out_file);
-      for (size_t s = 0; s < losses.size(); ++s)
-        compare(v, s + 1 == losses.size() ? "eval loss" : "loss of step " + std::to_string(s), mine.losses[s],
-                losses[s], std::abs(losses[s]), tol);
-      // Tensors agree as vectors: the 2-norm of the difference relative to PyTorch's tensor's.
-      // (Element by element, Adam's m / (sqrt(v) + eps) turns the rounding noise of a gradient
-      // entry near zero into a step of up to lr in either framework.)
-      for (const auto& [name, t] : mine.state) {
-        const Tensor e = t.detach().to(DType::f64).contiguous();
-        const std::vector<double> p = read_f64(f, e.numel(), name, out_file);
-        const double* ep = e.data<double>();
-        double diff = 0, norm = 0;
-        for (size_t i = 0; i < p.size(); ++i) diff += (ep[i] - p[i]) * (ep[i] - p[i]), norm += p[i] * p[i];
-        compare(v, name, std::sqrt(diff), 0.0, std::sqrt(norm), tol);
-      }
-      EMBER_CHECK(f.peek() == EOF, out_file.string(), ": more values than ember's ", mine.state.size(),
-                  " parameters and buffers");
-      std::printf("%-34s %-5s %-6s %-12.3g %-12.3g %s\n", c.name, dtype_name(dt), v.ok ? "ok" : "DIFFER", v.worst, tol,
-                  v.where.c_str());
-      if (!v.ok) ++failures;
+      runs.push_back({&c, dt, tag, run_ember(c, dt, dev, dir / (tag + ".in.bin"))});
+      manifest << manifest_line(c, dt, tag) << '\n';
     }
+  }
+  manifest.close();
+  EMBER_CHECK(manifest.good(), "cannot write ", (dir / "manifest.txt").string());
+  std::fflush(stdout);
+  const int status = std::system(peer_command(dev, dir).c_str());
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  if (code == 77) {
+    std::printf("SKIPPED: no PyTorch for the peer (set EMBER_PEER_PYTHON to a Python that has torch)\n");
+    if (!keep) fs::remove_all(dir);
+    return 77;
+  }
+  EMBER_CHECK(code == 0, "the peer (tests/peer/torch_parity.py) failed with status ", code);
+
+  int failures = 0;
+  std::printf("ember beside PyTorch on %s\n", dev.str().c_str());
+  std::printf("%-40s %-5s %-6s %-12s %-12s %s\n", "case", "dtype", "result", "worst rel", "tolerance", "where");
+  for (const Run& run : runs) {
+    const fs::path out_file = dir / (run.tag + ".out.bin");
+    std::ifstream f(out_file, std::ios::binary);
+    EMBER_CHECK(f.good(), "cannot read the peer's results ", out_file.string());
+    const double tol = std::sqrt(run.dt == DType::f64 ? 2.220446049250313e-16 : 1.1920928955078125e-07);
+    Verdict v;
+    const std::vector<double> losses = read_f64(f, run.c->steps + 1, "losses", out_file);
+    for (size_t s = 0; s < losses.size(); ++s)
+      compare(v, s + 1 == losses.size() ? "eval loss" : "loss of step " + std::to_string(s), run.mine.losses[s],
+              losses[s], std::abs(losses[s]), tol);
+    // Tensors agree as vectors: the 2-norm of the difference relative to PyTorch's tensor's.
+    // (Element by element, Adam's m / (sqrt(v) + eps) turns the rounding noise of a gradient
+    // entry near zero into a step of up to lr in either framework.)
+    for (const auto& [name, t] : run.mine.state) {
+      const Tensor e = t.detach().to(DType::f64).contiguous();
+      const std::vector<double> p = read_f64(f, e.numel(), name, out_file);
+      const double* ep = e.data<double>();
+      double diff = 0, norm = 0;
+      for (size_t i = 0; i < p.size(); ++i) diff += (ep[i] - p[i]) * (ep[i] - p[i]), norm += p[i] * p[i];
+      compare(v, name, std::sqrt(diff), 0.0, std::sqrt(norm), tol);
+    }
+    EMBER_CHECK(f.peek() == EOF, out_file.string(), ": more values than ember's ", run.mine.state.size(),
+                " parameters and buffers");
+    std::printf("%-40s %-5s %-6s %-12.3g %-12.3g %s\n", run.c->name, dtype_name(run.dt), v.ok ? "ok" : "DIFFER",
+                v.worst, tol, v.where.c_str());
+    if (!v.ok) ++failures;
   }
   if (!keep) fs::remove_all(dir);
   std::printf("%s\n", failures == 0 ? "ember and PyTorch agree on every case" : "MISMATCH: see the rows above");

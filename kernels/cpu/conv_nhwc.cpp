@@ -8,12 +8,16 @@
 //   out in memory (N, Ho, Wo, O): image n is (L, O) row-major;
 //   the column buffer of one image is (L, K): row (oh, ow) holds, for each (ki, kj), the C values
 //   of x at (oh * sh - ph + ki * dh, ow * sw - pw + kj * dw) (0 outside): one memcpy each.
-// Forward:         out_n (L, O)  = col_n (L, K) @ w^T (K, O)  [+ bias]
-// Backward input:  gcol_n (L, K) = gout_n (L, O) @ w (O, K), then col2im (adds C-vectors)
-// Backward weight: gw (O, K)    += gout_n^T (O, L) @ col_n (L, K), over every n
-// A 1x1 kernel with stride 1 and no padding uses x itself as the column buffer. Threading as in
-// the NCHW kernels: im2col over (image, output row), GEMMs one image per task (the weight
-// gradient's split by the GEMM), col2im over images (overlapping windows stay in one task).
+// The images of a chunk are consecutive rows of x, out and the column buffer, so each direction is
+// ONE GEMM per chunk of nb images (M = nb * L rows), not one per image: the weight is packed once
+// per chunk, and the small late-stage planes (L = 16 for ResNet-18's 4x4 layer) still make a
+// GEMM of useful height.
+// Forward:         out (nb*L, O)  = col (nb*L, K) @ w^T (K, O)  [+ bias]
+// Backward input:  gcol (nb*L, K) = gout (nb*L, O) @ w (O, K), then col2im (adds C-vectors)
+// Backward weight: gw (O, K)     += gout^T (O, nb*L) @ col (nb*L, K), over every chunk
+// A 1x1 kernel with stride 1 and no padding uses x itself as the column buffer. Threading: the
+// GEMMs split themselves over the pool (kernels/cpu/matmul.cpp), im2col runs over (image, output
+// row), col2im over images (overlapping windows stay in one task).
 #include <algorithm>
 #include <cstring>
 
@@ -24,9 +28,10 @@
 namespace ember::kernels::cpu::conv_detail {
 namespace {
 
-/// The (1, rows, cols) view of image n of a dense (N, ...) tensor of rows * cols per image.
-Tensor image_rows(const Tensor& t, int64_t n, int64_t rows, int64_t cols) {
-  const Shape s{1, rows, cols};
+/// The (1, nb * rows, cols) view of images [n, n + nb) of a dense (N, ...) tensor of rows * cols
+/// per image.
+Tensor image_rows(const Tensor& t, int64_t n, int64_t nb, int64_t rows, int64_t cols) {
+  const Shape s{1, nb * rows, cols};
   return as_strided_raw(t, s, contiguous_strides(s), t.offset() + n * rows * cols);
 }
 
@@ -78,19 +83,19 @@ template <typename T> void im2col_chunk(const T* x, const Geometry& g, int64_t n
 }
 
 /// Walks the images of x in chunks whose column buffer stays near kChunkBytes: fn(n0, nb, cols)
-/// per chunk, with cols(i) the (1, L, K) column matrix of image n0 + i (x's own (L, C) rows when
-/// the convolution is direct).
+/// per chunk, with cols the (1, nb * L, K) column matrix of images [n0, n0 + nb) (x's own rows
+/// when the convolution is direct).
 template <typename T, typename F> void for_column_chunks(const Tensor& x, const Geometry& g, F&& fn) {
   const int64_t chunk = g.chunk(sizeof(T));
   const ColumnBuffer<T> buf(g.direct ? 0 : chunk * g.col_per_image());
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t nb = std::min(chunk, g.N - n0);
-    Tensor colt;
-    if (!g.direct) {
+    if (g.direct) {
+      fn(n0, nb, image_rows(x, n0, nb, g.L, g.C));
+    } else {
       im2col_chunk(x.data<T>(), g, n0, nb, buf.data());
-      colt = wrap(buf.data(), {nb, g.L, g.Kg});
+      fn(n0, nb, wrap(buf.data(), {1, nb * g.L, g.Kg}));
     }
-    fn(n0, nb, [&](int64_t i) { return g.direct ? image_rows(x, n0 + i, g.L, g.C) : image_rows(colt, i, g.L, g.Kg); });
   }
 }
 
@@ -112,10 +117,8 @@ void forward_typed(const Tensor& x, const Tensor& w, const Tensor& bias, const C
     });
   }
   const double beta = bias.defined() ? 1.0 : 0.0;
-  for_column_chunks<T>(x, g, [&](int64_t n0, int64_t nb, const auto& cols) {
-    parallel_for(0, nb, 1, [&](int64_t i0, int64_t i1) {  // one image per task, its GEMM single-threaded
-      for (int64_t i = i0; i < i1; ++i) gemm(cols(i), wm, image_rows(out, n0 + i, g.L, g.O), false, true, 1.0, beta);
-    });
+  for_column_chunks<T>(x, g, [&](int64_t n0, int64_t nb, const Tensor& cols) {
+    gemm(cols, wm, image_rows(out, n0, nb, g.L, g.O), false, true, 1.0, beta);
   });
 }
 
@@ -123,11 +126,8 @@ template <typename T>
 void backward_input_typed(const Tensor& gout, const Tensor& w, const Conv2dParams& p, const Tensor& gx) {
   const Geometry g(gx.sizes(), w.sizes(), gout.sizes(), p);
   const Tensor wm = weight_matrix(w, g);
-  if (g.direct) {  // gx_n (L, C) = gout_n (L, O) @ w (O, C), in place
-    parallel_for(0, g.N, 1, [&](int64_t n0, int64_t n1) {
-      for (int64_t n = n0; n < n1; ++n)
-        gemm(image_rows(gout, n, g.L, g.O), wm, image_rows(gx, n, g.L, g.C), false, false, 1.0, 0.0);
-    });
+  if (g.direct) {  // gx (N*L, C) = gout (N*L, O) @ w (O, C), in place
+    gemm(image_rows(gout, 0, g.N, g.L, g.O), wm, image_rows(gx, 0, g.N, g.L, g.C), false, false, 1.0, 0.0);
     return;
   }
   const int64_t chunk = g.chunk(sizeof(T));
@@ -135,12 +135,10 @@ void backward_input_typed(const Tensor& gout, const Tensor& w, const Conv2dParam
   T* gxp = gx.data<T>();
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t nb = std::min(chunk, g.N - n0);
-    const Tensor colt = wrap(buf.data(), {nb, g.L, g.Kg});
+    gemm(image_rows(gout, n0, nb, g.L, g.O), wm, wrap(buf.data(), {1, nb * g.L, g.Kg}), false, false, 1.0, 0.0);
     parallel_for(0, nb, 1, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        gemm(image_rows(gout, n0 + i, g.L, g.O), wm, image_rows(colt, i, g.L, g.Kg), false, false, 1.0, 0.0);
+      for (int64_t i = i0; i < i1; ++i)
         col2im_image(buf.data() + i * g.col_per_image(), g, gxp + (n0 + i) * g.H * g.W * g.C);
-      }
     });
   }
 }
@@ -149,9 +147,8 @@ template <typename T>
 void backward_weight_typed(const Tensor& gout, const Tensor& x, const Conv2dParams& p, const Tensor& gw) {
   const Geometry g(x.sizes(), gw.sizes(), gout.sizes(), p);
   const Tensor gwm = weight_matrix(gw, g);
-  for_column_chunks<T>(x, g, [&](int64_t n0, int64_t nb, const auto& cols) {
-    for (int64_t i = 0; i < nb; ++i)  // accumulates over the images: the GEMM splits itself over the pool
-      gemm(image_rows(gout, n0 + i, g.L, g.O), cols(i), gwm, true, false, 1.0, n0 + i == 0 ? 0.0 : 1.0);
+  for_column_chunks<T>(x, g, [&](int64_t n0, int64_t nb, const Tensor& cols) {
+    gemm(image_rows(gout, n0, nb, g.L, g.O), cols, gwm, true, false, 1.0, n0 == 0 ? 0.0 : 1.0);
   });
 }
 

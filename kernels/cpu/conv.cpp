@@ -1,24 +1,32 @@
 // CPU 2-D convolution: im2col + GEMM, with groups, stride, padding and dilation. Row-major (NCHW)
 // operands here; channels-last ones (groups == 1) in kernels/cpu/conv_nhwc.cpp.
 //
-// Why it is shaped like this: the GEMMs carry nearly all the FLOPs. The forward and input-gradient
-// GEMMs run one image per pool task (each GEMM single-threaded inside its task), straight into the
-// output (no transpose pass); the weight gradient accumulates over the images, so its GEMMs are
-// issued from the calling thread one image at a time and split over the pool by the GEMM itself
-// (kernels/cpu/matmul.cpp). What the GEMM cannot parallelize (im2col, col2im, the bias fill) runs
-// on the thread pool over (image, channel) pairs. Images go through in chunks whose column buffer
-// stays near kChunkBytes, so the buffer is reused while warm in cache and is never a batch-sized
-// allocation; it is kept per thread across calls because fresh allocations are page-faulted in
-// again on every call (see docs/benchmarks.md).
+// Why it is shaped like this: the GEMMs carry nearly all the FLOPs. Images go through in chunks
+// whose column buffer stays near kChunkBytes, so the buffers are reused while warm in cache and
+// are never batch-sized allocations; they are kept per thread across calls because fresh
+// allocations are page-faulted in again on every call (see docs/benchmarks.md). A chunk's GEMMs
+// come in one of two shapes:
+//  - per image: one GEMM per image, one image per pool task (each GEMM single-threaded inside its
+//    task), straight into the output; the weight gradient's GEMMs accumulate over the images from
+//    the calling thread and split themselves over the pool. Each packs the (Og, Kg) weight once,
+//    a cost of 1/L of the GEMM's.
+//  - batched, when Kg >= kBatchedMinRatio * L (small planes under a large weight, e.g. ResNet's
+//    16x16 to 4x4 stages): ONE GEMM per group for the chunk. The column buffer holds the images
+//    side by side, (G, Kg, nb * L), and the output planes are scattered from (for the gradients,
+//    gathered into) a (G, Og, nb * L) buffer: copies that cost 1/Kg of the GEMM's. ResNet-18's
+//    3x3 convolutions at L = 256, 64 and 16 took 1.05-1.25x as long per image (this machine,
+//    2026-11-27); its 1x1 stride-2 ones (Kg = 2L) and MNIST's (Kg <= L / 2) were faster so.
+// im2col, col2im and the copies run on the pool over (image, channel) pairs.
 //
 // Layouts (all contiguous, groups G, Cg = C / G, Og = O / G, L = Ho * Wo, Kg = Cg * kh * kw):
 //   x (N, C, H, W) = N images of (G, Cg, H, W); w (O, Cg, kh, kw) = (G, Og, Kg);
-//   out (N, O, Ho, Wo) = N images of (G, Og, L); the column buffer of one image is (G, Kg, L) with
-//   row (c, ki, kj) holding x[c, oh * sh - ph + ki * dh, ow * sw - pw + kj * dw] (0 outside).
-// Forward:         out_n (G, Og, L)  = w (G, Og, Kg) @ col_n (G, Kg, L)  [+ bias]
-// Backward input:  gcol_n (G, Kg, L) = w^T (G, Kg, Og) @ gout_n (G, Og, L), then col2im (adds)
-// Backward weight: gw (G, Og, Kg)   += gout_n (G, Og, L) @ col_n^T (G, L, Kg), over every n
-// A 1x1 kernel with stride 1 and no padding uses x itself as the column buffer.
+//   out (N, O, Ho, Wo) = N images of (G, Og, L). Column buffer rows (c, ki, kj) hold
+//   x[c, oh * sh - ph + ki * dh, ow * sw - pw + kj * dw] (0 outside) for one image: per image, a
+//   (G, Kg, L) block per image; batched, image i in columns [i * L, (i + 1) * L) of (G, Kg, nb * L).
+// Forward:         out (G, Og, L | nb*L) = w (G, Og, Kg) @ col  [+ bias]
+// Backward input:  col = w^T (G, Kg, Og) @ gout (G, Og, L | nb*L), then col2im (adds)
+// Backward weight: gw (G, Og, Kg) += gout @ col^T, over every image or chunk
+// A 1x1 kernel with stride 1 and no padding uses x itself as the column matrix, per image.
 // f16 / bf16 are computed in f32 and rounded once at the end.
 #include <algorithm>
 #include <cstring>
@@ -44,11 +52,12 @@ Tensor image_view(const Tensor& t, int64_t n, int64_t G, int64_t rows, int64_t c
   return as_strided_raw(t, s, contiguous_strides(s), t.offset() + n * G * rows * cols);
 }
 
-/// The kh * kw rows (each L long) of one input channel plane x (H, W) in the column buffer.
-template <typename T> void im2col_channel(const T* x, const Geometry& g, T* col) {
+/// The kh * kw rows (each L long, ld apart) of one input channel plane x (H, W) in the column
+/// buffer.
+template <typename T> void im2col_channel(const T* x, const Geometry& g, T* col, int64_t ld) {
   for (int64_t ki = 0; ki < g.kh; ++ki) {
     for (int64_t kj = 0; kj < g.kw; ++kj) {
-      T* row = col + (ki * g.kw + kj) * g.L;
+      T* row = col + (ki * g.kw + kj) * ld;
       const int64_t xoff = kj * g.dw - g.pw;
       int64_t lo, hi;
       valid_range(xoff, g.sw, g.W, g.Wo, lo, hi);
@@ -72,12 +81,13 @@ template <typename T> void im2col_channel(const T* x, const Geometry& g, T* col)
   }
 }
 
-/// Adds the kh * kw column rows of one channel back into its plane gx (H, W) (overwritten first).
-template <typename T> void col2im_channel(const T* col, const Geometry& g, T* gx) {
+/// Adds the kh * kw column rows (ld apart) of one channel back into its plane gx (H, W)
+/// (overwritten first).
+template <typename T> void col2im_channel(const T* col, const Geometry& g, T* gx, int64_t ld) {
   std::fill(gx, gx + g.H * g.W, T(0));
   for (int64_t ki = 0; ki < g.kh; ++ki) {
     for (int64_t kj = 0; kj < g.kw; ++kj) {
-      const T* row = col + (ki * g.kw + kj) * g.L;
+      const T* row = col + (ki * g.kw + kj) * ld;
       const int64_t xoff = kj * g.dw - g.pw;
       int64_t lo, hi;
       valid_range(xoff, g.sw, g.W, g.Wo, lo, hi);
@@ -96,47 +106,113 @@ template <typename T> void col2im_channel(const T* col, const Geometry& g, T* gx
   }
 }
 
-/// im2col of images [n0, n0 + nb) of x into col (nb, C * kh * kw, L), parallel over (image, channel).
-template <typename T> void im2col_chunk(const T* x, const Geometry& g, int64_t n0, int64_t nb, T* col) {
-  const int64_t per = g.kh * g.kw * g.L;
+/// Batched GEMMs from Kg >= kBatchedMinRatio * L on (see the top of the file).
+constexpr int64_t kBatchedMinRatio = 4;
+
+/// How a chunk of nb images lies in the column buffer: image i's rows start at col + i * step,
+/// ld apart.
+struct ChunkLayout {
+  int64_t ld, step;
+  ChunkLayout(const Geometry& g, int64_t nb, bool batched)
+      : ld(batched ? nb * g.L : g.L), step(batched ? g.L : g.col_per_image()) {}
+};
+
+/// Calls fn(i, c) for every (image, channel) pair of a chunk of nb images, on the pool, about
+/// `per` elements of work each.
+template <typename F> void for_image_channels(const Geometry& g, int64_t nb, int64_t per, F&& fn) {
   parallel_for(0, nb * g.C, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(per, 1)), [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) fn(u / g.C, u % g.C);
+  });
+}
+
+/// im2col of images [n0, n0 + nb) of x into the column buffer, laid out as `lay`.
+template <typename T>
+void im2col_chunk(const T* x, const Geometry& g, int64_t n0, int64_t nb, ChunkLayout lay, T* col) {
+  const int64_t rows = g.kh * g.kw;
+  for_image_channels(g, nb, rows * g.L, [&](int64_t i, int64_t c) {
+    im2col_channel(x + ((n0 + i) * g.C + c) * g.H * g.W, g, col + i * lay.step + c * rows * lay.ld, lay.ld);
+  });
+}
+
+/// gx of images [n0, n0 + nb) from the column buffer, laid out as `lay`.
+template <typename T>
+void col2im_chunk(const T* col, const Geometry& g, int64_t n0, int64_t nb, ChunkLayout lay, T* gx) {
+  const int64_t rows = g.kh * g.kw;
+  for_image_channels(g, nb, rows * g.L, [&](int64_t i, int64_t c) {
+    col2im_channel(col + i * lay.step + c * rows * lay.ld, g, gx + ((n0 + i) * g.C + c) * g.H * g.W, lay.ld);
+  });
+}
+
+/// Output planes (N, O, L) of images [n0, n0 + nb) <-> planes (O, nb * L): gather copies the
+/// images' planes in, scatter writes them back (adding bias[o] when given).
+template <typename T> void gather_planes(const T* src, const Geometry& g, int64_t n0, int64_t nb, T* planes) {
+  parallel_for(0, g.O * nb, std::max<int64_t>(1, kGrainElems / g.L), [&](int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; ++u) {
-      const int64_t i = u / g.C, c = u % g.C;
-      im2col_channel(x + ((n0 + i) * g.C + c) * g.H * g.W, g, col + u * per);
+      const int64_t o = u / nb, i = u % nb;
+      std::memcpy(planes + o * nb * g.L + i * g.L, src + ((n0 + i) * g.O + o) * g.L,
+                  static_cast<size_t>(g.L) * sizeof(T));
     }
   });
 }
+template <typename T>
+void scatter_planes(const T* planes, const Geometry& g, int64_t n0, int64_t nb, const T* bias, T* dst) {
+  parallel_for(0, g.O * nb, std::max<int64_t>(1, kGrainElems / g.L), [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t o = u / nb, i = u % nb;
+      const T* s = planes + o * nb * g.L + i * g.L;
+      T* d = dst + ((n0 + i) * g.O + o) * g.L;
+      if (bias == nullptr) {
+        std::memcpy(d, s, static_cast<size_t>(g.L) * sizeof(T));
+      } else {
+        const T b = bias[o];
+        for (int64_t l = 0; l < g.L; ++l) d[l] = s[l] + b;
+      }
+    }
+  });
+}
+
+/// A chunk's buffers: the column buffer and, for batched GEMMs, the planes (G, Og, nb * L).
+template <typename T> struct ChunkBuffers {
+  ChunkBuffers(const Geometry& g, int64_t chunk, bool batched)
+      : col(g.direct ? 0 : chunk * g.col_per_image()), planes(batched ? chunk * g.O * g.L : 0) {}
+  Tensor col_view(const Geometry& g, int64_t nb) const { return wrap(col.data(), {g.G, g.Kg, nb * g.L}); }
+  Tensor planes_view(const Geometry& g, int64_t nb) const { return wrap(planes.data(), {g.G, g.Og, nb * g.L}); }
+  /// Image i's (G, Kg, L) block of a per-image chunk's column buffer.
+  Tensor image_block(const Geometry& g, int64_t i) const {
+    return wrap(col.data() + i * g.col_per_image(), {g.G, g.Kg, g.L});
+  }
+  ColumnBuffer<T, 0> col;
+  ColumnBuffer<T, 1> planes;
+};
+
+bool batched_gemms(const Geometry& g) { return !g.direct && g.Kg >= kBatchedMinRatio * g.L; }
 
 template <typename T>
 void forward_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, const Tensor& out) {
   const Geometry g(x.sizes(), w.sizes(), out.sizes(), p);
   const Tensor w3 = as_strided_raw(w, {g.G, g.Og, g.Kg}, contiguous_strides({g.G, g.Og, g.Kg}), w.offset());
-  const T* xp = x.data<T>();
+  const T* bp = bias.defined() ? bias.data<T>() : nullptr;
   T* op = out.data<T>();
-  if (bias.defined()) {
-    // out[n, o, :] = bias[o]; the GEMMs then accumulate onto it (beta = 1).
-    const T* bp = bias.data<T>();
+  const bool batched = batched_gemms(g);
+  if (!batched && bp != nullptr) {  // out[n, o, :] = bias[o]; the GEMMs then accumulate onto it (beta = 1)
     parallel_for(0, g.N * g.O, std::max<int64_t>(1, kGrainElems / g.L), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) std::fill(op + r * g.L, op + (r + 1) * g.L, bp[r % g.O]);
     });
   }
-  const double beta = bias.defined() ? 1.0 : 0.0;
-  const int64_t chunk = g.chunk(sizeof(T));
-  const ColumnBuffer<T> buf(g.direct ? 0 : chunk * g.col_per_image());
-  T* col = buf.data();
+  const int64_t chunk = g.direct ? g.N : g.chunk(sizeof(T));
+  const ChunkBuffers<T> buf(g, chunk, batched);
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t nb = std::min(chunk, g.N - n0);
-    Tensor colt;
-    if (!g.direct) {
-      im2col_chunk(xp, g, n0, nb, col);
-      colt = wrap(col, {nb * g.G, g.Kg, g.L});
+    if (!g.direct) im2col_chunk(x.data<T>(), g, n0, nb, ChunkLayout(g, nb, batched), buf.col.data());
+    if (batched) {
+      gemm(w3, buf.col_view(g, nb), buf.planes_view(g, nb), false, false, 1.0, 0.0);
+      scatter_planes(buf.planes.data(), g, n0, nb, bp, op);
+      continue;
     }
-    // One image per task, its GEMM single-threaded inside it (each writes its own output).
-    parallel_for(0, nb, 1, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        const Tensor ci = g.direct ? image_view(x, n0 + i, g.G, g.Kg, g.L) : image_view(colt, i, g.G, g.Kg, g.L);
-        gemm(w3, ci, image_view(out, n0 + i, g.G, g.Og, g.L), false, false, 1.0, beta);
-      }
+    parallel_for(0, nb, 1, [&](int64_t i0, int64_t i1) {  // one image per task, its GEMM single-threaded
+      for (int64_t i = i0; i < i1; ++i)
+        gemm(w3, g.direct ? image_view(x, n0 + i, g.G, g.Kg, g.L) : buf.image_block(g, i),
+             image_view(out, n0 + i, g.G, g.Og, g.L), false, false, 1.0, bp != nullptr ? 1.0 : 0.0);
     });
   }
 }
@@ -153,25 +229,21 @@ void backward_input_impl(const Tensor& gout, const Tensor& w, const Conv2dParams
     });
     return;
   }
+  const bool batched = batched_gemms(g);
   const int64_t chunk = g.chunk(sizeof(T));
-  const ColumnBuffer<T> buf(chunk * g.col_per_image());
-  T* col = buf.data();
-  T* gxp = gx.data<T>();
-  const int64_t per = g.kh * g.kw * g.L;
+  const ChunkBuffers<T> buf(g, chunk, batched);
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t nb = std::min(chunk, g.N - n0);
-    const Tensor colt = wrap(col, {nb * g.G, g.Kg, g.L});
-    parallel_for(0, nb, 1, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i)
-        gemm(w3, image_view(gout, n0 + i, g.G, g.Og, g.L), image_view(colt, i, g.G, g.Kg, g.L), true, false, 1.0, 0.0);
-    });
-    parallel_for(0, nb * g.C, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(per, 1)),
-                 [&](int64_t u0, int64_t u1) {
-                   for (int64_t u = u0; u < u1; ++u) {
-                     const int64_t i = u / g.C, c = u % g.C;
-                     col2im_channel(col + u * per, g, gxp + ((n0 + i) * g.C + c) * g.H * g.W);
-                   }
-                 });
+    if (batched) {
+      gather_planes(gout.data<T>(), g, n0, nb, buf.planes.data());
+      gemm(w3, buf.planes_view(g, nb), buf.col_view(g, nb), true, false, 1.0, 0.0);
+    } else {
+      parallel_for(0, nb, 1, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i)
+          gemm(w3, image_view(gout, n0 + i, g.G, g.Og, g.L), buf.image_block(g, i), true, false, 1.0, 0.0);
+      });
+    }
+    col2im_chunk(buf.col.data(), g, n0, nb, ChunkLayout(g, nb, batched), gx.data<T>());
   }
 }
 
@@ -179,21 +251,21 @@ template <typename T>
 void backward_weight_impl(const Tensor& gout, const Tensor& x, const Conv2dParams& p, const Tensor& gw) {
   const Geometry g(x.sizes(), gw.sizes(), gout.sizes(), p);
   const Tensor gw3 = as_strided_raw(gw, {g.G, g.Og, g.Kg}, contiguous_strides({g.G, g.Og, g.Kg}), gw.offset());
-  const int64_t chunk = g.chunk(sizeof(T));
-  const ColumnBuffer<T> buf(g.direct ? 0 : chunk * g.col_per_image());
-  T* col = buf.data();
-  const T* xp = x.data<T>();
+  const bool batched = batched_gemms(g);
+  const int64_t chunk = g.direct ? g.N : g.chunk(sizeof(T));
+  const ChunkBuffers<T> buf(g, chunk, batched);
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t nb = std::min(chunk, g.N - n0);
-    Tensor colt;
-    if (!g.direct) {
-      im2col_chunk(xp, g, n0, nb, col);
-      colt = wrap(col, {nb * g.G, g.Kg, g.L});
+    if (!g.direct) im2col_chunk(x.data<T>(), g, n0, nb, ChunkLayout(g, nb, batched), buf.col.data());
+    if (batched) {
+      gather_planes(gout.data<T>(), g, n0, nb, buf.planes.data());
+      gemm(buf.planes_view(g, nb), buf.col_view(g, nb), gw3, false, true, 1.0, n0 == 0 ? 0.0 : 1.0);
+      continue;
     }
-    for (int64_t i = 0; i < nb; ++i) {
-      const Tensor ci = g.direct ? image_view(x, n0 + i, g.G, g.Kg, g.L) : image_view(colt, i, g.G, g.Kg, g.L);
-      gemm(image_view(gout, n0 + i, g.G, g.Og, g.L), ci, gw3, false, true, 1.0, n0 + i == 0 ? 0.0 : 1.0);
-    }
+    for (int64_t i = 0; i < nb; ++i)  // accumulates over the images: the GEMM splits itself over the pool
+      gemm(image_view(gout, n0 + i, g.G, g.Og, g.L),
+           g.direct ? image_view(x, n0 + i, g.G, g.Kg, g.L) : buf.image_block(g, i), gw3, false, true, 1.0,
+           n0 + i == 0 ? 0.0 : 1.0);
   }
 }
 

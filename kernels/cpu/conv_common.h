@@ -55,9 +55,10 @@ struct Geometry {
 
 /// The column buffer: a per-thread buffer that only grows, reused across calls so it stays mapped
 /// (and warm); a request above kMaxRetainedBytes (huge images, where one image is a chunk) gets a
-/// buffer of its own instead, freed on return, so no thread keeps hundreds of MiB alive.
+/// buffer of its own instead, freed on return, so no thread keeps hundreds of MiB alive. Buffers
+/// alive at the same time on one thread take different Slots (each Slot is a buffer of its own).
 constexpr int64_t kMaxRetainedBytes = int64_t{64} << 20;
-template <typename T> class ColumnBuffer {
+template <typename T, int Slot = 0> class ColumnBuffer {
  public:
   explicit ColumnBuffer(int64_t n) {
     thread_local std::vector<T> retained;

@@ -103,7 +103,10 @@ void check_scaled(const Tensor& got_t, const std::vector<double>& expected, cons
   CHECK(bad == 0);
 }
 
-void run_case(const Case& c, DType dt, Layout x_layout, Layout w_layout, uint64_t seed) {
+/// Runs the three directions against the float64 loops; with `channels_last` also with every 4-D
+/// operand channels-last (the same references: the layout must not change a value beyond the
+/// dtype's rounding).
+void run_case(const Case& c, DType dt, Layout x_layout, Layout w_layout, uint64_t seed, bool channels_last = false) {
   INFO(case_str(c) << " dtype " << dtype_name(dt));
   const int64_t Cg = c.C / c.p.groups;
   const Shape xs{c.N, c.C, c.H, c.W}, ws{c.O, Cg, c.kh, c.kw};
@@ -136,6 +139,19 @@ void run_case(const Case& c, DType dt, Layout x_layout, Layout w_layout, uint64_
   Tensor gw = kernels::conv2d_backward_weight(g, x, ws, c.p);
   REQUIRE(gw.sizes() == ws);
   check_scaled(gw, r.gw, r.gw_mag, rtol_w, "backward weight");
+
+  if (!channels_last) return;
+  const MemoryFormat cl = MemoryFormat::channels_last;
+  const Tensor xc = x.contiguous(cl), wc = w.contiguous(cl), gc = g.contiguous(cl);
+  Tensor out_cl = kernels::conv2d(xc, wc, b, c.p);
+  CHECK(out_cl.is_contiguous(cl));
+  check_scaled(out_cl, r.out, r.out_mag, rtol_f, "forward, channels-last");
+  Tensor gx_cl = kernels::conv2d_backward_input(gc, wc, xs, cl, c.p);
+  CHECK(gx_cl.is_contiguous(cl));
+  check_scaled(gx_cl, r.gx, r.gx_mag, rtol_x, "backward input, channels-last");
+  Tensor gw_cl = kernels::conv2d_backward_weight(gc, xc, ws, c.p);
+  CHECK(gw_cl.is_contiguous(cl));
+  check_scaled(gw_cl, r.gw, r.gw_mag, rtol_w, "backward weight, channels-last");
 }
 
 kernels::Conv2dParams params(int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t g) {
@@ -191,6 +207,20 @@ TEST_CASE("conv2d kernels over several column-buffer chunks (MNIST-like conv)", 
   // One image bigger than a chunk on its own.
   run_case({3, 16, 96, 100, 4, 3, 3, params(1, 1, 1, 1, 1, 1, 2), true}, DType::f32, Layout::Strided,
            Layout::Contiguous, 8);
+}
+
+TEST_CASE("conv2d with small planes under a large weight: batched GEMMs over several chunks", "[cpu]") {
+  // Kg = 1152 >= 4 L = 64: the NCHW kernels take one GEMM per group per chunk (gathered and
+  // scattered planes), the NHWC ones one GEMM per chunk. One image's column buffer is
+  // 256*9*16*4 bytes = 144 KiB: 60 images take three 4 MiB chunks (28, 28, 4), so the weight
+  // gradient accumulates across chunks. Groups 1 and 2 (a grouped channels-last convolution runs
+  // row-major on the CPU), each also channels-last.
+  for (int64_t groups : {1, 2})
+    run_case({60, 256, 4, 4, 16, 3, 3, params(1, 1, 1, 1, 1, 1, groups), groups == 1}, DType::f32, Layout::Contiguous,
+             Layout::Contiguous, 11 + static_cast<uint64_t>(groups), /*channels_last=*/true);
+  // Stride 2 into 3x3 planes (Kg = 72 >= 4 L = 36), f64, strided operands.
+  run_case({5, 8, 5, 5, 6, 3, 3, params(2, 2, 1, 1, 1, 1, 1), true}, DType::f64, Layout::Transposed, Layout::Strided,
+           14, /*channels_last=*/true);
 }
 
 TEST_CASE("conv2d with one image's column buffer above the per-thread cap", "[cpu][slow]") {

@@ -14,6 +14,7 @@
 #include <ember/core/caching_allocator.h>
 #include <ember/ember.h>
 #include "bench_util.h"
+#include "resnet_step.h"
 
 using namespace ember;
 using ember::bench::fmt;
@@ -27,14 +28,7 @@ struct Kept {
 Kept measure(int64_t batch, bool low, bool channels_last) {
   auto& alloc = dynamic_cast<CachingAllocator&>(cpu_allocator());
   const MemoryFormat f = channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous;
-  manual_seed(3);
-  auto model = models::resnet18();
-  model->to(f);
-  optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4});
-  const Tensor x = randn({batch, 3, 32, 32}).contiguous(f);
-  std::vector<int64_t> labels(static_cast<size_t>(batch));
-  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i % 10);
-  const Tensor y = from_vector(labels, {batch}, {});
+  bench::ResNetStep st = bench::resnet18_step(batch, f);
   Kept k;
   for (int step = 0; step < 3; ++step) {
     alloc.reset_peak();
@@ -43,12 +37,12 @@ Kept measure(int64_t batch, bool low, bool channels_last) {
     {
       std::optional<amp::Autocast> guard;
       if (low) guard.emplace(DeviceType::CPU, DType::bf16);
-      loss = layers::cross_entropy(model->forward(x), y);
+      loss = layers::cross_entropy(st.model->forward(st.x), st.y);
     }
     k.saved_mib = (static_cast<double>(alloc.stats().requested) - before) / (1 << 20);
-    opt.zero_grad();
+    st.opt->zero_grad();
     loss.backward();
-    opt.step();
+    st.opt->step();
     k.peak_mib = static_cast<double>(alloc.stats().peak_requested) / (1 << 20);
   }
   return k;

@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""PyTorch peer for bench_cpu_resnet: one ResNet-18 (CIFAR) f32 training step on the CPU (forward,
+cross-entropy, backward, SGD with momentum), row-major and channels-last, the same network as
+ember's models::resnet18 (bench/peers/torch_gpu.py's).
+
+  torch_cpu_resnet.py --batch N --steps S --warmup W --threads T
+
+Prints `peer step_ms_<contiguous|channels_last> <median ms>` lines (bench_util.h's run_peer_script
+parses them). Exits 77 without PyTorch.
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    print("torch_cpu_resnet.py: SKIPPED: no PyTorch here")
+    sys.exit(77)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_gpu  # noqa: E402  (the same ResNet-18 as the GPU peer's)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for k in ("--batch", "--steps", "--warmup", "--threads"):
+        ap.add_argument(k, type=int, required=True)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    for name, fmt in (("contiguous", torch.contiguous_format), ("channels_last", torch.channels_last)):
+        torch.manual_seed(3)
+        model = torch_gpu.resnet18().to(memory_format=fmt)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+        x = torch.randn(a.batch, 3, 32, 32).contiguous(memory_format=fmt)
+        y = torch.arange(a.batch) % 10
+        times = []
+        for i in range(a.warmup + a.steps):
+            t0 = time.perf_counter()
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if i >= a.warmup:
+                times.append(1000 * (time.perf_counter() - t0))
+        ms = statistics.median(times)
+        torch_gpu.emit(f"step_ms_{name}", ms, f"torch {torch.__version__} resnet18 batch {a.batch}, {name}: "
+                       f"{ms:.1f} ms per step (median of {a.steps}; {min(times):.1f}-{max(times):.1f})")
+
+
+if __name__ == "__main__":
+    main()

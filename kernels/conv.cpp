@@ -78,12 +78,11 @@ int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, i
 namespace {
 
 /// The layout the device's kernels compute in for a call whose result is wanted as `want` (the
-/// layout of the forward input, given or named by the caller of the input gradient): CUDA
-/// (cuDNN) computes in either, except f64, which cuDNN has no NHWC engines for (PyTorch makes the
-/// same exception); the CPU too, but channels-last only for groups == 1. The other calls convert
-/// to row-major and back.
-MemoryFormat run_layout(Device d, DType dt, MemoryFormat want, const Conv2dParams& p) {
-  const bool nhwc = d.is_cuda() ? dt != DType::f64 : p.groups == 1;
+/// layout of the forward input, given or named by the caller of the input gradient): the CPU's
+/// kernels compute in either; CUDA (cuDNN) too, except f64, which cuDNN has no NHWC engines for
+/// (PyTorch makes the same exception): those calls convert to row-major and back.
+MemoryFormat run_layout(Device d, DType dt, MemoryFormat want) {
+  const bool nhwc = !d.is_cuda() || dt != DType::f64;
   return nhwc ? want : MemoryFormat::contiguous;
 }
 
@@ -108,7 +107,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
     check_pair(what, bias, "bias", w, "weight");
   }
   const MemoryFormat want = either_layout({x.suggest_memory_format(), w.suggest_memory_format()}),
-                     run = run_layout(x.device(), x.dtype(), want, p);
+                     run = run_layout(x.device(), x.dtype(), want);
   Tensor out = empty(out_shape, x.options(), run);
   if (out.numel() == 0) return out;
   conv2d_forward_table(x.device(), dense_raw(x, run), dense_raw(w, run),
@@ -124,7 +123,7 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Shap
   EMBER_CHECK(grad_out.sizes() == expect, what, ": grad_out has shape ", grad_out.shape_str(), ", expected ",
               shape_str(expect), " for input ", shape_str(x_shape), " and weight ", w.shape_str());
   const MemoryFormat run = run_layout(
-      w.device(), w.dtype(), either_layout({x_format, grad_out.suggest_memory_format(), w.suggest_memory_format()}), p);
+      w.device(), w.dtype(), either_layout({x_format, grad_out.suggest_memory_format(), w.suggest_memory_format()}));
   Tensor grad_x = empty(x_shape, w.options(), run);
   if (grad_x.numel() == 0) return grad_x;
   conv2d_backward_input_table(w.device(), dense_raw(grad_out, run), dense_raw(w, run), p, grad_x, run);
@@ -138,7 +137,7 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Sha
   EMBER_CHECK(grad_out.sizes() == expect, what, ": grad_out has shape ", grad_out.shape_str(), ", expected ",
               shape_str(expect), " for input ", x.shape_str(), " and weight ", shape_str(w_shape));
   const MemoryFormat want = either_layout({x.suggest_memory_format(), grad_out.suggest_memory_format()}),
-                     run = run_layout(x.device(), x.dtype(), want, p);
+                     run = run_layout(x.device(), x.dtype(), want);
   Tensor grad_w = empty(w_shape, x.options(), run);
   if (grad_w.numel() == 0) return grad_w;
   if (x.numel() == 0) {  // N == 0: no contributions

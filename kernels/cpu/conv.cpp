@@ -1,5 +1,5 @@
 // CPU 2-D convolution: im2col + GEMM, with groups, stride, padding and dilation. Row-major (NCHW)
-// operands here; channels-last ones (groups == 1) in kernels/cpu/conv_nhwc.cpp.
+// operands here; channels-last ones in kernels/cpu/conv_nhwc.cpp.
 //
 // Why it is shaped like this: the GEMMs carry nearly all the FLOPs. Images go through in chunks
 // whose column buffer stays near kChunkBytes, so the buffers are reused while warm in cache and

@@ -98,7 +98,7 @@ inline void valid_range(int64_t off, int64_t sw, int64_t W, int64_t Wo, int64_t&
   hi = std::max(hi, lo);
 }
 
-/// Channels-last convolution, groups == 1, f32 or f64 (operands dense in channels-last; the
+/// Channels-last convolution, any groups, f32 or f64 (operands dense in channels-last; the
 /// dispatchers in conv.cpp choose it and widen f16 / bf16). Same contracts as the NCHW ones.
 void forward_nhwc(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, const Tensor& out);
 void backward_input_nhwc(const Tensor& gout, const Tensor& w, const Conv2dParams& p, const Tensor& gx);

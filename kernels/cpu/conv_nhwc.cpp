@@ -1,23 +1,29 @@
-// CPU 2-D convolution on channels-last (NHWC) operands, groups == 1: im2col + GEMM as the NCHW
-// kernels (kernels/cpu/conv.cpp), with the column buffer transposed so that no layout change is
-// needed anywhere.
+// CPU 2-D convolution on channels-last (NHWC) operands: im2col + GEMM as the NCHW kernels
+// (kernels/cpu/conv.cpp), with the column buffer transposed so that no layout change is needed
+// anywhere.
 //
-// Layouts (all dense channels-last, L = Ho * Wo, K = kh * kw * C):
+// Layouts (all dense channels-last, groups G, Cg = C / G, Og = O / G, L = Ho * Wo,
+// Kg = kh * kw * Cg):
 //   x (N, C, H, W) in memory (N, H, W, C): image n is (H * W, C) row-major;
-//   w (O, C, kh, kw) in memory (O, kh, kw, C): the (O, K) matrix with k = (ki, kj, c);
+//   w (O, Cg, kh, kw) in memory (O, kh, kw, Cg): the (G, Og, Kg) matrices with k = (ki, kj, c);
 //   out in memory (N, Ho, Wo, O): image n is (L, O) row-major;
-//   the column buffer of one image is (L, K): row (oh, ow) holds, for each (ki, kj), the C values
-//   of x at (oh * sh - ph + ki * dh, ow * sw - pw + kj * dw) (0 outside): one memcpy each.
+//   the column buffer of a chunk of nb images is (G, nb * L, Kg): row (n, oh, ow) of group g holds,
+//   for each (ki, kj), the Cg values of group g's channels of x at (oh * sh - ph + ki * dh,
+//   ow * sw - pw + kj * dw) (0 outside): one memcpy each.
 // The images of a chunk are consecutive rows of x, out and the column buffer, so each direction is
-// ONE GEMM per chunk of nb images (M = nb * L rows), not one per image: the weight is packed once
-// per chunk, and the small late-stage planes (L = 16 for ResNet-18's 4x4 layer) still make a
-// GEMM of useful height.
-// Forward:         out (nb*L, O)  = col (nb*L, K) @ w^T (K, O)  [+ bias]
-// Backward input:  gcol (nb*L, K) = gout (nb*L, O) @ w (O, K), then col2im (adds C-vectors)
-// Backward weight: gw (O, K)     += gout^T (O, nb*L) @ col (nb*L, K), over every chunk
-// A 1x1 kernel with stride 1 and no padding uses x itself as the column buffer. Threading: the
-// GEMMs split themselves over the pool (kernels/cpu/matmul.cpp), im2col runs over (image, output
-// row), col2im over images (overlapping windows stay in one task).
+// ONE GEMM per group per chunk of nb images (M = nb * L rows), not one per image: the weight is
+// packed once per chunk, and the small late-stage planes (L = 16 for ResNet-18's 4x4 layer) still
+// make a GEMM of useful height.
+// Forward:         out (nb*L, O)   = col (nb*L, K) @ w^T (K, O)  [+ bias]                  (G == 1)
+//                  planes (G, nb*L, Og) = col (G, nb*L, Kg) @ w^T (G, Kg, Og), scattered to
+//                  out's (nb*L, O) columns [g * Og, (g + 1) * Og) [+ bias]                  (G > 1)
+// Backward input:  gcol = gout (nb*L, O), or its group columns gathered into planes, @ w, then
+//                  col2im (adds Cg-vectors)
+// Backward weight: gw (G, Og, Kg) += gout^T (or planes^T) @ col, over every chunk
+// A 1x1 kernel with stride 1, no padding and one group uses x itself as the column buffer.
+// Threading: the GEMMs split themselves over the pool (kernels/cpu/matmul.cpp), im2col runs over
+// (image, output row), col2im over images (overlapping windows stay in one task), the copies over
+// rows.
 #include <algorithm>
 #include <cstring>
 
@@ -35,110 +41,156 @@ Tensor image_rows(const Tensor& t, int64_t n, int64_t nb, int64_t rows, int64_t 
   return as_strided_raw(t, s, contiguous_strides(s), t.offset() + n * rows * cols);
 }
 
-/// One output row oh of image x (H, W, C) into col rows [oh * Wo, (oh + 1) * Wo), each K long.
-template <typename T> void im2col_row(const T* x, const Geometry& g, int64_t oh, T* col) {
-  const int64_t K = g.kh * g.kw * g.C;
-  for (int64_t ow = 0; ow < g.Wo; ++ow) {
-    T* d = col + (oh * g.Wo + ow) * K;
-    for (int64_t ki = 0; ki < g.kh; ++ki) {
-      const int64_t ih = oh * g.sh - g.ph + ki * g.dh;
-      for (int64_t kj = 0; kj < g.kw; ++kj, d += g.C) {
-        const int64_t iw = ow * g.sw - g.pw + kj * g.dw;
-        if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) std::fill(d, d + g.C, T(0));
-        else std::memcpy(d, x + (ih * g.W + iw) * g.C, static_cast<size_t>(g.C) * sizeof(T));
-      }
-    }
-  }
-}
+bool direct_columns(const Geometry& g) { return g.direct && g.G == 1; }
 
-/// gx (H, W, C) of one image = the sum of its column rows' C-vectors at their positions.
-template <typename T> void col2im_image(const T* col, const Geometry& g, T* gx) {
-  std::fill(gx, gx + g.H * g.W * g.C, T(0));
-  const T* s = col;
-  for (int64_t oh = 0; oh < g.Ho; ++oh) {
+/// One output row oh of image x (H, W, C) into the column buffer: group grp's row (oh, ow) at
+/// col + grp * group_stride + (oh * Wo + ow) * Kg.
+template <typename T> void im2col_row(const T* x, const Geometry& g, int64_t oh, T* col, int64_t group_stride) {
+  for (int64_t grp = 0; grp < g.G; ++grp) {
+    const T* xg = x + grp * g.Cg;
     for (int64_t ow = 0; ow < g.Wo; ++ow) {
+      T* d = col + grp * group_stride + (oh * g.Wo + ow) * g.Kg;
       for (int64_t ki = 0; ki < g.kh; ++ki) {
         const int64_t ih = oh * g.sh - g.ph + ki * g.dh;
-        for (int64_t kj = 0; kj < g.kw; ++kj, s += g.C) {
+        for (int64_t kj = 0; kj < g.kw; ++kj, d += g.Cg) {
           const int64_t iw = ow * g.sw - g.pw + kj * g.dw;
-          if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
-          T* d = gx + (ih * g.W + iw) * g.C;
-          for (int64_t c = 0; c < g.C; ++c) d[c] += s[c];
+          if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) std::fill(d, d + g.Cg, T(0));
+          else std::memcpy(d, xg + (ih * g.W + iw) * g.C, static_cast<size_t>(g.Cg) * sizeof(T));
         }
       }
     }
   }
 }
 
-/// im2col of images [n0, n0 + nb) into col (nb, L, K), parallel over (image, output row).
-template <typename T> void im2col_chunk(const T* x, const Geometry& g, int64_t n0, int64_t nb, T* col) {
-  const int64_t per_row = g.Wo * g.kh * g.kw * g.C;
-  parallel_for(0, nb * g.Ho, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(per_row, 1)),
-               [&](int64_t u0, int64_t u1) {
-                 for (int64_t u = u0; u < u1; ++u) {
-                   const int64_t i = u / g.Ho, oh = u % g.Ho;
-                   im2col_row(x + (n0 + i) * g.H * g.W * g.C, g, oh, col + i * g.col_per_image());
-                 }
-               });
-}
-
-/// Walks the images of x in chunks whose column buffer stays near kChunkBytes: fn(n0, nb, cols)
-/// per chunk, with cols the (1, nb * L, K) column matrix of images [n0, n0 + nb) (x's own rows
-/// when the convolution is direct).
-template <typename T, typename F> void for_column_chunks(const Tensor& x, const Geometry& g, F&& fn) {
-  const int64_t chunk = g.chunk(sizeof(T));
-  const ColumnBuffer<T> buf(g.direct ? 0 : chunk * g.col_per_image());
-  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
-    const int64_t nb = std::min(chunk, g.N - n0);
-    if (g.direct) {
-      fn(n0, nb, image_rows(x, n0, nb, g.L, g.C));
-    } else {
-      im2col_chunk(x.data<T>(), g, n0, nb, buf.data());
-      fn(n0, nb, wrap(buf.data(), {1, nb * g.L, g.Kg}));
+/// gx (H, W, C) of one image = the sum of its column rows' Cg-vectors at their positions; the
+/// image's rows of group grp start at col + grp * group_stride.
+template <typename T> void col2im_image(const T* col, const Geometry& g, int64_t group_stride, T* gx) {
+  std::fill(gx, gx + g.H * g.W * g.C, T(0));
+  for (int64_t grp = 0; grp < g.G; ++grp) {
+    const T* s = col + grp * group_stride;
+    T* gxg = gx + grp * g.Cg;
+    for (int64_t oh = 0; oh < g.Ho; ++oh) {
+      for (int64_t ow = 0; ow < g.Wo; ++ow) {
+        for (int64_t ki = 0; ki < g.kh; ++ki) {
+          const int64_t ih = oh * g.sh - g.ph + ki * g.dh;
+          for (int64_t kj = 0; kj < g.kw; ++kj, s += g.Cg) {
+            const int64_t iw = ow * g.sw - g.pw + kj * g.dw;
+            if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
+            T* d = gxg + (ih * g.W + iw) * g.C;
+            for (int64_t c = 0; c < g.Cg; ++c) d[c] += s[c];
+          }
+        }
+      }
     }
   }
 }
 
-/// w (O, C, kh, kw), dense channels-last, as the (1, O, K) matrix.
-Tensor weight_matrix(const Tensor& w, const Geometry& g) {
-  const Shape s{1, g.O, g.Kg};
+/// im2col of images [n0, n0 + nb) into col (G, nb * L, Kg), parallel over (image, output row).
+template <typename T> void im2col_chunk(const T* x, const Geometry& g, int64_t n0, int64_t nb, T* col) {
+  const int64_t per_row = g.Wo * g.kh * g.kw * g.C, group_stride = nb * g.L * g.Kg;
+  parallel_for(0, nb * g.Ho, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(per_row, 1)),
+               [&](int64_t u0, int64_t u1) {
+                 for (int64_t u = u0; u < u1; ++u) {
+                   const int64_t i = u / g.Ho, oh = u % g.Ho;
+                   im2col_row(x + (n0 + i) * g.H * g.W * g.C, g, oh, col + i * g.L * g.Kg, group_stride);
+                 }
+               });
+}
+
+/// Rows (nb * L, O) <-> planes (G, nb * L, Og): gather copies each group's columns of the rows in,
+/// scatter writes them back (adding bias[o] when given).
+template <typename T> void gather_planes(const T* rows, const Geometry& g, int64_t nrows, T* planes) {
+  parallel_for(0, nrows, std::max<int64_t>(1, kGrainElems / g.O), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t grp = 0; grp < g.G; ++grp)
+        std::memcpy(planes + (grp * nrows + r) * g.Og, rows + r * g.O + grp * g.Og,
+                    static_cast<size_t>(g.Og) * sizeof(T));
+  });
+}
+template <typename T> void scatter_planes(const T* planes, const Geometry& g, int64_t nrows, const T* bias, T* rows) {
+  parallel_for(0, nrows, std::max<int64_t>(1, kGrainElems / g.O), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t grp = 0; grp < g.G; ++grp) {
+        const T* s = planes + (grp * nrows + r) * g.Og;
+        T* d = rows + r * g.O + grp * g.Og;
+        for (int64_t o = 0; o < g.Og; ++o) d[o] = bias != nullptr ? s[o] + bias[grp * g.Og + o] : s[o];
+      }
+  });
+}
+
+/// A chunk's buffers: the column buffer (G, nb * L, Kg) (none when x is its own), and with groups
+/// the planes (G, nb * L, Og).
+template <typename T> struct ChunkBuffers {
+  ChunkBuffers(const Geometry& g, int64_t chunk)
+      : col(direct_columns(g) ? 0 : chunk * g.col_per_image()), planes(g.G > 1 ? chunk * g.L * g.O : 0) {}
+  ColumnBuffer<T, 0> col;
+  ColumnBuffer<T, 1> planes;
+};
+
+/// Walks the images of x in chunks whose column buffer stays near kChunkBytes: fn(n0, nb, cols)
+/// per chunk, with cols the (G, nb * L, Kg) column matrices of images [n0, n0 + nb) (x's own
+/// rows when the convolution is direct).
+template <typename T, typename F>
+void for_column_chunks(const Tensor& x, const Geometry& g, const ChunkBuffers<T>& buf, int64_t chunk, F&& fn) {
+  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, g.N - n0);
+    if (direct_columns(g)) {
+      fn(n0, nb, image_rows(x, n0, nb, g.L, g.C));
+    } else {
+      im2col_chunk(x.data<T>(), g, n0, nb, buf.col.data());
+      fn(n0, nb, wrap(buf.col.data(), {g.G, nb * g.L, g.Kg}));
+    }
+  }
+}
+
+/// w (O, Cg, kh, kw), dense channels-last, as the (G, Og, Kg) matrices.
+Tensor weight_matrices(const Tensor& w, const Geometry& g) {
+  const Shape s{g.G, g.Og, g.Kg};
   return as_strided_raw(w, s, contiguous_strides(s), w.offset());
 }
 
 template <typename T>
 void forward_typed(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, const Tensor& out) {
   const Geometry g(x.sizes(), w.sizes(), out.sizes(), p);
-  const Tensor wm = weight_matrix(w, g);
+  const Tensor wm = weight_matrices(w, g);
+  const T* bp = bias.defined() ? bias.data<T>() : nullptr;
   T* op = out.data<T>();
-  if (bias.defined()) {  // every output position starts at the bias; the GEMMs add onto it
-    const T* bp = bias.data<T>();
+  const int64_t chunk = g.chunk(sizeof(T));
+  const ChunkBuffers<T> buf(g, chunk);
+  if (g.G == 1 && bp != nullptr) {  // every output position starts at the bias; the GEMMs add onto it
     parallel_for(0, g.N * g.L, std::max<int64_t>(1, kGrainElems / g.O), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) std::copy(bp, bp + g.O, op + r * g.O);
     });
   }
-  const double beta = bias.defined() ? 1.0 : 0.0;
-  for_column_chunks<T>(x, g, [&](int64_t n0, int64_t nb, const Tensor& cols) {
-    gemm(cols, wm, image_rows(out, n0, nb, g.L, g.O), false, true, 1.0, beta);
+  for_column_chunks<T>(x, g, buf, chunk, [&](int64_t n0, int64_t nb, const Tensor& cols) {
+    if (g.G == 1) return gemm(cols, wm, image_rows(out, n0, nb, g.L, g.O), false, true, 1.0, bp != nullptr ? 1.0 : 0.0);
+    gemm(cols, wm, wrap(buf.planes.data(), {g.G, nb * g.L, g.Og}), false, true, 1.0, 0.0);
+    scatter_planes(buf.planes.data(), g, nb * g.L, bp, op + n0 * g.L * g.O);
   });
 }
 
 template <typename T>
 void backward_input_typed(const Tensor& gout, const Tensor& w, const Conv2dParams& p, const Tensor& gx) {
   const Geometry g(gx.sizes(), w.sizes(), gout.sizes(), p);
-  const Tensor wm = weight_matrix(w, g);
-  if (g.direct) {  // gx (N*L, C) = gout (N*L, O) @ w (O, C), in place
+  const Tensor wm = weight_matrices(w, g);
+  if (direct_columns(g)) {  // gx (N*L, C) = gout (N*L, O) @ w (O, C), in place
     gemm(image_rows(gout, 0, g.N, g.L, g.O), wm, image_rows(gx, 0, g.N, g.L, g.C), false, false, 1.0, 0.0);
     return;
   }
   const int64_t chunk = g.chunk(sizeof(T));
-  const ColumnBuffer<T> buf(chunk * g.col_per_image());
+  const ChunkBuffers<T> buf(g, chunk);
   T* gxp = gx.data<T>();
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
-    const int64_t nb = std::min(chunk, g.N - n0);
-    gemm(image_rows(gout, n0, nb, g.L, g.O), wm, wrap(buf.data(), {1, nb * g.L, g.Kg}), false, false, 1.0, 0.0);
+    const int64_t nb = std::min(chunk, g.N - n0), group_stride = nb * g.L * g.Kg;
+    Tensor gin = image_rows(gout, n0, nb, g.L, g.O);
+    if (g.G > 1) {
+      gather_planes(gout.data<T>() + n0 * g.L * g.O, g, nb * g.L, buf.planes.data());
+      gin = wrap(buf.planes.data(), {g.G, nb * g.L, g.Og});
+    }
+    gemm(gin, wm, wrap(buf.col.data(), {g.G, nb * g.L, g.Kg}), false, false, 1.0, 0.0);
     parallel_for(0, nb, 1, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i)
-        col2im_image(buf.data() + i * g.col_per_image(), g, gxp + (n0 + i) * g.H * g.W * g.C);
+        col2im_image(buf.col.data() + i * g.L * g.Kg, g, group_stride, gxp + (n0 + i) * g.H * g.W * g.C);
     });
   }
 }
@@ -146,9 +198,16 @@ void backward_input_typed(const Tensor& gout, const Tensor& w, const Conv2dParam
 template <typename T>
 void backward_weight_typed(const Tensor& gout, const Tensor& x, const Conv2dParams& p, const Tensor& gw) {
   const Geometry g(x.sizes(), gw.sizes(), gout.sizes(), p);
-  const Tensor gwm = weight_matrix(gw, g);
-  for_column_chunks<T>(x, g, [&](int64_t n0, int64_t nb, const Tensor& cols) {
-    gemm(image_rows(gout, n0, nb, g.L, g.O), cols, gwm, true, false, 1.0, n0 == 0 ? 0.0 : 1.0);
+  const Tensor gwm = weight_matrices(gw, g);
+  const int64_t chunk = g.chunk(sizeof(T));
+  const ChunkBuffers<T> buf(g, chunk);
+  for_column_chunks<T>(x, g, buf, chunk, [&](int64_t n0, int64_t nb, const Tensor& cols) {
+    Tensor gin = image_rows(gout, n0, nb, g.L, g.O);
+    if (g.G > 1) {
+      gather_planes(gout.data<T>() + n0 * g.L * g.O, g, nb * g.L, buf.planes.data());
+      gin = wrap(buf.planes.data(), {g.G, nb * g.L, g.Og});
+    }
+    gemm(gin, cols, gwm, true, false, 1.0, n0 == 0 ? 0.0 : 1.0);
   });
 }
 

@@ -358,6 +358,8 @@ DEVICE_TEST_CASE("memory format: conv2d in channels_last across strides, padding
       {{6, 4, 1, 1}, params(2, 2, 0, 0, 1, 1, 1)},  // ResNet's 1x1 shortcut
       {{5, 4, 2, 3}, params(2, 1, 1, 0, 1, 2, 1)},  // uneven kernel, stride, padding, dilation
       {{6, 2, 3, 3}, params(1, 1, 1, 1, 1, 1, 2)},  // two groups
+      {{4, 1, 3, 3}, params(2, 2, 1, 1, 1, 1, 4)},  // depthwise, strided
+      {{6, 2, 1, 1}, params(1, 1, 0, 0, 1, 1, 2)},  // grouped 1x1 (x is not a column buffer of a group)
   };
   const double u = std::ldexp(1.0, -24);
   auto bounds = [&](const Tensor& mag, int64_t k) {
@@ -540,6 +542,33 @@ DEVICE_TEST_CASE("memory format: the conv2d kernel gets channels_last operands a
   const Tensor y = kernels::conv2d(x, w, Tensor(), {});
   CHECK(g_conv_saw_channels_last);
   CHECK(y.suggest_memory_format() == MemoryFormat::channels_last);
+}
+
+DEVICE_TEST_CASE("memory format: grouped and depthwise conv2d in channels_last make no layout-changing copies",
+                 "[memory_format][conv]") {
+  // The forward and both gradients of a channels-last convolution with groups stay channels-last
+  // on both devices: the CPU kernels gather and scatter each group's channels between the rows and
+  // their GEMMs (copies within the layout), cuDNN takes NHWC groups as they are.
+  for (const int64_t groups : {2, 4}) {
+    INFO("groups " << groups);
+    const Tensor x = random_tensor({3, 4, 6, 5}, DType::f32, 70 + static_cast<uint64_t>(groups), -1.0, 1.0,
+                                   Layout::Contiguous, test_device())
+                         .contiguous(MemoryFormat::channels_last);
+    const Tensor w = random_tensor({8, 4 / groups, 3, 3}, DType::f32, 80 + static_cast<uint64_t>(groups), -1.0, 1.0,
+                                   Layout::Contiguous, test_device())
+                         .contiguous(MemoryFormat::channels_last);
+    kernels::Conv2dParams p;
+    p.pad_h = p.pad_w = 1;
+    p.groups = groups;
+    LayoutCopySpy spy(test_device().type());
+    const Tensor y = kernels::conv2d(x, w, Tensor(), p);
+    const Tensor gx = kernels::conv2d_backward_input(y, w, x.sizes(), MemoryFormat::channels_last, p);
+    const Tensor gw = kernels::conv2d_backward_weight(y, x, w.sizes(), p);
+    CHECK(spy.count() == 0);
+    CHECK(y.is_contiguous(MemoryFormat::channels_last));
+    CHECK(gx.is_contiguous(MemoryFormat::channels_last));
+    CHECK(gw.is_contiguous(MemoryFormat::channels_last));
+  }
 }
 
 DEVICE_TEST_CASE(

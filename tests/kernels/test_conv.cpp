@@ -192,7 +192,7 @@ TEST_CASE("conv2d kernels match float64 loops on odd shapes", "[cpu]") {
   uint64_t seed = 100;
   for (const Case& c : cases) {
     for (DType dt : {DType::f32, DType::f64}) {
-      run_case(c, dt, Layout::Contiguous, Layout::Contiguous, seed);
+      run_case(c, dt, Layout::Contiguous, Layout::Contiguous, seed, /*channels_last=*/true);
       run_case(c, dt, Layout::Transposed, Layout::Strided, seed + 10);
       seed += 20;
     }
@@ -213,8 +213,8 @@ TEST_CASE("conv2d with small planes under a large weight: batched GEMMs over sev
   // Kg = 1152 >= 4 L = 64: the NCHW kernels take one GEMM per group per chunk (gathered and
   // scattered planes), the NHWC ones one GEMM per chunk. One image's column buffer is
   // 256*9*16*4 bytes = 144 KiB: 60 images take three 4 MiB chunks (28, 28, 4), so the weight
-  // gradient accumulates across chunks. Groups 1 and 2 (a grouped channels-last convolution runs
-  // row-major on the CPU), each also channels-last.
+  // gradient accumulates across chunks. Groups 1 and 2, each also channels-last (with groups, the
+  // NHWC kernels gather and scatter each group's output columns).
   for (int64_t groups : {1, 2})
     run_case({60, 256, 4, 4, 16, 3, 3, params(1, 1, 1, 1, 1, 1, groups), groups == 1}, DType::f32, Layout::Contiguous,
              Layout::Contiguous, 11 + static_cast<uint64_t>(groups), /*channels_last=*/true);

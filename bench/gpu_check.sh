@@ -273,7 +273,7 @@ run_program() {  # NAME CMD...
   rc=${PIPESTATUS[0]}
   case $rc in
     0) add_row "$name" ok "" $((SECONDS - t)) ;;
-    77) add_row "$name" SKIPPED "no usable GPU" $((SECONDS - t)) ;;
+    77) add_row "$name" SKIPPED "no usable GPU (or, for a peer run, no PyTorch)" $((SECONDS - t)) ;;
     124|137) add_row "$name" TIMEOUT "stopped at the time budget" $((SECONDS - t)) ;;
     *) add_row "$name" FAILED "exit $rc, see $logdir/$name.log" $((SECONDS - t)) ;;
   esac

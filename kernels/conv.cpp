@@ -1,7 +1,7 @@
 // Front of 2-D convolution: parameter and shape checks (every message names the shapes involved),
-// the layout (channels-last when an operand is, else row-major; the CPU converts a grouped
-// channels-last call, CUDA an f64 one), output allocation, operands dense in that layout, dispatch
-// by device.
+// the layout (channels-last when an operand is, else row-major; CUDA converts an f64
+// channels-last call, which cuDNN has no NHWC engines for), output allocation, operands dense in
+// that layout, dispatch by device.
 #include <ember/kernels/conv.h>
 
 #include <initializer_list>

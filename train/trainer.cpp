@@ -377,7 +377,7 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
         std::optional<amp::Autocast> low_precision;  // forward and loss only (docs/amp.md)
         if (c_.precision != "fp32")
           low_precision.emplace(dev_.type(), c_.precision == "bf16" ? DType::bf16 : DType::f16);
-        loss = layers::cross_entropy(net_->forward(input), target);  // 0-d, f32
+        loss = layers::cross_entropy(net_->forward(input), target);  // 0-d, f32 (f64 for an f64 model)
       }
       if (skip_nonfinite) {
         batch_bad = !std::isfinite(loss.item<double>());

@@ -278,7 +278,7 @@ class Accumulation {
 /// for accumulation and, under fp16, by the loss scale; under DDP without reducing the gradients
 /// unless the batch ends a step), and when the batch ends a step, steps OPT through the scaler
 /// (skipped under fp16 when a gradient is not finite) and updates the scale. Returns the batch's
-/// loss (0-d f32, unscaled, still holding its graph) and whether the batch ended a step (skipped
+/// loss (0-d f32, f64 for an f64 model; unscaled, still holding its graph) and whether the batch ended a step (skipped
 /// or not: the schedule and the step count follow the batches, as in ember-train). INPUT_FORMAT:
 /// the layout the batch is given to NET in (--channels-last).
 inline std::pair<ember::Tensor, bool> train_batch(ember::layers::Module& net, ember::optim::Optimizer& opt,
@@ -292,7 +292,8 @@ inline std::pair<ember::Tensor, bool> train_batch(ember::layers::Module& net, em
     auto no_sync = run.no_sync_unless(step);  // DDP: reduce the gradients once per step
     {
       auto low = precision.autocast();  // the forward and the loss only (docs/amp.md)
-      loss = ember::layers::cross_entropy(net.forward(in_format(batch.input, input_format)), batch.target);  // 0-d, f32
+      loss = ember::layers::cross_entropy(net.forward(in_format(batch.input, input_format)),
+                                          batch.target);  // 0-d, f32 (f64 for an f64 model)
     }
     precision.scaler().scale(accumulation.scaled(loss, i)).backward();
   }

@@ -10,12 +10,14 @@
 //    task), straight into the output; the weight gradient's GEMMs accumulate over the images from
 //    the calling thread and split themselves over the pool. Each packs the (Og, Kg) weight once,
 //    a cost of 1/L of the GEMM's.
-//  - batched, when Kg >= kBatchedMinRatio * L (small planes under a large weight, e.g. ResNet's
-//    16x16 to 4x4 stages): ONE GEMM per group for the chunk. The column buffer holds the images
-//    side by side, (G, Kg, nb * L), and the output planes are scattered from (for the gradients,
-//    gathered into) a (G, Og, nb * L) buffer: copies that cost 1/Kg of the GEMM's. ResNet-18's
-//    3x3 convolutions at L = 256, 64 and 16 took 1.05-1.25x as long per image (this machine,
-//    2026-11-27); its 1x1 stride-2 ones (Kg = 2L) and MNIST's (Kg <= L / 2) were faster so.
+//  - batched, when Kg >= kBatchedMinRatio * L (small planes under a large weight, e.g. the 3x3
+//    convolutions of ResNet-18's 8x8 and 4x4 stages and of its 16x16 stage after the first):
+//    ONE GEMM per group for the chunk. The column buffer holds the images side by side,
+//    (G, Kg, nb * L), and the output planes are scattered from (for the gradients, gathered into)
+//    a (G, Og, nb * L) buffer: copies that cost 1/Kg of the GEMM's. For those 3x3 convolutions,
+//    batched was 1.1-1.3x as fast forward and for the input gradient and 0.98-1.13x for the weight
+//    gradient (this machine, 2026-11-27, docs/benchmarks.md); per image was faster for MNIST's
+//    convolutions (Kg <= L / 2) and ResNet's 1x1 stride-2 projection into 8x8 (Kg = 2 L).
 // im2col, col2im and the copies run on the pool over (image, channel) pairs.
 //
 // Layouts (all contiguous, groups G, Cg = C / G, Og = O / G, L = Ho * Wo, Kg = Cg * kh * kw):

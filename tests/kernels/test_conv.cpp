@@ -216,11 +216,14 @@ TEST_CASE("conv2d with small planes under a large weight: batched GEMMs over sev
   // gradient accumulates across chunks. Groups 1 and 2, each also channels-last (with groups, the
   // NHWC kernels gather and scatter each group's output columns).
   for (int64_t groups : {1, 2})
-    run_case({60, 256, 4, 4, 16, 3, 3, params(1, 1, 1, 1, 1, 1, groups), groups == 1}, DType::f32, Layout::Contiguous,
+    run_case({60, 256, 4, 4, 16, 3, 3, params(1, 1, 1, 1, 1, 1, groups), true}, DType::f32, Layout::Contiguous,
              Layout::Contiguous, 11 + static_cast<uint64_t>(groups), /*channels_last=*/true);
   // Stride 2 into 3x3 planes (Kg = 72 >= 4 L = 36), f64, strided operands.
   run_case({5, 8, 5, 5, 6, 3, 3, params(2, 2, 1, 1, 1, 1, 1), true}, DType::f64, Layout::Transposed, Layout::Strided,
            14, /*channels_last=*/true);
+  // A direct 1x1 (x is its own column matrix) over two chunks (64 KiB of columns per image).
+  run_case({70, 256, 8, 8, 16, 1, 1, params(1, 1, 0, 0, 1, 1, 1), true}, DType::f32, Layout::Contiguous,
+           Layout::Contiguous, 15, /*channels_last=*/true);
 }
 
 TEST_CASE("conv2d with one image's column buffer above the per-thread cap", "[cpu][slow]") {

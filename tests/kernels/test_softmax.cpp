@@ -310,7 +310,8 @@ TEST_CASE("non-finite logits follow kernels/softmax.h: NaN, +inf and all -inf ro
         std::vector<double> loss, lse;
         nonfinite_cross_entropy_ref(l, ls, loss, lse);
         const auto r = kernels::cross_entropy_rows(x, targets_tensor(l.target), ls);
-        const double rt32 = 4 * tol_sum(DType::f32, D);  // loss and lse are f32
+        // loss and lse in the rows' dtype: f64 for f64 logits, else f32.
+        const double rt32 = 4 * tol_sum(kernels::cross_entropy_row_dtype(dt), D);
         check_close(r.loss, loss, rt32, rt32 * 4);
         check_close(r.lse, lse, rt32, rt32 * 4);
         const Tensor g = from_vector(random_values(l.rows, 902, -1.0, 1.0), {l.rows}, {.dtype = DType::f32});

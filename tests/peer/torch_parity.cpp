@@ -1,5 +1,5 @@
 // ember beside PyTorch, step for step: the same network, the same initial weights, the same batches
-// and the same optimizer and schedule, trained in both frameworks on the CPU; every step's loss,
+// and the same optimizer and schedule, trained in both frameworks on the CPU (or on the GPU); every step's loss,
 // the final parameters, the batch-norm running statistics and an eval-mode loss must agree.
 //
 //   ember_torch_parity [--device cpu|cuda] [--keep DIR]
@@ -274,13 +274,28 @@ std::string manifest_line(const Case& c, DType dt, const std::string& tag) {
          " clip=" + std::to_string(c.clip) + " label_smoothing=" + std::to_string(c.label_smoothing);
 }
 
+/// s in single quotes for the shell.
+std::string quoted(const std::string& s) {
+  std::string q = "'";
+  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+
 /// The peer's command line: EMBER_PEER_PYTHON (else python3) running tests/peer/torch_parity.py
-/// under EMBER_SOURCE_DIR (the environment's, else the tree this was built from).
-std::string peer_command(Device dev, const fs::path& dir) {
+/// under EMBER_SOURCE_DIR (the environment's, else the tree this was built from) with `args`.
+std::string peer_command(Device dev, const std::string& args) {
   const char* py = std::getenv("EMBER_PEER_PYTHON");
   const char* src = std::getenv("EMBER_SOURCE_DIR");
-  return std::string(py != nullptr ? py : "python3") + " " + (src != nullptr ? src : EMBER_SOURCE_DIR) +
-         "/tests/peer/torch_parity.py --device " + (dev.is_cuda() ? "cuda" : "cpu") + " --dir " + dir.string();
+  return std::string(py != nullptr ? py : "python3") + " " +
+         quoted(std::string(src != nullptr ? src : EMBER_SOURCE_DIR) + "/tests/peer/torch_parity.py") + " --device " +
+         (dev.is_cuda() ? "cuda" : "cpu") + " " + args;
+}
+
+/// Runs the peer with `args`; its exit status (1 when it did not exit normally).
+int run_peer(Device dev, const std::string& args) {
+  std::fflush(stdout);
+  const int status = std::system(peer_command(dev, args).c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
 struct Verdict {
@@ -321,6 +336,13 @@ int main(int argc, char** argv) {
     std::printf("SKIPPED: --device cuda, but no usable CUDA device\n");
     return 77;
   }
+  // Before any training: without PyTorch (or its GPU support) there is nothing to compare with.
+  const int probe = run_peer(dev, "--probe");
+  if (probe == 77) {
+    std::printf("SKIPPED: no PyTorch for the peer (set EMBER_PEER_PYTHON to a Python that has torch)\n");
+    return 77;
+  }
+  EMBER_CHECK(probe == 0, "the peer (tests/peer/torch_parity.py --probe) failed with status ", probe);
   fs::create_directories(dir);
   const std::vector<Case> all_cases = cases();
   // ember first, every run (its inputs and results kept), then the peer once over the manifest.
@@ -341,14 +363,7 @@ int main(int argc, char** argv) {
   }
   manifest.close();
   EMBER_CHECK(manifest.good(), "cannot write ", (dir / "manifest.txt").string());
-  std::fflush(stdout);
-  const int status = std::system(peer_command(dev, dir).c_str());
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-  if (code == 77) {
-    std::printf("SKIPPED: no PyTorch for the peer (set EMBER_PEER_PYTHON to a Python that has torch)\n");
-    if (!keep) fs::remove_all(dir);
-    return 77;
-  }
+  const int code = run_peer(dev, "--dir " + quoted(dir.string()));
   EMBER_CHECK(code == 0, "the peer (tests/peer/torch_parity.py) failed with status ", code);
 
   int failures = 0;

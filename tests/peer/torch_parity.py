@@ -3,6 +3,7 @@
 initial weights and batches and writes what it ended with, for ember to compare.
 
   torch_parity.py --device cpu|cuda --dir DIR
+  torch_parity.py --device cpu|cuda --probe     exit 0 when this Python can run the peer there
 
 Each manifest line is one run, key=value fields: tag, case, model (mnist_cnn, small_resnet,
 layer_options), dtype (f64, f32), steps S, input N,C,H,W, channels_last (0/1), clip (max norm,
@@ -18,11 +19,12 @@ import os
 import sys
 
 try:
+    import numpy  # noqa: F401  (Tensor.numpy() writes the results)
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
-except ImportError:
-    print("torch_parity.py: SKIPPED: no PyTorch here")
+except ImportError as e:
+    print(f"torch_parity.py: SKIPPED: {e}")
     sys.exit(77)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "peers"))
 import torch_gpu  # noqa: E402  (mnist_cnn and BasicBlock, written as ember's)
@@ -92,7 +94,7 @@ def run(r, dev, folder):
     if len(theirs) != len(mine):
         raise SystemExit(f"torch_parity.py: {case}: ember has {len(theirs)} parameters, this model {len(mine)}")
     for (tname, tshape), (name, p) in zip(theirs, mine):
-        if tshape != str(list(p.shape)):
+        if tshape != str(list(p.shape)) or tname.rsplit(".", 1)[-1] != name.rsplit(".", 1)[-1]:
             raise SystemExit(f"torch_parity.py: {case}: ember's {tname} is {tshape}, this model's {name} is "
                              f"{list(p.shape)}")
     blob = torch.from_file(in_file, size=os.path.getsize(in_file) // 8, dtype=torch.float64)
@@ -140,8 +142,16 @@ def run(r, dev, folder):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", required=True, choices=["cpu", "cuda"])
-    ap.add_argument("--dir", required=True)
+    ap.add_argument("--dir")
+    ap.add_argument("--probe", action="store_true")
     a = ap.parse_args()
+    if a.probe:
+        if a.device == "cuda" and not torch.cuda.is_available():
+            print("torch_parity.py: SKIPPED: this PyTorch has no usable CUDA device")
+            sys.exit(77)
+        return
+    if a.dir is None:
+        ap.error("--dir is required")
     torch.set_num_threads(2)
     dev = torch.device(a.device)
     if dev.type == "cuda":  # ember computes f32 in f32 (no TF32) unless told otherwise

@@ -40,19 +40,13 @@ Timing measure(int64_t batch, int steps, int warmup, MemoryFormat f) {
   return {bench::median(ms), *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end())};
 }
 
-int flag_value(int argc, char** argv, const char* flag, int fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], flag) == 0) return std::atoi(argv[i + 1]);
-  return fallback;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   const bool quick = bench::has_flag(argc, argv, "--quick");
-  const int64_t batch = flag_value(argc, argv, "--batch", quick ? 4 : 32);
-  const int steps = flag_value(argc, argv, "--steps", quick ? 2 : 5);
-  const int warmup = flag_value(argc, argv, "--warmup", quick ? 1 : 2);
+  const int64_t batch = bench::int_flag(argc, argv, "--batch", quick ? 4 : 32);
+  const int steps = static_cast<int>(bench::int_flag(argc, argv, "--steps", quick ? 2 : 5));
+  const int warmup = static_cast<int>(bench::int_flag(argc, argv, "--warmup", quick ? 1 : 2));
   std::printf("bench_cpu_resnet: ResNet-18 (CIFAR) f32 training step, batch %lld, %d threads, median of %d steps\n",
               static_cast<long long>(batch), num_threads(), steps);
   const Timing rm = measure(batch, steps, warmup, MemoryFormat::contiguous);

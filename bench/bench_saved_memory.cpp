@@ -51,9 +51,7 @@ Kept measure(int64_t batch, bool low, bool channels_last) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t batch = bench::has_flag(argc, argv, "--quick") ? 4 : 32;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], "--batch") == 0) batch = std::atoll(argv[i + 1]);
+  const int64_t batch = bench::int_flag(argc, argv, "--batch", bench::has_flag(argc, argv, "--quick") ? 4 : 32);
   std::printf("bench_saved_memory: ResNet-18 (CIFAR) training step on the CPU, batch %lld\n",
               static_cast<long long>(batch));
   const auto peer = bench::run_peer_script("torch_saved.py", fmt("--batch %lld", static_cast<long long>(batch)));

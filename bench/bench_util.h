@@ -4,6 +4,7 @@
 // file.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -74,6 +75,13 @@ inline bool has_flag(int argc, char** argv, const char* flag) {
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], flag) == 0) return true;
   return false;
+}
+
+/// The integer after `flag` in argv (e.g. --batch 32), else `fallback`.
+inline int64_t int_flag(int argc, char** argv, const char* flag, int64_t fallback) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], flag) == 0) return std::atoll(argv[i + 1]);
+  return fallback;
 }
 
 /// A left-aligned first column and right-aligned figures, printed with a rule under the header.

@@ -145,47 +145,28 @@ void col2im_chunk(const T* col, const Geometry& g, int64_t n0, int64_t nb, Chunk
   });
 }
 
-/// Output planes (N, O, L) of images [n0, n0 + nb) <-> planes (O, nb * L): gather copies the
-/// images' planes in, scatter writes them back (adding bias[o] when given).
-template <typename T> void gather_planes(const T* src, const Geometry& g, int64_t n0, int64_t nb, T* planes) {
-  parallel_for(0, g.O * nb, std::max<int64_t>(1, kGrainElems / g.L), [&](int64_t u0, int64_t u1) {
-    for (int64_t u = u0; u < u1; ++u) {
-      const int64_t o = u / nb, i = u % nb;
-      std::memcpy(planes + o * nb * g.L + i * g.L, src + ((n0 + i) * g.O + o) * g.L,
-                  static_cast<size_t>(g.L) * sizeof(T));
-    }
-  });
+/// The chunk's buffers: the column buffer (none when x is its own) and, batched, the planes.
+template <typename T> ChunkBuffers<T> chunk_buffers(const Geometry& g, int64_t chunk, bool batched) {
+  return ChunkBuffers<T>(g.direct ? 0 : chunk * g.col_per_image(), batched ? chunk * g.O * g.L : 0);
 }
-template <typename T>
-void scatter_planes(const T* planes, const Geometry& g, int64_t n0, int64_t nb, const T* bias, T* dst) {
-  parallel_for(0, g.O * nb, std::max<int64_t>(1, kGrainElems / g.L), [&](int64_t u0, int64_t u1) {
-    for (int64_t u = u0; u < u1; ++u) {
-      const int64_t o = u / nb, i = u % nb;
-      const T* s = planes + o * nb * g.L + i * g.L;
-      T* d = dst + ((n0 + i) * g.O + o) * g.L;
-      if (bias == nullptr) {
-        std::memcpy(d, s, static_cast<size_t>(g.L) * sizeof(T));
-      } else {
-        const T b = bias[o];
-        for (int64_t l = 0; l < g.L; ++l) d[l] = s[l] + b;
-      }
-    }
-  });
+/// Views of a batched chunk's column buffer (G, Kg, nb * L) and planes (G, Og, nb * L).
+template <typename T> Tensor col_view(const ChunkBuffers<T>& buf, const Geometry& g, int64_t nb) {
+  return wrap(buf.col.data(), {g.G, g.Kg, nb * g.L});
+}
+template <typename T> Tensor planes_view(const ChunkBuffers<T>& buf, const Geometry& g, int64_t nb) {
+  return wrap(buf.planes.data(), {g.G, g.Og, nb * g.L});
+}
+/// Image i's (G, Kg, L) block of a per-image chunk's column buffer.
+template <typename T> Tensor image_block(const ChunkBuffers<T>& buf, const Geometry& g, int64_t i) {
+  return wrap(buf.col.data() + i * g.col_per_image(), {g.G, g.Kg, g.L});
 }
 
-/// A chunk's buffers: the column buffer and, for batched GEMMs, the planes (G, Og, nb * L).
-template <typename T> struct ChunkBuffers {
-  ChunkBuffers(const Geometry& g, int64_t chunk, bool batched)
-      : col(g.direct ? 0 : chunk * g.col_per_image()), planes(batched ? chunk * g.O * g.L : 0) {}
-  Tensor col_view(const Geometry& g, int64_t nb) const { return wrap(col.data(), {g.G, g.Kg, nb * g.L}); }
-  Tensor planes_view(const Geometry& g, int64_t nb) const { return wrap(planes.data(), {g.G, g.Og, nb * g.L}); }
-  /// Image i's (G, Kg, L) block of a per-image chunk's column buffer.
-  Tensor image_block(const Geometry& g, int64_t i) const {
-    return wrap(col.data() + i * g.col_per_image(), {g.G, g.Kg, g.L});
-  }
-  ColumnBuffer<T, 0> col;
-  ColumnBuffer<T, 1> planes;
-};
+/// rows (rows, len) each = bias[r % channels]: outputs start at the bias and the GEMMs add onto it.
+template <typename T> void fill_bias_rows(T* dst, int64_t rows, int64_t len, const T* bias, int64_t channels) {
+  parallel_for(0, rows, std::max<int64_t>(1, kGrainElems / len), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) std::fill(dst + r * len, dst + (r + 1) * len, bias[r % channels]);
+  });
+}
 
 bool batched_gemms(const Geometry& g) { return !g.direct && g.Kg >= kBatchedMinRatio * g.L; }
 
@@ -196,25 +177,23 @@ void forward_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Co
   const T* bp = bias.defined() ? bias.data<T>() : nullptr;
   T* op = out.data<T>();
   const bool batched = batched_gemms(g);
-  if (!batched && bp != nullptr) {  // out[n, o, :] = bias[o]; the GEMMs then accumulate onto it (beta = 1)
-    parallel_for(0, g.N * g.O, std::max<int64_t>(1, kGrainElems / g.L), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) std::fill(op + r * g.L, op + (r + 1) * g.L, bp[r % g.O]);
-    });
-  }
+  const double beta = bp != nullptr ? 1.0 : 0.0;  // outputs start at the bias (out[n, o, :] = bias[o])
+  if (!batched && bp != nullptr) fill_bias_rows(op, g.N * g.O, g.L, bp, g.O);
   const int64_t chunk = g.direct ? g.N : g.chunk(sizeof(T));
-  const ChunkBuffers<T> buf(g, chunk, batched);
+  const ChunkBuffers<T> buf = chunk_buffers<T>(g, chunk, batched);
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t nb = std::min(chunk, g.N - n0);
     if (!g.direct) im2col_chunk(x.data<T>(), g, n0, nb, ChunkLayout(g, nb, batched), buf.col.data());
-    if (batched) {
-      gemm(w3, buf.col_view(g, nb), buf.planes_view(g, nb), false, false, 1.0, 0.0);
-      scatter_planes(buf.planes.data(), g, n0, nb, bp, op);
+    if (batched) {  // planes (O, nb, L) -> out (nb, O, L)
+      if (bp != nullptr) fill_bias_rows(buf.planes.data(), g.O, nb * g.L, bp, g.O);
+      gemm(w3, col_view(buf, g, nb), planes_view(buf, g, nb), false, false, 1.0, beta);
+      swap_outer(buf.planes.data(), g.O, nb, g.L, op + n0 * g.O * g.L);
       continue;
     }
     parallel_for(0, nb, 1, [&](int64_t i0, int64_t i1) {  // one image per task, its GEMM single-threaded
       for (int64_t i = i0; i < i1; ++i)
-        gemm(w3, g.direct ? image_view(x, n0 + i, g.G, g.Kg, g.L) : buf.image_block(g, i),
-             image_view(out, n0 + i, g.G, g.Og, g.L), false, false, 1.0, bp != nullptr ? 1.0 : 0.0);
+        gemm(w3, g.direct ? image_view(x, n0 + i, g.G, g.Kg, g.L) : image_block(buf, g, i),
+             image_view(out, n0 + i, g.G, g.Og, g.L), false, false, 1.0, beta);
     });
   }
 }
@@ -233,16 +212,16 @@ void backward_input_impl(const Tensor& gout, const Tensor& w, const Conv2dParams
   }
   const bool batched = batched_gemms(g);
   const int64_t chunk = g.chunk(sizeof(T));
-  const ChunkBuffers<T> buf(g, chunk, batched);
+  const ChunkBuffers<T> buf = chunk_buffers<T>(g, chunk, batched);
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t nb = std::min(chunk, g.N - n0);
-    if (batched) {
-      gather_planes(gout.data<T>(), g, n0, nb, buf.planes.data());
-      gemm(w3, buf.planes_view(g, nb), buf.col_view(g, nb), true, false, 1.0, 0.0);
+    if (batched) {  // gout (nb, O, L) -> planes (O, nb, L)
+      swap_outer(gout.data<T>() + n0 * g.O * g.L, nb, g.O, g.L, buf.planes.data());
+      gemm(w3, planes_view(buf, g, nb), col_view(buf, g, nb), true, false, 1.0, 0.0);
     } else {
       parallel_for(0, nb, 1, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i)
-          gemm(w3, image_view(gout, n0 + i, g.G, g.Og, g.L), buf.image_block(g, i), true, false, 1.0, 0.0);
+          gemm(w3, image_view(gout, n0 + i, g.G, g.Og, g.L), image_block(buf, g, i), true, false, 1.0, 0.0);
       });
     }
     col2im_chunk(buf.col.data(), g, n0, nb, ChunkLayout(g, nb, batched), gx.data<T>());
@@ -255,18 +234,18 @@ void backward_weight_impl(const Tensor& gout, const Tensor& x, const Conv2dParam
   const Tensor gw3 = as_strided_raw(gw, {g.G, g.Og, g.Kg}, contiguous_strides({g.G, g.Og, g.Kg}), gw.offset());
   const bool batched = batched_gemms(g);
   const int64_t chunk = g.direct ? g.N : g.chunk(sizeof(T));
-  const ChunkBuffers<T> buf(g, chunk, batched);
+  const ChunkBuffers<T> buf = chunk_buffers<T>(g, chunk, batched);
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t nb = std::min(chunk, g.N - n0);
     if (!g.direct) im2col_chunk(x.data<T>(), g, n0, nb, ChunkLayout(g, nb, batched), buf.col.data());
-    if (batched) {
-      gather_planes(gout.data<T>(), g, n0, nb, buf.planes.data());
-      gemm(buf.planes_view(g, nb), buf.col_view(g, nb), gw3, false, true, 1.0, n0 == 0 ? 0.0 : 1.0);
+    if (batched) {  // gout (nb, O, L) -> planes (O, nb, L)
+      swap_outer(gout.data<T>() + n0 * g.O * g.L, nb, g.O, g.L, buf.planes.data());
+      gemm(planes_view(buf, g, nb), col_view(buf, g, nb), gw3, false, true, 1.0, n0 == 0 ? 0.0 : 1.0);
       continue;
     }
     for (int64_t i = 0; i < nb; ++i)  // accumulates over the images: the GEMM splits itself over the pool
       gemm(image_view(gout, n0 + i, g.G, g.Og, g.L),
-           g.direct ? image_view(x, n0 + i, g.G, g.Kg, g.L) : buf.image_block(g, i), gw3, false, true, 1.0,
+           g.direct ? image_view(x, n0 + i, g.G, g.Kg, g.L) : image_block(buf, g, i), gw3, false, true, 1.0,
            n0 + i == 0 ? 0.0 : 1.0);
   }
 }

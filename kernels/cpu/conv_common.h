@@ -1,12 +1,14 @@
 #pragma once
 // What the CPU convolution's two layouts share (kernels/cpu/conv.cpp: NCHW, conv_nhwc.cpp:
-// channels-last): the geometry of a call, the per-thread column buffer, and the valid-column range.
+// channels-last): the geometry of a call, the per-thread buffers, the copy between an output's
+// layout and a batched GEMM's planes, and the valid-column range.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include <ember/core/tensor.h>
+#include <ember/core/thread_pool.h>
 #include <ember/kernels/conv.h>
 
 namespace ember::kernels::cpu::conv_detail {
@@ -78,6 +80,25 @@ template <typename T, int Slot = 0> class ColumnBuffer {
   std::vector<T> own_;
   T* data_ = nullptr;
 };
+
+/// A chunk's two buffers: the column buffer and the planes a batched GEMM writes or reads (either
+/// may be empty).
+template <typename T> struct ChunkBuffers {
+  ChunkBuffers(int64_t col_elems, int64_t plane_elems) : col(col_elems), planes(plane_elems) {}
+  ColumnBuffer<T, 0> col;
+  ColumnBuffer<T, 1> planes;
+};
+
+/// dst (b, a, block) = src (a, b, block) with the two outer dims swapped, block by block, on the
+/// pool: how a batched GEMM's planes and an output's own layout are copied into each other.
+template <typename T> void swap_outer(const T* src, int64_t a, int64_t b, int64_t block, T* dst) {
+  parallel_for(0, a * b, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(block, 1)), [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t i = u / b, j = u % b;
+      std::copy(src + u * block, src + (u + 1) * block, dst + (j * a + i) * block);
+    }
+  });
+}
 
 /// A contiguous tensor over memory owned elsewhere (the column buffer); the caller keeps it alive.
 template <typename T> Tensor wrap(T* p, const Shape& sizes) {

@@ -97,35 +97,22 @@ template <typename T> void im2col_chunk(const T* x, const Geometry& g, int64_t n
                });
 }
 
-/// Rows (nb * L, O) <-> planes (G, nb * L, Og): gather copies each group's columns of the rows in,
-/// scatter writes them back (adding bias[o] when given).
-template <typename T> void gather_planes(const T* rows, const Geometry& g, int64_t nrows, T* planes) {
-  parallel_for(0, nrows, std::max<int64_t>(1, kGrainElems / g.O), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t grp = 0; grp < g.G; ++grp)
-        std::memcpy(planes + (grp * nrows + r) * g.Og, rows + r * g.O + grp * g.Og,
-                    static_cast<size_t>(g.Og) * sizeof(T));
-  });
-}
-template <typename T> void scatter_planes(const T* planes, const Geometry& g, int64_t nrows, const T* bias, T* rows) {
-  parallel_for(0, nrows, std::max<int64_t>(1, kGrainElems / g.O), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t grp = 0; grp < g.G; ++grp) {
-        const T* s = planes + (grp * nrows + r) * g.Og;
-        T* d = rows + r * g.O + grp * g.Og;
-        for (int64_t o = 0; o < g.Og; ++o) d[o] = bias != nullptr ? s[o] + bias[grp * g.Og + o] : s[o];
-      }
-  });
+/// The chunk's buffers: the column buffer (G, nb * L, Kg) (none when x is its own), and with groups
+/// the planes (G, nb * L, Og) the GEMMs write or read.
+template <typename T> ChunkBuffers<T> chunk_buffers(const Geometry& g, int64_t chunk) {
+  return ChunkBuffers<T>(direct_columns(g) ? 0 : chunk * g.col_per_image(), g.G > 1 ? chunk * g.L * g.O : 0);
 }
 
-/// A chunk's buffers: the column buffer (G, nb * L, Kg) (none when x is its own), and with groups
-/// the planes (G, nb * L, Og).
-template <typename T> struct ChunkBuffers {
-  ChunkBuffers(const Geometry& g, int64_t chunk)
-      : col(direct_columns(g) ? 0 : chunk * g.col_per_image()), planes(g.G > 1 ? chunk * g.L * g.O : 0) {}
-  ColumnBuffer<T, 0> col;
-  ColumnBuffer<T, 1> planes;
-};
+/// dst (groups, rows, width) with row (grp, r) = bias[grp * width, (grp + 1) * width): the outputs
+/// (rows (N * L, O) for one group, the planes with groups) start at the bias; the GEMMs add onto it.
+template <typename T> void fill_bias_blocks(T* dst, int64_t groups, int64_t rows, int64_t width, const T* bias) {
+  parallel_for(0, groups * rows, std::max<int64_t>(1, kGrainElems / width), [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) {
+      const T* b = bias + (u / rows) * width;
+      std::copy(b, b + width, dst + u * width);
+    }
+  });
+}
 
 /// Walks the images of x in chunks whose column buffer stays near kChunkBytes: fn(n0, nb, cols)
 /// per chunk, with cols the (G, nb * L, Kg) column matrices of images [n0, n0 + nb) (x's own
@@ -156,16 +143,15 @@ void forward_typed(const Tensor& x, const Tensor& w, const Tensor& bias, const C
   const T* bp = bias.defined() ? bias.data<T>() : nullptr;
   T* op = out.data<T>();
   const int64_t chunk = g.chunk(sizeof(T));
-  const ChunkBuffers<T> buf(g, chunk);
-  if (g.G == 1 && bp != nullptr) {  // every output position starts at the bias; the GEMMs add onto it
-    parallel_for(0, g.N * g.L, std::max<int64_t>(1, kGrainElems / g.O), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) std::copy(bp, bp + g.O, op + r * g.O);
-    });
-  }
+  const ChunkBuffers<T> buf = chunk_buffers<T>(g, chunk);
+  const double beta = bp != nullptr ? 1.0 : 0.0;
+  if (g.G == 1 && bp != nullptr) fill_bias_blocks(op, 1, g.N * g.L, g.O, bp);
   for_column_chunks<T>(x, g, buf, chunk, [&](int64_t n0, int64_t nb, const Tensor& cols) {
-    if (g.G == 1) return gemm(cols, wm, image_rows(out, n0, nb, g.L, g.O), false, true, 1.0, bp != nullptr ? 1.0 : 0.0);
-    gemm(cols, wm, wrap(buf.planes.data(), {g.G, nb * g.L, g.Og}), false, true, 1.0, 0.0);
-    scatter_planes(buf.planes.data(), g, nb * g.L, bp, op + n0 * g.L * g.O);
+    if (g.G == 1) return gemm(cols, wm, image_rows(out, n0, nb, g.L, g.O), false, true, 1.0, beta);
+    // planes (G, nb * L, Og) -> the rows' (nb * L, G, Og)
+    if (bp != nullptr) fill_bias_blocks(buf.planes.data(), g.G, nb * g.L, g.Og, bp);
+    gemm(cols, wm, wrap(buf.planes.data(), {g.G, nb * g.L, g.Og}), false, true, 1.0, beta);
+    swap_outer(buf.planes.data(), g.G, nb * g.L, g.Og, op + n0 * g.L * g.O);
   });
 }
 
@@ -178,13 +164,13 @@ void backward_input_typed(const Tensor& gout, const Tensor& w, const Conv2dParam
     return;
   }
   const int64_t chunk = g.chunk(sizeof(T));
-  const ChunkBuffers<T> buf(g, chunk);
+  const ChunkBuffers<T> buf = chunk_buffers<T>(g, chunk);
   T* gxp = gx.data<T>();
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t nb = std::min(chunk, g.N - n0), group_stride = nb * g.L * g.Kg;
     Tensor gin = image_rows(gout, n0, nb, g.L, g.O);
-    if (g.G > 1) {
-      gather_planes(gout.data<T>() + n0 * g.L * g.O, g, nb * g.L, buf.planes.data());
+    if (g.G > 1) {  // the rows' (nb * L, G, Og) -> planes (G, nb * L, Og)
+      swap_outer(gout.data<T>() + n0 * g.L * g.O, nb * g.L, g.G, g.Og, buf.planes.data());
       gin = wrap(buf.planes.data(), {g.G, nb * g.L, g.Og});
     }
     gemm(gin, wm, wrap(buf.col.data(), {g.G, nb * g.L, g.Kg}), false, false, 1.0, 0.0);
@@ -200,11 +186,11 @@ void backward_weight_typed(const Tensor& gout, const Tensor& x, const Conv2dPara
   const Geometry g(x.sizes(), gw.sizes(), gout.sizes(), p);
   const Tensor gwm = weight_matrices(gw, g);
   const int64_t chunk = g.chunk(sizeof(T));
-  const ChunkBuffers<T> buf(g, chunk);
+  const ChunkBuffers<T> buf = chunk_buffers<T>(g, chunk);
   for_column_chunks<T>(x, g, buf, chunk, [&](int64_t n0, int64_t nb, const Tensor& cols) {
     Tensor gin = image_rows(gout, n0, nb, g.L, g.O);
-    if (g.G > 1) {
-      gather_planes(gout.data<T>() + n0 * g.L * g.O, g, nb * g.L, buf.planes.data());
+    if (g.G > 1) {  // the rows' (nb * L, G, Og) -> planes (G, nb * L, Og)
+      swap_outer(gout.data<T>() + n0 * g.L * g.O, nb * g.L, g.G, g.Og, buf.planes.data());
       gin = wrap(buf.planes.data(), {g.G, nb * g.L, g.Og});
     }
     gemm(gin, cols, gwm, true, false, 1.0, n0 == 0 ? 0.0 : 1.0);

@@ -120,7 +120,7 @@ inline std::map<std::string, double> run_peer_script(const std::string& script, 
   if (off != nullptr && std::string(off) == "0") return out;
 #ifdef EMBER_SOURCE_DIR
   // EMBER_SOURCE_DIR in the environment (bench/gpu_check.sh sets it) wins over the tree this was
-  // built from: bench/gpu_prebuild.sh builds on another machine.
+  // built from: scripts/gpu/prebuild.sh builds on another machine.
   const char* py = std::getenv("EMBER_PEER_PYTHON");
   const char* src = std::getenv("EMBER_SOURCE_DIR");
   const std::string cmd = std::string(py != nullptr ? py : "python3") + " " +

@@ -118,7 +118,7 @@ limit() {  # seconds a command may take: min(left, $1 if given), at least 1 (tim
 }
 export PATH=/usr/local/cuda/bin:$PATH
 # The peers (bench/peers/, tests/peer/) are found here, not in the tree the binaries were built
-# from (bench/gpu_prebuild.sh builds them on another machine).
+# from (scripts/gpu/prebuild.sh builds them on another machine).
 export EMBER_SOURCE_DIR=$PWD
 jobs=${JOBS:-$(nproc)}
 logdir=$build/gpu-check-logs

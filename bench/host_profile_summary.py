@@ -5,7 +5,7 @@
 
 Each line of FILE is one sample (1 ms of process CPU time), innermost frame first, frames as
 `module+0xoffset:nearest-dynamic-symbol`. Frames of modules that have an unstripped copy in DIR
-(default build-gpu/symbols, kept by bench/gpu_prebuild.sh) are named by addr2line (function, with
+(default build-gpu/symbols, kept by scripts/gpu/prebuild.sh) are named by addr2line (function, with
 inlined frames folded into their caller); the others keep the dynamic symbol dladdr found, which for
 a stripped library (libcudnn, libcuda) is only the nearest exported name: read those by module.
 Prints the share of samples by module (self), by function (self) and by function (inclusive: a

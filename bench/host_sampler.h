@@ -4,7 +4,7 @@
 // preallocated memory (the handler only calls backtrace(), which glibc makes safe there once it
 // has been called outside). write() names each frame as module+offset (dladdr) plus the nearest
 // dynamic symbol; bench/host_profile_summary.py symbolizes ember's frames offline with addr2line
-// on the unstripped binaries that bench/gpu_prebuild.sh keeps, and sums self and inclusive time.
+// on the unstripped binaries that scripts/gpu/prebuild.sh keeps, and sums self and inclusive time.
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <signal.h>

@@ -4,7 +4,7 @@
 //
 // Why the graph API: cuDNN 9 implements the legacy convolution calls on top of it and builds and
 // finalizes an execution plan inside every call. On an H200 that cost 60-190 us of host time per
-// call (bench/probe_cudnn_host.cpp, 2026-11-27), which made a ResNet-18 training step host-bound;
+// call (a host-time probe, 2026-11-27: docs/benchmarks.md), which made a ResNet-18 training step host-bound;
 // a plan built once and executed with a fresh variant pack costs 5-27 us. The plan is specific to
 // the operands' shapes, strides, alignment, data type and alpha/beta; only the data pointers and the
 // workspace change between calls (the variant pack).

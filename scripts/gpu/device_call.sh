@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The whole GPU check in ONE device call, on binaries built here by bench/gpu_prebuild.sh: a session
+# The whole GPU check in ONE device call, on binaries built here by scripts/gpu/prebuild.sh: a session
 # gets 15 minutes of device time, starts included, so everything goes into one call of about
 # 5 minutes (285 s on 2026-11-27), leaving time for more starts if a fix needs a rerun.
 #
-#   here:   ../shared/gpu/stage.sh && bench/gpu_prebuild.sh
-#   device: bash bench/gpu_device_call.sh        carry [".gpu-carry", ".gpu-deps"]
+#   here:   ../shared/gpu/stage.sh && scripts/gpu/prebuild.sh
+#   device: bash scripts/gpu/device_call.sh       carry [".gpu-carry", ".gpu-deps"]
 #
 # Steps, each a bench/gpu_check.sh call with its own time budget (seconds, overridable by the
 # environment), its summary table copied to $OUT/summary-<step>.txt:
@@ -19,14 +19,14 @@
 # (bench/gpu_check.sh's configure; its host-compiler probe), log in $OUT/source_build.log; it is
 # stopped before the benchmarks start so they run alone.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/gpu-out}
 mkdir -p "$out"
 t0=$SECONDS
 if [ -f .gpu-carry/build.tar.xz ]; then
-  tar -xJf .gpu-carry/build.tar.xz || { echo "gpu_device_call: cannot unpack .gpu-carry/build.tar.xz"; exit 1; }
+  tar -xJf .gpu-carry/build.tar.xz || { echo "device_call: cannot unpack .gpu-carry/build.tar.xz"; exit 1; }
 fi
-[ -x build-gpu/bin/ember_cuda_tests ] || { echo "gpu_device_call: no build-gpu/bin (run bench/gpu_prebuild.sh here)"; exit 1; }
+[ -x build-gpu/bin/ember_cuda_tests ] || { echo "device_call: no build-gpu/bin (run scripts/gpu/prebuild.sh here)"; exit 1; }
 
 mkdir -p /tmp/source-build-out
 # setsid: its own process group, so that stopping it stops cmake and the compilers too.
@@ -46,17 +46,17 @@ read -r -a bench_programs <<<"${BENCH_PROGRAMS:-}"
 read -r -a sanitize_groups <<<"${SANITIZE_GROUPS:-}"
 step test "${TEST_BUDGET:-200}" test "${test_groups[@]}"
 if kill -0 "$source_pid" 2>/dev/null; then
-  echo "gpu_device_call: stopping the source build (still running after the tests)"
+  echo "device_call: stopping the source build (still running after the tests)"
   kill -- -"$source_pid" 2>/dev/null || kill "$source_pid"
 fi
 wait "$source_pid"
 tail -n 8 "$out/source_build.log"
-echo "gpu_device_call: the source build's last lines:"
+echo "device_call: the source build's last lines:"
 tail -n 3 build-source/gpu-check-logs/build.log 2>/dev/null
 grep -E '^CMAKE_(CUDA_HOST_COMPILER|CXX_COMPILER):' build-source/CMakeCache.txt 2>/dev/null
 step bench "${BENCH_BUDGET:-190}" bench "${bench_programs[@]}"
 step sanitize "${SANITIZE_BUDGET:-80}" sanitize "${sanitize_groups[@]}"
 step profile "${PROFILE_BUDGET:-45}" profile
 rm -f "$out/gpu_check_summary.txt"
-echo "==== gpu_device_call: $((SECONDS - t0)) s; summaries:"
+echo "==== device_call: $((SECONDS - t0)) s; summaries:"
 cat "$out"/summary-*.txt

@@ -4,15 +4,15 @@
 # (default 90: H100/H200) into build-gpu/, without BLAS (the GPU machine has no OpenBLAS), against
 # the system's shared zlib, stripped to fit the device tool's 64 MiB carry limit.
 #
-#   bench/gpu_prebuild.sh [ARCH]
-#   then one device call: bash bench/gpu_device_call.sh, with carry [".gpu-carry", ".gpu-deps"]
+#   scripts/gpu/prebuild.sh [ARCH]
+#   then one device call: bash scripts/gpu/device_call.sh, with carry [".gpu-carry", ".gpu-deps"]
 #   (build-gpu/bin and build-gpu/lib travel packed in .gpu-carry/build.tar.xz, about 5 MiB instead
 #   of 31, and unpack to the same paths there: the binaries' RUNPATH finds build-gpu/lib).
 #
 # Seen working 2026-11-26: built here (Debian 12, g++ 12, nvcc 13.0), run on an H200 machine
 # (Ubuntu 24.04, driver 580, cuDNN 9.14 and NCCL 2.28.3 in /usr/lib/x86_64-linux-gnu).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 arch=${1:-90}
 export PATH=/usr/local/cuda/bin:$PATH
 prefix=()
@@ -22,7 +22,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON -DEM
   -DCMAKE_CUDA_ARCHITECTURES="$arch" -DCMAKE_DISABLE_FIND_PACKAGE_BLAS=ON "${prefix[@]}" \
   -DZLIB_LIBRARY="$libz" -DZLIB_INCLUDE_DIR=/usr/include
 cmake --build build-gpu -j "${JOBS:-$(nproc)}" --target ember_cuda_tests bench_cuda_ops bench_gpu_train \
-  bench_mnist_train bench_data_parallel bench_nccl ember_torch_parity ember-train probe_cudnn_host
+  bench_mnist_train bench_data_parallel bench_nccl ember_torch_parity ember-train
 # Unstripped copies stay here (not carried) for bench/host_profile_summary.py's addr2line.
 mkdir -p build-gpu/symbols
 cp build-gpu/lib/libember.so.*.*.* build-gpu/symbols/

@@ -46,19 +46,9 @@
 
 namespace ember::testing::lp {
 
-/// Unit roundoff (half an ulp at 1) of a floating dtype.
-inline double unit_roundoff(DType dt) {
-  switch (dt) {
-    case DType::f16:
-      return std::ldexp(1.0, -11);
-    case DType::bf16:
-      return std::ldexp(1.0, -8);
-    case DType::f32:
-      return std::ldexp(1.0, -24);
-    default:
-      return std::ldexp(1.0, -53);
-  }
-}
+// Unit roundoff (half an ulp at 1) of a floating dtype: the one in reference.h, named here so
+// that files using both namespaces see one function.
+using ember::testing::unit_roundoff;
 
 /// Where and in which dtype a case runs. dt: the compute dtype of the op's floating inputs; rep:
 /// the low dtype whose values inputs and intermediates are limited to (dt itself, or f16/bf16

@@ -9,8 +9,14 @@
 // CUDA tests).
 //
 // API (namespace ember::testing):
-//   tol(dtype)                 relative tolerance of one rounding in dtype (0 for integers)
-//   tol_sum(dtype, k)          tolerance for a sum/dot of length k: tol(dtype) * sqrt(k)
+//   unit_roundoff(dtype)       u, the relative error bound of one rounding to nearest in dtype
+//                              (2^-53 f64, 2^-24 f32, 2^-11 f16, 2^-8 bf16; 0 for integers): what a
+//                              bound derived from a rounding analysis is built from
+//   loose_tol(dtype)           a loose relative tolerance with headroom, NOT one rounding: 1e-12
+//                              f64 (~9007 u), 1e-5 f32 (~168 u), 1e-3 f16 (2.048 u), 1e-2 bf16
+//                              (2.56 u); 0 for integers
+//   loose_tol_sum(dtype, k)    loose_tol(dtype) * sqrt(k), for a sum/dot of length k
+//   tol(dtype), tol_sum(dtype, k)   deprecated names of loose_tol and loose_tol_sum
 //   to_f64(t)                  elements of t (any strides, any device) in row-major order
 //   random_tensor(sizes, dtype, seed, lo, hi, layout, device)   values U[lo, hi) from a fixed
 //                              seed; layout picks a contiguous, transposed or step-2 strided view
@@ -38,8 +44,32 @@
 
 namespace ember::testing {
 
-/// Relative tolerance for results that went through about one rounding in `dt`.
-inline double tol(DType dt) {
+/// Unit roundoff u of a floating dtype: half an ulp at 1, so one rounding to nearest of a real x
+/// (in range, not subnormal) gives x (1 + d) with |d| <= u. 2^-53 for f64, 2^-24 for f32, 2^-11 for
+/// f16, 2^-8 for bf16; 0 for integer dtypes (their results are exact or not rounded at all). A sum
+/// of n terms accumulated in a dtype with unit roundoff u is within gamma_n * sum |x_i| of the exact
+/// sum, gamma_n = n u / (1 - n u) (Higham, Accuracy and Stability of Numerical Algorithms, 3.1).
+inline double unit_roundoff(DType dt) {
+  switch (dt) {
+    case DType::f64:
+      return std::ldexp(1.0, -53);
+    case DType::f32:
+      return std::ldexp(1.0, -24);
+    case DType::f16:
+      return std::ldexp(1.0, -11);
+    case DType::bf16:
+      return std::ldexp(1.0, -8);
+    default:
+      return 0.0;
+  }
+}
+
+/// A loose relative tolerance with headroom for results of a few roundings in `dt`. It is NOT one
+/// rounding: 1e-12 in f64 is 9007.2 u (u = 2^-53), 1e-5 in f32 is 167.8 u (u = 2^-24), 1e-3 in
+/// f16 is 2.048 u (u = 2^-11), 1e-2 in bf16 is 2.56 u (u = 2^-8); 0 for integers. So it is very
+/// generous in f64 and f32 and only a couple of roundings in f16 and bf16. Where a test can count
+/// its roundings, derive the bound from unit_roundoff(dt) instead.
+inline double loose_tol(DType dt) {
   switch (dt) {
     case DType::f64:
       return 1e-12;
@@ -53,8 +83,15 @@ inline double tol(DType dt) {
       return 0.0;
   }
 }
-/// Tolerance for a reduction or dot product of length k (error grows like sqrt(k)).
-inline double tol_sum(DType dt, int64_t k) { return tol(dt) * std::sqrt(static_cast<double>(k < 1 ? 1 : k)); }
+/// loose_tol(dt) * sqrt(k), for a reduction or dot product of length k (k < 1 counts as 1): the
+/// statistical growth of rounding errors, not the worst case (which grows like gamma_k, linearly).
+inline double loose_tol_sum(DType dt, int64_t k) {
+  return loose_tol(dt) * std::sqrt(static_cast<double>(k < 1 ? 1 : k));
+}
+// deprecated: loose_tol
+inline double tol(DType dt) { return loose_tol(dt); }
+// deprecated: loose_tol_sum
+inline double tol_sum(DType dt, int64_t k) { return loose_tol_sum(dt, k); }
 
 /// Reads element at `p` (of dtype dt) as double.
 inline double load_f64(DType dt, const void* p) {

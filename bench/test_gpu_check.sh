@@ -12,7 +12,7 @@ cat >"$work/build/bin/ember_cuda_tests" <<'EOF'
 # Fake Catch2 program: `-# --list-tags`, or `-# --durations yes <tag expression> ...`.
 if [ "$2" = "--list-tags" ]; then
   printf 'All available tags:\n   2  [#test_core_cuda]\n   1  [#test_softmax_cuda]\n   1  [#test_zeta_cuda]\n'
-  printf '   1  [#test_hang_cuda]\n   1  [#test_plain]\n   6  [cuda]\n6 tags\n'
+  printf '   1  [#test_hang_cuda]\n   1  [#test_plain]\n   1  [#test_copy_cuda]\n   7  [cuda]\n7 tags\n'
   exit 0
 fi
 echo "blocking=${CUDA_LAUNCH_BLOCKING:-0}"
@@ -22,6 +22,9 @@ case "$4" in
   "[#test_zeta_cuda]") echo "0.20 s: zeta first"; kill -SEGV $$ ;;
   "[#test_hang_cuda]") exec sleep 60 ;;
   "[#test_plain]") echo "All tests passed (3 assertions in 1 test case)"; exit 0 ;;
+  "[#test_copy_cuda]")
+    echo "SKIPPED: cuda peer copies between two GPUs: only 1 GPU: no peer to copy to"
+    echo "All tests passed (5 assertions in 2 test cases)"; exit 0 ;;
 esac
 echo "No test cases matched '$4'"
 exit 0  # as Catch2 v2 does
@@ -62,6 +65,10 @@ bash "$here/gpu_check.sh" --no-build --build-dir "$work/build" test plain >"$wor
   { echo "FAILED: a file tagged without the _cuda suffix did not run"; fail=1; }
 expect "a file without the _cuda suffix runs by its own tag" '^test plain +passed .*3 assertions' "$work/plain"
 grep -q '^test softmax' "$work/ok" && { echo "FAILED: a group that was not asked for ran"; fail=1; }
+bash "$here/gpu_check.sh" --no-build --build-dir "$work/build" test copy >"$work/skip" 2>&1 ||
+  { echo "FAILED: a group with a skipped case (and no failure) failed the call"; fail=1; }
+expect "skipped cases are counted apart from passed ones" \
+  '^test copy +passed, 1 skipped .*5 assertions.*skipped: cuda peer copies between two GPUs: only 1 GPU' "$work/skip"
 # sanitize: a fake compute-sanitizer runs the program and reports errors for the softmax group.
 mkdir -p "$work/fakebin"
 cat >"$work/fakebin/compute-sanitizer" <<'EOF'

@@ -10,6 +10,7 @@
 #include <ember/data/mnist.h>
 #include "data_files.h"
 #include "support/error_of.h"
+#include "support/skip.h"
 
 using namespace ember;
 using namespace ember::testing;
@@ -176,10 +177,8 @@ TEST_CASE("Mnist errors: mismatched counts, missing files", "[cpu][data]") {
 
 TEST_CASE("Mnist on the real Fashion-MNIST", "[cpu][data][data-real][slow]") {
   const std::string dir = "/usr/share/datasets/fashion-mnist";
-  if (!std::filesystem::is_directory(dir)) {
-    WARN("SKIPPED: " << dir << " does not exist (Debian package dataset-fashion-mnist); nothing checked");
-    return;
-  }
+  if (!std::filesystem::is_directory(dir))
+    EMBER_SKIP(dir << " does not exist (Debian package dataset-fashion-mnist); nothing checked");
   data::Mnist train(dir, data::Split::Train), test(dir, data::Split::Test);
   REQUIRE(train.size() == 60000);
   REQUIRE(test.size() == 10000);

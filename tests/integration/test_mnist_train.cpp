@@ -1,11 +1,11 @@
 // Trains models::mnist_cnn end to end on a small slice of Fashion-MNIST (the files of the Debian
 // package dataset-fashion-mnist) through the public API, as the mnist example does, and checks
-// the held-out accuracy. When the files are missing it trains on a synthetic separable dataset
-// instead and says so (the check then guards the pipeline, not Fashion-MNIST's numbers).
+// the held-out accuracy. Without the files the case reports itself skipped (EMBER_SKIP), never
+// passed: a synthetic stand-in would check the pipeline, not what this case states.
 //
 // Stated targets, CPU, 2 epochs over 2,000 training images, batch 32, SGD(0.02, momentum 0.9):
 //   Fashion-MNIST: test accuracy >= 0.70 on the first 1,000 test images (chance is 0.10; measured
-//   0.766 on the development machine); synthetic: >= 0.90.
+//   0.766 on the development machine).
 //   Time budget: 300 s for the whole test (measured 19 s on 2 cores shared with other work, 98 s
 //   while a parallel build also ran there).
 #include <catch2/catch.hpp>
@@ -16,6 +16,8 @@
 #include <memory>
 
 #include <ember/ember.h>
+
+#include "support/skip.h"
 
 using namespace ember;
 
@@ -47,24 +49,13 @@ double accuracy(layers::Module& model, data::DataLoader& loader) {
 
 TEST_CASE("mnist_cnn learns a slice of Fashion-MNIST on the CPU", "[cpu][integration][slow]") {
   const auto t0 = std::chrono::steady_clock::now();
-  std::shared_ptr<const data::Dataset> train_set, test_set;
-  double target = 0;
-  if (have_fashion_mnist()) {
-    train_set = std::make_shared<data::Subset>(data::take(data::Mnist(kFashion, data::Split::Train), kTrain));
-    test_set = std::make_shared<data::Subset>(data::take(data::Mnist(kFashion, data::Split::Test), kTest));
-    target = 0.70;
-  } else {
-    WARN("Fashion-MNIST not found in " << kFashion
-                                       << " (Debian package dataset-fashion-mnist): training on a "
-                                          "synthetic separable dataset instead");
-    train_set = std::make_shared<data::Synthetic>(kTrain, Shape{1, 28, 28}, 10, 1);
-    // Same class prototypes (same seed), different noise: take examples past the training ones.
-    auto all = data::Synthetic(kTrain + kTest, Shape{1, 28, 28}, 10, 1);
-    std::vector<int64_t> idx;
-    for (int64_t i = kTrain; i < kTrain + kTest; ++i) idx.push_back(i);
-    test_set = std::make_shared<data::Subset>(all, idx);
-    target = 0.90;
-  }
+  if (!have_fashion_mnist())
+    EMBER_SKIP("Fashion-MNIST not found in " << kFashion << " (Debian package dataset-fashion-mnist)");
+  std::shared_ptr<const data::Dataset> train_set =
+      std::make_shared<data::Subset>(data::take(data::Mnist(kFashion, data::Split::Train), kTrain));
+  std::shared_ptr<const data::Dataset> test_set =
+      std::make_shared<data::Subset>(data::take(data::Mnist(kFashion, data::Split::Test), kTest));
+  const double target = 0.70;
   const data::Compose normalize(data::Normalize({0.2860f}, {0.3530f}));
   data::DataLoader train_loader(
       train_set, {.batch_size = kBatch, .shuffle = true, .workers = 1, .seed = 1, .transform = normalize});

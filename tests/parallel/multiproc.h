@@ -4,9 +4,16 @@
 // LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), wait for them with a time limit (ranks
 // still running then are killed and the test fails), and read what each printed.
 //
+//   TEST_CASE("pg child", "[.pg_child]") {
+//     testing::run_scenario("EMBER_PG_SCENARIO", {{"collectives", collectives_child}});
+//   }
 //   testing::Ranks job("[.pg_child]", 3, {"EMBER_PG_SCENARIO=collectives"});
-//   job.wait_all(60);
-//   for (int r = 0; r < 3; ++r) CHECK(job.exit_code(r) == 0);
+//   if (job.wait_all(60)) job.check_all_passed();
+//
+// An exit code of 0 proves nothing by itself: a child whose filter or scenario matched nothing runs
+// no assertion and exits 0. So an unknown scenario fails the child (run_scenario), and
+// check_all_passed() wants each child's Catch2 summary line "All tests passed (N assertions ...)"
+// with N > 0 besides its exit code.
 #include <catch2/catch.hpp>
 
 #include <netinet/in.h>
@@ -17,9 +24,12 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <memory>
+#include <regex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <ember/parallel/init.h>
@@ -66,6 +76,28 @@ inline parallel::InitOptions group_of_one_options(double timeout_s) {
   o.rank.master_port = free_port();
   o.timeout_s = timeout_s;
   return o;
+}
+
+/// In a child test case: runs the scenario that the environment variable `var` names. A missing or
+/// unknown name fails the child (naming the known ones), so a misspelled scenario cannot pass.
+inline void run_scenario(const char* var, const std::vector<std::pair<std::string, std::function<void()>>>& scenarios) {
+  const char* value = std::getenv(var);
+  const std::string name = value ? value : "";
+  for (const auto& [known, run] : scenarios) {
+    if (known == name) return run();
+  }
+  std::string names;
+  for (const auto& s : scenarios) names += (names.empty() ? "" : ", ") + s.first;
+  FAIL("unknown scenario '" << name << "' in " << var << " (known: " << names << ")");
+}
+
+/// The number of assertions a child's output says passed: N of Catch2's "All tests passed (N
+/// assertions in M test cases)", printed only when every test case it ran passed; 0 when the line
+/// is missing (a failure, a crash, no matching test case, or no assertion at all).
+inline int64_t assertions_passed(const std::string& output) {
+  static const std::regex line(R"(All tests passed \((\d+) assertions? in \d+ test cases?\))");
+  std::smatch m;
+  return std::regex_search(output, m, line) ? std::stoll(m[1].str()) : 0;
 }
 
 /// The ranks of one job, each a child process running `filter`.
@@ -129,11 +161,15 @@ class Ranks {
   }
   /// Everything rank r printed so far.
   std::string output(int r) const { return read_text(logs_[size_t(r)]); }
-  /// Checks that every rank exited with 0, showing the output of those that did not.
+  /// Whether rank r exited with 0 after passing at least one assertion (assertions_passed).
+  bool passed(int r) const { return exit_code(r) == 0 && assertions_passed(output(r)) > 0; }
+  /// Checks that every rank passed(), showing the output of those that did not.
   void check_all_passed() const {
     for (int r = 0; r < world_; ++r) {
-      INFO("rank " << r << " output:\n" << output(r));
+      const std::string out = output(r);
+      INFO("rank " << r << " output:\n" << out);
       CHECK(exit_code(r) == 0);
+      CHECK(assertions_passed(out) > 0);
     }
   }
 

@@ -131,15 +131,14 @@ void strings_child() {
 }  // namespace
 
 TEST_CASE("ddp child", "[.ddp_child]") {
-  const std::string scenario = std::getenv("EMBER_DDP_SCENARIO") ? std::getenv("EMBER_DDP_SCENARIO") : "";
-  if (scenario == "match") train_and_compare(1, false);
-  if (scenario == "no_sync") train_and_compare(2, false);
-  if (scenario == "unused_zeros") train_and_compare(1, true);
-  if (scenario == "batchnorm") batchnorm_child();
-  if (scenario == "unused_error") unused_error_child();
-  if (scenario == "mismatch") mismatch_child();
-  if (scenario == "sharded_eval") sharded_eval_child();
-  if (scenario == "strings") strings_child();
+  testing::run_scenario("EMBER_DDP_SCENARIO", {{"match", [] { train_and_compare(1, false); }},
+                                               {"no_sync", [] { train_and_compare(2, false); }},
+                                               {"unused_zeros", [] { train_and_compare(1, true); }},
+                                               {"batchnorm", batchnorm_child},
+                                               {"unused_error", unused_error_child},
+                                               {"mismatch", mismatch_child},
+                                               {"sharded_eval", sharded_eval_child},
+                                               {"strings", strings_child}});
 }
 
 TEST_CASE("ddp: 2 and 3 processes train like one process on the whole batch", "[multiproc][parallel][ddp]") {

@@ -151,8 +151,7 @@ void collectives_child() {
 }  // namespace
 
 TEST_CASE("tcp process group child", "[.pg_child]") {
-  const std::string scenario = std::getenv("EMBER_PG_SCENARIO") ? std::getenv("EMBER_PG_SCENARIO") : "";
-  if (scenario == "collectives") collectives_child();
+  testing::run_scenario("EMBER_PG_SCENARIO", {{"collectives", collectives_child}});
 }
 
 TEST_CASE("tcp process group: every collective, size, dtype and op on 2, 3 and 4 processes", "[multiproc][parallel]") {

@@ -17,9 +17,11 @@
 using namespace ember;
 
 TEST_CASE("ddp cuda child", "[.ddp_cuda_child]") {
-  const char* backend = std::getenv("EMBER_DDP_BACKEND");
   const int accumulation = std::getenv("EMBER_DDP_ACCUMULATION") ? std::atoi(std::getenv("EMBER_DDP_ACCUMULATION")) : 1;
-  if (backend != nullptr) testing::train_and_compare(accumulation, false, backend, Device::cuda(0));
+  auto train = [accumulation](const char* backend) {
+    return [accumulation, backend] { testing::train_and_compare(accumulation, false, backend, Device::cuda(0)); };
+  };
+  testing::run_scenario("EMBER_DDP_BACKEND", {{"tcp", train("tcp")}, {"nccl", train("nccl")}});
 }
 
 TEST_CASE("ddp on cuda:0: 2 processes over tcp, 1 over nccl, like one process", "[cuda][parallel][ddp]") {
@@ -37,13 +39,16 @@ TEST_CASE("ddp on cuda:0: 2 processes over tcp, 1 over nccl, like one process", 
 TEST_CASE("nccl exit child", "[.nccl_exit_child]") {
   // A program that ends with its default group alive (held in init_process_group's static, never
   // destroyed) and its last collective not waited for.
-  const char* backend = std::getenv("EMBER_EXIT_BACKEND");
-  if (backend == nullptr) return;
-  auto pg = testing::child_group(backend, Device::cuda(0));
-  Tensor t = ones({1000}, {.device = Device::cuda(0)});
-  pg->all_reduce(t, parallel::ReduceOp::sum)->wait();
-  CHECK(t.to(Device::cpu()).to_vector<float>()[999] == 1.0f);
-  pg->all_reduce(t, parallel::ReduceOp::sum);
+  auto run = [](const char* backend) {
+    return [backend] {
+      auto pg = testing::child_group(backend, Device::cuda(0));
+      Tensor t = ones({1000}, {.device = Device::cuda(0)});
+      pg->all_reduce(t, parallel::ReduceOp::sum)->wait();
+      CHECK(t.to(Device::cpu()).to_vector<float>()[999] == 1.0f);
+      pg->all_reduce(t, parallel::ReduceOp::sum);
+    };
+  };
+  testing::run_scenario("EMBER_EXIT_BACKEND", {{"nccl", run("nccl")}, {"auto", run("auto")}});
 }
 
 TEST_CASE("a process that ends with a live nccl group exits with 0, quietly", "[cuda][parallel][ddp]") {

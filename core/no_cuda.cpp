@@ -9,6 +9,7 @@
 #include <ember/core/device.h>
 #include <ember/core/device_check.h>
 #include <ember/core/error.h>
+#include <ember/core/pinned.h>
 
 namespace ember {
 
@@ -31,6 +32,10 @@ namespace {
   EMBER_FAIL(what, ": this ember build has no CUDA support (rebuild with -DEMBER_CUDA=ON)");
 }
 }  // namespace
+
+// No page-locked memory without CUDA: ordinary CPU memory serves, and nothing is pinned.
+Tensor pinned_empty(const Shape& sizes, DType dtype, Device) { return empty(sizes, {.dtype = dtype}); }
+bool is_pinned(const Tensor&) { return false; }
 
 int cuda_driver_version() noexcept { return 0; }
 bool cuda_runtime_unloading() noexcept { return false; }

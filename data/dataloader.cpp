@@ -13,6 +13,7 @@
 
 #include <ember/core/device_check.h>
 #include <ember/core/error.h>
+#include <ember/core/pinned.h>
 #include <ember/core/rng.h>
 #include <ember/core/stream.h>
 #include <ember/data/transfer.h>
@@ -50,7 +51,8 @@ class DataLoader::Run {
     const Device dev = opts_.device;
     if (opts_.resident) {
       // The whole pass's order goes to the device once; batches are slices of it.
-      Tensor host = dev.is_cpu() ? empty({r}, {.dtype = DType::i64}) : detail::pinned_empty({r}, DType::i64, dev);
+      Tensor host =
+          dev.is_cpu() ? empty({r}, {.dtype = DType::i64}) : ember::detail::pinned_empty({r}, DType::i64, dev);
       if (r > 0) std::memcpy(host.data_ptr(), order_.data(), order_.size() * sizeof(int64_t));
       order_device_ = detail::to_device_async(host, dev);
       return;
@@ -133,7 +135,7 @@ class DataLoader::Run {
     const int64_t n = static_cast<int64_t>(hb.indices.size());
     const Dataset& ds = *loader_.dataset_;
     const bool pinned = opts_.device.is_cuda() && opts_.pin_memory;
-    hb.target = pinned ? detail::pinned_empty({n}, DType::i64, opts_.device) : empty({n}, {.dtype = DType::i64});
+    hb.target = pinned ? ember::detail::pinned_empty({n}, DType::i64, opts_.device) : empty({n}, {.dtype = DType::i64});
     int64_t* target = hb.target.data<int64_t>();
     Shape first;
     int64_t per = 0;
@@ -156,7 +158,7 @@ class DataLoader::Run {
         per = img.numel();
         Shape s{n};
         s.insert(s.end(), first.begin(), first.end());
-        hb.input = pinned ? detail::pinned_empty(s, DType::f32, opts_.device) : empty(s, {.dtype = DType::f32});
+        hb.input = pinned ? ember::detail::pinned_empty(s, DType::f32, opts_.device) : empty(s, {.dtype = DType::f32});
       }
       EMBER_CHECK(img.sizes() == first, "DataLoader: example ", i, " has shape ", img.shape_str(),
                   " after the transform, but the batch's first example (", hb.indices[0], ") has ", shape_str(first),

@@ -1,24 +1,16 @@
 #pragma once
-// Internal (not part of the public API): host-to-device transfers for the data pipeline.
+// Internal (not part of the public API): host-to-device transfers for the data pipeline. The
+// page-locked memory they stage through is core's (core/pinned.h).
 // CUDA builds define these in data/cuda/transfer.cpp; builds without CUDA in data/transfer_cpu.cpp.
 #include <ember/core/stream.h>
 #include <ember/core/tensor.h>
 
 namespace ember::data::detail {
 
-/// An uninitialized contiguous CPU tensor for data bound to `device`: page-locked memory
-/// (cudaHostAlloc) from a process-wide cache in CUDA builds, so copies from it are truly
-/// asynchronous; ordinary CPU memory in builds without CUDA. A first allocation runs with
-/// `device` current, so a loader thread of a process that trains on cuda:3 does not create a
-/// CUDA context on cuda:0 (the runtime's default), which would cost every rank memory there.
-Tensor pinned_empty(const Shape& sizes, DType dtype, Device device);
-/// True when `p` points into memory from pinned_empty (page-locked).
-bool is_pinned(const Tensor& t);
-
 /// A copy of `host` (contiguous, CPU) on `device`. For a CUDA device the copy is asynchronous:
 /// the result is allocated on `consumer` (the stream that will read it), the transfer runs on
 /// `copy_stream` after the work already queued on `consumer` (whose freed blocks the result may
-/// reuse), and `consumer` waits for the transfer. `host` is staged through pinned memory when it
+/// reuse), and `consumer` waits for the transfer. `host` is staged through pinned memory (core/pinned.h) when it
 /// is not pinned, and kept alive until the transfer completes. For the CPU device: `host` itself.
 /// With `ready` given, the copy records it instead and `consumer` does not wait yet: the caller
 /// calls ready->wait(consumer) when it hands the data over, so that work queued on `consumer` in

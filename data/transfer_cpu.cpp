@@ -1,14 +1,10 @@
-// data/transfer.h in builds without CUDA: no pinned memory, and no device other than the CPU.
+// data/transfer.h in builds without CUDA: no device other than the CPU.
 #ifndef EMBER_WITH_CUDA
 
 #include <ember/core/error.h>
 #include <ember/data/transfer.h>
 
 namespace ember::data::detail {
-
-Tensor pinned_empty(const Shape& sizes, DType dtype, Device) { return empty(sizes, {.dtype = dtype}); }
-
-bool is_pinned(const Tensor&) { return false; }
 
 Tensor copy_to_device_async(const Tensor& host, Device device, Stream, Stream, Event*) {
   EMBER_CHECK(device.is_cpu(), "DataLoader: cannot copy a batch to ", device.str(),

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include <ember/core/error.h>
+#include <ember/core/pinned.h>
 #include <ember/data/transfer.h>
 #include <ember/kernels/elementwise.h>
 #include <ember/kernels/factory.h>
@@ -38,7 +39,7 @@ std::string join(const std::vector<float>& v) {
 
 // Host memory for values bound to `device`: pinned when that is a GPU.
 Tensor staging(const Shape& sizes, DType dtype, Device device) {
-  return device.is_cpu() ? empty(sizes, {.dtype = dtype}) : detail::pinned_empty(sizes, dtype, device);
+  return device.is_cpu() ? empty(sizes, {.dtype = dtype}) : ember::detail::pinned_empty(sizes, dtype, device);
 }
 
 // A small host vector as a tensor on `device`, moved there without blocking the host.

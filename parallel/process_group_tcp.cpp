@@ -11,10 +11,10 @@
 #include <thread>
 #include <vector>
 
-#include <ember/autograd/grad_mode.h>
 #include <ember/core/error.h>
+#include <ember/core/pinned.h>
 #include <ember/core/stream.h>
-#include <ember/data/transfer.h>
+#include <ember/kernels/copy.h>
 #include <ember/parallel/collective.h>
 #include <ember/parallel/peer_io.h>
 #include <ember/parallel/ring.h>
@@ -41,11 +41,10 @@ constexpr int kSameHostSendBuffer = 256 << 10;
 // buffer, filled from `t` when `copy_in` (the copy is complete when this returns).
 Tensor host_side(const Tensor& t, bool copy_in) {
   if (t.device().is_cpu()) return t;
-  Tensor h = data::detail::pinned_empty(t.shape(), t.dtype(), t.device());
+  Tensor h = ember::detail::pinned_empty(t.shape(), t.dtype(), t.device());
   if (copy_in) {
-    NoGradGuard no_grad;
     DeviceGuard device(t.device());
-    h.copy_(t);
+    kernels::copy(h, t);  // a raw copy: collectives are not differentiable
     current_stream(t.device()).synchronize();
   }
   return h;
@@ -54,10 +53,8 @@ Tensor host_side(const Tensor& t, bool copy_in) {
 // Copies a staged result back into the CUDA tensor `t` (nothing for CPU tensors).
 void copy_back(const Tensor& t, const Tensor& host) {
   if (t.is_same(host)) return;
-  NoGradGuard no_grad;
   DeviceGuard device(t.device());
-  Tensor dst = t;
-  dst.copy_(host);
+  kernels::copy(t, host);
   current_stream(t.device()).synchronize();
 }
 

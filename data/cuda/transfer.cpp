@@ -1,8 +1,7 @@
-// data/transfer.h with CUDA: a caching pool of page-locked host blocks (cudaHostAlloc is slow and
-// cudaFreeHost synchronizes the device, so blocks are kept and reused), and asynchronous
-// host-to-device copies whose source blocks stay alive until an event says the copy is done.
+// data/transfer.h with CUDA: asynchronous host-to-device copies from page-locked memory
+// (core/pinned.h) whose source blocks stay alive until an event says the copy is done.
 //
-// Both the pool and the in-flight list are never destroyed: process exit must not call into a
+// The in-flight list is never destroyed: process exit must not call into a
 // CUDA runtime that may already be shutting down (the same choice as the CUDA caching allocator).
 #include <cuda_runtime.h>
 
@@ -10,87 +9,15 @@
 #include <list>
 #include <map>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
-#include <ember/core/allocator.h>
 #include <ember/core/cuda_check.h>
-#include <ember/core/storage.h>
+#include <ember/core/pinned.h>
 #include <ember/data/transfer.h>
 
 namespace ember::data::detail {
 
 namespace {
-
-// Requests round up to 4 KiB pages below 1 MiB and to 1 MiB above, and a cached block is reused
-// for any request at least half its size, so batches of one shape (and the shorter last batch)
-// keep hitting the cache.
-size_t round_pinned(size_t n) {
-  constexpr size_t kPage = 4096, kBig = size_t(1) << 20;
-  if (n < kBig) return (n + kPage - 1) / kPage * kPage;
-  return (n + kBig - 1) / kBig * kBig;
-}
-
-class PinnedPool {
- public:
-  void* allocate(size_t nbytes) {
-    size_t want = round_pinned(nbytes);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = free_.lower_bound(want);
-      if (it != free_.end() && it->first <= 2 * want) {
-        void* p = it->second;
-        free_.erase(it);
-        return p;
-      }
-    }
-    void* p = nullptr;
-    cudaError_t err = cudaHostAlloc(&p, want, cudaHostAllocPortable);
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();  // clear the sticky-free error state of this failure
-      release_cached();
-      CUDA_CHECK(cudaHostAlloc(&p, want, cudaHostAllocPortable));
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    sizes_[p] = want;
-    return p;
-  }
-  void release(void* p) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = sizes_.find(p);
-    if (it == sizes_.end()) return;  // not ours: cannot happen, never throw from a deleter
-    free_.emplace(it->second, p);
-  }
-  bool owns(const void* p) {
-    std::lock_guard<std::mutex> lock(mu_);
-    // A tensor may start inside a block (a view): look for the block containing p.
-    for (const auto& [base, size] : sizes_) {
-      auto b = static_cast<const char*>(base);
-      if (static_cast<const char*>(p) >= b && static_cast<const char*>(p) < b + size) return true;
-    }
-    return false;
-  }
-
- private:
-  void release_cached() {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [size, p] : free_) {
-      cudaFreeHost(p);
-      sizes_.erase(p);
-    }
-    free_.clear();
-  }
-  std::mutex mu_;
-  std::multimap<size_t, void*> free_;
-  std::unordered_map<void*, size_t> sizes_;
-};
-
-PinnedPool& pool() {
-  static PinnedPool* p = new PinnedPool();  // never destroyed (see top)
-  return *p;
-}
-
-void pinned_deleter(void* ctx, void* ptr) { static_cast<PinnedPool*>(ctx)->release(ptr); }
 
 // Host tensors whose copies may still be running, each with the event recorded after its copy.
 class InFlight {
@@ -147,21 +74,6 @@ InFlight& in_flight() {
 
 }  // namespace
 
-Tensor pinned_empty(const Shape& sizes, DType dtype, Device device) {
-  size_t nbytes = static_cast<size_t>(numel_of(sizes)) * dtype_size(dtype);
-  if (nbytes == 0) return empty(sizes, {.dtype = dtype});
-  DeviceGuard guard(device);  // a no-op for the CPU; see transfer.h
-  PinnedPool& p = pool();
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = Storage(DataPtr(p.allocate(nbytes), &p, &pinned_deleter), nbytes, Device::cpu());
-  impl->sizes = sizes;
-  impl->strides = contiguous_strides(sizes);
-  impl->dtype = dtype;
-  return Tensor(impl);
-}
-
-bool is_pinned(const Tensor& t) { return t.numel() > 0 && pool().owns(t.data_ptr()); }
-
 Tensor copy_to_device_async(const Tensor& host, Device device, Stream consumer, Stream copy_stream, Event* ready) {
   if (device.is_cpu()) return host;
   EMBER_CHECK(host.device().is_cpu() && host.is_contiguous(),
@@ -172,8 +84,8 @@ Tensor copy_to_device_async(const Tensor& host, Device device, Stream consumer, 
   DeviceGuard guard(device);
   Tensor src = host;
   size_t nbytes = static_cast<size_t>(host.numel()) * host.element_size();
-  if (nbytes > 0 && !is_pinned(host)) {
-    src = pinned_empty(host.sizes(), host.dtype(), device);
+  if (nbytes > 0 && !ember::detail::is_pinned(host)) {
+    src = ember::detail::pinned_empty(host.sizes(), host.dtype(), device);
     std::memcpy(src.data_ptr(), host.data_ptr(), nbytes);
   }
   Tensor dst;

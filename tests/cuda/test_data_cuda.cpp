@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include <ember/core/pinned.h>
 #include <ember/core/stream.h>
 #include <ember/data/dataloader.h>
 #include <ember/data/synthetic.h>
@@ -102,10 +103,10 @@ TEST_CASE("DataLoader on CUDA: early break with copies in flight, then resume", 
 }
 
 TEST_CASE("copy_to_device_async: pinned and pageable sources, side stream", "[cuda][data]") {
-  Tensor pinned = data::detail::pinned_empty({1000}, DType::f32, kGpu);
-  CHECK(data::detail::is_pinned(pinned));
+  Tensor pinned = ember::detail::pinned_empty({1000}, DType::f32, kGpu);
+  CHECK(ember::detail::is_pinned(pinned));
   Tensor pageable = random_tensor({7, 13}, DType::f32, 3, -1.0, 1.0);
-  CHECK_FALSE(data::detail::is_pinned(pageable));
+  CHECK_FALSE(ember::detail::is_pinned(pageable));
   for (int64_t k = 0; k < 1000; ++k) pinned.data<float>()[k] = float(k) * 0.5f;
   Stream side = new_stream(kGpu), main = current_stream(kGpu);
   std::vector<Tensor> outs;

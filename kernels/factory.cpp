@@ -2,10 +2,12 @@
 // literal and host-data factories); everything else is allocated on the target device and filled there.
 #include <ember/kernels/factory.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <ember/kernels/convert.h>
 #include <ember/kernels/copy.h>
@@ -139,6 +141,62 @@ std::string row_name(const std::vector<int64_t>& path, size_t depth) {
   return s;
 }
 
+namespace {
+
+// The flattened elements of a mixed literal, converted to the promoted type and copied as from_host
+// copies a typed list: the highest kind present decides (f64 > f32 > integer > bool, where a bool
+// among integers reads as 0 or 1); an empty list is f32, as torch.tensor([]) is.
+Tensor from_mixed(const std::vector<MixedLiteral>& flat, const Shape& sizes, const TensorOptions& options,
+                  const char* who) {
+  using Kind = MixedLiteral::Kind;
+  Kind top = flat.empty() ? Kind::f32 : Kind::boolean;
+  for (const MixedLiteral& v : flat) top = std::max(top, v.kind());
+  const auto count = static_cast<int64_t>(flat.size());
+  if (top == Kind::f64 || top == Kind::f32) {
+    std::vector<double> d(flat.size());
+    for (size_t k = 0; k < flat.size(); ++k) d[k] = flat[k].real_value();
+    if (top == Kind::f64) return from_host(d.data(), DType::f64, count, sizes, options, who);
+    // f32 is the promoted type, so its values are rounded to f32 first, as a typed list is.
+    const std::vector<float> f(d.begin(), d.end());
+    return from_host(f.data(), DType::f32, count, sizes, options, who);
+  }
+  std::vector<int64_t> i(flat.size());
+  for (size_t k = 0; k < flat.size(); ++k) i[k] = flat[k].int_value();
+  if (top == Kind::integer) return from_host(i.data(), DType::i64, count, sizes, options, who);
+  const std::vector<uint8_t> b(i.begin(), i.end());
+  return from_host(b.data(), DType::boolean, count, sizes, options, who);
+}
+
+template <typename L> Tensor tensor_from_mixed(const L& values, size_t depth, const TensorOptions& options) {
+  Shape sizes(depth, -1);
+  std::vector<int64_t> path(depth, 0);
+  std::vector<MixedLiteral> flat;
+  flatten_literal(values, 0, sizes, path, flat);
+  for (int64_t& s : sizes) s = s < 0 ? 0 : s;  // dims below an empty list: size 0
+  return from_mixed(flat, sizes, options, "tensor");
+}
+
+}  // namespace
+
 }  // namespace detail
+
+Tensor tensor(std::initializer_list<MixedLiteral> values, const TensorOptions& options) {
+  return detail::tensor_from_mixed(values, 1, options);
+}
+Tensor tensor(std::initializer_list<std::initializer_list<MixedLiteral>> values, const TensorOptions& options) {
+  return detail::tensor_from_mixed(values, 2, options);
+}
+Tensor tensor(std::initializer_list<std::initializer_list<std::initializer_list<MixedLiteral>>> values,
+              const TensorOptions& options) {
+  return detail::tensor_from_mixed(values, 3, options);
+}
+Tensor tensor(
+    std::initializer_list<std::initializer_list<std::initializer_list<std::initializer_list<MixedLiteral>>>> values,
+    const TensorOptions& options) {
+  return detail::tensor_from_mixed(values, 4, options);
+}
+Tensor from_vector(std::initializer_list<MixedLiteral> values, const Shape& sizes, const TensorOptions& options) {
+  return detail::from_mixed(std::vector<MixedLiteral>(values), sizes, options, "from_vector");
+}
 
 }  // namespace ember

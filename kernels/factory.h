@@ -74,7 +74,8 @@ template <typename T, size_t N>
 requires TensorElement<std::remove_const_t<T>> Tensor from_vector(std::span<T, N> values, const Shape& sizes,
                                                                   const TensorOptions& options = {});
 /// A braced list: from_vector({0.1f, 0.2f, 0.3f}, {3}). Its elements are literals, so integers give
-/// i64, as in tensor(); from_vector<double>({1, 2.5}, {2}) takes a list mixing int and double.
+/// i64, as in tensor(); a list mixing kinds, from_vector({1, 2.5}, {2}), is promoted as tensor()
+/// promotes one (below), and from_vector<double>({1, 2.5}, {2}) names the type instead.
 template <LiteralElement T>
 Tensor from_vector(std::initializer_list<T> values, const Shape& sizes, const TensorOptions& options = {});
 
@@ -93,6 +94,46 @@ Tensor tensor(std::initializer_list<std::initializer_list<std::initializer_list<
 template <LiteralElement T>
 Tensor tensor(std::initializer_list<std::initializer_list<std::initializer_list<std::initializer_list<T>>>> values,
               const TensorOptions& options = {});
+
+/// One element of a braced list that mixes kinds of literals, such as {1, -2, 0.5f}, which the
+/// templates above cannot deduce one element type for. It converts implicitly from any integer,
+/// float, double or bool; a list of one type still takes the templates (an exact match).
+class MixedLiteral {
+ public:
+  /// What the literal was written as; the promotion below ranks them in this order.
+  enum class Kind : uint8_t { boolean, integer, f32, f64 };
+  template <typename I>
+  requires(std::is_integral_v<I> && !std::is_same_v<I, bool>) constexpr MixedLiteral(I v)
+      : kind_(Kind::integer), int_(static_cast<int64_t>(v)), real_(static_cast<double>(v)) {}
+  constexpr MixedLiteral(bool v) : kind_(Kind::boolean), int_(v ? 1 : 0), real_(v ? 1.0 : 0.0) {}
+  constexpr MixedLiteral(float v) : kind_(Kind::f32), int_(0), real_(v) {}
+  constexpr MixedLiteral(double v) : kind_(Kind::f64), int_(0), real_(v) {}
+  constexpr Kind kind() const { return kind_; }
+  /// The value of an integer or bool literal, exact.
+  constexpr int64_t int_value() const { return int_; }
+  /// The value as a double (a float literal widened exactly).
+  constexpr double real_value() const { return real_; }
+
+ private:
+  Kind kind_;
+  int64_t int_;
+  double real_;
+};
+
+/// A mixed list promoted as Python's torch.tensor promotes one: with a double among them f64, else
+/// with a float f32, else (integers and bools) i64, an empty list f32; options.dtype, when set,
+/// converts from that.
+/// tensor({1, -2, 0.5f}) is f32 [3]; tensor({{1, 2}, {3, 4.5}}) f64 [2, 2]. (libtorch's C++
+/// tensor() takes such lists too, but only finds the mix out at run time.)
+Tensor tensor(std::initializer_list<MixedLiteral> values, const TensorOptions& options = {});
+Tensor tensor(std::initializer_list<std::initializer_list<MixedLiteral>> values, const TensorOptions& options = {});
+Tensor tensor(std::initializer_list<std::initializer_list<std::initializer_list<MixedLiteral>>> values,
+              const TensorOptions& options = {});
+Tensor tensor(
+    std::initializer_list<std::initializer_list<std::initializer_list<std::initializer_list<MixedLiteral>>>> values,
+    const TensorOptions& options = {});
+/// from_vector({1, 2.5}, {2}): a mixed braced list, promoted as tensor() promotes one (f64 here).
+Tensor from_vector(std::initializer_list<MixedLiteral> values, const Shape& sizes, const TensorOptions& options = {});
 
 // ---- template definitions ----
 namespace detail {

@@ -68,10 +68,18 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // ---- softmax family and losses ----
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
-/// Mean over rows of the cross-entropy of logits (N, C) against class indices target (N, i64),
-/// with label smoothing. 0-d f32 result (f64 for f64 logits), computed by the fused kernel
-/// (kernels/softmax.h).
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing = 0.0);
+/// cross_entropy's options (layers::CrossEntropyOptions is this type).
+struct CrossEntropyOptions {
+  /// Target distribution (1 - s) * one_hot + s / C, as in PyTorch; s in [0, 1].
+  double label_smoothing = 0.0;
+};
+/// Mean over rows of the cross-entropy of logits (N, C) floating against class indices target (N,
+/// i64 or i32): -log softmax(logits)[target], with label smoothing. 0-d f32 result (f64 for f64
+/// logits, as in PyTorch), computed by the fused kernel (kernels/softmax.h). The one spelling:
+/// layers::cross_entropy is this function.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options = {});
+/// The short form of cross_entropy(logits, target, {.label_smoothing = label_smoothing}).
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing);
 
 // ---- selection ----
 /// cond ? a : b, all three broadcast together; cond is boolean (or u8) and gets no gradient.

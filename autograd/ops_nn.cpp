@@ -128,16 +128,24 @@ Tensor softmax_impl(const Tensor& x_in, int64_t dim, bool log) {
 Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false); }
 Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, true); }
 
-Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, double label_smoothing) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing) {
+  return cross_entropy(logits, target, CrossEntropyOptions{.label_smoothing = label_smoothing});
+}
+
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in, const CrossEntropyOptions& options) {
+  const double label_smoothing = options.label_smoothing;
   check_defined("cross_entropy", logits_in, "logits");
   const Tensor logits = amp::cast_for(amp::OpClass::Float32, logits_in);  // autocast: the loss runs in f32
-  check_defined("cross_entropy", target, "target");
+  check_defined("cross_entropy", target_in, "target");
+  EMBER_CHECK(target_in.dtype() == DType::i64 || target_in.dtype() == DType::i32,
+              "cross_entropy: target must hold class indices (i64 or i32), got dtype ", dtype_name(target_in.dtype()),
+              " of shape ", target_in.shape_str());
+  // The kernels take i64 indices; an i32 target is widened (on its own device) first.
+  const Tensor target = target_in.dtype() == DType::i64 ? target_in : target_in.to(DType::i64);
   check_same_device("cross_entropy", logits, target, "logits", "target");
   EMBER_CHECK(logits.dim() == 2 && target.dim() == 1 && target.size(0) == logits.size(0),
               "cross_entropy: expected logits (N, C) and target (N), got logits ", logits.shape_str(), " and target ",
               target.shape_str());
-  EMBER_CHECK(target.dtype() == DType::i64, "cross_entropy: target must be i64 class indices, got ",
-              dtype_name(target.dtype()), " (shape ", target.shape_str(), ")");
   EMBER_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
               "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
   kernels::CrossEntropyRows rows = kernels::cross_entropy_rows(logits, target, label_smoothing);

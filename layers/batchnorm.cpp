@@ -10,12 +10,12 @@
 
 namespace ember::layers {
 
-BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, bool affine)
-    : c_(num_features), eps_(eps), momentum_(momentum) {
+BatchNorm2d::BatchNorm2d(int64_t num_features, const BatchNorm2dOptions& options)
+    : c_(num_features), eps_(options.eps), momentum_(options.momentum) {
   EMBER_CHECK(num_features > 0, "BatchNorm2d: expected a positive number of features, got ", num_features);
-  EMBER_CHECK(eps > 0.0, "BatchNorm2d: eps must be positive, got ", eps);
-  EMBER_CHECK(momentum >= 0.0 && momentum <= 1.0, "BatchNorm2d: momentum must be in [0, 1], got ", momentum);
-  if (affine) {
+  EMBER_CHECK(eps_ > 0.0, "BatchNorm2d: eps must be positive, got ", eps_);
+  EMBER_CHECK(momentum_ >= 0.0 && momentum_ <= 1.0, "BatchNorm2d: momentum must be in [0, 1], got ", momentum_);
+  if (options.affine) {
     weight_ = register_parameter("weight", ones({c_}));
     bias_ = register_parameter("bias", zeros({c_}));
   }
@@ -37,7 +37,8 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
 }
 
 std::shared_ptr<Module> BatchNorm2d::clone_structure() const {
-  return std::make_shared<BatchNorm2d>(c_, eps_, momentum_, weight_.defined());
+  return std::make_shared<BatchNorm2d>(
+      c_, BatchNorm2dOptions{.eps = eps_, .momentum = momentum_, .affine = weight_.defined()});
 }
 
 std::string BatchNorm2d::extra_repr() const {

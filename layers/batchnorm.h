@@ -1,5 +1,6 @@
 #pragma once
 // BatchNorm2d: per-channel normalization of NCHW input with running statistics.
+#include <concepts>
 #include <cstdint>
 #include <string>
 
@@ -7,13 +8,27 @@
 
 namespace ember::layers {
 
+/// BatchNorm2d's options, as Conv2d takes Conv2dOptions: BatchNorm2d(64, {.momentum = 0.01}).
+struct BatchNorm2dOptions {
+  /// Added to the variance before its square root; must be positive.
+  double eps = 1e-5;
+  /// Weight of the batch statistics in the running ones, in [0, 1].
+  double momentum = 0.1;
+  /// Learnable per-channel weight and bias.
+  bool affine = true;
+};
+
 /// Parameters (affine): weight (C) = 1, bias (C) = 0. Buffers: running_mean (C) = 0,
 /// running_var (C) = 1, num_batches_tracked (0-d i64) = 0. Training mode normalizes with the
 /// batch's mean and biased variance and updates running = (1 - momentum) * running + momentum *
 /// batch (unbiased variance for running_var); eval mode normalizes with the running statistics.
 class BatchNorm2d : public Module {
  public:
-  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true);
+  explicit BatchNorm2d(int64_t num_features, const BatchNorm2dOptions& options = {});
+  /// The positional form, PyTorch's order: BatchNorm2d(64, 1e-3, 0.01, false). eps must be a
+  /// floating value, so that BatchNorm2d(64, {}) means the default options, never eps = 0.
+  BatchNorm2d(int64_t num_features, std::floating_point auto eps, double momentum = 0.1, bool affine = true)
+      : BatchNorm2d(num_features, BatchNorm2dOptions{.eps = double(eps), .momentum = momentum, .affine = affine}) {}
   /// x (N, C, H, W) -> (N, C, H, W).
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "BatchNorm2d"; }

@@ -10,13 +10,13 @@
 
 namespace ember::layers {
 
-Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Generator& gen)
+Linear::Linear(int64_t in_features, int64_t out_features, const LinearOptions& options, Generator& gen)
     : in_(in_features), out_(out_features) {
   EMBER_CHECK(in_features > 0 && out_features > 0, "Linear: expected positive in/out features, got (", in_features,
               ", ", out_features, ")");
   weight_ = register_parameter("weight", empty({out_, in_}));
   init::kaiming_uniform_(weight_, std::sqrt(5.0), init::FanMode::FanIn, init::Nonlinearity::LeakyReLU, gen);
-  if (bias) {
+  if (options.bias) {
     bias_ = register_parameter("bias", empty({out_}));
     const double bound = 1.0 / std::sqrt(static_cast<double>(in_));
     init::uniform_(bias_, -bound, bound, gen);
@@ -36,7 +36,7 @@ Tensor Linear::forward(const Tensor& x) {
 
 std::shared_ptr<Module> Linear::clone_structure() const {
   Generator scratch;  // the values are overwritten by clone(); the default generator stays put
-  return std::make_shared<Linear>(in_, out_, bias_.defined(), scratch);
+  return std::make_shared<Linear>(in_, out_, LinearOptions{.bias = bias_.defined()}, scratch);
 }
 
 std::string Linear::extra_repr() const {

@@ -18,10 +18,6 @@ Tensor as_i64_target(const Tensor& target, const char* op) {
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
-  return ember::cross_entropy(logits, as_i64_target(target, "cross_entropy"), options.label_smoothing);
-}
-
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target_in) {
   const char* op = "nll_loss";
   EMBER_CHECK(log_probs.defined(), op, ": undefined log_probs");

@@ -23,6 +23,7 @@
 #include <ember/data/synthetic.h>
 #include <ember/data/transforms.h>
 #include <ember/kernels/factory.h>
+#include <ember/kernels/precision.h>
 #include <ember/layers/activation.h>
 #include <ember/layers/batchnorm.h>
 #include <ember/layers/conv.h>

@@ -14,10 +14,12 @@
 //    convolutions of ResNet-18's 8x8 and 4x4 stages and of its 16x16 stage after the first):
 //    ONE GEMM per group for the chunk. The column buffer holds the images side by side,
 //    (G, Kg, nb * L), and the output planes are scattered from (for the gradients, gathered into)
-//    a (G, Og, nb * L) buffer: copies that cost 1/Kg of the GEMM's. For those 3x3 convolutions,
-//    batched was 1.1-1.3x as fast forward and for the input gradient and 0.98-1.13x for the weight
-//    gradient (this machine, 2026-11-27, docs/benchmarks.md); per image was faster for MNIST's
-//    convolutions (Kg <= L / 2) and ResNet's 1x1 stride-2 projection into 8x8 (Kg = 2 L).
+//    a (G, Og, nb * L) buffer: copies that cost 1/Kg of the GEMM's. One GEMM with nb times the
+//    columns packs the weight once instead of nb times and keeps the pool's threads on one large
+//    product; where the planes are large next to the weight (Kg below kBatchedMinRatio * L: MNIST's convolutions,
+//    ResNet's 1x1 projections), the extra copies cost more than that saves, so those stay per
+//    image. kBatchedMinRatio is where the measurements (docs/benchmarks.md, bench_cpu_resnet)
+//    put the switch.
 // im2col, col2im and the copies run on the pool over (image, channel) pairs.
 //
 // Layouts (all contiguous, groups G, Cg = C / G, Og = O / G, L = Ho * Wo, Kg = Cg * kh * kw):

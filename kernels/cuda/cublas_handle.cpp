@@ -2,7 +2,6 @@
 // the registry outlives static destruction).
 #include <ember/kernels/cuda/cublas_handle.h>
 
-#include <atomic>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -15,8 +14,6 @@
 
 namespace ember::kernels::cuda {
 namespace {
-
-std::atomic<bool> g_allow_tf32{false};
 
 /// Workspace size recommended by the cuBLAS docs: 32 MiB on Hopper and newer, 4 MiB before.
 size_t workspace_bytes(int device_index) {
@@ -94,8 +91,5 @@ void release_cublas_handles() {
   }
   doomed.clear();  // destructors run outside the lock and never throw
 }
-
-void set_allow_tf32(bool on) { g_allow_tf32.store(on, std::memory_order_relaxed); }
-bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
 
 }  // namespace ember::kernels::cuda

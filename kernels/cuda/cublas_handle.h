@@ -39,9 +39,4 @@ cublasHandle_t cublas_handle(Device device, cudaStream_t stream);
 /// Destroys every cached handle. Only call when no thread is using a handle (e.g. at shutdown).
 void release_cublas_handles();
 
-/// Whether f32 GEMMs may use TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32). Off by default so
-/// that f32 results agree with the CPU to f32 precision.
-void set_allow_tf32(bool on);
-bool allow_tf32();
-
 }  // namespace ember::kernels::cuda

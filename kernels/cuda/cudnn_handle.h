@@ -24,6 +24,17 @@
 
 namespace ember::kernels::cuda {
 
+/// A cuDNN alpha or beta as cuDNN reads it: a double for f64 data, a float for every other dtype.
+struct CudnnScale {
+  float f;
+  double d;
+  explicit CudnnScale(double v) : f(static_cast<float>(v)), d(v) {}
+  /// The value in the width cuDNN reads for data of dtype `dt`.
+  const void* ptr(DType dt) const {
+    return dt == DType::f64 ? static_cast<const void*>(&d) : static_cast<const void*>(&f);
+  }
+};
+
 /// RAII owner of one cuDNN handle bound to (device, stream). The destructor never throws.
 class CudnnHandle {
  public:

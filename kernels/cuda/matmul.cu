@@ -21,6 +21,7 @@
 #include <ember/kernels/cuda/cublas_handle.h>
 #include <ember/kernels/cuda/cuda_kernels.h>
 #include <ember/kernels/matmul.h>
+#include <ember/kernels/precision.h>
 #include <ember/kernels/cuda/common.cuh>
 #include <ember/kernels/cuda/reduce_utils.cuh>
 
@@ -117,7 +118,7 @@ void gemm_cuda(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a
       switch (out.dtype()) {
         case DType::f32:
           type = CUDA_R_32F;
-          if (allow_tf32()) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+          if (ember::allow_tf32()) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
           break;
         case DType::f16:
           type = CUDA_R_16F;

@@ -54,16 +54,6 @@ namespace {
 
 DType param_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
 
-/// alpha/beta as cuDNN wants them: double for f64 data, float otherwise.
-struct Scale {
-  float f;
-  double d;
-  explicit Scale(double v) : f(static_cast<float>(v)), d(v) {}
-  const void* ptr(DType dt) const {
-    return dt == DType::f64 ? static_cast<const void*>(&d) : static_cast<const void*>(&f);
-  }
-};
-
 // check_channel and check_ncs repeat what the fronts (kernels/norm.cpp) guarantee: debug-only.
 /// Checks one per-channel tensor (C) of the parameter dtype on x's device, when defined.
 void check_channel(const char* op, const char* name, const Tensor& t, const Tensor& x) {
@@ -225,7 +215,7 @@ void batch_norm_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, 
   const Tensor w = or_filled(weight, C, pd, x.device(), 1.0);
   const Tensor b = or_filled(bias, C, pd, x.device(), 0.0);
   const Tensor xs = staged(x), ys = staged_out(r.out);
-  const Scale one(1.0), zero(0.0);
+  const CudnnScale one(1.0), zero(0.0);
   if (training) {
     void* rm = running_mean.defined() ? running_mean.data_ptr() : nullptr;
     void* rv = running_var.defined() ? running_var.data_ptr() : nullptr;
@@ -342,7 +332,7 @@ void batch_norm_backward_cuda(const Tensor& grad_out, const Tensor& x, const Ten
     BnDescs d(x, dt, op);
     const Tensor w = or_filled(weight, C, pd, x.device(), 1.0);
     const Tensor xs = staged(x), gs = staged(grad_out), dxs = staged_out(r.grad_x);
-    const Scale one(1.0), zero(0.0);
+    const CudnnScale one(1.0), zero(0.0);
     CUDNN_CHECK(cudnnBatchNormalizationBackward(
         h, CUDNN_BATCHNORM_SPATIAL, one.ptr(dt), zero.ptr(dt), one.ptr(dt), zero.ptr(dt), d.x.get(), xs.data_ptr(),
         d.x.get(), gs.data_ptr(), d.x.get(), dxs.data_ptr(), d.bn.get(), w.data_ptr(), r.grad_weight.data_ptr(),

@@ -26,6 +26,7 @@
 
 #include <ember/kernels/cuda/cuda_kernels.h>
 #include <ember/kernels/pool.h>
+#include <ember/kernels/cuda/atomics.cuh>
 #include <ember/kernels/cuda/common.cuh>
 #include <ember/kernels/cuda/reduce_utils.cuh>
 
@@ -149,41 +150,6 @@ __global__ void __launch_bounds__(kBlock)
     out[i] = store_as<T>(best);
     indices[i] = static_cast<int64_t>(arg);
   });
-}
-
-/// 16-bit float atomic add through a 32-bit compare-and-swap (for architectures without the
-/// native f16 / bf16 atomics); the sum is rounded to T once per add, as the native ones do.
-template <typename T> __device__ inline void atomic_add_16_cas(T* addr, float val) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
-  unsigned int* word = reinterpret_cast<unsigned int*>(a & ~uintptr_t(3));
-  const unsigned int shift = (a & 2) ? 16u : 0u;
-  unsigned int old = *word, assumed;
-  do {
-    assumed = old;
-    T cur;
-    cur.bits = static_cast<uint16_t>((assumed >> shift) & 0xffffu);
-    const T sum = store_as<T>(load_as<float>(cur) + val);
-    old = atomicCAS(word, assumed, (assumed & ~(0xffffu << shift)) | (static_cast<unsigned int>(sum.bits) << shift));
-  } while (old != assumed);
-}
-
-template <typename T> __device__ inline void atomic_add(T* addr, T val) {
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    atomicAdd(addr, val);
-  } else if constexpr (std::is_same_v<T, Half>) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-    atomicAdd(reinterpret_cast<__half*>(addr), __ushort_as_half(val.bits));
-#else
-    atomic_add_16_cas(addr, load_as<float>(val));
-#endif
-  } else {
-    static_assert(std::is_same_v<T, BFloat16>, "atomic_add: unexpected type");
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    atomicAdd(reinterpret_cast<__nv_bfloat16*>(addr), __ushort_as_bfloat16(val.bits));
-#else
-    atomic_add_16_cas(addr, load_as<float>(val));
-#endif
-  }
 }
 
 /// grad_x (n, c, h, w) += grad_out (n, c, ho, wo) scattered to the arg-max indices (grad_x zeroed);

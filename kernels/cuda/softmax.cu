@@ -501,23 +501,21 @@ void softmax_cuda(const Tensor& x, const Tensor& out, bool log) {
   check_3d("softmax", x, x);
   check_3d("softmax", out, x);
   const int64_t outer = x.size(0), D = x.size(1), inner = x.size(2);
-  if (x.numel() == 0) return;
-  DeviceGuard guard(x.device());
-  cudaStream_t stream = stream_of(x);
-  EMBER_DISPATCH_FLOAT(x.dtype(), "softmax (cuda)", [&]<typename T>() {
-    const T* xp = static_cast<const T*>(x.data_ptr());
-    T* yp = static_cast<T*>(out.data_ptr());
-    if (inner == 1 && D <= kCachedRowMax) {
-      with_cached_rows<T>(outer, D, {xp, yp}, [&](auto warp, auto per, auto vec, int grid) {
-        softmax_rows_cached_kernel<T, decltype(warp)::value, decltype(per)::value, decltype(vec)::value>
-            <<<grid, kBlock, 0, stream>>>(xp, yp, outer, static_cast<int>(D), log);
-      });
-    } else if (inner == 1) {
-      softmax_rows_kernel<T, false><<<block_rows_grid(outer), kBlock, 0, stream>>>(xp, yp, outer, D, log);
-    } else {
-      softmax_strided_kernel<T><<<grid_for(outer * inner), kBlock, 0, stream>>>(xp, yp, outer, D, inner, log);
-    }
-    EMBER_LAUNCH_CHECK();
+  launch_on(x, [&](cudaStream_t stream) {
+    EMBER_DISPATCH_FLOAT(x.dtype(), "softmax (cuda)", [&]<typename T>() {
+      const T* xp = static_cast<const T*>(x.data_ptr());
+      T* yp = static_cast<T*>(out.data_ptr());
+      if (inner == 1 && D <= kCachedRowMax) {
+        with_cached_rows<T>(outer, D, {xp, yp}, [&](auto warp, auto per, auto vec, int grid) {
+          softmax_rows_cached_kernel<T, decltype(warp)::value, decltype(per)::value, decltype(vec)::value>
+              <<<grid, kBlock, 0, stream>>>(xp, yp, outer, static_cast<int>(D), log);
+        });
+      } else if (inner == 1) {
+        softmax_rows_kernel<T, false><<<block_rows_grid(outer), kBlock, 0, stream>>>(xp, yp, outer, D, log);
+      } else {
+        softmax_strided_kernel<T><<<grid_for(outer * inner), kBlock, 0, stream>>>(xp, yp, outer, D, inner, log);
+      }
+    });
   });
 }
 
@@ -527,25 +525,24 @@ void softmax_backward_cuda(const Tensor& grad, const Tensor& y, const Tensor& ou
   check_3d("softmax_backward", y, grad);
   check_3d("softmax_backward", out, grad);
   const int64_t outer = grad.size(0), D = grad.size(1), inner = grad.size(2);
-  if (grad.numel() == 0) return;
-  DeviceGuard guard(grad.device());
-  cudaStream_t stream = stream_of(grad);
-  EMBER_DISPATCH_FLOAT(grad.dtype(), "softmax_backward (cuda)", [&]<typename T>() {
-    const T* gp = static_cast<const T*>(grad.data_ptr());
-    const T* yp = static_cast<const T*>(y.data_ptr());
-    T* dp = static_cast<T*>(out.data_ptr());
-    if (inner == 1) {
-      if (D <= kWarpRowMax) {
-        softmax_backward_rows_kernel<T, true><<<warp_rows_grid(outer), kBlock, 0, stream>>>(gp, yp, dp, outer, D, log);
+  launch_on(grad, [&](cudaStream_t stream) {
+    EMBER_DISPATCH_FLOAT(grad.dtype(), "softmax_backward (cuda)", [&]<typename T>() {
+      const T* gp = static_cast<const T*>(grad.data_ptr());
+      const T* yp = static_cast<const T*>(y.data_ptr());
+      T* dp = static_cast<T*>(out.data_ptr());
+      if (inner == 1) {
+        if (D <= kWarpRowMax) {
+          softmax_backward_rows_kernel<T, true>
+              <<<warp_rows_grid(outer), kBlock, 0, stream>>>(gp, yp, dp, outer, D, log);
+        } else {
+          softmax_backward_rows_kernel<T, false>
+              <<<block_rows_grid(outer), kBlock, 0, stream>>>(gp, yp, dp, outer, D, log);
+        }
       } else {
-        softmax_backward_rows_kernel<T, false>
-            <<<block_rows_grid(outer), kBlock, 0, stream>>>(gp, yp, dp, outer, D, log);
+        softmax_backward_strided_kernel<T>
+            <<<grid_for(outer * inner), kBlock, 0, stream>>>(gp, yp, dp, outer, D, inner, log);
       }
-    } else {
-      softmax_backward_strided_kernel<T>
-          <<<grid_for(outer * inner), kBlock, 0, stream>>>(gp, yp, dp, outer, D, inner, log);
-    }
-    EMBER_LAUNCH_CHECK();
+    });
   });
 }
 
@@ -573,6 +570,8 @@ void cross_entropy_cuda(const Tensor& logits, const Tensor& target, double ls, c
   EMBER_DEBUG_ASSERT(is_dense(loss) && is_dense(lse), "cross_entropy: loss and lse must be contiguous");
   if (N == 0) return;
   EMBER_CHECK(C > 0, "cross_entropy: logits of shape ", logits.shape_str(), " have no classes");
+  // Launched by hand, not through launch_on: the device check is set up before the launch and told
+  // of it after the launch check.
   DeviceGuard guard(logits.device());
   cudaStream_t stream = stream_of(logits);
   DeviceCheck check({"cross_entropy (cuda)", C, N, &describe_bad_target}, current_stream(logits.device()));
@@ -609,22 +608,20 @@ void cross_entropy_backward_cuda(const Tensor& grad_rows, const Tensor& logits, 
   check_rows("cross_entropy_backward", grad_rows, N, row_dtype, "grad_rows");
   check_rows("cross_entropy_backward", target, N, DType::i64, "target");
   check_rows("cross_entropy_backward", lse, N, row_dtype, "lse");
-  if (N * C == 0) return;
-  DeviceGuard guard(logits.device());
-  cudaStream_t stream = stream_of(logits);
-  EMBER_DISPATCH_FLOAT(logits.dtype(), "cross_entropy_backward (cuda)", [&]<typename T>() {
-    const acc_t<T>* gp = static_cast<const acc_t<T>*>(grad_rows.data_ptr());
-    const T* xp = static_cast<const T*>(logits.data_ptr());
-    const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
-    T* dp = static_cast<T*>(dlogits.data_ptr());
-    if (C <= kWarpRowMax) {
-      cross_entropy_backward_rows_kernel<T, true>
-          <<<warp_rows_grid(N), kBlock, 0, stream>>>(gp, grad_rows.stride(0), xp, tp, target.stride(0), dp, N, C, ls);
-    } else {
-      cross_entropy_backward_rows_kernel<T, false>
-          <<<block_rows_grid(N), kBlock, 0, stream>>>(gp, grad_rows.stride(0), xp, tp, target.stride(0), dp, N, C, ls);
-    }
-    EMBER_LAUNCH_CHECK();
+  launch_on(logits, [&](cudaStream_t stream) {
+    EMBER_DISPATCH_FLOAT(logits.dtype(), "cross_entropy_backward (cuda)", [&]<typename T>() {
+      const acc_t<T>* gp = static_cast<const acc_t<T>*>(grad_rows.data_ptr());
+      const T* xp = static_cast<const T*>(logits.data_ptr());
+      const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
+      T* dp = static_cast<T*>(dlogits.data_ptr());
+      if (C <= kWarpRowMax) {
+        cross_entropy_backward_rows_kernel<T, true>
+            <<<warp_rows_grid(N), kBlock, 0, stream>>>(gp, grad_rows.stride(0), xp, tp, target.stride(0), dp, N, C, ls);
+      } else {
+        cross_entropy_backward_rows_kernel<T, false><<<block_rows_grid(N), kBlock, 0, stream>>>(
+            gp, grad_rows.stride(0), xp, tp, target.stride(0), dp, N, C, ls);
+      }
+    });
   });
 }
 

@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
       std::fputc('\n', stdout);
       return 0;
     }
-    train::check_data_available(config);
+    train::check_data_available(config.data);
     if (config.device != "auto") Device(config.device).validate();
   } catch (const Error& e) {  // a config or data mistake: the message alone, without the check's location
     std::fprintf(stderr, "ember-train: %s\n", e.message().c_str());

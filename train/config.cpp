@@ -343,20 +343,6 @@ std::pair<size_t, size_t> line_column(const std::string& text, size_t pos) {
   return {line, column};
 }
 
-std::string how_to_get(const std::string& dataset, const std::string& dir) {
-  if (dataset == "mnist") {
-    return "Fashion-MNIST: apt-get install dataset-fashion-mnist (installs /usr/share/datasets/fashion-mnist); "
-           "MNIST: scripts/get-data.sh mnist " +
-           dir;
-  }
-  return "get it with: scripts/get-data.sh " + dataset + " " + dir;
-}
-
-bool has_file(const fs::path& dir, const std::string& name) {
-  std::error_code ec;
-  return fs::is_regular_file(dir / name, ec) || fs::is_regular_file(dir / (name + ".gz"), ec);
-}
-
 }  // namespace
 
 ExperimentConfig parse_config(const std::string& json_text, const std::vector<std::string>& overrides,
@@ -420,42 +406,38 @@ std::vector<std::string> config_key_paths() {
   return out;
 }
 
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::bf16:
+      return "bf16";
+    case Precision::fp16:
+      return "fp16";
+    case Precision::fp32:
+      break;
+  }
+  return "fp32";
+}
+
+const char* nonfinite_policy_name(NonFinitePolicy p) { return p == NonFinitePolicy::skip ? "skip" : "stop"; }
+
+Precision parse_precision(const std::string& text) {
+  for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16})
+    if (text == precision_name(p)) return p;
+  EMBER_FAIL("precision: expected one of fp32, bf16, fp16, found \"", text, "\"");
+}
+
+NonFinitePolicy parse_nonfinite_policy(const std::string& text) {
+  for (NonFinitePolicy p : {NonFinitePolicy::stop, NonFinitePolicy::skip})
+    if (text == nonfinite_policy_name(p)) return p;
+  EMBER_FAIL("train.on_nonfinite: expected one of stop, skip, found \"", text, "\"");
+}
+
 std::string default_data_path(const DataConfig& data) {
   if (!data.path.empty()) return data.path;
   if (data.dataset == "mnist") return "/usr/share/datasets/fashion-mnist";
   if (data.dataset == "cifar10") return "data/cifar10";
   if (data.dataset == "cifar100") return "data/cifar100";
   return "";
-}
-
-void check_data_available(const ExperimentConfig& config) {
-  const DataConfig& data = config.data;
-  if (data.dataset == "synthetic") return;
-  const std::string dir = default_data_path(data);
-  const std::string which = data.path.empty() ? " (the default for data.dataset " + data.dataset + ")" : "";
-  std::error_code ec;
-  EMBER_CHECK(fs::is_directory(dir, ec), "data.path: the data directory '", dir, "'", which, " does not exist; ",
-              how_to_get(data.dataset, dir));
-  // The files each reader opens (data/mnist.cpp, data/cifar.cpp), plain or gzip-compressed; the
-  // CIFAR archives unpack into a subdirectory, which the readers also accept.
-  fs::path root = dir;
-  std::vector<std::string> names;
-  if (data.dataset == "mnist") {
-    names = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
-  } else if (data.dataset == "cifar10") {
-    names = {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
-             "data_batch_4.bin", "data_batch_5.bin", "test_batch.bin"};
-    if (!has_file(root, names[0]) && fs::is_directory(root / "cifar-10-batches-bin", ec))
-      root /= "cifar-10-batches-bin";
-  } else {
-    names = {"train.bin", "test.bin"};
-    if (!has_file(root, names[0]) && fs::is_directory(root / "cifar-100-binary", ec)) root /= "cifar-100-binary";
-  }
-  std::string missing;
-  for (const auto& n : names)
-    if (!has_file(root, n)) missing += (missing.empty() ? "" : ", ") + n;
-  EMBER_CHECK(missing.empty(), "data.path: the data directory '", root.string(), "'", which, " lacks ", missing,
-              " (each plain or .gz) for data.dataset ", data.dataset, "; ", how_to_get(data.dataset, dir));
 }
 
 }  // namespace ember::train

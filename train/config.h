@@ -24,6 +24,17 @@
 
 namespace ember::train {
 
+/// precision: fp32, or autocast to bfloat16 / float16 (fp16 with a gradient scaler).
+enum class Precision { fp32, bf16, fp16 };
+/// train.on_nonfinite: what a NaN or inf training loss does.
+enum class NonFinitePolicy { stop, skip };
+/// "fp32", "bf16", "fp16" / "stop", "skip": the config's spelling.
+const char* precision_name(Precision p);
+const char* nonfinite_policy_name(NonFinitePolicy p);
+/// The config's spelling back; another string is an error naming the key and the choices.
+Precision parse_precision(const std::string& text);
+NonFinitePolicy parse_nonfinite_policy(const std::string& text);
+
 /// model.*
 struct ModelConfig {
   /// mnist_cnn | cifar_cnn | resnet18 | wide_resnet
@@ -206,9 +217,5 @@ std::vector<std::string> config_key_paths();
 /// data.path, or the dataset's default when empty: mnist -> /usr/share/datasets/fashion-mnist,
 /// cifar10 -> data/cifar10, cifar100 -> data/cifar100, synthetic -> "".
 std::string default_data_path(const DataConfig& data);
-/// Checks that the dataset's files can be found before training starts. A missing directory or
-/// file is an error naming it and saying how to get the data (the Debian package for
-/// Fashion-MNIST, scripts/get-data.sh for MNIST/CIFAR). Synthetic data always passes.
-void check_data_available(const ExperimentConfig& config);
 
 }  // namespace ember::train

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -23,6 +24,8 @@
 #include <ember/optim/sgd.h>
 
 namespace ember::train {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -77,7 +80,50 @@ void channel_stats(const Tensor& images_u8, std::vector<float>& mean, std::vecto
   }
 }
 
+std::string how_to_get(const std::string& dataset, const std::string& dir) {
+  if (dataset == "mnist") {
+    return "Fashion-MNIST: apt-get install dataset-fashion-mnist (installs /usr/share/datasets/fashion-mnist); "
+           "MNIST: scripts/get-data.sh mnist " +
+           dir;
+  }
+  return "get it with: scripts/get-data.sh " + dataset + " " + dir;
+}
+
+bool has_file(const fs::path& dir, const std::string& name) {
+  std::error_code ec;
+  return fs::is_regular_file(dir / name, ec) || fs::is_regular_file(dir / (name + ".gz"), ec);
+}
+
 }  // namespace
+
+void check_data_available(const DataConfig& data) {
+  if (data.dataset == "synthetic") return;
+  const std::string dir = default_data_path(data);
+  const std::string which = data.path.empty() ? " (the default for data.dataset " + data.dataset + ")" : "";
+  std::error_code ec;
+  EMBER_CHECK(fs::is_directory(dir, ec), "data.path: the data directory '", dir, "'", which, " does not exist; ",
+              how_to_get(data.dataset, dir));
+  // The files each reader opens (data/mnist.cpp, data/cifar.cpp), plain or gzip-compressed; the
+  // CIFAR archives unpack into a subdirectory, which the readers also accept.
+  fs::path root = dir;
+  std::vector<std::string> names;
+  if (data.dataset == "mnist") {
+    names = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+  } else if (data.dataset == "cifar10") {
+    names = {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
+             "data_batch_4.bin", "data_batch_5.bin", "test_batch.bin"};
+    if (!has_file(root, names[0]) && fs::is_directory(root / "cifar-10-batches-bin", ec))
+      root /= "cifar-10-batches-bin";
+  } else {
+    names = {"train.bin", "test.bin"};
+    if (!has_file(root, names[0]) && fs::is_directory(root / "cifar-100-binary", ec)) root /= "cifar-100-binary";
+  }
+  std::string missing;
+  for (const auto& n : names)
+    if (!has_file(root, n)) missing += (missing.empty() ? "" : ", ") + n;
+  EMBER_CHECK(missing.empty(), "data.path: the data directory '", root.string(), "'", which, " lacks ", missing,
+              " (each plain or .gz) for data.dataset ", data.dataset, "; ", how_to_get(data.dataset, dir));
+}
 
 Datasets make_datasets(const DataConfig& data, uint64_t seed) {
   Datasets d;

@@ -23,6 +23,12 @@ struct Datasets {
   std::vector<float> mean, std;
 };
 
+/// Checks that the dataset's files can be found before training starts (the names each reader
+/// opens: data/mnist.cpp, data/cifar.cpp). A missing directory or file is an error naming it and
+/// saying how to get the data (the Debian package for Fashion-MNIST, scripts/get-data.sh for
+/// MNIST/CIFAR). Synthetic data always passes.
+void check_data_available(const DataConfig& data);
+
 /// Reads (or generates) the configured dataset; data errors name the directory and how to get
 /// the data (see check_data_available).
 Datasets make_datasets(const DataConfig& data, uint64_t seed);

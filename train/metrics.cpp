@@ -143,7 +143,8 @@ constexpr NumberField kEpochFields[] = {
 std::string to_json_line(const EpochMetrics& m) {
   OrderedJson j;
   j["epoch"] = m.epoch;
-  for (const NumberField& f : kEpochFields) j[f.key] = m.*f.member;
+  for (const NumberField& f : kEpochFields)
+    if (f.member != &EpochMetrics::h2d_seconds || m.h2d_copied) j[f.key] = m.*f.member;
   return j.dump();  // compact: one line
 }
 
@@ -154,6 +155,7 @@ EpochMetrics parse_epoch_metrics(const std::string& line, const std::string& sou
   m.epoch = get_int(j, "epoch", where);
   for (const NumberField& f : kEpochFields)
     m.*f.member = f.phase ? get_phase_seconds(j, f.key, where) : get_double(j, f.key, where);
+  m.h2d_copied = j.contains("h2d_seconds");
   return m;
 }
 

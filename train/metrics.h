@@ -18,6 +18,11 @@ struct EpochMetrics {
   double eval_seconds = 0;
   // Phase times summed over the epoch (train/phase_timer.h).
   double data_wait_seconds = 0, h2d_seconds = 0, forward_seconds = 0, backward_seconds = 0, optimizer_seconds = 0;
+  // Whether the training loop copied batches to the device this epoch (a loader delivering them
+  // elsewhere). ember's loaders deliver on the device (the copy overlapped inside the loader, its
+  // wait part of data_wait_seconds), so there is no copy to time: the line then has no
+  // h2d_seconds key rather than a 0 that looks measured. Reading: true when the key is present.
+  bool h2d_copied = false;
   // Gradient all-reduce under DDP (parallel/reducer.h), rank 0's: time the backend spent in the
   // all-reduces, and the part of it the step waited for (not hidden behind backward). 0 otherwise.
   double comm_seconds = 0, comm_exposed_seconds = 0;

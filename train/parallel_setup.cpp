@@ -25,11 +25,13 @@ std::string ParallelRun::batch_text(int64_t batch_size) const {
   return b;
 }
 
-ParallelRun start_parallel(const ExperimentConfig& c) {
+ParallelRun start_parallel(const ExperimentConfig& c) { return start_parallel(c.device, c.parallel); }
+
+ParallelRun start_parallel(const std::string& device, const ParallelConfig& parallel) {
   ParallelRun run;
-  run.mode = c.parallel.mode;
+  run.mode = parallel.mode;
   if (run.mode == "dp") {
-    for (const std::string& d : c.parallel.devices) run.devices.push_back(Device(d));
+    for (const std::string& d : parallel.devices) run.devices.push_back(Device(d));
     if (run.devices.empty()) {
       const int n = cuda_device_count();
       EMBER_CHECK(n > 0, "parallel.mode dp with parallel.devices [] uses every visible GPU, but there is none (",
@@ -49,7 +51,7 @@ ParallelRun start_parallel(const ExperimentConfig& c) {
   }
   if (run.mode == "ddp") {
     const parallel::RankInfo info = parallel::discover_rank({});
-    const std::string& want = c.device;
+    const std::string& want = device;
     if (want == "cpu" || (want == "auto" && cuda_device_count() == 0)) {
       run.device = Device::cpu();
     } else if (want == "auto" || want == "cuda") {
@@ -61,9 +63,9 @@ ParallelRun start_parallel(const ExperimentConfig& c) {
     }
     run.device.validate();
     parallel::InitOptions o;
-    o.backend = c.parallel.backend;
-    o.algorithm = c.parallel.algorithm;
-    o.timeout_s = c.parallel.timeout_s;
+    o.backend = parallel.backend;
+    o.algorithm = parallel.algorithm;
+    o.timeout_s = parallel.timeout_s;
     if (run.device.is_cuda()) o.device = run.device;
     run.group = parallel::init_process_group(o);
     run.rank = run.group->rank();
@@ -76,7 +78,7 @@ ParallelRun start_parallel(const ExperimentConfig& c) {
                 " (" + info->source + " variables) but parallel.mode is " + run.mode +
                 ": set parallel.mode=ddp to train with DistributedDataParallel, or start one process");
   }
-  run.device = c.device == "auto" ? Device::best() : Device(c.device);
+  run.device = device == "auto" ? Device::best() : Device(device);
   run.device.validate();
   return run;
 }

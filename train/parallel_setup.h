@@ -45,6 +45,9 @@ struct ParallelRun {
 /// auto or cuda means cuda:<local_rank % GPUs> when GPUs are usable, cpu otherwise. ddp without a
 /// launcher trains as one plain process (mode "none", with a note saying so).
 ParallelRun start_parallel(const ExperimentConfig& config);
+/// The same for a program without a config: `device` as the config key (auto, cpu, cuda, cuda:N),
+/// `parallel` as the parallel keys.
+ParallelRun start_parallel(const std::string& device, const ParallelConfig& parallel);
 
 /// The module the loop calls: `model` itself, or wrapped in DataParallel / DDP.
 std::shared_ptr<layers::Module> wrap_model(const ParallelRun& run, const ParallelConfig& config,

@@ -73,9 +73,11 @@ std::string RunPaths::epoch_ckpt(int64_t epoch) const {
 
 std::string iso_time_now() { return local_time("%Y-%m-%dT%H:%M:%S%z"); }
 
-std::string resolve_run_dir(const ExperimentConfig& config) {
-  if (!config.output.run_dir.empty()) return config.output.run_dir;
-  const fs::path base = fs::path(config.output.dir) / (config.name + "-" + local_time("%Y%m%d-%H%M%S"));
+std::string resolve_run_dir(const ExperimentConfig& config) { return resolve_run_dir(config.name, config.output); }
+
+std::string resolve_run_dir(const std::string& name, const OutputConfig& output) {
+  if (!output.run_dir.empty()) return output.run_dir;
+  const fs::path base = fs::path(output.dir) / (name + "-" + local_time("%Y%m%d-%H%M%S"));
   // Two runs started within the same second get -2, -3, ...: never share a directory by accident.
   fs::path candidate = base;
   std::error_code ec;

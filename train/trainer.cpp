@@ -101,8 +101,18 @@ struct EvalResult {
 // One run() call: the objects of the run and the loop over its epochs.
 class Session {
  public:
-  Session(const ExperimentConfig& config, const std::vector<std::string>& overrides)
-      : c_(config), overrides_(overrides), paths_(resolve_run_dir(config)), stopper_(config.early_stop) {}
+  Session(TrainerParts& parts, const TrainerOptions& options)
+      : o_(options),
+        paths_(resolve_run_dir(options.name, options.output)),
+        par_(parts.parallel),
+        dev_(par_.device),
+        train_loader_(*parts.train_loader),
+        test_loader_(*parts.test_loader),
+        model_(parts.model),
+        opt_(*parts.optimizer),
+        sched_(parts.schedule.get()),
+        loss_fn_(parts.loss),
+        stopper_(options.early_stop) {}
 
   TrainOutcome run();
 
@@ -120,7 +130,7 @@ class Session {
   void end_epoch(EpochMetrics& m);
   RunSummary summary() const;
   void write_summary() const { write_file_atomic(paths_.summary, to_json(summary())); }
-  bool channels_last() const { return c_.memory_format == "channels_last"; }
+  bool channels_last() const { return o_.channels_last; }
   /// An input batch in the run's memory format (the loaders deliver row-major batches).
   Tensor in_layout(const Tensor& x) const {
     return channels_last() && x.dim() == 4 ? x.contiguous(MemoryFormat::channels_last) : x;
@@ -137,26 +147,29 @@ class Session {
   void log_final(const RunSummary& s);
   double total_seconds() const { return total_before_ + seconds_since(session_start_); }
 
-  const ExperimentConfig& c_;
-  const std::vector<std::string>& overrides_;
+  Tensor loss_of(const Tensor& output, const Tensor& target) const {
+    return loss_fn_ ? loss_fn_(output, target) : layers::cross_entropy(output, target);
+  }
+
+  const TrainerOptions& o_;
   RunPaths paths_;
   std::string resume_from_;
-  ParallelRun par_;
+  const ParallelRun& par_;
   Device dev_;
   std::unique_ptr<RunLog> log_;
-  Datasets data_;
-  std::unique_ptr<data::DataLoader> train_loader_, test_loader_;
+  data::DataLoader &train_loader_, &test_loader_;
   std::shared_ptr<layers::Module> model_;  // what checkpoints hold and the optimizer steps
   std::shared_ptr<layers::Module> net_;  // what the loop calls: model_, or model_ in DataParallel / DDP
-  std::shared_ptr<data::DistributedSampler> test_shard_;  // ddp: this rank's share of the test split
+  const data::DistributedSampler* test_shard_ = nullptr;  // ddp: this rank's share of the test split
   parallel::DistributedDataParallel* ddp_ = nullptr;  // net_ under ddp
   int stop_sig_ = 0;  // the stop signal the ranks agreed on (max_over_ranks)
   int64_t skipped_before_epoch_ = 0;  // the scaler's skipped steps before this epoch
   int64_t optimizer_steps_per_epoch() const {
-    return (train_loader_->len() + c_.train.accumulation_steps - 1) / c_.train.accumulation_steps;
+    return (train_loader_.len() + o_.accumulation_steps - 1) / o_.accumulation_steps;
   }
-  std::unique_ptr<optim::Optimizer> opt_;
-  std::unique_ptr<optim::LRScheduler> sched_;
+  optim::Optimizer& opt_;
+  optim::LRScheduler* sched_;  // nullptr: none
+  std::function<Tensor(const Tensor&, const Tensor&)> loss_fn_;
   std::unique_ptr<amp::GradScaler> scaler_;  // enabled under precision fp16 only
   EarlyStopping stopper_;
   std::unique_ptr<PhaseTimers> timers_;
@@ -180,7 +193,7 @@ void Session::open_run_dir() {
 }
 
 void Session::open_run_dir_on_root() {
-  const std::string& resume = c_.checkpoint.resume;
+  const std::string& resume = o_.checkpoint.resume;
   std::error_code ec;
   if (resume == "auto") {
     if (fs::exists(paths_.last_ckpt, ec)) resume_from_ = paths_.last_ckpt;
@@ -201,50 +214,34 @@ void Session::open_run_dir_on_root() {
 }
 
 void Session::build() {
-  manual_seed(c_.seed);
-  data_ = make_datasets(c_.data, c_.seed);
-  std::shared_ptr<data::Sampler> train_shard;
-  if (par_.mode == "ddp") {
-    // Every rank its own share of one permutation per epoch; of the test split, in order.
-    train_shard = std::make_shared<data::DistributedSampler>(data_.train->size(), par_.rank, par_.world_size,
-                                                             data::DistributedSamplerOptions{.seed = c_.seed});
-    test_shard_ = std::make_shared<data::DistributedSampler>(data_.test->size(), par_.rank, par_.world_size,
-                                                             data::DistributedSamplerOptions{.shuffle = false});
-  }
-  train_loader_ = make_train_loader(data_, c_.data, dev_, c_.seed, train_shard);
-  test_loader_ = make_test_loader(data_, c_.data, dev_, test_shard_);
-  // The default generator initialises the model and feeds its dropout, so capture_rng() in every
-  // checkpoint covers all randomness of the model (the loaders' streams are pure functions).
-  model_ = make_model(c_.model, data_.num_classes, *data_.train, default_generator());
   model_->to(dev_);
   if (channels_last()) model_->to(MemoryFormat::channels_last);
-  net_ = wrap_model(par_, c_.parallel, model_);
+  net_ = wrap_model(par_, o_.parallel, model_);
   ddp_ = dynamic_cast<parallel::DistributedDataParallel*>(net_.get());
-  opt_ = make_optimizer(c_.optim, model_->parameters());
-  sched_ = make_schedule(c_.schedule, *opt_, optimizer_steps_per_epoch(), c_.epochs);
+  test_shard_ = dynamic_cast<const data::DistributedSampler*>(&test_loader_.sampler());
   // fp16's narrow range needs the loss scaled (and the step skipped on overflow); bf16 does not.
-  scaler_ = std::make_unique<amp::GradScaler>(amp::GradScalerOptions{.enabled = c_.precision == "fp16"});
+  scaler_ = std::make_unique<amp::GradScaler>(amp::GradScalerOptions{.enabled = o_.precision == Precision::fp16});
   if (scaler_->is_enabled() && par_.distributed()) scaler_->set_found_inf_sync(parallel::found_inf_sync(par_.group));
   timers_ = std::make_unique<PhaseTimers>(dev_);
-  progress_ = std::make_unique<Progress>(*log_, log_->console_is_terminal(), c_.output.log_interval);
+  progress_ = std::make_unique<Progress>(*log_, log_->console_is_terminal(), o_.output.log_interval);
   int64_t n_params = 0;
   for (const Tensor& p : model_->parameters()) n_params += p.numel();
-  log_->line("ember-train: " + c_.name + ": " + c_.model.name + " (" + std::to_string(n_params) + " parameters) on " +
-             c_.data.dataset + " (" + std::to_string(data_.train->size()) + " training, " +
-             std::to_string(data_.test->size()) + " test images), device " + dev_.str() + ", " +
-             count(c_.epochs, "epoch") + " of " + count(optimizer_steps_per_epoch(), "step"));
+  log_->line("ember-train: " + o_.name + ": " + o_.model_name + " (" + std::to_string(n_params) + " parameters) on " +
+             o_.dataset_name + " (" + std::to_string(train_loader_.dataset().size()) + " training, " +
+             std::to_string(test_loader_.dataset().size()) + " test images), device " + dev_.str() + ", " +
+             count(o_.epochs, "epoch") + " of " + count(optimizer_steps_per_epoch(), "step"));
   if (!par_.note.empty()) log_->line("ember-train: " + par_.note);
-  if (c_.precision != "fp32")
-    log_->line("ember-train: mixed precision " + c_.precision + " (autocast; parameters in f32" +
+  if (o_.precision != Precision::fp32)
+    log_->line(std::string("ember-train: mixed precision ") + precision_name(o_.precision) +
+               " (autocast; parameters in f32" +
                (scaler_->is_enabled() ? "; loss scale " + format("%g", scaler_->scale()) + ")" : ")"));
-  if (par_.mode != "none" || c_.train.accumulation_steps > 1) {
-    std::string how = par_.batch_text(c_.data.batch_size);
+  if (par_.mode != "none" || o_.accumulation_steps > 1) {
+    std::string how = par_.batch_text(train_loader_.options().batch_size);
     if (par_.mode == "ddp")
       how += " (DistributedDataParallel over " + par_.group->backend() + ", world size " +
              std::to_string(par_.world_size) + ")";
     if (par_.mode == "dp") how += " (DataParallel)";
-    if (c_.train.accumulation_steps > 1)
-      how += "; " + std::to_string(c_.train.accumulation_steps) + " batches per optimizer step";
+    if (o_.accumulation_steps > 1) how += "; " + std::to_string(o_.accumulation_steps) + " batches per optimizer step";
     log_->line("ember-train: " + how);
   }
   log_->line("ember-train: run directory " + paths_.dir + ", git " + build_git_commit());
@@ -262,8 +259,8 @@ void Session::resume() {
     return;
   }
   const Checkpoint ck = load_checkpoint(resume_from_, dev_);
-  for (const auto& [key, want] : {std::pair<std::string, std::string>{"model", c_.model.name},
-                                  std::pair<std::string, std::string>{"dataset", c_.data.dataset}}) {
+  for (const auto& [key, want] : {std::pair<std::string, std::string>{"model", o_.model_name},
+                                  std::pair<std::string, std::string>{"dataset", o_.dataset_name}}) {
     auto it = ck.metadata.find(key);
     EMBER_CHECK(it != ck.metadata.end() && it->second == want, "checkpoint.resume: '", resume_from_, "' holds ", key,
                 " \"", it == ck.metadata.end() ? std::string("?") : it->second, "\", but the config says ",
@@ -272,14 +269,14 @@ void Session::resume() {
   st_ = RunState::from_metadata(ck.metadata, resume_from_);
   if (!par_.is_root()) st_.partial.loss_sum = 0, st_.partial.images = 0;  // rank 0 holds the epoch's sums
   model_->load_state_dict(ck.model);
-  opt_->load_state_dict(ck.optimizer);
+  opt_.load_state_dict(ck.optimizer);
   if (sched_) {
     sched_->load_state_dict(ck.scheduler);
   } else {
     EMBER_CHECK(ck.scheduler.empty(), "checkpoint.resume: '", resume_from_,
                 "' holds a learning-rate schedule, but the config's schedule.name is none");
   }
-  train_loader_->load_state_dict(ck.sampler);
+  train_loader_.load_state_dict(ck.sampler);
   if (scaler_->is_enabled() && !ck.grad_scaler.empty()) scaler_->load_state_dict(ck.grad_scaler);
   skipped_before_epoch_ = scaler_->skipped_steps();
   restore_rng(ck);
@@ -316,7 +313,7 @@ void Session::prune_after_resume(const Checkpoint& ck) {
 // Only once the checkpoint has loaded: a failed resume leaves the directory as it was.
 void Session::write_run_files(const std::string& note) {
   if (!note.empty()) log_->line("ember-train: " + note);
-  write_file_atomic(paths_.config, config_json_with_provenance(c_, overrides_, resume_from_));
+  write_file_atomic(paths_.config, o_.config_json(resume_from_));
   write_file_atomic(paths_.metrics, join_lines(metric_lines_));
 }
 
@@ -326,46 +323,48 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
   RunState::Partial& part = st_.partial;
   if (!part.active()) {
     part = {};
-    part.lr = opt_->lr();
+    part.lr = opt_.lr();
   }
   net_->train();
   // The running loss stays on the device: reading it would synchronise every step.
   Tensor loss_sum = full({}, part.loss_sum, {.dtype = DType::f64, .device = dev_});
   int64_t step = part.steps, images = part.images;
-  const int64_t steps = train_loader_->len();
-  data::Sampler& sampler = train_loader_->sampler();
-  progress_->begin_epoch(epoch, c_.epochs, steps);
+  const int64_t steps = train_loader_.len();
+  data::Sampler& sampler = train_loader_.sampler();
+  progress_->begin_epoch(epoch, o_.epochs, steps);
   const auto t0 = Clock::now();
-  const CpuUse cpu0 = CpuUse::now(*train_loader_);
+  const CpuUse cpu0 = CpuUse::now(train_loader_);
   bool interrupted = false;
   // train.on_nonfinite. "stop": the first batch (1-based) whose loss is NaN or inf, kept on the
   // device (+inf while none) and read where the host reads anyway: at progress lines and at the
   // epoch's end, before anything is written. "skip": each loss is read (one synchronisation per
   // batch); a step with a non-finite loss in any of its batches, on any rank, is not taken.
-  const bool skip_nonfinite = c_.train.on_nonfinite == "skip";
+  const bool skip_nonfinite = o_.on_nonfinite == NonFinitePolicy::skip;
   Tensor first_bad = full({}, std::numeric_limits<double>::infinity(), {.dtype = DType::f64, .device = dev_});
   bool step_bad = false;  // skip: a batch of the current optimizer step had a non-finite loss
   int64_t nonfinite_steps = 0, nonfinite_images = 0;
+  bool h2d_copied = part.phases[Phase::HostToDevice] > 0;  // a resumed epoch's earlier copies
 
   timers_->begin(Phase::DataWait);
-  auto it = train_loader_->begin();
+  auto it = train_loader_.begin();
   timers_->end(Phase::DataWait);
-  while (!(it == train_loader_->end())) {
+  while (!(it == train_loader_.end())) {
     data::Batch& batch = *it;
     Tensor input = in_layout(batch.input), target = batch.target;
-    {
-      // DataLoader delivers batches on dev_ already (host mode: pinned buffers and an async copy
-      // on a side stream, overlapped with compute; resident mode: gathered on the device). What
-      // remains here is a safety copy that never runs, so this phase is ~0; on the CPU batches are
-      // collated in place and there is no copy at all.
+    if (input.device() != dev_ || target.device() != dev_) {
+      // Only a loader that delivers elsewhere (a user's, on the host) is copied, and timed, here.
+      // ember's loaders deliver on dev_ (host mode: pinned buffers and an async copy on a side
+      // stream, its wait counted as data wait; resident mode: gathered on the device), so the
+      // epoch then has no h2d time at all rather than a measured-looking 0 (EpochMetrics).
       auto scope = timers_->scope(Phase::HostToDevice);
-      if (input.device() != dev_) input = input.to(dev_);
-      if (target.device() != dev_) target = target.to(dev_);
+      input = input.to(dev_);
+      target = target.to(dev_);
+      h2d_copied = true;
     }
     // Gradient accumulation: the optimizer steps after every accumulation_steps-th batch and after
     // the epoch's last; under DDP the batches before are run under no_sync (reduced once, at the
     // step). Stops happen only at optimizer steps.
-    const int64_t accumulate = c_.train.accumulation_steps;
+    const int64_t accumulate = o_.accumulation_steps;
     const bool steps_now = (step + 1) % accumulate == 0 || sampler.position() >= sampler.size();
     Tensor loss;
     bool batch_bad = false;  // skip: this batch's loss is not finite
@@ -375,9 +374,9 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
       {
         auto scope = timers_->scope(Phase::Forward);
         std::optional<amp::Autocast> low_precision;  // forward and loss only (docs/amp.md)
-        if (c_.precision != "fp32")
-          low_precision.emplace(dev_.type(), c_.precision == "bf16" ? DType::bf16 : DType::f16);
-        loss = layers::cross_entropy(net_->forward(input), target);  // 0-d, f32 (f64 for an f64 model)
+        if (o_.precision != Precision::fp32)
+          low_precision.emplace(dev_.type(), o_.precision == Precision::bf16 ? DType::bf16 : DType::f16);
+        loss = loss_of(net_->forward(input), target);  // 0-d, f32 (f64 for an f64 model)
       }
       if (skip_nonfinite) {
         batch_bad = !std::isfinite(loss.item<double>());
@@ -393,26 +392,33 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
       if (!step_bad) scaler_->scale(accumulate > 1 ? loss * (1.0 / static_cast<double>(accumulate)) : loss).backward();
     }
     if (steps_now && step_bad) {  // skip: the step is not taken; parameters and optimizer state stay
-      opt_->zero_grad();
+      opt_.zero_grad();
       if (sched_) sched_->step();  // the schedule counts steps, as with fp16's skipped steps
       ++st_.global_step;
       ++nonfinite_steps;
       step_bad = false;
     } else if (steps_now) {
       auto scope = timers_->scope(Phase::OptimizerStep);
-      if (c_.optim.clip_grad_norm > 0) {
-        scaler_->unscale_(*opt_);  // clip the true gradients (a no-op without fp16)
-        optim::clip_grad_norm_(model_->parameters(), c_.optim.clip_grad_norm);
+      if (o_.clip_grad_norm > 0) {
+        scaler_->unscale_(opt_);  // clip the true gradients (a no-op without fp16)
+        optim::clip_grad_norm_(model_->parameters(), o_.clip_grad_norm);
       }
-      scaler_->step(*opt_);  // opt_->step(), skipped under fp16 when a gradient is not finite
+      scaler_->step(opt_);  // opt_.step(), skipped under fp16 when a gradient is not finite
       scaler_->update();
-      opt_->zero_grad();
+      opt_.zero_grad();
       if (sched_) sched_->step();
       ++st_.global_step;
     }
     timers_->step_done();
     ++step;
     images += batch.size();
+    if (o_.on_step)
+      o_.on_step({.epoch = epoch,
+                  .batch = step,
+                  .global_step = st_.global_step,
+                  .batch_size = batch.size(),
+                  .optimizer_stepped = steps_now,
+                  .loss = &loss});
     if (batch_bad) {
       nonfinite_images += batch.size();  // left out of the epoch's mean loss
     } else {
@@ -445,7 +451,7 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
   }
   const double seconds = part.seconds + seconds_since(t0);
   const PhaseTotals phases = part.phases + timers_->finish_epoch();
-  const CpuUse cpu1 = CpuUse::now(*train_loader_);
+  const CpuUse cpu1 = CpuUse::now(train_loader_);
   const double loss_total = loss_sum.item<double>();
   progress_->end_epoch();
   if (interrupted) {
@@ -476,6 +482,7 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
   m.lr = part.lr;
   m.data_wait_seconds = phases[Phase::DataWait];
   m.h2d_seconds = phases[Phase::HostToDevice];
+  m.h2d_copied = h2d_copied;
   m.forward_seconds = phases[Phase::Forward];
   m.backward_seconds = phases[Phase::Backward];
   m.optimizer_seconds = phases[Phase::OptimizerStep];
@@ -528,7 +535,7 @@ EvalResult Session::evaluate() {
   Tensor loss_sum = zeros({}, {.dtype = DType::f64, .device = dev_}),
          correct = zeros({}, {.dtype = DType::i64, .device = dev_});
   int64_t n = 0, seen = 0;
-  for (auto& batch : *test_loader_) {
+  for (auto& batch : test_loader_) {
     Tensor logits = net.forward(in_layout(batch.input)), target = batch.target;  // (B, classes), (B)
     int64_t rows = batch.size();
     if (test_shard_) {
@@ -538,7 +545,7 @@ EvalResult Session::evaluate() {
       logits = logits.narrow(0, 0, rows);
       target = target.narrow(0, 0, rows);
     }
-    loss_sum = loss_sum + layers::cross_entropy(logits, target).to(DType::f64) * static_cast<double>(rows);
+    loss_sum = loss_sum + loss_of(logits, target).to(DType::f64) * static_cast<double>(rows);
     correct = correct + sum(eq(argmax(logits, 1), target));
     n += rows;
   }
@@ -551,21 +558,21 @@ EvalResult Session::evaluate() {
 Checkpoint Session::checkpoint() const {
   Checkpoint ck;
   ck.model = model_->state_dict();
-  ck.optimizer = opt_->state_dict();
+  ck.optimizer = opt_.state_dict();
   if (sched_) ck.scheduler = sched_->state_dict();
-  ck.sampler = train_loader_->state_dict();
+  ck.sampler = train_loader_.state_dict();
   if (scaler_->is_enabled()) ck.grad_scaler = scaler_->state_dict();
   capture_rng(ck);
   ck.epoch = st_.epochs_done;
   ck.global_step = st_.global_step;
-  ck.sampler_position = train_loader_->sampler().position();
+  ck.sampler_position = train_loader_.sampler().position();
   RunState st = st_;
   st.stopper = stopper_.state();
   st.total_seconds = total_seconds();
   ck.metadata = st.to_metadata();
-  ck.metadata["model"] = c_.model.name;
-  ck.metadata["dataset"] = c_.data.dataset;
-  ck.metadata["name"] = c_.name;
+  ck.metadata["model"] = o_.model_name;
+  ck.metadata["dataset"] = o_.dataset_name;
+  ck.metadata["name"] = o_.name;
   ck.metadata["git_commit"] = build_git_commit();
   return ck;
 }
@@ -579,7 +586,7 @@ void Session::end_epoch(EpochMetrics& m) {
     st_.best_acc = m.test_acc;
     st_.best_epoch = epoch;
   }
-  const auto& target = c_.early_stop.target_accuracy;
+  const auto& target = o_.early_stop.target_accuracy;
   if (target && !st_.time_to_target && m.test_acc >= *target) st_.time_to_target = st_.train_seconds;
   if (stopper_.enabled() && stopper_.update(epoch, m.test_acc)) {
     st_.early_stop_rule = stopper_.rule();
@@ -595,11 +602,11 @@ void Session::end_epoch(EpochMetrics& m) {
     metric_lines_.push_back(to_json_line(m));
     write_file_atomic(paths_.metrics, join_lines(metric_lines_));
     const Checkpoint ck = checkpoint();
-    if (c_.checkpoint.every_epochs > 0 && epoch % c_.checkpoint.every_epochs == 0) {
+    if (o_.checkpoint.every_epochs > 0 && epoch % o_.checkpoint.every_epochs == 0) {
       save_checkpoint(ck, paths_.epoch_ckpt(epoch));
-      prune_epoch_checkpoints(paths_.checkpoints, c_.checkpoint.keep_last, epoch);  // after the new one is safe
+      prune_epoch_checkpoints(paths_.checkpoints, o_.checkpoint.keep_last, epoch);  // after the new one is safe
     }
-    if (new_best && c_.checkpoint.keep_best) save_checkpoint(ck, paths_.best_ckpt);
+    if (new_best && o_.checkpoint.keep_best) save_checkpoint(ck, paths_.best_ckpt);
     save_checkpoint(ck, paths_.last_ckpt);
     write_summary();
   });
@@ -610,20 +617,21 @@ void Session::end_epoch(EpochMetrics& m) {
   log_->line(
       format("epoch %lld/%lld  train_loss %.4f  test_loss %.4f  test_acc %.4f%s  lr %.4g  %.1f s  %.0f img/s  "
              "(eval %.1f s)%s",
-             static_cast<long long>(epoch), static_cast<long long>(c_.epochs), m.train_loss, m.test_loss, m.test_acc,
+             static_cast<long long>(epoch), static_cast<long long>(o_.epochs), m.train_loss, m.test_loss, m.test_acc,
              new_best ? " (best)" : "", m.lr, m.epoch_seconds, m.images_per_second, m.eval_seconds, amp_text.c_str()));
   log_->file_line(
-      format("epoch %lld phases: data wait %.3f s, h2d %.3f s, forward %.3f s, backward %.3f s, "
+      format("epoch %lld phases: data wait %.3f s,%s forward %.3f s, backward %.3f s, "
              "optimizer %.3f s; all-reduce %.3f s, of it exposed %.3f s; CPU %.3f s (loader workers %.3f s), "
              "thread-pool wait %.3f s",
-             static_cast<long long>(epoch), m.data_wait_seconds, m.h2d_seconds, m.forward_seconds, m.backward_seconds,
+             static_cast<long long>(epoch), m.data_wait_seconds,
+             m.h2d_copied ? format(" h2d %.3f s,", m.h2d_seconds).c_str() : "", m.forward_seconds, m.backward_seconds,
              m.optimizer_seconds, m.comm_seconds, m.comm_exposed_seconds, m.cpu_seconds, m.loader_cpu_seconds,
              m.pool_wait_seconds));
 }
 
 RunSummary Session::summary() const {
   RunSummary s;
-  s.name = c_.name;
+  s.name = o_.name;
   s.device = dev_.str();
   s.world_size = par_.device_count();
   s.epochs_run = st_.epochs_done;
@@ -635,7 +643,7 @@ RunSummary Session::summary() const {
   s.total_seconds = total_seconds();
   s.images_per_second = st_.train_seconds > 0 ? static_cast<double>(st_.train_images) / st_.train_seconds : 0.0;
   s.time_to_target_seconds = st_.time_to_target;
-  s.target_accuracy = c_.early_stop.target_accuracy;
+  s.target_accuracy = o_.early_stop.target_accuracy;
   return s;
 }
 
@@ -649,7 +657,7 @@ TrainOutcome Session::stop_for_signal(int64_t epoch, int64_t step, int sig) {
     write_file_atomic(paths_.summary, to_json(s));
   });
   std::string how = "checkpoint.resume=auto";
-  if (c_.output.run_dir.empty()) how += " output.run_dir=" + paths_.dir;
+  if (o_.output.run_dir.empty()) how += " output.run_dir=" + paths_.dir;
   log_->line(std::string("received ") + signal_name(sig) + ": wrote checkpoints/last.ckpt at epoch " +
              std::to_string(epoch) + " step " + std::to_string(step) + "; resume with " + how);
   return {paths_.dir, s, 128 + sig};
@@ -674,18 +682,7 @@ void Session::log_final(const RunSummary& s) {
 }
 
 TrainOutcome Session::run() {
-  // Installed before the data is read: a signal during setup stops at the first check below
-  // instead of killing the process without a checkpoint.
-  StopSignalGuard guard;
-  check_data_available(c_);
-  // The device before the run directory: a config naming a missing GPU writes nothing.
-  par_ = start_parallel(c_);
-  dev_ = par_.device;
   if (par_.distributed()) paths_ = RunPaths(parallel::broadcast_string(*par_.group, paths_.dir));  // rank 0's
-  // On cuda:N, N stays the current device for the whole run: every launcher sets its own guard,
-  // but a CUDA call that relies on the current device (a context-bound library call, a launch
-  // that misses its guard) would otherwise run on cuda:0 with cuda:N pointers.
-  DeviceGuard device_guard(dev_);
   open_run_dir();
   build();
   resume();
@@ -696,11 +693,11 @@ TrainOutcome Session::run() {
     stop_detail_ = st_.early_stop_reason;
     log_->line("ember-train: this run already stopped early (" + stop_detail_ + "); nothing to train");
   }
-  if (st_.early_stop_rule.empty() && st_.epochs_done >= c_.epochs) {
+  if (st_.early_stop_rule.empty() && st_.epochs_done >= o_.epochs) {
     log_->line("ember-train: " + std::to_string(st_.epochs_done) +
-               " epochs are done and epochs = " + std::to_string(c_.epochs) + ": nothing to train");
+               " epochs are done and epochs = " + std::to_string(o_.epochs) + ": nothing to train");
   }
-  for (int64_t epoch = st_.epochs_done + 1; epoch <= c_.epochs && st_.early_stop_rule.empty(); ++epoch) {
+  for (int64_t epoch = st_.epochs_done + 1; epoch <= o_.epochs && st_.early_stop_rule.empty(); ++epoch) {
     if (const int sig = max_over_ranks(par_, stop_requested() ? stop_signal() : 0))
       return stop_for_signal(epoch, st_.partial.steps, sig);
     EpochMetrics m;
@@ -711,6 +708,7 @@ TrainOutcome Session::run() {
     m.test_loss = r.loss;
     m.test_acc = r.accuracy;
     end_epoch(m);
+    if (o_.on_epoch) o_.on_epoch(m);
   }
   const RunSummary s = summary();
   on_root([&] { write_file_atomic(paths_.summary, to_json(s)); });
@@ -720,11 +718,19 @@ TrainOutcome Session::run() {
 
 }  // namespace
 
-Trainer::Trainer(ExperimentConfig config, std::vector<std::string> overrides)
-    : config_(std::move(config)), overrides_(std::move(overrides)) {}
+Trainer::~Trainer() = default;
 
 TrainOutcome Trainer::run() {
-  Session session(config_, overrides_);
+  EMBER_CHECK(!ran_, "Trainer::run: a Trainer runs once (its parts have trained); make another for another run");
+  ran_ = true;
+  // The config path installed its guard before reading data; a user's Trainer catches signals
+  // while it trains. Released when run() returns, as ember-train always did.
+  std::unique_ptr<StopSignalGuard> guard = guard_ ? std::move(guard_) : std::make_unique<StopSignalGuard>();
+  // On cuda:N, N stays the current device for the whole run: every launcher sets its own guard,
+  // but a CUDA call that relies on the current device (a context-bound library call, a launch
+  // that misses its guard) would otherwise run on cuda:0 with cuda:N pointers.
+  DeviceGuard device_guard(parts_.parallel.device);
+  Session session(parts_, options_);
   return session.run();
 }
 

@@ -27,13 +27,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Creates a placeholder file (one NUL byte: the availability check looks at names only) at `rel`
-// under `dir`, with its parent directories.
-void touch(const TempDir& dir, const fs::path& rel) {
-  fs::create_directories((dir.path() / rel).parent_path());
-  std::ofstream(dir.path() / rel).put('\0');
-}
-
 // A config where every key differs from its default and the cross-field rules still hold.
 ExperimentConfig all_non_default() {
   ExperimentConfig c;
@@ -404,59 +397,6 @@ TEST_CASE("config: default_data_path per dataset", "[cpu]") {
   CHECK(default_data_path(d).empty());
   d.path = "/x/y";
   CHECK(default_data_path(d) == "/x/y");
-}
-
-TEST_CASE("config: check_data_available finds the files or says how to get them", "[cpu]") {
-  TempDir tmp;
-  ExperimentConfig c;
-  SECTION("a missing directory is named with how to get the data") {
-    c.data.path = (tmp.path() / "nowhere").string();
-    std::string msg = error_of([&] { check_data_available(c); });
-    CHECK(msg.find("data.path: the data directory '" + c.data.path + "' does not exist") != std::string::npos);
-    CHECK(msg.find("apt-get install dataset-fashion-mnist (installs /usr/share/datasets/fashion-mnist)") !=
-          std::string::npos);
-    CHECK(msg.find("scripts/get-data.sh mnist " + c.data.path) != std::string::npos);
-    c.data.dataset = "cifar10";
-    msg = error_of([&] { check_data_available(c); });
-    CHECK(msg.find("get it with: scripts/get-data.sh cifar10 " + c.data.path) != std::string::npos);
-  }
-  SECTION("mnist: a directory missing one file names that file only") {
-    c.data.path = tmp.path().string();
-    for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte"})
-      touch(tmp, f);
-    const std::string msg = error_of([&] { check_data_available(c); });
-    CHECK(msg.find("lacks t10k-labels-idx1-ubyte (each plain or .gz) for data.dataset mnist") != std::string::npos);
-    CHECK(msg.find("train-images") == std::string::npos);
-    touch(tmp, "t10k-labels-idx1-ubyte.gz");
-    CHECK_NOTHROW(check_data_available(c));  // empty placeholders: names are what is checked
-  }
-  SECTION("cifar10: directly or in cifar-10-batches-bin") {
-    c.data.dataset = "cifar10";
-    c.data.path = tmp.path().string();
-    for (int i = 1; i <= 5; ++i) touch(tmp, "cifar-10-batches-bin/data_batch_" + std::to_string(i) + ".bin");
-    std::string msg = error_of([&] { check_data_available(c); });
-    CHECK(msg.find("cifar-10-batches-bin' lacks test_batch.bin") != std::string::npos);
-    CHECK(msg.find("get it with: scripts/get-data.sh cifar10 " + c.data.path) != std::string::npos);
-    touch(tmp, "cifar-10-batches-bin/test_batch.bin");
-    CHECK_NOTHROW(check_data_available(c));
-    c.data.path = (tmp.path() / "cifar-10-batches-bin").string();
-    CHECK_NOTHROW(check_data_available(c));
-  }
-  SECTION("cifar100: train.bin and test.bin") {
-    c.data.dataset = "cifar100";
-    c.data.path = tmp.path().string();
-    touch(tmp, "cifar-100-binary/test.bin");
-    std::string msg = error_of([&] { check_data_available(c); });
-    CHECK(msg.find("lacks train.bin for") == std::string::npos);  // the message carries the note on .gz
-    CHECK(msg.find("lacks train.bin (each plain or .gz)") != std::string::npos);
-    touch(tmp, "cifar-100-binary/train.bin");
-    CHECK_NOTHROW(check_data_available(c));
-  }
-  SECTION("synthetic data needs no files") {
-    c.data.dataset = "synthetic";
-    c.data.path = (tmp.path() / "nowhere").string();
-    CHECK_NOTHROW(check_data_available(c));
-  }
 }
 
 TEST_CASE("config: levenshtein distances", "[cpu]") {

@@ -5,6 +5,8 @@
 
 #include <cfloat>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -14,11 +16,23 @@
 #include <ember/kernels/factory.h>
 #include <ember/train/factories.h>
 #include "data/data_files.h"
+#include "support/error_of.h"
+#include "support/temp_dir.h"
 
 using namespace ember;
 using namespace ember::train;
+using ember::testing::error_of;
+using ember::testing::TempDir;
+namespace fs = std::filesystem;
 
 namespace {
+
+// Creates a placeholder file (one NUL byte: the availability check looks at names only) at `rel`
+// under `dir`, with its parent directories.
+void touch(const TempDir& dir, const fs::path& rel) {
+  fs::create_directories((dir.path() / rel).parent_path());
+  std::ofstream(dir.path() / rel).put('\0');
+}
 
 // Float64 per-channel mean and standard deviation of the images of `d`, read through
 // Dataset::get (f32 in [0, 1]): an independent path from the factory's histogram of u8 bytes.
@@ -351,5 +365,58 @@ TEST_CASE("factories: schedules count optimizer steps and change at epoch bounda
     CHECK(make_schedule(s, *opt, spe, epochs)->lr_at(20) == Approx(1.0));
     s.warmup_epochs = 1;
     CHECK_THROWS_WITH(make_schedule(s, *opt, spe, epochs), Catch::Contains("schedule.warmup_epochs"));
+  }
+}
+
+TEST_CASE("factories: check_data_available finds the files or says how to get them", "[cpu]") {
+  TempDir tmp;
+  DataConfig c;
+  SECTION("a missing directory is named with how to get the data") {
+    c.path = (tmp.path() / "nowhere").string();
+    std::string msg = error_of([&] { check_data_available(c); });
+    CHECK(msg.find("data.path: the data directory '" + c.path + "' does not exist") != std::string::npos);
+    CHECK(msg.find("apt-get install dataset-fashion-mnist (installs /usr/share/datasets/fashion-mnist)") !=
+          std::string::npos);
+    CHECK(msg.find("scripts/get-data.sh mnist " + c.path) != std::string::npos);
+    c.dataset = "cifar10";
+    msg = error_of([&] { check_data_available(c); });
+    CHECK(msg.find("get it with: scripts/get-data.sh cifar10 " + c.path) != std::string::npos);
+  }
+  SECTION("mnist: a directory missing one file names that file only") {
+    c.path = tmp.path().string();
+    for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte"})
+      touch(tmp, f);
+    const std::string msg = error_of([&] { check_data_available(c); });
+    CHECK(msg.find("lacks t10k-labels-idx1-ubyte (each plain or .gz) for data.dataset mnist") != std::string::npos);
+    CHECK(msg.find("train-images") == std::string::npos);
+    touch(tmp, "t10k-labels-idx1-ubyte.gz");
+    CHECK_NOTHROW(check_data_available(c));  // empty placeholders: names are what is checked
+  }
+  SECTION("cifar10: directly or in cifar-10-batches-bin") {
+    c.dataset = "cifar10";
+    c.path = tmp.path().string();
+    for (int i = 1; i <= 5; ++i) touch(tmp, "cifar-10-batches-bin/data_batch_" + std::to_string(i) + ".bin");
+    std::string msg = error_of([&] { check_data_available(c); });
+    CHECK(msg.find("cifar-10-batches-bin' lacks test_batch.bin") != std::string::npos);
+    CHECK(msg.find("get it with: scripts/get-data.sh cifar10 " + c.path) != std::string::npos);
+    touch(tmp, "cifar-10-batches-bin/test_batch.bin");
+    CHECK_NOTHROW(check_data_available(c));
+    c.path = (tmp.path() / "cifar-10-batches-bin").string();
+    CHECK_NOTHROW(check_data_available(c));
+  }
+  SECTION("cifar100: train.bin and test.bin") {
+    c.dataset = "cifar100";
+    c.path = tmp.path().string();
+    touch(tmp, "cifar-100-binary/test.bin");
+    std::string msg = error_of([&] { check_data_available(c); });
+    CHECK(msg.find("lacks train.bin for") == std::string::npos);  // the message carries the note on .gz
+    CHECK(msg.find("lacks train.bin (each plain or .gz)") != std::string::npos);
+    touch(tmp, "cifar-100-binary/train.bin");
+    CHECK_NOTHROW(check_data_available(c));
+  }
+  SECTION("synthetic data needs no files") {
+    c.dataset = "synthetic";
+    c.path = (tmp.path() / "nowhere").string();
+    CHECK_NOTHROW(check_data_available(c));
   }
 }

@@ -52,6 +52,7 @@ EpochMetrics random_metrics(std::mt19937_64& rng) {
        {&m.train_loss, &m.test_loss, &m.test_acc, &m.epoch_seconds, &m.images_per_second, &m.lr, &m.eval_seconds,
         &m.data_wait_seconds, &m.h2d_seconds, &m.forward_seconds, &m.backward_seconds, &m.optimizer_seconds})
     *f = random_double(rng);
+  m.h2d_copied = true;  // written (and read back) only with a copy
   return m;
 }
 
@@ -135,6 +136,7 @@ TEST_CASE("to_json_line writes one line with the keys in struct order", "[cpu]")
   EpochMetrics m;
   m.epoch = 3;
   m.test_acc = 0.5;
+  m.h2d_copied = true;
   const std::string line = to_json_line(m);
   CHECK(line.find('\n') == std::string::npos);
   CHECK(line.front() == '{');
@@ -147,6 +149,23 @@ TEST_CASE("to_json_line writes one line with the keys in struct order", "[cpu]")
     CHECK(at >= last);
     last = at;
   }
+}
+
+TEST_CASE("to_json_line leaves h2d_seconds out of an epoch without a host-to-device copy", "[cpu]") {
+  // ember's loaders deliver batches on the device: a 0 there would look measured.
+  EpochMetrics m;
+  m.epoch = 2;
+  m.h2d_seconds = 0.25;  // not written without h2d_copied
+  const std::string without = to_json_line(m);
+  CHECK(without.find("h2d_seconds") == std::string::npos);
+  CHECK(without.find("\"forward_seconds\":") != std::string::npos);
+  const EpochMetrics back = parse_epoch_metrics(without, "m", 1);
+  CHECK_FALSE(back.h2d_copied);
+  CHECK(back.h2d_seconds == 0);
+  m.h2d_copied = true;
+  const std::string with = to_json_line(m);
+  CHECK(with.find("\"h2d_seconds\":0.25") != std::string::npos);
+  CHECK(parse_epoch_metrics(with, "m", 1) == m);
 }
 
 TEST_CASE("parse_epoch_metrics reads a hand-written line, ignoring unknown keys", "[cpu]") {
@@ -181,7 +200,7 @@ TEST_CASE("parse_epoch_metrics takes absent phase times as 0", "[cpu]") {
     CHECK_FALSE(m == full);
     EpochMetrics expected = full;
     if (key == "data_wait_seconds") expected.data_wait_seconds = 0;
-    if (key == "h2d_seconds") expected.h2d_seconds = 0;
+    if (key == "h2d_seconds") expected.h2d_seconds = 0, expected.h2d_copied = false;
     if (key == "forward_seconds") expected.forward_seconds = 0;
     if (key == "backward_seconds") expected.backward_seconds = 0;
     if (key == "optimizer_seconds") expected.optimizer_seconds = 0;

@@ -163,6 +163,7 @@ TEST_CASE("trainer: a run directory holds config, metrics, summary, log and rota
     CHECK(phases <= m.epoch_seconds);
     CHECK(m.forward_seconds > 0);
     CHECK(m.backward_seconds > 0);
+    CHECK_FALSE(m.h2d_copied);  // batches arrive on the device: no h2d_seconds key in the line
     // Where the CPU went: the process used some; the loader's one worker made the batches (this
     // config is not resident), inside the process's total; callers waited no longer than the pass.
     CHECK(m.cpu_seconds > 0);

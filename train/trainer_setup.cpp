@@ -1,0 +1,121 @@
+// The ways into a Trainer (train/trainer.h): a user's parts, or an experiment config that builds
+// the same parts and options and takes the same constructor.
+#include <ember/train/trainer.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ember/core/error.h>
+#include <ember/core/rng.h>
+#include <ember/core/stream.h>
+#include <ember/data/distributed_sampler.h>
+#include <ember/train/factories.h>
+#include <ember/train/run_dir.h>
+#include <ember/train/signals.h>
+
+namespace ember::train {
+
+namespace {
+
+// What config.json records for a user's Trainer: its options in the config's form (model.name and
+// data.dataset hold the names it was given; the keys of parts it was handed keep their defaults).
+ExperimentConfig config_of_options(const TrainerOptions& o) {
+  ExperimentConfig c;
+  c.description = "a Trainer built from a program's own parts";
+  c.name = o.name;
+  c.epochs = o.epochs;
+  c.precision = precision_name(o.precision);
+  c.memory_format = o.channels_last ? "channels_last" : "contiguous";
+  c.model.name = o.model_name;
+  c.data.dataset = o.dataset_name;
+  c.optim.clip_grad_norm = o.clip_grad_norm;
+  c.early_stop = o.early_stop;
+  c.checkpoint = o.checkpoint;
+  c.output = o.output;
+  c.train.accumulation_steps = o.accumulation_steps;
+  c.train.on_nonfinite = nonfinite_policy_name(o.on_nonfinite);
+  c.parallel = o.parallel;
+  return c;
+}
+
+}  // namespace
+
+TrainerParts make_trainer_parts(const ExperimentConfig& c) {
+  check_data_available(c.data);
+  TrainerParts parts;
+  // The device before the run directory: a config naming a missing GPU writes nothing.
+  parts.parallel = start_parallel(c);
+  const ParallelRun& par = parts.parallel;
+  DeviceGuard device_guard(par.device);
+  manual_seed(c.seed);
+  const Datasets data = make_datasets(c.data, c.seed);
+  std::shared_ptr<data::Sampler> train_shard, test_shard;
+  if (par.mode == "ddp") {
+    // Every rank its own share of one permutation per epoch; of the test split, in order.
+    train_shard = std::make_shared<data::DistributedSampler>(data.train->size(), par.rank, par.world_size,
+                                                             data::DistributedSamplerOptions{.seed = c.seed});
+    test_shard = std::make_shared<data::DistributedSampler>(data.test->size(), par.rank, par.world_size,
+                                                            data::DistributedSamplerOptions{.shuffle = false});
+  }
+  parts.train_loader = make_train_loader(data, c.data, par.device, c.seed, train_shard);
+  parts.test_loader = make_test_loader(data, c.data, par.device, test_shard);
+  // The default generator initialises the model and feeds its dropout, so capture_rng() in every
+  // checkpoint covers all randomness of the model (the loaders' streams are pure functions).
+  parts.model = make_model(c.model, data.num_classes, *data.train, default_generator());
+  parts.optimizer = make_optimizer(c.optim, parts.model->parameters());
+  const int64_t steps_per_epoch =
+      (parts.train_loader->len() + c.train.accumulation_steps - 1) / c.train.accumulation_steps;
+  parts.schedule = make_schedule(c.schedule, *parts.optimizer, steps_per_epoch, c.epochs);
+  return parts;
+}
+
+TrainerOptions trainer_options(const ExperimentConfig& c, const std::vector<std::string>& overrides) {
+  TrainerOptions o;
+  o.name = c.name;
+  o.epochs = c.epochs;
+  o.precision = parse_precision(c.precision);
+  o.channels_last = c.memory_format == "channels_last";
+  o.accumulation_steps = c.train.accumulation_steps;
+  o.on_nonfinite = parse_nonfinite_policy(c.train.on_nonfinite);
+  o.clip_grad_norm = c.optim.clip_grad_norm;
+  o.early_stop = c.early_stop;
+  o.checkpoint = c.checkpoint;
+  o.output = c.output;
+  o.parallel = c.parallel;
+  o.model_name = c.model.name;
+  o.dataset_name = c.data.dataset;
+  o.config_json = [c, overrides](const std::string& resumed_from) {
+    return config_json_with_provenance(c, overrides, resumed_from);
+  };
+  return o;
+}
+
+Trainer::Trainer(TrainerParts parts, TrainerOptions options) : parts_(std::move(parts)), options_(std::move(options)) {
+  EMBER_CHECK(parts_.model && parts_.optimizer && parts_.train_loader && parts_.test_loader,
+              "Trainer: TrainerParts needs a model, an optimizer, a train_loader and a test_loader; missing:",
+              parts_.model ? "" : " model", parts_.optimizer ? "" : " optimizer",
+              parts_.train_loader ? "" : " train_loader", parts_.test_loader ? "" : " test_loader");
+  EMBER_CHECK(options_.epochs >= 1 && options_.accumulation_steps >= 1, "Trainer: expected epochs >= 1 and ",
+              "accumulation_steps >= 1, found ", options_.epochs, " and ", options_.accumulation_steps);
+  if (!options_.config_json) {
+    ExperimentConfig record = config_of_options(options_);
+    options_.config_json = [record](const std::string& resumed_from) {
+      return config_json_with_provenance(record, {}, resumed_from);
+    };
+  }
+}
+
+// The guard comes first (an argument of the delegating call): a signal while the data is read
+// stops at the run's first check instead of killing the process without a checkpoint.
+Trainer::Trainer(const ExperimentConfig& config, std::vector<std::string> overrides)
+    : Trainer(std::make_unique<StopSignalGuard>(), config, overrides) {}
+
+Trainer::Trainer(std::unique_ptr<StopSignalGuard> guard, const ExperimentConfig& config,
+                 const std::vector<std::string>& overrides)
+    : Trainer(make_trainer_parts(config), trainer_options(config, overrides)) {
+  guard_ = std::move(guard);
+}
+
+}  // namespace ember::train

@@ -43,11 +43,8 @@
 #include <string_view>
 #include <vector>
 
+#include <ember/core/device.h>
 #include <ember/core/thread_pool.h>
-
-#ifdef EMBER_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
 
 extern char** environ;
 
@@ -198,20 +195,16 @@ std::string parse_args(int argc, char** argv, Args& a) {
   return "";
 }
 
-/// --nproc-per-node gpu: the number of CUDA devices this process can see, or an error saying why none.
+/// --nproc-per-node gpu: the number of CUDA devices this process can see, or an error saying why none
+/// (the library's probe, as Device::best() uses it, with CUDA_VISIBLE_DEVICES when it is set).
 int visible_gpus(std::string& why) {
-#ifdef EMBER_WITH_CUDA
-  int n = 0;
-  const cudaError_t err = cudaGetDeviceCount(&n);
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  const std::string hint = visible ? std::string(" (CUDA_VISIBLE_DEVICES='") + visible + "')" : "";
-  if (err != cudaSuccess) why = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(err) + hint;
-  else if (n == 0) why = "cudaGetDeviceCount found no CUDA device" + hint;
-  return err == cudaSuccess ? n : 0;
-#else
-  why = "this ember-run was built without CUDA (EMBER_CUDA=OFF)";
-  return 0;
-#endif
+  const int n = ember::cuda_device_count();
+  if (n == 0) {
+    why = ember::cuda_unavailable_reason();
+    if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"))
+      why += std::string(" (CUDA_VISIBLE_DEVICES='") + visible + "')";
+  }
+  return n;
 }
 
 /// A port nobody listens on now, found by binding port 0 on `addr`. Rank 0 binds it again a moment

@@ -4,6 +4,7 @@
 // strided parameters, zero_grad, an autograd-driven step, and argument errors.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -47,16 +48,26 @@ TEST_CASE("SGD: one parameter, values by hand (plain, momentum, nesterov, weight
       // g' = 0.5 + 0.1 p: 0.6 -> p 0.94; 0.594 -> 0.8806; 0.58806 -> 0.821794
       {"weight decay 0.1", {.lr = 0.1, .weight_decay = 0.1}, 0.94, 0.8806, 0.821794},
   };
+  // Bound: SgdRef's running error bound (optim_reference.h) with ember's unit roundoff. It counts
+  // one float64 rounding per product with a hyperparameter; that u64 |term| also covers the
+  // hyperparameters' own rounding to double (0.1, 0.9 are not binary), so it bounds |ember - the
+  // exact decimal result|. The decimal expected values round once more when stored: u64 |expect|.
   for (const DType dt : {DType::f32, DType::f64}) {
     for (const Case& c : cases) {
       INFO(c.what << " " << dtype_name(dt));
       Tensor p = leaf({1.0}, {1}, dt);
       optim::SGD opt({p}, c.o);
+      SgdRef st{c.o.lr, c.o.momentum, c.o.dampening, c.o.weight_decay, c.o.nesterov};
+      st.u = unit_roundoff(dt);
+      std::vector<double> ref = {1.0};
       const double expect[3] = {c.p1, c.p2, c.p3};
       for (int s = 0; s < 3; ++s) {
         p.set_grad(from_vector({0.5}, {1}, {.dtype = dt}));
         opt.step();
-        CHECK(p.item<double>() == Approx(expect[s]).epsilon(4 * tol(dt)));
+        st.step(ref, {0.5});
+        const double bound = kSecondOrder * st.err_p[0] + unit_roundoff(DType::f64) * std::fabs(expect[s]);
+        INFO("step " << s + 1 << ", bound " << bound);
+        CHECK(std::fabs(p.item<double>() - expect[s]) <= bound);
       }
     }
   }
@@ -83,6 +94,7 @@ TEST_CASE("SGD: three steps against the float64 reference, every option combinat
         params.push_back(random_tensor(shapes[i], dt, ++seed).requires_grad_());
         ref.push_back(to_f64(params.back()));
         st[i] = SgdRef{0.05, c.momentum, c.dampening, c.weight_decay, c.nesterov};
+        st[i].u = unit_roundoff(dt);
       }
       optim::SGD opt(params, {.lr = 0.05,
                               .momentum = c.momentum,
@@ -96,12 +108,12 @@ TEST_CASE("SGD: three steps against the float64 reference, every option combinat
           st[i].step(ref[i], to_f64(g));
         }
         opt.step();
-        for (size_t i = 0; i < shapes.size(); ++i) check_param(params[i], ref[i], dt);
+        for (size_t i = 0; i < shapes.size(); ++i) check_bounded(params[i], ref[i], st[i].err_p);
       }
       // The momentum buffer is state, of the parameter's shape and dtype.
       if (c.momentum != 0) {
         REQUIRE(opt.state(0).count("momentum_buffer") == 1);
-        check_param(opt.state(0).at("momentum_buffer"), st[0].buf, dt);
+        check_bounded(opt.state(0).at("momentum_buffer"), st[0].buf, st[0].err_buf);
       } else {
         CHECK(opt.state(0).empty());
       }
@@ -115,13 +127,14 @@ TEST_CASE("SGD: a parameter without a gradient is skipped; its buffer starts at 
   std::vector<double> ra = to_f64(a), rb = to_f64(b);
   const std::vector<double> b0 = rb;
   SgdRef sa{0.1, 0.9, 0.2, 0.01, false}, sb{0.1, 0.9, 0.2, 0.01, false};
+  sa.u = sb.u = unit_roundoff(DType::f32);
   optim::SGD opt({a, b}, {.lr = 0.1, .momentum = 0.9, .dampening = 0.2, .weight_decay = 0.01});
   // Step 1: only a has a gradient.
   Tensor ga = random_tensor({4, 3}, DType::f32, 3);
   a.set_grad(ga);
   sa.step(ra, to_f64(ga));
   opt.step();
-  check_param(a, ra, DType::f32);
+  check_bounded(a, ra, sa.err_p);
   CHECK(to_f64(b) == b0);  // untouched, bit for bit
   CHECK(opt.state(1).empty());
   // Steps 2 and 3: both; b's first step initialises its buffer without dampening.
@@ -132,8 +145,8 @@ TEST_CASE("SGD: a parameter without a gradient is skipped; its buffer starts at 
     sa.step(ra, to_f64(g1));
     sb.step(rb, to_f64(g2));
     opt.step();
-    check_param(a, ra, DType::f32);
-    check_param(b, rb, DType::f32);
+    check_bounded(a, ra, sa.err_p);
+    check_bounded(b, rb, sb.err_p);
   }
 }
 
@@ -145,12 +158,13 @@ TEST_CASE("SGD: strided (non-contiguous) parameters are updated through their ow
     Tensor g = random_tensor({5, 7}, DType::f32, 32, -1, 1, Layout::Transposed);
     std::vector<double> ref = to_f64(p);
     SgdRef st{0.2, 0.5, 0, 0.1, true};
+    st.u = unit_roundoff(DType::f32);
     optim::SGD opt({p}, {.lr = 0.2, .momentum = 0.5, .weight_decay = 0.1, .nesterov = true});
     for (int s = 0; s < 2; ++s) {
       p.set_grad(g);
       st.step(ref, to_f64(g));
       opt.step();
-      check_param(p, ref, DType::f32);
+      check_bounded(p, ref, st.err_p);
     }
     // The strided layout's gaps hold 1e4 (random_tensor poisons them): still there.
     if (layout == Layout::Strided) {
@@ -183,6 +197,11 @@ TEST_CASE("SGD: a step driven by autograd (loss.backward) and set_lr", "[cpu][op
   std::vector<double> ref = to_f64(p);
   const std::vector<double> tv = to_f64(t);
   optim::SGD opt({p}, {.lr = 0.25});
+  // Running error bound, r = u + u64 = 2^-52 (ember's f64 rounding and this loop's): p - t rounds
+  // once on each side (backward's 2 d is exact: d + d), lr * g once, the subtraction once; errors
+  // already made pass through p' = p - 2 lr (p - t), whose derivative 1 - 2 lr is within [0, 1).
+  const double r = 2 * unit_roundoff(DType::f64);
+  std::vector<double> err(ref.size(), 0.0);
   for (double lr : {0.25, 0.1}) {
     opt.set_lr(lr);
     CHECK(opt.lr() == lr);
@@ -190,8 +209,12 @@ TEST_CASE("SGD: a step driven by autograd (loss.backward) and set_lr", "[cpu][op
     Tensor d = p - t;
     sum(d * d).backward();
     opt.step();
-    for (size_t i = 0; i < ref.size(); ++i) ref[i] -= lr * 2 * (ref[i] - tv[i]);
-    check_param(p, ref, DType::f64);
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const double step = lr * 2 * (ref[i] - tv[i]);
+      ref[i] -= step;
+      err[i] = (1 - 2 * lr) * err[i] + r * (2 * std::fabs(step) + std::fabs(ref[i]));
+    }
+    check_bounded(p, ref, err);
     CHECK(p.is_leaf());
     CHECK(p.requires_grad());
   }

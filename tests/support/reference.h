@@ -12,6 +12,7 @@
 //   unit_roundoff(dtype)       u, the relative error bound of one rounding to nearest in dtype
 //                              (2^-53 f64, 2^-24 f32, 2^-11 f16, 2^-8 bf16; 0 for integers): what a
 //                              bound derived from a rounding analysis is built from
+//   gamma_n(n, u)              n u / (1 - n u): the bound of n roundings of unit roundoff u
 //   loose_tol(dtype)           a loose relative tolerance with headroom, NOT one rounding: 1e-12
 //                              f64 (~9007 u), 1e-5 f32 (~168 u), 1e-3 f16 (2.048 u), 1e-2 bf16
 //                              (2.56 u); 0 for integers
@@ -23,6 +24,8 @@
 //   random_values(n, seed, lo, hi)   the raw doubles behind random_tensor(..., Layout::Contiguous)
 //   round_to(dtype, v)         v rounded to dtype the way a store into that dtype rounds it
 //   check_close(actual, expected, rtol, atol)   CHECKs every element, reports the first misses
+//   check_bounded(actual, expected, bound)   CHECKs |actual - expected| <= kSecondOrder * bound[i]
+//                              (kSecondOrder = 1.01: the O(u^2) terms a first-order bound drops)
 //   acc_of(dtype)              the dtype kernels accumulate dtype in (f64 or f32)
 //   reduced_dims(nd, dims), reduce_ref(op, vals, shape, red)   float64 reduction reference
 //   pool_window_ref(o, k, s, pad, in), adaptive_window_ref(o, out, in),
@@ -62,6 +65,13 @@ inline double unit_roundoff(DType dt) {
     default:
       return 0.0;
   }
+}
+
+/// gamma_n = n u / (1 - n u) for unit roundoff u (n u < 1): the relative bound of n roundings,
+/// |prod (1 + d_i)^(+-1) - 1| <= gamma_n for |d_i| <= u, e.g. a sum or dot product of n terms.
+inline double gamma_n(int64_t n, double u) {
+  const double nu = static_cast<double>(n) * u;
+  return nu / (1 - nu);
 }
 
 /// A loose relative tolerance with headroom for results of a few roundings in `dt`. It is NOT one
@@ -240,6 +250,37 @@ inline void check_close(const Tensor& actual, const std::vector<double>& expecte
   }
   INFO("shape " << actual.shape_str() << " dtype " << dtype_name(actual.dtype()) << ", rtol " << rtol << " atol "
                 << atol << ", " << bad << " mismatches:\n"
+                << os.str());
+  CHECK(bad == 0);
+}
+
+/// Factor over a first-order rounding bound (a sum of n u |term| contributions) for the O(u^2)
+/// products of roundings it drops: below n u of the bound, far under 1% for the n of these tests.
+inline constexpr double kSecondOrder = 1.01;
+
+/// CHECKs |actual - expected| <= kSecondOrder * bound elementwise, bound a first-order rounding
+/// bound per element (NaN matches NaN, equal infinities match). Reports up to 5 mismatches and
+/// the largest |actual - expected| / bound (how tight the bound is).
+inline void check_bounded(const Tensor& actual, const std::vector<double>& expected, const std::vector<double>& bound) {
+  const std::vector<double> got = to_f64(actual);
+  REQUIRE(got.size() == expected.size());
+  REQUIRE(bound.size() == expected.size());
+  int bad = 0;
+  double worst = 0;
+  std::ostringstream os;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = got[i], e = expected[i], b = kSecondOrder * bound[i];
+    bool ok;
+    if (std::isnan(e)) ok = std::isnan(g);
+    else if (std::isinf(e)) ok = g == e;
+    else {
+      ok = std::fabs(g - e) <= b;
+      if (b > 0) worst = std::max(worst, std::fabs(g - e) / b);
+    }
+    if (!ok && bad++ < 5) os << "  [" << i << "] got " << g << " expected " << e << " bound " << b << "\n";
+  }
+  INFO("shape " << actual.shape_str() << " dtype " << dtype_name(actual.dtype()) << ", largest error / bound " << worst
+                << ", " << bad << " mismatches:\n"
                 << os.str());
   CHECK(bad == 0);
 }

@@ -54,16 +54,19 @@ TEST_CASE("Normalize: per channel against a float64 reference", "[cpu][data]") {
   REQUIRE(out.sizes() == img.sizes());
   std::vector<double> x = to_f64(img), y = to_f64(out);
   const double m[3] = {0.49f, 0.48f, 0.45f}, s[3] = {0.25f, 0.2f, 0.26f};
+  // y = fl(fl(x - m) / s) in f32 from f32 x, m, s: the difference rounds by u32 |x - m| (u32 |y| s)
+  // and the quotient by u32 |y|; the reference's two double roundings add 2 u64 |y|.
+  const double rel = kSecondOrder * (2 * unit_roundoff(DType::f32) + 2 * unit_roundoff(DType::f64));
   for (size_t k = 0; k < x.size(); ++k) {
     size_t c = k / 35;
     double ref = (x[k] - m[c]) / s[c];
-    CHECK(y[k] == Approx(ref).epsilon(2 * tol(DType::f32)).margin(tol(DType::f32)));
+    CHECK(y[k] == Approx(ref).epsilon(rel));
   }
   // The input is not modified.
   CHECK(to_f64(img) == x);
   // One value for every channel.
   Tensor one = data::Normalize({0.5f}, {0.5f}).apply(img, rng);
-  CHECK(to_f64(one)[40] == Approx((x[40] - 0.5) / 0.5).epsilon(2e-5));
+  CHECK(to_f64(one)[40] == Approx((x[40] - 0.5) / 0.5).epsilon(rel));
   CHECK_THROWS_WITH(data::Normalize({0.1f, 0.2f}, {1.f, 1.f}).apply(img, rng),
                     Contains("2 mean values") && Contains("3 channels"));
   CHECK_THROWS_WITH(data::Normalize({0.1f}, {0.f}), Contains("std > 0"));

@@ -83,8 +83,8 @@ Reference reference(const Case& c, const std::vector<double>& x, const std::vect
   return r;
 }
 
-/// |got - expected| <= rtol * (mag + tiny) per element: a float sum of terms whose magnitudes add
-/// up to mag is off by at most ~ u * sqrt(K) * mag in practice.
+/// |got - expected| <= rtol * (mag + tiny) per element: a float sum of K terms whose magnitudes add
+/// up to mag, in any order, is within gamma_K(u) * mag of the exact sum (sum_rtol).
 void check_scaled(const Tensor& got_t, const std::vector<double>& expected, const std::vector<double>& mag, double rtol,
                   const std::string& what) {
   const std::vector<double> got = to_f64(got_t);
@@ -101,6 +101,17 @@ void check_scaled(const Tensor& got_t, const std::vector<double>& expected, cons
   }
   INFO(what << ": " << bad << " mismatches (rtol " << rtol << ")\n" << first);
   CHECK(bad == 0);
+}
+
+/// rtol (check_scaled) of a result that sums K terms, products or the bias: each term rounds at
+/// most K times in the kernel's accumulation dtype acc_of(dt) (its product, then at most K - 1
+/// sums, whatever the order or blocking of the GEMM), so the kernel is within gamma_K(u_acc) * mag
+/// of the exact sum and the float64 loop within gamma_K(u64) * mag; a 16-bit dt adds the final
+/// rounding of a result of at most (1 + gamma_K(u_acc)) mag: u_dt (1 + gamma_K(u_acc)).
+double sum_rtol(DType dt, int64_t K) {
+  const double ua = unit_roundoff(acc_of(dt)), u64 = unit_roundoff(DType::f64);
+  const double ud = dt == DType::f16 || dt == DType::bf16 ? unit_roundoff(dt) : 0.0;
+  return gamma_n(K, ua) * (1 + ud) + ud + gamma_n(K, u64);
 }
 
 /// Runs the three directions against the float64 loops; with `channels_last` also with every 4-D
@@ -124,18 +135,19 @@ void run_case(const Case& c, DType dt, Layout x_layout, Layout w_layout, uint64_
   REQUIRE(Ho == r.Ho);
   REQUIRE(Wo == r.Wo);
 
-  const double rtol_f = dt == DType::f64 ? 1e-13 : tol_sum(dt, Cg * c.kh * c.kw + 1);
+  // Forward: Cg kh kw products and the bias; backward input: Og kh kw; weight: N Ho Wo.
+  const double rtol_f = sum_rtol(dt, Cg * c.kh * c.kw + 1);
   Tensor out = kernels::conv2d(x, w, b, c.p);
   REQUIRE(out.sizes() == Shape{c.N, c.O, Ho, Wo});
   REQUIRE(out.dtype() == dt);
   check_scaled(out, r.out, r.out_mag, rtol_f, "forward");
 
-  const double rtol_x = dt == DType::f64 ? 1e-13 : tol_sum(dt, (c.O / c.p.groups) * c.kh * c.kw);
+  const double rtol_x = sum_rtol(dt, (c.O / c.p.groups) * c.kh * c.kw);
   Tensor gx = kernels::conv2d_backward_input(g, w, xs, MemoryFormat::contiguous, c.p);
   REQUIRE(gx.sizes() == xs);
   check_scaled(gx, r.gx, r.gx_mag, rtol_x, "backward input");
 
-  const double rtol_w = dt == DType::f64 ? 1e-13 : tol_sum(dt, c.N * Ho * Wo);
+  const double rtol_w = sum_rtol(dt, c.N * Ho * Wo);
   Tensor gw = kernels::conv2d_backward_weight(g, x, ws, c.p);
   REQUIRE(gw.sizes() == ws);
   check_scaled(gw, r.gw, r.gw_mag, rtol_w, "backward weight");
@@ -242,11 +254,13 @@ TEST_CASE("conv2d in f16 and bf16 (computed in f32, rounded once)", "[cpu]") {
     const int64_t Ho = kernels::conv_out_size(6, 3, 1, 1, 1), Wo = kernels::conv_out_size(7, 3, 2, 0, 1);
     Tensor g = random_tensor({2, 4, Ho, Wo}, dt, 4);
     const Reference r = reference(c, to_f64(x), to_f64(w), to_f64(b), to_f64(g));
-    // One rounding of the result to dt dominates (the f32 sum is far more accurate).
-    check_scaled(kernels::conv2d(x, w, b, c.p), r.out, r.out_mag, 2 * tol(dt), "forward");
-    check_scaled(kernels::conv2d_backward_input(g, w, xs, MemoryFormat::contiguous, c.p), r.gx, r.gx_mag, 2 * tol(dt),
-                 "backward input");
-    check_scaled(kernels::conv2d_backward_weight(g, x, ws, c.p), r.gw, r.gw_mag, 2 * tol(dt), "backward weight");
+    // Computed in f32 from exactly widened operands (products of 16-bit values are exact in f32,
+    // counted anyway) and rounded once to dt: sum_rtol, whose u_dt dominates.
+    check_scaled(kernels::conv2d(x, w, b, c.p), r.out, r.out_mag, sum_rtol(dt, 2 * 3 * 3 + 1), "forward");
+    check_scaled(kernels::conv2d_backward_input(g, w, xs, MemoryFormat::contiguous, c.p), r.gx, r.gx_mag,
+                 sum_rtol(dt, 2 * 3 * 3), "backward input");
+    check_scaled(kernels::conv2d_backward_weight(g, x, ws, c.p), r.gw, r.gw_mag, sum_rtol(dt, 2 * Ho * Wo),
+                 "backward weight");
   }
 }
 

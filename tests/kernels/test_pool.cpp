@@ -94,6 +94,25 @@ const std::vector<kernels::Pool2dParams>& pool_cases() {
   return cases;
 }
 
+/// Bounds of kernels/cpu/pool.cpp's averages against avg_ref for inputs and gradients in [-1, 1]
+/// (ua: its accumulation dtype acc_of(dt); us: the store into a 16-bit dt). Forward: a window of at
+/// most K elements summed in ua and divided by its count (>= its number of elements), so within
+/// gamma_K(ua) sum|x| / count + ua |out| <= gamma_K(ua) + ua; avg_ref divides each term and sums
+/// in double, gamma_K(u64); the store us |out|. Backward: each input sums g / count over the at
+/// most M windows covering it (a division and at most M - 1 sums, gamma_M, on each side) with
+/// sum |g| / count <= M; the store us |grad|. So rtol us and atol the rest.
+struct AvgBound {
+  double rt, at_out, at_grad;
+};
+AvgBound avg_bound(DType dt, int64_t K, int64_t M) {
+  const double ua = unit_roundoff(acc_of(dt)), u64 = unit_roundoff(DType::f64);
+  const double us = dt == DType::f16 || dt == DType::bf16 ? unit_roundoff(dt) : 0.0;
+  return {us, kSecondOrder * (gamma_n(K, ua) + ua + gamma_n(K, u64)),
+          kSecondOrder * M * (gamma_n(M, ua) + gamma_n(M, u64))};
+}
+/// Windows along a dim covering one input: ceil(k / s) for strided windows.
+int64_t covering(int64_t k, int64_t s) { return (k + s - 1) / s; }
+
 }  // namespace
 
 TEST_CASE("pool_out_size follows PyTorch's rule, including ceil_mode's last-window check", "[cpu]") {
@@ -136,9 +155,12 @@ TEST_CASE("max_pool2d values, indices and backward match float64 loops", "[cpu]"
         }
         CHECK(bad == 0);
         if (dt == DType::f32 || dt == DType::f64) {
-          // Overlapping windows add several gradients into one input: a short sum.
-          check_close(kernels::max_pool2d_backward(g, r.indices, x.sizes(), MemoryFormat::contiguous), ref.grad,
-                      4 * tol(dt), 4 * tol(dt));
+          // Overlapping windows add the gradients (|g| < 1) of at most M windows into one input, in
+          // dt: within gamma_M(u) M of the exact sum, the float64 loop within gamma_M(u64) M.
+          const int64_t M = covering(p.kernel_h, p.stride_h) * covering(p.kernel_w, p.stride_w);
+          const double at = M * (gamma_n(M, unit_roundoff(dt)) + gamma_n(M, unit_roundoff(DType::f64)));
+          check_close(kernels::max_pool2d_backward(g, r.indices, x.sizes(), MemoryFormat::contiguous), ref.grad, 0.0,
+                      kSecondOrder * at);
         }
       }
     }
@@ -177,10 +199,11 @@ TEST_CASE("avg_pool2d and its backward match float64 loops (count_include_pad bo
       const Ref ref = avg_ref(to_f64(x), to_f64(g), N * C, H, W, Ho, Wo, &p);
       Tensor out = kernels::avg_pool2d(x, p);
       REQUIRE(out.sizes() == Shape{N, C, Ho, Wo});
-      // Values in [-1, 1): sums of up to 16 terms, so an absolute tolerance is the right scale.
-      const double t = dt == DType::f64 ? 1e-14 : (dt == DType::f32 ? tol_sum(dt, 16) : 2 * tol(dt));
-      check_close(out, ref.out, t, t);
-      check_close(kernels::avg_pool2d_backward(g, x.sizes(), MemoryFormat::contiguous, p), ref.grad, t, t);
+      // avg_bound: windows of at most kh kw elements, at most covering(k, s) windows per dim.
+      const AvgBound b =
+          avg_bound(dt, p.kernel_h * p.kernel_w, covering(p.kernel_h, p.stride_h) * covering(p.kernel_w, p.stride_w));
+      check_close(out, ref.out, b.rt, b.at_out);
+      check_close(kernels::avg_pool2d_backward(g, x.sizes(), MemoryFormat::contiguous, p), ref.grad, b.rt, b.at_grad);
     }
   }
 }
@@ -197,9 +220,13 @@ TEST_CASE("adaptive_avg_pool2d and its backward match float64 loops", "[cpu]") {
       const Ref ref = avg_ref(to_f64(x), to_f64(g), N * C, H, W, oh, ow, nullptr);
       Tensor out = kernels::adaptive_avg_pool2d(x, oh, ow);
       REQUIRE(out.sizes() == Shape{N, C, oh, ow});
-      const double t = dt == DType::f64 ? 1e-14 : (dt == DType::f32 ? tol_sum(dt, H * W) : 2 * tol(dt));
-      check_close(out, ref.out, t, t);
-      check_close(kernels::adaptive_avg_pool2d_backward(g, x.sizes(), MemoryFormat::contiguous), ref.grad, t, t);
+      // avg_bound: an adaptive window spans at most ceil(in / out) + 1 inputs per dim, and at most
+      // ceil(out / in) + 1 windows cover an input.
+      const AvgBound b =
+          avg_bound(dt, (covering(H, oh) + 1) * (covering(W, ow) + 1), (covering(oh, H) + 1) * (covering(ow, W) + 1));
+      check_close(out, ref.out, b.rt, b.at_out);
+      check_close(kernels::adaptive_avg_pool2d_backward(g, x.sizes(), MemoryFormat::contiguous), ref.grad, b.rt,
+                  b.at_grad);
     }
   }
 }

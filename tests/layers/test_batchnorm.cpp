@@ -15,11 +15,12 @@
 
 using namespace ember;
 using ember::layers::BatchNorm2d;
-using ember::testing::check_close;
+using ember::testing::check_bounded;
+using ember::testing::gamma_n;
 using ember::testing::Layout;
 using ember::testing::random_tensor;
 using ember::testing::to_f64;
-using ember::testing::tol;
+using ember::testing::unit_roundoff;
 
 namespace {
 
@@ -58,10 +59,29 @@ std::vector<double> normalize_ref(const std::vector<double>& x, const std::vecto
   return y;
 }
 
-double max_abs(const std::vector<double>& v) {
-  double m = 0;
-  for (double x : v) m = std::max(m, std::abs(x));
-  return m;
+/// Per-element bound of kernels/cpu/norm.cpp's f32 output y = fl(fl(x * scale) + shift), scale and
+/// shift computed in double and rounded to f32 (s = invstd w, shift = b - mean s), against
+/// normalize_ref: u32 for scale's cast and the product (2 |x s|), shift's cast (|b| + |mean s|) and
+/// the sum (|y|); the statistics, in double on both sides: each side's mean within dm / 2 of the
+/// exact one (moves y by |s| dm), each side's s within ds / 2 relative (moves y by ds |s (x - mean)|);
+/// the other double roundings (shift's two, the reference's four): 6 u64 of the magnitudes.
+std::vector<double> normalize_bound(const std::vector<double>& x, const std::vector<double>& mean,
+                                    const std::vector<double>& var, const std::vector<double>& w,
+                                    const std::vector<double>& b, int64_t N, int64_t C, int64_t S, double eps,
+                                    const std::vector<double>& dm, const std::vector<double>& ds) {
+  const double u32 = unit_roundoff(DType::f32), u64 = unit_roundoff(DType::f64);
+  const std::vector<double> y = normalize_ref(x, mean, var, w, b, N, C, S, eps);
+  std::vector<double> bound(x.size());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < S; ++i) {
+        const int64_t k = (n * C + c) * S + i;
+        const double sc = std::fabs(w[c] / std::sqrt(var[c] + eps));
+        const double xs = std::fabs(x[k]) * sc, ms = std::fabs(mean[c]) * sc, ay = std::fabs(y[k]);
+        bound[k] = u32 * (2 * xs + std::fabs(b[c]) + ms + ay) + sc * dm[c] + ds[c] * sc * std::fabs(x[k] - mean[c]) +
+                   6 * u64 * (xs + ms + std::fabs(b[c]) + ay);
+      }
+  return bound;
 }
 
 }  // namespace
@@ -82,7 +102,9 @@ TEST_CASE("BatchNorm2d: training forward and running statistics vs float64 refer
   }
   const auto w = to_f64(bn.weight()), b = to_f64(bn.bias());
   std::vector<double> rm(C, 0.0), rv(C, 1.0);
+  std::vector<double> e_rm(C, 0.0), e_rv(C, 0.0);  // running error bounds of rm and rv
   const double momentum = 0.1, eps = 1e-5;
+  const double u32 = unit_roundoff(DType::f32), u64 = unit_roundoff(DType::f64);
   for (int step = 0; step < 2; ++step) {
     // Non-contiguous input with a channel offset so mean and variance differ per channel.
     Tensor x = random_tensor({N, C, H, W}, DType::f32, 10 + step, -2.0, 3.0, Layout::Transposed);
@@ -90,14 +112,32 @@ TEST_CASE("BatchNorm2d: training forward and running statistics vs float64 refer
     Tensor y = bn.forward(x);
     const Stats st = channel_stats(xv, N, C, S);
     const auto ref = normalize_ref(xv, st.mean, st.var_biased, w, b, N, C, S, eps);
-    // y = x * scale + shift in f32: a few roundings relative to |x * scale| + |shift| <= ~max|y| scale.
-    check_close(y, ref, 4 * tol(DType::f32), 8 * tol(DType::f32) * max_abs(ref));
+    // The statistics, both sides in double over M = N S values: the mean's sum within
+    // gamma_M(u64) sum |x| and its division u64 |mean|; the variance sums M squares of deviations
+    // (the deviation, square and sum: gamma_{M+2}(u64) relative; the mean's error cancels to first
+    // order), then /M, + eps, sqrt, 1 / and * w: 5 u64 more on s. Doubled: two sides.
+    const int64_t M = N * S;
+    std::vector<double> dm(C), ds(C, 2 * (gamma_n(M + 2, u64) + 5 * u64)), dv(C);
     for (int64_t c = 0; c < C; ++c) {
+      double sum_abs = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < S; ++i) sum_abs += std::fabs(xv[(n * C + c) * S + i]);
+      dm[c] = 2 * (gamma_n(M, u64) * sum_abs / M + u64 * std::fabs(st.mean[c]));
+      dv[c] = 2 * (gamma_n(M + 2, u64) + u64) * st.var_unbiased[c];
+    }
+    check_bounded(y, ref, normalize_bound(xv, st.mean, st.var_biased, w, b, N, C, S, eps, dm, ds));
+    // running = (1 - momentum) running + momentum batch in double (four roundings each side), then
+    // rounded to f32 (u32); the stored f32 running value carries its previous error.
+    for (int64_t c = 0; c < C; ++c) {
+      const double a_rm = (1 - momentum) * std::fabs(rm[c]) + momentum * std::fabs(st.mean[c]);
+      const double a_rv = (1 - momentum) * std::fabs(rv[c]) + momentum * st.var_unbiased[c];
       rm[c] = (1 - momentum) * rm[c] + momentum * st.mean[c];
       rv[c] = (1 - momentum) * rv[c] + momentum * st.var_unbiased[c];
+      e_rm[c] = (1 - momentum) * e_rm[c] + momentum * dm[c] + u32 * std::fabs(rm[c]) + 8 * u64 * a_rm;
+      e_rv[c] = (1 - momentum) * e_rv[c] + momentum * dv[c] + u32 * std::fabs(rv[c]) + 8 * u64 * a_rv;
     }
-    check_close(bn.running_mean(), rm, 4 * tol(DType::f32), 4 * tol(DType::f32));
-    check_close(bn.running_var(), rv, 4 * tol(DType::f32), 4 * tol(DType::f32));
+    check_bounded(bn.running_mean(), rm, e_rm);
+    check_bounded(bn.running_var(), rv, e_rv);
     CHECK(bn.num_batches_tracked().item<int64_t>() == step + 1);
   }
 }
@@ -116,8 +156,14 @@ TEST_CASE("BatchNorm2d: eval mode normalizes with the running statistics and lea
   bn.eval();
   Tensor x = random_tensor({N, C, H, W}, DType::f32, 7);
   Tensor y = bn.forward(x);
-  const auto ref = normalize_ref(to_f64(x), rm, rv, to_f64(bn.weight()), to_f64(bn.bias()), N, C, S, 1e-3);
-  check_close(y, ref, 4 * tol(DType::f32), 8 * tol(DType::f32) * max_abs(ref));
+  const auto xv = to_f64(x), wv = to_f64(bn.weight()), bv = to_f64(bn.bias());
+  const auto ref = normalize_ref(xv, rm, rv, wv, bv, N, C, S, 1e-3);
+  // normalize_bound with the running statistics as given (exact: dm = 0) and s from rv + eps, the
+  // sqrt, 1 / and * w in double on each side (4 u64, doubled).
+  const double u64 = unit_roundoff(DType::f64);
+  check_bounded(
+      y, ref,
+      normalize_bound(xv, rm, rv, wv, bv, N, C, S, 1e-3, std::vector<double>(C, 0.0), std::vector<double>(C, 8 * u64)));
   CHECK(to_f64(bn.running_mean()) == rm);
   CHECK(to_f64(bn.running_var()) == rv);
   CHECK(bn.num_batches_tracked().item<int64_t>() == 0);

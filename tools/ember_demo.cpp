@@ -3,20 +3,22 @@
 // public API (<ember/ember.h>): tensors, layers::Sequential of Linear/ReLU, layers::cross_entropy,
 // backward, optim::SGD, NoGradGuard.
 //
-//   ember-demo [--steps N] [--lr X] [--device cpu|cuda|cuda:N] [--seed S]
-// Exits 1 when training did not lower the loss (so CI can run it as a smoke test).
+//   ember-demo [--steps N] [--lr X] [--device auto|cpu|cuda|cuda:N] [--seed S]
+// Exits 2 on a bad command line (naming the flag and the value), 1 when training did not lower the
+// loss (so CI can run it as a smoke test).
 #include <ember/ember.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <initializer_list>
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 using namespace ember;
@@ -28,26 +30,67 @@ struct Options {
   double lr = 0.1;
   double momentum = 0.9;
   uint64_t seed = 1;
-  std::string device = "best";
+  std::string device = "auto";
 };
+
+constexpr const char* kUsage =
+    "usage: ember-demo [--steps N] [--lr X] [--device auto|cpu|cuda|cuda:N] [--seed S]\n"
+    "Trains a 2-64-64-3 MLP on a synthetic 3-class spiral and prints the loss going down and the\n"
+    "final train and held-out accuracy. Exits 1 when training did not lower the loss.\n"
+    "\n"
+    "options:\n"
+    "  --steps N    SGD steps, N >= 1 (default 300)\n"
+    "  --lr X       learning rate, X > 0 (default 0.1)\n"
+    "  --device D   auto (the first usable GPU, else the CPU), cpu, cuda or cuda:N (default auto)\n"
+    "  --seed S     seed of the data and the initial weights (default 1)\n"
+    "  -h, --help   this text\n";
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::fprintf(stderr, "ember-demo: %s\n\n%s", message.c_str(), kUsage);
+  std::exit(2);
+}
+
+// The whole of `text` as a number of type T (from_chars: no sign for unsigned, no trailing junk).
+template <typename T> T number(const char* flag, const std::string& text) {
+  T v{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty())
+    usage_error(std::string(flag) + " '" + text + "' is not " +
+                (std::is_floating_point_v<T> ? "a number" : "a whole number in range"));
+  return v;
+}
 
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
-    auto value = [&](const char* flag) -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "ember-demo: %s needs a value\n", flag);
-        std::exit(2);
-      }
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage_error(arg + " needs a value");
       return argv[++i];
     };
-    if (!std::strcmp(argv[i], "--steps")) o.steps = std::atoi(value("--steps"));
-    else if (!std::strcmp(argv[i], "--lr")) o.lr = std::atof(value("--lr"));
-    else if (!std::strcmp(argv[i], "--seed")) o.seed = std::strtoull(value("--seed"), nullptr, 10);
-    else if (!std::strcmp(argv[i], "--device")) o.device = value("--device");
-    else {
-      std::fprintf(stderr, "usage: ember-demo [--steps N] [--lr X] [--device cpu|cuda|cuda:N] [--seed S]\n");
-      std::exit(2);
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (arg == "--steps") {
+      o.steps = number<int>("--steps", value());
+      if (o.steps < 1) usage_error("--steps " + std::to_string(o.steps) + ": at least 1 step");
+    } else if (arg == "--lr") {
+      o.lr = number<double>("--lr", value());
+      if (!(o.lr > 0) || !std::isfinite(o.lr)) usage_error("--lr " + std::string(argv[i]) + ": must be > 0");
+    } else if (arg == "--seed") {
+      o.seed = number<uint64_t>("--seed", value());
+    } else if (arg == "--device") {
+      o.device = value();
+      if (o.device != "auto") {
+        try {
+          (void)Device(o.device).validate();  // a device this machine lacks is the user's input too
+        } catch (const Error& e) {
+          std::fprintf(stderr, "ember-demo: --device '%s': %s\n", o.device.c_str(), e.message().c_str());
+          std::exit(2);
+        }
+      }
+    } else {
+      usage_error("unknown flag '" + arg + "'");
     }
   }
   return o;
@@ -86,7 +129,7 @@ double accuracy(const Tensor& logits, const Tensor& y) {
 int main(int argc, char** argv) {
   const Options opt = parse(argc, argv);
   try {
-    const Device dev = opt.device == "best" ? Device::best() : Device(opt.device).validate();
+    const Device dev = opt.device == "auto" ? Device::best() : Device(opt.device);
     std::printf(
         "ember-demo: 2-%d-%d-%d MLP on a %d-class spiral (%d points), device %s, %d steps of SGD "
         "(lr %.2f, momentum %.1f)\n",

@@ -107,8 +107,9 @@ int main(int argc, char** argv) {
     }
     const std::string table = ember::report::write_report(runs, out_dir);
     std::fputs(table.c_str(), stdout);
-    std::printf("wrote %sreport.md, %sloss.svg, %saccuracy.svg, %sthroughput.svg\n", d.c_str(), d.c_str(), d.c_str(),
-                d.c_str());
+    std::string wrote;
+    for (const std::string& f : ember::report::report_files(runs)) wrote += (wrote.empty() ? "" : ", ") + d + f;
+    std::printf("wrote %s\n", wrote.c_str());
   } catch (const ember::Error& e) {  // a bad run directory: the message alone, without the check's location
     std::fprintf(stderr, "ember-report: %s\n", e.message().c_str());
     return kExitError;

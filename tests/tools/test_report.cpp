@@ -548,11 +548,22 @@ TEST_CASE("write_report plots the fp16 loss scale and counts skipped steps", "[c
   check_well_formed(svg);
   CHECK(count_of(svg, "<polyline") == 1);  // the fp32 run has no loss scale
   CHECK_THAT(svg, Catch::Contains(">log2(loss scale)</text>") && Catch::Contains(">fp16</text>"));
+  // report_files() lists what was written, the loss-scale plot included (ember-report's "wrote" line).
+  CHECK(report_files({fp16, fp32}) ==
+        std::vector<std::string>{"report.md", "loss.svg", "accuracy.svg", "throughput.svg", "loss_scale.svg"});
+  for (const std::string& f : report_files({fp16, fp32})) CHECK(fs::exists(tmp.path() / f));
   // Without fp16 runs there is no loss-scale plot.
   TempDir none;
   write_report({fp32}, none.str());
   CHECK_FALSE(fs::exists(none.path() / "loss_scale.svg"));
   CHECK_THAT(read_text(none.path() / "report.md"), !Catch::Contains("loss_scale.svg"));
+  CHECK(report_files({fp32}) == std::vector<std::string>{"report.md", "loss.svg", "accuracy.svg", "throughput.svg"});
+  // One skipped step is one "step".
+  fp16.epochs[0].skipped_steps = 0;
+  fp16.epochs[2].skipped_steps = 1;
+  TempDir one;
+  write_report({fp16}, one.str());
+  CHECK_THAT(read_text(one.path() / "report.md"), Catch::Contains("after the last epoch, 1 step skipped"));
 }
 
 // ---- ember-report --scaling ----
@@ -581,9 +592,10 @@ EpochMetrics scaling_epoch(int64_t n, double seconds, double images, double comm
 
 // A run directory as ember-train writes one.
 std::string write_run(const fs::path& dir, const std::string& name, int64_t world, double best,
-                      const std::vector<EpochMetrics>& epochs) {
+                      const std::vector<EpochMetrics>& epochs, const std::string& stop_reason = "completed") {
   fs::create_directories(dir);
   RunSummary s;
+  s.stop_reason = stop_reason;
   s.name = name;
   s.device = "cpu";
   s.world_size = world;
@@ -708,6 +720,7 @@ TEST_CASE("scaling table: runs by world size, means after warm-up, speedup, effi
                        Catch::Contains("that of 'mnist-1' (world 1)") &&
                        Catch::Contains("- mnist-4 (world 4): communication-bound: 30%"));
   CHECK(text.find("Warning") == std::string::npos);  // every run saw 50000 images per epoch
+  CHECK(text.find("WARNING") == std::string::npos);  // and trained 4 epochs, all "completed"
 }
 
 TEST_CASE("scaling table: runs of one or two epochs are averaged whole and ties keep the given order", "[cpu]") {
@@ -763,6 +776,28 @@ TEST_CASE("scaling report warns when runs saw different numbers of images per ep
   const std::string text = scaling_text(scaling_rows(read_runs({one, two})));
   CHECK_THAT(text, Catch::Contains("Warning: the runs trained on different numbers of images per epoch (one 50000; "
                                    "two 25000)"));
+}
+
+TEST_CASE("scaling report warns first when runs trained different epochs or stopped for different reasons", "[cpu]") {
+  // docs/scaling.md's recipe once left patience on: the 2-process run stopped after 3 epochs.
+  TempDir tmp;
+  const auto e = [](int64_t n) { return scaling_epoch(n, 10, 50000, 0, 0, 0.5, {1, 1, 1, 1}); };
+  const std::string one = write_run(tmp.path() / "one", "one", 1, 0.5, {e(1), e(2), e(3), e(4), e(5)});
+  const std::string two = write_run(tmp.path() / "two", "two", 2, 0.5, {e(1), e(2), e(3)}, "patience");
+  const auto rows = scaling_rows(read_runs({one, two}));
+  const std::string text = scaling_text(rows);
+  CHECK_THAT(text, Catch::StartsWith(scaling_table(rows) + "\nWARNING: the runs trained different numbers of epochs "
+                                                           "or stopped for different reasons (one: 5 epochs, "
+                                                           "completed; two: 3 epochs, patience)") &&
+                       Catch::Contains("early_stop.target_accuracy=null early_stop.patience=0"));
+  // The same epochs but a different reason (a target reached on the last epoch) still warns.
+  const std::string target =
+      write_run(tmp.path() / "target", "target", 2, 0.5, {e(1), e(2), e(3), e(4), e(5)}, "target");
+  CHECK_THAT(scaling_text(scaling_rows(read_runs({one, target}))),
+             Catch::Contains("(one: 5 epochs, completed; target: 5 epochs, target)"));
+  // The same epochs and reason: no warning.
+  const std::string same = write_run(tmp.path() / "same", "same", 2, 0.5, {e(1), e(2), e(3), e(4), e(5)});
+  CHECK_THAT(scaling_text(scaling_rows(read_runs({one, same}))), !Catch::Contains("WARNING"));
 }
 
 TEST_CASE("scaling report refuses runs of one world size and runs without a summary", "[cpu]") {

@@ -264,7 +264,7 @@ std::string write_report(const std::vector<RunRecord>& runs, const std::string& 
     }
     if (last_scale > 0)
       md << "; fp16 loss scale " << fixed(last_scale, 0) << " after the last epoch, " << fixed(skipped, 0)
-         << " steps skipped";
+         << (skipped == 1 ? " step" : " steps") << " skipped";
     md << "\n";
   }
   md << "\n## Plots\n\n![loss per epoch](loss.svg)\n\n![test accuracy per epoch](accuracy.svg)\n\n"
@@ -277,11 +277,20 @@ std::string write_report(const std::vector<RunRecord>& runs, const std::string& 
                     svg_line_chart("Test accuracy per epoch", "epoch", "test accuracy", accuracy));
   write_file_atomic((out / "throughput.svg").string(),
                     svg_bar_chart("Training throughput per run", "images/s", labels, throughput));
-  if (!scale.empty())
+  if (!scale.empty())  // report_files() lists it under the same condition
     write_file_atomic((out / "loss_scale.svg").string(),
                       svg_line_chart("fp16 loss scale at the end of each epoch", "epoch", "log2(loss scale)", scale));
   write_file_atomic((out / "report.md").string(), md.str());
   return table;
+}
+
+std::vector<std::string> report_files(const std::vector<RunRecord>& runs) {
+  std::vector<std::string> files = {"report.md", "loss.svg", "accuracy.svg", "throughput.svg"};
+  const bool fp16 = std::any_of(runs.begin(), runs.end(), [](const RunRecord& r) {
+    return std::any_of(r.epochs.begin(), r.epochs.end(), [](const EpochMetrics& e) { return e.loss_scale > 0; });
+  });
+  if (fp16) files.push_back("loss_scale.svg");
+  return files;
 }
 
 }  // namespace ember::report

@@ -66,5 +66,8 @@ std::string svg_bar_chart(const std::string& title, const std::string& y_label, 
 /// epoch; report.md also gives each such run's last scale and skipped steps); creates out_dir.
 /// Returns the table.
 std::string write_report(const std::vector<RunRecord>& runs, const std::string& out_dir);
+/// The names of the files write_report writes for these runs, in the order it lists them:
+/// report.md, loss.svg, accuracy.svg, throughput.svg, and loss_scale.svg when a run trained in fp16.
+std::vector<std::string> report_files(const std::vector<RunRecord>& runs);
 
 }  // namespace ember::report

@@ -63,6 +63,8 @@ ScalingRow row_of(const RunRecord& r) {
   row.label = r.label;
   row.device = r.summary.device;
   row.world_size = r.summary.world_size;
+  row.epochs_trained = r.epochs.size();
+  row.stop_reason = r.summary.stop_reason;
   row.best_test_acc = r.summary.best_test_acc;
   const size_t skip = r.epochs.size() >= kWarmupMinEpochs ? 1 : 0;
   const std::vector<EpochMetrics> kept(r.epochs.begin() + static_cast<std::ptrdiff_t>(skip), r.epochs.end());
@@ -160,6 +162,20 @@ std::string scaling_text(const std::vector<ScalingRow>& rows) {
   const ScalingRow& base = rows.front();
   std::ostringstream os;
   os << scaling_table(rows) << "\n";
+  // Early stopping (a target, patience) ends runs of different world sizes after different epochs:
+  // their final and best accuracies, and their means over "the epochs listed", then compare unlike
+  // things. Said before anything else, so it is not missed.
+  bool unequal = false;
+  for (const ScalingRow& r : rows)
+    unequal = unequal || r.epochs_trained != base.epochs_trained || r.stop_reason != base.stop_reason;
+  if (unequal) {
+    os << "WARNING: the runs trained different numbers of epochs or stopped for different reasons (";
+    for (size_t i = 0; i < rows.size(); ++i)
+      os << (i ? "; " : "") << cell_text(rows[i].label) << ": " << rows[i].epochs_trained << " epochs, "
+         << rows[i].stop_reason;
+    os << "): their accuracies do not compare. For a scaling study give every run the same epochs with early "
+          "stopping off (early_stop.target_accuracy=null early_stop.patience=0; docs/scaling.md).\n\n";
+  }
   // One sentence a line: a Markdown paragraph when rendered, readable on a terminal too.
   os << "Means per epoch over the epochs listed (the first is left out as warm-up when a run has " << kWarmupMinEpochs
      << " or more).\n"

@@ -23,6 +23,8 @@ inline constexpr double kCommBoundShare = 0.2;
 struct ScalingRow {
   std::string label, device;
   int64_t world_size = 1;
+  size_t epochs_trained = 0;  // epochs in metrics.jsonl
+  std::string stop_reason;  // the summary's ("completed", "patience", "target", ...)
   int64_t first_epoch = 0, last_epoch = 0;
   size_t epochs_averaged = 0;  // 0: no epochs, the means are NaN
   double epoch_seconds = 0;  // mean epoch_seconds
@@ -53,9 +55,10 @@ std::vector<ScalingRow> scaling_rows(const std::vector<RunRecord>& runs);
 /// exposed/epoch (s) | exposed share | hidden | final acc | best acc |
 std::string scaling_table(const std::vector<ScalingRow>& rows);
 
-/// What ember-report --scaling prints: the table, the notes under it (what the means cover, the
-/// baseline, a warning when the runs saw different numbers of images per epoch) and a verdict per
-/// run.
+/// What ember-report --scaling prints: the table, a warning first when the runs trained different
+/// numbers of epochs or stopped for different reasons (their accuracies do not compare), the notes
+/// under it (what the means cover, the baseline, a warning when the runs saw different numbers of
+/// images per epoch) and a verdict per run.
 std::string scaling_text(const std::vector<ScalingRow>& rows);
 
 /// Writes out_dir/scaling.md (scaling_text, the plots linked), scaling.svg (speedup and the ideal

@@ -1,15 +1,30 @@
 // ParallelRun (see parallel_setup.h).
 #include <ember/train/parallel_setup.h>
 
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
 #include <vector>
 
 #include <ember/core/error.h>
+#include <ember/core/thread_pool.h>
 #include <ember/kernels/factory.h>
 #include <ember/parallel/data_parallel.h>
 #include <ember/parallel/env.h>
 #include <ember/parallel/init.h>
 
 namespace ember::train {
+
+int kernel_threads_per_rank(const parallel::RankInfo& info) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+  if (cores <= 0) cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int sharing = info.source == "torchrun" ? std::max(1, info.local_world_size) : 1;
+  return std::max(1, cores / sharing);
+}
 
 std::string ParallelRun::batch_text(int64_t batch_size) const {
   const std::string b = "batch " + std::to_string(batch_size);
@@ -62,6 +77,13 @@ ParallelRun start_parallel(const std::string& device, const ParallelConfig& para
       run.device = Device(want);
     }
     run.device.validate();
+    // CPU ranks on one machine share its cores: unless told (EMBER_NUM_THREADS), each takes its
+    // part of them for its kernels instead of all ranks oversubscribing every core.
+    const char* env_threads = std::getenv("EMBER_NUM_THREADS");
+    if (run.device.is_cpu() && (env_threads == nullptr || *env_threads == '\0')) {
+      run.kernel_threads_set = kernel_threads_per_rank(info);
+      set_num_threads(run.kernel_threads_set);
+    }
     parallel::InitOptions o;
     o.backend = parallel.backend;
     o.algorithm = parallel.algorithm;

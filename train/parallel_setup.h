@@ -14,6 +14,7 @@
 #include <ember/core/device.h>
 #include <ember/layers/module.h>
 #include <ember/parallel/ddp.h>
+#include <ember/parallel/env.h>
 #include <ember/parallel/process_group.h>
 #include <ember/train/config.h>
 
@@ -29,6 +30,9 @@ struct ParallelRun {
   Device device = Device::cpu();
   /// dp: the replicas' devices.
   std::vector<Device> devices;
+  /// ddp on the CPU: the kernel threads this rank took (kernel_threads_per_rank); 0 when left as
+  /// they were (a GPU, or EMBER_NUM_THREADS set).
+  int kernel_threads_set = 0;
   /// What the run should say about how it was set up ("" when nothing).
   std::string note;
 
@@ -40,9 +44,16 @@ struct ParallelRun {
   std::string batch_text(int64_t batch_size) const;
 };
 
+/// Kernel threads for one CPU rank: the cores this process may run on (its CPU affinity, which
+/// Slurm and HTCondor may narrow), divided among the ranks on this machine when they all share
+/// them, as the ranks of ember-run and torchrun do ("torchrun" variables). srun usually binds each
+/// task to its own --cpus-per-task cores, and mpirun binds ranks too, so their ranks keep theirs.
+int kernel_threads_per_rank(const parallel::RankInfo& info);
+
 /// Chooses the device(s) and, under ddp, joins the process group (rank, world size and master
 /// from the launcher's environment; see parallel::init_process_group). ddp's device: `device`
-/// auto or cuda means cuda:<local_rank % GPUs> when GPUs are usable, cpu otherwise. ddp without a
+/// auto or cuda means cuda:<local_rank % GPUs> when GPUs are usable, cpu otherwise; a CPU rank
+/// takes kernel_threads_per_rank() threads unless EMBER_NUM_THREADS is set. ddp without a
 /// launcher trains as one plain process (mode "none", with a note saying so).
 ParallelRun start_parallel(const ExperimentConfig& config);
 /// The same for a program without a config: `device` as the config key (auto, cpu, cuda, cuda:N),

@@ -14,15 +14,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
-#include <limits>
 #include <memory>
-#include <optional>
 #include <string>
 #include <system_error>
 #include <utility>
 #include <vector>
 
-#include <ember/autograd/autocast.h>
 #include <ember/autograd/grad_mode.h>
 #include <ember/autograd/ops.h>
 #include <ember/core/build_info.h>
@@ -32,8 +29,6 @@
 #include <ember/core/thread_pool.h>
 #include <ember/data/distributed_sampler.h>
 #include <ember/kernels/factory.h>
-#include <ember/layers/loss.h>
-#include <ember/optim/clip.h>
 #include <ember/optim/grad_scaler.h>
 #include <ember/parallel/found_inf.h>
 #include <ember/parallel/object_collectives.h>
@@ -47,6 +42,7 @@
 #include <ember/train/run_dir.h>
 #include <ember/train/run_log.h>
 #include <ember/train/signals.h>
+#include <ember/train/train_step.h>
 #include <ember/train/trainer_state.h>
 
 namespace ember::train {
@@ -124,7 +120,6 @@ class Session {
   void prune_after_resume(const Checkpoint& ck);
   void write_run_files(const std::string& note);
   bool train_epoch(int64_t epoch, EpochMetrics& m);
-  void stop_on_nonfinite(int64_t epoch, double first_bad, int64_t steps, bool agreed) const;
   EvalResult evaluate();
   Checkpoint checkpoint() const;
   void end_epoch(EpochMetrics& m);
@@ -146,10 +141,6 @@ class Session {
   }
   void log_final(const RunSummary& s);
   double total_seconds() const { return total_before_ + seconds_since(session_start_); }
-
-  Tensor loss_of(const Tensor& output, const Tensor& target) const {
-    return loss_fn_ ? loss_fn_(output, target) : layers::cross_entropy(output, target);
-  }
 
   const TrainerOptions& o_;
   RunPaths paths_;
@@ -173,6 +164,7 @@ class Session {
   std::unique_ptr<amp::GradScaler> scaler_;  // enabled under precision fp16 only
   EarlyStopping stopper_;
   std::unique_ptr<PhaseTimers> timers_;
+  std::unique_ptr<StepRunner> stepper_;
   std::unique_ptr<Progress> progress_;
   RunState st_;
   std::vector<std::string> metric_lines_;
@@ -223,6 +215,11 @@ void Session::build() {
   scaler_ = std::make_unique<amp::GradScaler>(amp::GradScalerOptions{.enabled = o_.precision == Precision::fp16});
   if (scaler_->is_enabled() && par_.distributed()) scaler_->set_found_inf_sync(parallel::found_inf_sync(par_.group));
   timers_ = std::make_unique<PhaseTimers>(dev_);
+  stepper_ = std::make_unique<StepRunner>(
+      *net_, *model_, opt_, sched_, *scaler_, ddp_, *timers_, dev_,
+      StepSettings{
+          .precision = o_.precision, .accumulation_steps = o_.accumulation_steps, .clip_grad_norm = o_.clip_grad_norm},
+      loss_fn_);
   progress_ = std::make_unique<Progress>(*log_, log_->console_is_terminal(), o_.output.log_interval);
   int64_t n_params = 0;
   for (const Tensor& p : model_->parameters()) n_params += p.numel();
@@ -317,8 +314,9 @@ void Session::write_run_files(const std::string& note) {
   write_file_atomic(paths_.metrics, join_lines(metric_lines_));
 }
 
-// One training pass over the rest of the epoch. Returns false when a stop signal ended it early
-// (the partial sums are then in st_.partial).
+// One training pass over the rest of the epoch: batches through the StepRunner, the non-finite
+// policy, progress lines, stop signals; then the epoch's metrics (make_epoch_metrics). Returns
+// false when a stop signal ended it early (the partial sums are then in st_.partial).
 bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
   RunState::Partial& part = st_.partial;
   if (!part.active()) {
@@ -328,21 +326,14 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
   net_->train();
   // The running loss stays on the device: reading it would synchronise every step.
   Tensor loss_sum = full({}, part.loss_sum, {.dtype = DType::f64, .device = dev_});
-  int64_t step = part.steps, images = part.images;
+  int64_t step = part.steps, images = part.images, dropped_images = 0;
   const int64_t steps = train_loader_.len();
   data::Sampler& sampler = train_loader_.sampler();
   progress_->begin_epoch(epoch, o_.epochs, steps);
   const auto t0 = Clock::now();
   const CpuUse cpu0 = CpuUse::now(train_loader_);
   bool interrupted = false;
-  // train.on_nonfinite. "stop": the first batch (1-based) whose loss is NaN or inf, kept on the
-  // device (+inf while none) and read where the host reads anyway: at progress lines and at the
-  // epoch's end, before anything is written. "skip": each loss is read (one synchronisation per
-  // batch); a step with a non-finite loss in any of its batches, on any rank, is not taken.
-  const bool skip_nonfinite = o_.on_nonfinite == NonFinitePolicy::skip;
-  Tensor first_bad = full({}, std::numeric_limits<double>::infinity(), {.dtype = DType::f64, .device = dev_});
-  bool step_bad = false;  // skip: a batch of the current optimizer step had a non-finite loss
-  int64_t nonfinite_steps = 0, nonfinite_images = 0;
+  NonFiniteWatch nonfinite(o_.on_nonfinite, par_, dev_);
   bool h2d_copied = part.phases[Phase::HostToDevice] > 0;  // a resumed epoch's earlier copies
 
   timers_->begin(Phase::DataWait);
@@ -362,56 +353,25 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
       h2d_copied = true;
     }
     // Gradient accumulation: the optimizer steps after every accumulation_steps-th batch and after
-    // the epoch's last; under DDP the batches before are run under no_sync (reduced once, at the
-    // step). Stops happen only at optimizer steps.
-    const int64_t accumulate = o_.accumulation_steps;
-    const bool steps_now = (step + 1) % accumulate == 0 || sampler.position() >= sampler.size();
-    Tensor loss;
-    bool batch_bad = false;  // skip: this batch's loss is not finite
-    {
-      std::optional<parallel::DistributedDataParallel::NoSyncGuard> local_only;
-      if (ddp_ && !steps_now) local_only.emplace(*ddp_);
-      {
-        auto scope = timers_->scope(Phase::Forward);
-        std::optional<amp::Autocast> low_precision;  // forward and loss only (docs/amp.md)
-        if (o_.precision != Precision::fp32)
-          low_precision.emplace(dev_.type(), o_.precision == Precision::bf16 ? DType::bf16 : DType::f16);
-        loss = loss_of(net_->forward(input), target);  // 0-d, f32 (f64 for an f64 model)
-      }
-      if (skip_nonfinite) {
-        batch_bad = !std::isfinite(loss.item<double>());
-        step_bad = step_bad || batch_bad;
-        // The ranks agree before the step's backward, whose gradient reduction all must join.
-        if (steps_now && par_.distributed()) step_bad = max_over_ranks(par_, step_bad ? 1 : 0) != 0;
-      } else {
-        NoGradGuard no_grad;
-        const Tensor batch_no = full({}, static_cast<double>(step + 1), {.dtype = DType::f64, .device = dev_});
-        first_bad = where(eq(loss.detach() - loss.detach(), 0.0), first_bad, minimum(first_bad, batch_no));
-      }
-      auto scope = timers_->scope(Phase::Backward);
-      if (!step_bad) scaler_->scale(accumulate > 1 ? loss * (1.0 / static_cast<double>(accumulate)) : loss).backward();
-    }
-    if (steps_now && step_bad) {  // skip: the step is not taken; parameters and optimizer state stay
-      opt_.zero_grad();
-      if (sched_) sched_->step();  // the schedule counts steps, as with fp16's skipped steps
-      ++st_.global_step;
-      ++nonfinite_steps;
-      step_bad = false;
-    } else if (steps_now) {
-      auto scope = timers_->scope(Phase::OptimizerStep);
-      if (o_.clip_grad_norm > 0) {
-        scaler_->unscale_(opt_);  // clip the true gradients (a no-op without fp16)
-        optim::clip_grad_norm_(model_->parameters(), o_.clip_grad_norm);
-      }
-      scaler_->step(opt_);  // opt_.step(), skipped under fp16 when a gradient is not finite
-      scaler_->update();
-      opt_.zero_grad();
-      if (sched_) sched_->step();
+    // the epoch's last. Stops happen only at optimizer steps.
+    const bool steps_now = (step + 1) % o_.accumulation_steps == 0 || sampler.position() >= sampler.size();
+    const Tensor loss = stepper_->forward_backward(
+        input, target, steps_now, [&](const Tensor& l) { return nonfinite.after_forward(l, step + 1, steps_now); });
+    if (steps_now) {
+      const bool skip = nonfinite.step_bad();
+      skip ? stepper_->skip_step() : stepper_->optimizer_step();
+      nonfinite.end_step(skip);
       ++st_.global_step;
     }
     timers_->step_done();
     ++step;
     images += batch.size();
+    if (nonfinite.batch_bad()) {
+      dropped_images += batch.size();  // left out of the epoch's mean loss
+    } else {
+      NoGradGuard no_grad;
+      loss_sum = loss_sum + loss.detach().to(DType::f64) * static_cast<double>(batch.size());
+    }
     if (o_.on_step)
       o_.on_step({.epoch = epoch,
                   .batch = step,
@@ -419,17 +379,10 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
                   .batch_size = batch.size(),
                   .optimizer_stepped = steps_now,
                   .loss = &loss});
-    if (batch_bad) {
-      nonfinite_images += batch.size();  // left out of the epoch's mean loss
-    } else {
-      NoGradGuard no_grad;
-      loss_sum = loss_sum + loss.detach().to(DType::f64) * static_cast<double>(batch.size());
-    }
     if (progress_->due()) {
-      // Ranks reach progress lines at different times: only a single process stops here.
-      if (!skip_nonfinite && !par_.distributed()) stop_on_nonfinite(epoch, first_bad.item<double>(), steps, false);
+      nonfinite.check_at_progress(epoch, steps);
       progress_->update(step, images,
-                        loss_sum.item<double>() / static_cast<double>(std::max<int64_t>(images - nonfinite_images, 1)));
+                        loss_sum.item<double>() / static_cast<double>(std::max<int64_t>(images - dropped_images, 1)));
     }
     // A stop during the last step lets the epoch finish: its checkpoint is then a clean boundary.
     // Under ddp the ranks agree (a signal to any rank stops all after this step).
@@ -444,11 +397,7 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
     ++it;
     timers_->end(Phase::DataWait);
   }
-  if (!skip_nonfinite) {  // before any checkpoint or metrics line of this epoch is written
-    const double bad = first_bad.item<double>();
-    const bool any = max_over_ranks(par_, std::isfinite(bad) ? 1 : 0) != 0;
-    if (any) stop_on_nonfinite(epoch, bad, steps, true);
-  }
+  nonfinite.check_at_epoch_end(epoch, steps);  // before any checkpoint or metrics line of this epoch
   const double seconds = part.seconds + seconds_since(t0);
   const PhaseTotals phases = part.phases + timers_->finish_epoch();
   const CpuUse cpu1 = CpuUse::now(train_loader_);
@@ -467,28 +416,22 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
   }
   // Under ddp: the loss and images of every rank (rank 0 reports the run's).
   parallel::EvalTotals all{.loss_sum = loss_total, .correct = 0, .count = images};
-  parallel::EvalTotals dropped{.loss_sum = 0, .correct = 0, .count = nonfinite_images};  // skip only
+  parallel::EvalTotals dropped{.loss_sum = 0, .correct = 0, .count = dropped_images};  // skip only
   if (par_.distributed()) {
     all = parallel::all_reduce_totals(*par_.group, all);
-    if (skip_nonfinite) dropped = parallel::all_reduce_totals(*par_.group, dropped);
+    if (nonfinite.skipping()) dropped = parallel::all_reduce_totals(*par_.group, dropped);
   }
-  images = all.count;
-  m = {};
-  m.epoch = epoch;
-  m.train_loss = all.count > dropped.count ? all.loss_sum / static_cast<double>(all.count - dropped.count) : 0.0;
-  m.nonfinite_steps = static_cast<double>(nonfinite_steps);
-  m.epoch_seconds = seconds;
-  m.images_per_second = seconds > 0 ? static_cast<double>(images) / seconds : 0.0;
-  m.lr = part.lr;
-  m.data_wait_seconds = phases[Phase::DataWait];
-  m.h2d_seconds = phases[Phase::HostToDevice];
-  m.h2d_copied = h2d_copied;
-  m.forward_seconds = phases[Phase::Forward];
-  m.backward_seconds = phases[Phase::Backward];
-  m.optimizer_seconds = phases[Phase::OptimizerStep];
-  m.cpu_seconds = cpu1.process - cpu0.process;
-  m.loader_cpu_seconds = cpu1.loader - cpu0.loader;
-  m.pool_wait_seconds = cpu1.pool_wait - cpu0.pool_wait;
+  m = make_epoch_metrics(epoch, {.loss_sum = all.loss_sum,
+                                 .images = all.count,
+                                 .dropped_images = dropped.count,
+                                 .skipped_steps = nonfinite.skipped_steps(),
+                                 .seconds = seconds,
+                                 .lr = part.lr,
+                                 .phases = phases,
+                                 .h2d_copied = h2d_copied,
+                                 .cpu_seconds = cpu1.process - cpu0.process,
+                                 .loader_cpu_seconds = cpu1.loader - cpu0.loader,
+                                 .pool_wait_seconds = cpu1.pool_wait - cpu0.pool_wait});
   if (scaler_->is_enabled()) {
     m.loss_scale = scaler_->scale();
     m.skipped_steps = static_cast<double>(scaler_->skipped_steps() - skipped_before_epoch_);
@@ -500,28 +443,10 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
     m.comm_exposed_seconds = comm.exposed_seconds;
   }
   st_.train_seconds += seconds;
-  st_.train_images += images;
+  st_.train_images += all.count;
   part = {};
   if (const std::string v = phases.verdict(); !v.empty()) log_->line("epoch " + std::to_string(epoch) + ": " + v);
   return true;
-}
-
-// train.on_nonfinite = "stop": FIRST_BAD is this rank's first batch (1-based) of the epoch whose loss
-// was NaN or inf, +inf when none. Throws an Error naming the epoch and batch when there is one, or,
-// when AGREED (the ranks found that some rank saw one), naming the other ranks.
-void Session::stop_on_nonfinite(int64_t epoch, double first_bad, int64_t steps, bool agreed) const {
-  if (!std::isfinite(first_bad) && !agreed) return;
-  std::string where = "epoch " + std::to_string(epoch);
-  if (std::isfinite(first_bad)) {
-    where += ", batch " + std::to_string(static_cast<int64_t>(first_bad)) + " of " + std::to_string(steps);
-    if (par_.distributed()) where += " on rank " + std::to_string(par_.rank);
-  } else {
-    where += " on another rank";
-  }
-  EMBER_FAIL("the training loss became NaN or inf at ", where,
-             "; training stops before this epoch's checkpoint and metrics line, so the run directory holds the "
-             "model from before it. Lower optim.lr, set optim.clip_grad_norm, or set train.on_nonfinite=skip "
-             "to drop such steps");
 }
 
 // Mean cross-entropy and accuracy over the test split (eval mode, no graph, one host read). Under
@@ -545,7 +470,7 @@ EvalResult Session::evaluate() {
       logits = logits.narrow(0, 0, rows);
       target = target.narrow(0, 0, rows);
     }
-    loss_sum = loss_sum + loss_of(logits, target).to(DType::f64) * static_cast<double>(rows);
+    loss_sum = loss_sum + stepper_->loss(logits, target).to(DType::f64) * static_cast<double>(rows);
     correct = correct + sum(eq(argmax(logits, 1), target));
     n += rows;
   }

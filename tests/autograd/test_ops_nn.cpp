@@ -16,8 +16,8 @@ using ember::testing::GradcheckOptions;
 using ember::testing::Layout;
 using ember::testing::random_tensor;
 using ember::testing::to_f64;
-using ember::testing::tol;
-using ember::testing::tol_sum;
+using ember::testing::loose_tol;
+using ember::testing::loose_tol_sum;
 using TL = std::vector<Tensor>;
 
 namespace {
@@ -39,7 +39,7 @@ std::vector<double> mm_ref(const std::vector<double>& a, const std::vector<doubl
 }  // namespace
 
 TEST_CASE("matmul forward: 2-D, vectors, batched, shared and broadcast batches", "[cpu][autograd]") {
-  const double rt = tol_sum(DType::f32, 7) * 4;
+  const double rt = loose_tol_sum(DType::f32, 7) * 4;
   Tensor a = random_tensor({5, 7}, DType::f32, 400, -1, 1, Layout::Transposed);
   Tensor b = random_tensor({7, 3}, DType::f32, 401, -1, 1, Layout::Strided);
   check_close(matmul(a, b), mm_ref(to_f64(a), to_f64(b), 1, 5, 7, 3), rt, rt);
@@ -110,8 +110,8 @@ TEST_CASE("matmul(x, W.t()) gives W a contiguous gradient equal to g^T x", "[cpu
   CHECK(w.grad().is_contiguous());
   CHECK(!w.grad().storage().is_same(g.storage()));
   CHECK(!w.grad().storage().is_same(x.storage()));
-  check_close(w.grad(), mm_ref(to_f64(g.t().contiguous()), to_f64(x), 1, 5, 4, 6), tol_sum(DType::f64, 4),
-              tol_sum(DType::f64, 4));
+  check_close(w.grad(), mm_ref(to_f64(g.t().contiguous()), to_f64(x), 1, 5, 4, 6), loose_tol_sum(DType::f64, 4),
+              loose_tol_sum(DType::f64, 4));
 }
 
 TEST_CASE("softmax and log_softmax: forward values over any dim", "[cpu][autograd]") {
@@ -166,7 +166,7 @@ TEST_CASE("cross_entropy: value and gradient against float64 references", "[cpu]
       }
       // f64 logits give an f64 loss (its rows and their mean in f64, as PyTorch's), f32 ones f32.
       CHECK(loss.dtype() == dt);
-      const double rt = tol_sum(dt, C) * 4;
+      const double rt = loose_tol_sum(dt, C) * 4;
       check_close(loss, {ref}, rt, rt);
       loss.backward();
       REQUIRE(logits.grad().defined());

@@ -16,7 +16,7 @@ using ember::testing::check_close;
 using ember::testing::Layout;
 using ember::testing::random_tensor;
 using ember::testing::to_f64;
-using ember::testing::tol;
+using ember::testing::loose_tol;
 using TL = std::vector<Tensor>;
 
 namespace {
@@ -52,7 +52,7 @@ TEST_CASE("unary ops: forward values (f32 and f64, non-contiguous)", "[cpu][auto
       Tensor x = random_tensor({5, 7}, dt, 100, c.lo, c.hi, Layout::Transposed);
       std::vector<double> ref;
       for (double v : to_f64(x)) ref.push_back(c.ref(v));
-      check_close(c.op(x), ref, 4 * tol(dt), 4 * tol(dt));
+      check_close(c.op(x), ref, 4 * loose_tol(dt), 4 * loose_tol(dt));
     }
   }
 }

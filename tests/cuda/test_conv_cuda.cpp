@@ -3,12 +3,12 @@
 // groups, stride, padding and dilation, in f32, f64, f16 and bf16.
 //
 // Error bounds, per output element with K products whose magnitudes sum to A (bias included):
-//  * f32 / f64: tol_sum(dt, K) * A for the accumulation, plus tol(dt) * |ref| for the store. cuDNN
-//    may pick Winograd or FFT algorithms, whose transforms add a few roundings per term; tol(f32) is
+//  * f32 / f64: loose_tol_sum(dt, K) * A for the accumulation, plus loose_tol(dt) * |ref| for the store. cuDNN
+//    may pick Winograd or FFT algorithms, whose transforms add a few roundings per term; loose_tol(f32) is
 //    already ~80 f32 ulps, which covers them.
 //  * f16 / bf16: cuDNN accumulates in f32, but its algorithms may keep transformed operands or
 //    partial results in the storage type, so each term may carry one rounding of the storage
-//    type: tol(dt) * A, plus tol(dt) * |ref| for the store and half a subnormal step for f16.
+//    type: loose_tol(dt) * A, plus loose_tol(dt) * |ref| for the store and half a subnormal step for f16.
 // The reference uses the inputs as stored (already rounded to dt), so input rounding is not error.
 #include <catch2/catch.hpp>
 
@@ -83,8 +83,8 @@ Expect finish(const std::vector<double>& sum, const std::vector<double>& abs, co
   Expect e{sum, std::vector<double>(sum.size())};
   const bool reduced = dt == DType::f16 || dt == DType::bf16;
   for (size_t i = 0; i < sum.size(); ++i) {
-    const double acc = reduced ? tol(dt) * abs[i] : tol_sum(dt, count[i]) * abs[i];
-    e.bound[i] = acc + tol(dt) * std::fabs(sum[i]) + store_floor(dt);
+    const double acc = reduced ? loose_tol(dt) * abs[i] : loose_tol_sum(dt, count[i]) * abs[i];
+    e.bound[i] = acc + loose_tol(dt) * std::fabs(sum[i]) + store_floor(dt);
   }
   return e;
 }
@@ -383,7 +383,7 @@ TEST_CASE("cuda conv2d splits a batch of 2^31+ elements into cuDNN-sized chunks"
       for (int64_t ww = 0; ww < W; ++ww) {
         const auto [sum, abs] = tap_sum(h, ww, flipped);
         e.val[static_cast<size_t>(h * W + ww)] = scale * sum;
-        e.bound[static_cast<size_t>(h * W + ww)] = tol_sum(DType::f64, 9) * scale * abs;
+        e.bound[static_cast<size_t>(h * W + ww)] = loose_tol_sum(DType::f64, 9) * scale * abs;
       }
     check_expect(s, e);
   };
@@ -403,7 +403,7 @@ TEST_CASE("cuda conv2d splits a batch of 2^31+ elements into cuDNN-sized chunks"
       for (int64_t kj = 0; kj < 3; ++kj) {
         const double cnt = static_cast<double>((H - (ki == 1 ? 0 : 1)) * (W - (kj == 1 ? 0 : 1)));
         e.val.push_back(total * cnt);
-        e.bound.push_back(tol_sum(DType::f64, N * H * W) * total * cnt);
+        e.bound.push_back(loose_tol_sum(DType::f64, N * H * W) * total * cnt);
       }
     check_expect(gw, e);
   }

@@ -5,7 +5,7 @@
 //
 // Tolerance: f32 on both sides, but cuDNN may pick a different convolution algorithm for a chunk
 // than for the whole batch, and weight gradients are summed in a different order over the two
-// replicas; each differs from exact by a few tol_sum(f32, K) of the largest magnitude, K at most
+// replicas; each differs from exact by a few loose_tol_sum(f32, K) of the largest magnitude, K at most
 // the longest reduction here (N * H * W = 8 * 64 for the conv weight gradient), so kRel =
 // 1e-4 bounds it with room to spare.
 #include <catch2/catch.hpp>

@@ -4,7 +4,7 @@
 // index_select only moves elements: exact. index_add accumulates duplicates with atomics in
 // whatever order they land, each addition rounded in the tensor's dtype (f16/bf16 included), so a
 // float result may differ from the in-order CPU sum. Bound for an element that received m
-// additions: tol(dt) * m * (|out0| + sum |src terms|) + tol(dt) * |ref|, i.e. one rounding of
+// additions: loose_tol(dt) * m * (|out0| + sum |src terms|) + loose_tol(dt) * |ref|, i.e. one rounding of
 // the storage dtype per addition at the scale of the running sum. Integer sums are exact.
 #include <catch2/catch.hpp>
 
@@ -190,7 +190,7 @@ TEST_CASE("cuda index_add matches the CPU and a reference, duplicates included",
       const std::vector<double> got = to_f64(og), cpu = to_f64(oc);
       int bad_ref = 0, bad_cpu = 0;
       for (size_t i = 0; i < ref.size(); ++i) {
-        const double bound = tol(dt) * (adds[i] * scale[i] + std::fabs(ref[i]));
+        const double bound = loose_tol(dt) * (adds[i] * scale[i] + std::fabs(ref[i]));
         if (std::fabs(got[i] - ref[i]) > bound) ++bad_ref;
         if (std::fabs(got[i] - cpu[i]) > 2 * bound) ++bad_cpu;
       }
@@ -212,7 +212,7 @@ TEST_CASE("cuda index_select and index_add past one full grid", "[cuda][slow]") 
   check_close(sel, to_f64(kernels::index_select(xc, 0, ic)), 0, 0);
   // Scatter the selected rows back with index_add onto zeros: row r receives every x[idx[k]]
   // with idx[k] == r, i.e. count(r) * x[r]. With about one duplicate per row the f32 sums are of
-  // a few terms of magnitude <= 1: bound tol(f32) * adds * scale as above, scale <= adds.
+  // a few terms of magnitude <= 1: bound loose_tol(f32) * adds * scale as above, scale <= adds.
   Tensor og = empty({rows, width}, {.dtype = DType::f32, .device = kGpu});
   og.zero_();
   kernels::index_add(og, 0, ig, sel);
@@ -223,7 +223,7 @@ TEST_CASE("cuda index_select and index_add past one full grid", "[cuda][slow]") 
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < width; ++j) {
       const double expect = count[r] * xv[r * width + j];
-      if (std::fabs(got[r * width + j] - expect) > tol(DType::f32) * count[r] * count[r] + 1e-30) ++bad;
+      if (std::fabs(got[r * width + j] - expect) > loose_tol(DType::f32) * count[r] * count[r] + 1e-30) ++bad;
     }
   CHECK(bad == 0);
 }

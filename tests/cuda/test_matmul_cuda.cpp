@@ -3,8 +3,8 @@
 // trans flags) and gemm() (alpha, beta, explicit trans flags, shared b).
 //
 // Tolerance of out[i, j] = sum_k a[i, k] b[k, j]: accumulation in f32 (f16/bf16/f32 inputs, no
-// TF32) or f64 is allowed tol(acc) * ||(a[i, k] b[k, j])_k||_2 (tol_sum(acc, K) times the rms of
-// the products), plus one rounding of the result in the output dtype, tol(out) * |ref|.
+// TF32) or f64 is allowed loose_tol(acc) * ||(a[i, k] b[k, j])_k||_2 (loose_tol_sum(acc, K) times the rms of
+// the products), plus one rounding of the result in the output dtype, loose_tol(out) * |ref|.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -35,7 +35,7 @@ GemmRef ref_gemm(const std::vector<double>& av, const std::vector<double>& bv, c
   GemmRef r;
   r.out.assign(static_cast<size_t>(batch * M * N), 0.0);
   r.bound.assign(r.out.size(), 0.0);
-  const double ta = tol(acc_of(dt)), to = tol(dt);
+  const double ta = loose_tol(acc_of(dt)), to = loose_tol(dt);
   for (int64_t b = 0; b < batch; ++b) {
     const double* A = av.data() + b * M * K;
     const double* B = bv.data() + (b_shared ? 0 : b * K * N);
@@ -168,7 +168,7 @@ TEST_CASE("cuda matmul: 1-D operands and broadcast batch dims", "[cuda][matmul]"
   Tensor b3 = random_tensor({3, 7, 4}, DType::f32, 15, -1.0, 1.0);
   Tensor o4 = kernels::matmul(a4.to(kGpu), b3.to(kGpu));
   CHECK(o4.sizes() == Shape{2, 3, 5, 4});
-  check_close(o4, to_f64(kernels::matmul(a4, b3)), 2 * tol(DType::f32), 2 * tol_sum(DType::f32, 7));
+  check_close(o4, to_f64(kernels::matmul(a4, b3)), 2 * loose_tol(DType::f32), 2 * loose_tol_sum(DType::f32, 7));
 }
 
 TEST_CASE("cuda gemm: alpha, beta, every trans combination, shared b", "[cuda][matmul]") {

@@ -4,13 +4,13 @@
 // BatchNorm running statistics and every parameter's gradient must agree.
 //
 // Bounds (f32 on both devices, no TF32: conv.cu and matmul.cu keep f32 in FMA math): each layer
-// on the longest path adds at most tol_sum(f32, K) of the magnitudes it combines, K the longest
+// on the longest path adds at most loose_tol_sum(f32, K) of the magnitudes it combines, K the longest
 // reduction in the network (a conv's cin * kh * kw, the fc's inputs, or BatchNorm's and the
 // weight gradients' N * H * W); BatchNorm rescales values and their errors alike, so relative
 // errors add along the path. With L the number of weighted layers (an upper bound on the path
 // length) and two devices erring independently, the forward agrees within
-// 2 * L * tol_sum(f32, K) of the largest magnitude, and the backward, whose path runs through
-// the forward activations and back (2 L layers), within 2 * 2L * tol_sum(f32, K) per tensor.
+// 2 * L * loose_tol_sum(f32, K) of the largest magnitude, and the backward, whose path runs through
+// the forward activations and back (2 L layers), within 2 * 2L * loose_tol_sum(f32, K) per tensor.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -78,7 +78,7 @@ void compare_devices(const std::function<std::shared_ptr<layers::Module>(Generat
   gpu->train();
 
   const Depth d = depth_of(*cpu, x_shape);
-  const double fwd = 2.0 * static_cast<double>(d.layers) * tol_sum(DType::f32, d.k);
+  const double fwd = 2.0 * static_cast<double>(d.layers) * loose_tol_sum(DType::f32, d.k);
   const double bwd = 2.0 * fwd;
   INFO(d.layers << " weighted layers, longest reduction " << d.k << ": forward bound " << fwd << ", backward " << bwd);
 
@@ -141,7 +141,7 @@ TEST_CASE("cuda nll_loss: equals the CPU loss and rejects a bad target in a midd
   const Tensor good = from_vector({0, 3, 1, 2, 3}, {5}, {.dtype = DType::i64});
   const double cpu = layers::nll_loss(logp, good).item<float>();
   const double gpu = layers::nll_loss(logp.to(kGpu), good.to(kGpu)).item<float>();
-  CHECK(gpu == Approx(cpu).epsilon(4 * tol(DType::f32)));
+  CHECK(gpu == Approx(cpu).epsilon(4 * loose_tol(DType::f32)));
   // Row 2's target 4 == C would read row 3's first entry of the flattened tensor if unchecked.
   const Tensor bad = from_vector({0, 3, 4, 2, 3}, {5}, {.dtype = DType::i64}).to(kGpu);
   CHECK_THROWS_WITH(layers::nll_loss(logp.to(kGpu), bad), Catch::Contains("target 4 at row 2"));

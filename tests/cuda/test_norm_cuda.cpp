@@ -3,13 +3,13 @@
 //
 // Batch-norm bounds, with acc the compute type (f32 for f16/bf16/f32, f64 for f64), P the
 // parameter type, M = N * H * W values per channel:
-//   mean:   em = tol_sum(acc, M) * mean(|x|)
-//   var:    ev = 3 * tol_sum(acc, M) * mean(x^2)   (covers a one-pass E[x^2] - E[x]^2 as well)
-//   invstd: relative ri = ev / (2 * (var + eps)) + tol(acc)
-//   y:      |w| * invstd * (em + |x - mean| * ri + 2 * tol(acc) * (|x| + |mean|)) + tol(acc) * |b|
-//           + tol(dt) * |y| (the store) + half an f16 subnormal step
+//   mean:   em = loose_tol_sum(acc, M) * mean(|x|)
+//   var:    ev = 3 * loose_tol_sum(acc, M) * mean(x^2)   (covers a one-pass E[x^2] - E[x]^2 as well)
+//   invstd: relative ri = ev / (2 * (var + eps)) + loose_tol(acc)
+//   y:      |w| * invstd * (em + |x - mean| * ri + 2 * loose_tol(acc) * (|x| + |mean|)) + loose_tol(acc) * |b|
+//           + loose_tol(dt) * |y| (the store) + half an f16 subnormal step
 // and each stored statistic one more rounding in P. Backward sums of M terms get
-// tol_sum(acc, M) times the sum of their magnitudes. Dropout must match the CPU bit for bit.
+// loose_tol_sum(acc, M) times the sum of their magnitudes. Dropout must match the CPU bit for bit.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -74,29 +74,29 @@ BnRef ref_batch_norm(const Shape& shape, const std::vector<double>& x, const std
         for (int64_t k = 0; k < l.s; ++k) sq += (x[at(l, n, c, k)] - mean) * (x[at(l, n, c, k)] - mean);
       const double var = sq / static_cast<double>(M);
       invstd = 1.0 / std::sqrt(var + eps);
-      em = tol_sum(acc, M) * sa / static_cast<double>(M);
-      const double ev = 3.0 * tol_sum(acc, M) * s2 / static_cast<double>(M);
-      ri = ev / (2.0 * (var + eps)) + tol(acc);
+      em = loose_tol_sum(acc, M) * sa / static_cast<double>(M);
+      const double ev = 3.0 * loose_tol_sum(acc, M) * s2 / static_cast<double>(M);
+      ri = ev / (2.0 * (var + eps)) + loose_tol(acc);
       r.save_mean.val.push_back(mean);
-      r.save_mean.bound.push_back(em + tol(P) * std::fabs(mean));
+      r.save_mean.bound.push_back(em + loose_tol(P) * std::fabs(mean));
       r.save_invstd.val.push_back(invstd);
-      r.save_invstd.bound.push_back(invstd * (ri + tol(P)));
+      r.save_invstd.bound.push_back(invstd * (ri + loose_tol(P)));
       if (!rm.empty()) {
         const double unbiased = sq / static_cast<double>(M - 1);
         const double nm = (1.0 - momentum) * rm[static_cast<size_t>(c)] + momentum * mean;
         const double nv = (1.0 - momentum) * rv[static_cast<size_t>(c)] + momentum * unbiased;
         r.running_mean.val.push_back(nm);
         r.running_mean.bound.push_back(
-            momentum * em + 2.0 * tol(P) * (std::fabs((1.0 - momentum) * rm[c]) + std::fabs(momentum * mean)));
+            momentum * em + 2.0 * loose_tol(P) * (std::fabs((1.0 - momentum) * rm[c]) + std::fabs(momentum * mean)));
         r.running_var.val.push_back(nv);
         r.running_var.bound.push_back(momentum * ev * static_cast<double>(M) / static_cast<double>(M - 1) +
-                                      2.0 * tol(P) * (std::fabs((1.0 - momentum) * rv[c]) + momentum * unbiased));
+                                      2.0 * loose_tol(P) * (std::fabs((1.0 - momentum) * rv[c]) + momentum * unbiased));
       }
     } else {
       mean = rm[static_cast<size_t>(c)];
       invstd = 1.0 / std::sqrt(rv[static_cast<size_t>(c)] + eps);
       em = 0.0;
-      ri = 2.0 * tol(acc);
+      ri = 2.0 * loose_tol(acc);
     }
     const double wc = w.empty() ? 1.0 : w[static_cast<size_t>(c)], bc = b.empty() ? 0.0 : b[static_cast<size_t>(c)];
     for (int64_t n = 0; n < l.n; ++n)
@@ -104,9 +104,10 @@ BnRef ref_batch_norm(const Shape& shape, const std::vector<double>& x, const std
         const size_t i = at(l, n, c, k);
         const double y = (x[i] - mean) * invstd * wc + bc;
         r.out.val[i] = y;
-        r.out.bound[i] = std::fabs(wc) * invstd *
-                             (em + std::fabs(x[i] - mean) * ri + 2.0 * tol(acc) * (std::fabs(x[i]) + std::fabs(mean))) +
-                         tol(acc) * std::fabs(bc) + tol(dt) * std::fabs(y) + store_floor(dt);
+        r.out.bound[i] =
+            std::fabs(wc) * invstd *
+                (em + std::fabs(x[i] - mean) * ri + 2.0 * loose_tol(acc) * (std::fabs(x[i]) + std::fabs(mean))) +
+            loose_tol(acc) * std::fabs(bc) + loose_tol(dt) * std::fabs(y) + store_floor(dt);
       }
   }
   return r;
@@ -123,7 +124,7 @@ BnGradRef ref_batch_norm_backward(const Shape& shape, const std::vector<double>&
   const Layout3 l = ncs(shape);
   const int64_t M = l.n * l.s;
   const DType acc = acc_of(dt), P = param_of(dt);
-  const double tm = tol_sum(acc, M);
+  const double tm = loose_tol_sum(acc, M);
   BnGradRef r;
   r.gx.val.assign(x.size(), 0.0);
   r.gx.bound.assign(x.size(), 0.0);
@@ -137,9 +138,9 @@ BnGradRef ref_batch_norm_backward(const Shape& shape, const std::vector<double>&
         sg += g[i], sga += std::fabs(g[i]), sgx += g[i] * xh, sgxa += std::fabs(g[i] * xh);
       }
     r.gb.val.push_back(sg);
-    r.gb.bound.push_back(tm * sga + tol(P) * std::fabs(sg));
+    r.gb.bound.push_back(tm * sga + loose_tol(P) * std::fabs(sg));
     r.gw.val.push_back(sgx);
-    r.gw.bound.push_back((tm + 2.0 * tol(acc)) * sgxa + tol(P) * std::fabs(sgx));
+    r.gw.bound.push_back((tm + 2.0 * loose_tol(acc)) * sgxa + loose_tol(P) * std::fabs(sgx));
     const double wc = w.empty() ? 1.0 : w[static_cast<size_t>(c)], Md = static_cast<double>(M);
     for (int64_t n = 0; n < l.n; ++n)
       for (int64_t k = 0; k < l.s; ++k) {
@@ -147,13 +148,13 @@ BnGradRef ref_batch_norm_backward(const Shape& shape, const std::vector<double>&
         const double xh = (x[i] - m) * is;
         const double inner = training ? g[i] - sg / Md - xh * sgx / Md : g[i];
         const double gx = wc * is * inner;
-        const double err_inner = training ? tol(acc) * std::fabs(g[i]) + tm * sga / Md +
-                                                std::fabs(xh) * (tm + 2.0 * tol(acc)) * sgxa / Md +
-                                                2.0 * tol(acc) * std::fabs(xh * sgx / Md)
-                                          : tol(acc) * std::fabs(g[i]);
+        const double err_inner = training ? loose_tol(acc) * std::fabs(g[i]) + tm * sga / Md +
+                                                std::fabs(xh) * (tm + 2.0 * loose_tol(acc)) * sgxa / Md +
+                                                2.0 * loose_tol(acc) * std::fabs(xh * sgx / Md)
+                                          : loose_tol(acc) * std::fabs(g[i]);
         r.gx.val[i] = gx;
-        r.gx.bound[i] = std::fabs(wc) * is * (err_inner + 2.0 * tol(acc) * std::fabs(inner)) + tol(dt) * std::fabs(gx) +
-                        store_floor(dt);
+        r.gx.bound[i] = std::fabs(wc) * is * (err_inner + 2.0 * loose_tol(acc) * std::fabs(inner)) +
+                        loose_tol(dt) * std::fabs(gx) + store_floor(dt);
       }
   }
   return r;

@@ -8,7 +8,7 @@
 // Tolerances: both devices run the same f32 formulas (kernels/optim_math.h) but may contract
 // a*b+c into FMAs differently, so they agree to a few roundings: opt_bound(dt, ref) as for the CPU
 // against float64. Norms: squares are summed in double on both devices, so a norm is off by about
-// one f32 rounding of the result, tol(f32) relative (plus tol_sum(f64, count) for the sum).
+// one f32 rounding of the result, loose_tol(f32) relative (plus loose_tol_sum(f64, count) for the sum).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -208,7 +208,7 @@ TEST_CASE("CUDA global_norm and clipping: mixed dtypes, 60 tensors, 2^24 element
     count += t.numel();
     ts.push_back(t);
   }
-  const double norm_tol = tol(DType::f32) + tol_sum(DType::f64, count);
+  const double norm_tol = loose_tol(DType::f32) + loose_tol_sum(DType::f64, count);
   Tensor n = kernels::global_norm(ts);
   CHECK(n.device() == kGpu);
   CHECK(n.dtype() == DType::f32);
@@ -223,7 +223,7 @@ TEST_CASE("CUDA global_norm and clipping: mixed dtypes, 60 tensors, 2^24 element
   for (const Tensor& t : small)
     for (double v : to_f64(t)) small_sq += v * v, ++small_count;
   CHECK(kernels::global_norm(small).item<double>() ==
-        Approx(std::sqrt(small_sq)).epsilon(tol(DType::f32) + tol_sum(DType::f64, small_count)));
+        Approx(std::sqrt(small_sq)).epsilon(loose_tol(DType::f32) + loose_tol_sum(DType::f64, small_count)));
   std::vector<Tensor> cpu_ts;
   for (const Tensor& t : ts) cpu_ts.push_back(t.to(Device::cpu()));
   CHECK(kernels::global_norm(cpu_ts).item<double>() == Approx(n.item<double>()).epsilon(2 * norm_tol));
@@ -233,9 +233,9 @@ TEST_CASE("CUDA global_norm and clipping: mixed dtypes, 60 tensors, 2^24 element
   kernels::clip_by_norm_(cpu_ts, n.to(Device::cpu()), 3.0);
   for (size_t i = 0; i < ts.size(); ++i) {
     INFO("tensor " << i << " " << dtype_name(ts[i].dtype()));
-    check_close(ts[i], to_f64(cpu_ts[i]), 2 * tol(ts[i].dtype()));
+    check_close(ts[i], to_f64(cpu_ts[i]), 2 * loose_tol(ts[i].dtype()));
   }
-  CHECK(kernels::global_norm(ts).item<double>() == Approx(3.0).epsilon(tol_sum(DType::f32, count) + 1e-6));
+  CHECK(kernels::global_norm(ts).item<double>() == Approx(3.0).epsilon(loose_tol_sum(DType::f32, count) + 1e-6));
 }
 
 TEST_CASE("CUDA global_norm: values whose squares leave the f32 range", "[cuda][optim]") {
@@ -256,14 +256,14 @@ TEST_CASE("CUDA global_norm: values whose squares leave the f32 range", "[cuda][
       ts.push_back(t);
       cpu_ts.push_back(t.to(Device::cpu()));
     }
-    const double norm_tol = tol(DType::f32) + tol_sum(DType::f64, count);
+    const double norm_tol = loose_tol(DType::f32) + loose_tol_sum(DType::f64, count);
     Tensor n = kernels::global_norm(ts);
     CHECK(n.item<double>() == Approx(std::sqrt(sq)).epsilon(norm_tol));
     CHECK(kernels::global_norm(cpu_ts).item<double>() == Approx(std::sqrt(sq)).epsilon(norm_tol));
     if (scale > 1.0) {
-      // Clipped to norm 1 (each element re-rounded to its dtype once: tol(bf16) relative at most).
+      // Clipped to norm 1 (each element re-rounded to its dtype once: loose_tol(bf16) relative at most).
       kernels::clip_by_norm_(ts, n, 1.0);
-      CHECK(kernels::global_norm(ts).item<double>() == Approx(1.0).epsilon(tol(DType::bf16)));
+      CHECK(kernels::global_norm(ts).item<double>() == Approx(1.0).epsilon(loose_tol(DType::bf16)));
     }
   }
 }
@@ -278,8 +278,9 @@ TEST_CASE("CUDA clip_grad_norm_ and a state dict moved between devices", "[cuda]
   Tensor nc = optim::clip_grad_norm_(t.cpu, 1.0);
   Tensor ng = optim::clip_grad_norm_(t.gpu, 1.0);
   CHECK(ng.device() == kGpu);
-  CHECK(ng.item<double>() == Approx(nc.item<double>()).epsilon(tol_sum(DType::f32, 64 * 9 + 9)));
-  for (size_t i = 0; i < 2; ++i) check_close(t.gpu[i].grad(), to_f64(t.cpu[i].grad()), 2 * tol_sum(DType::f32, 585));
+  CHECK(ng.item<double>() == Approx(nc.item<double>()).epsilon(loose_tol_sum(DType::f32, 64 * 9 + 9)));
+  for (size_t i = 0; i < 2; ++i)
+    check_close(t.gpu[i].grad(), to_f64(t.cpu[i].grad()), 2 * loose_tol_sum(DType::f32, 585));
 
   // Adam on the GPU for a step, its state dict into a CPU optimizer over copied parameters: the
   // next step agrees across devices.

@@ -4,9 +4,9 @@
 // backwards, in f32, f64, f16 and bf16, on odd shapes and non-contiguous inputs.
 //
 // Error bounds: a max is exact. A window sum of K terms whose magnitudes sum to A, divided by
-// the count, may err by tol_sum(acc, K) * A / count (acc: f32 for f16/bf16/f32, f64 for f64),
-// plus tol(dt) * |ref| for the store (and half an f16 subnormal step). The max-pool backward adds
-// its c contributions with atomics in the storage type: c * tol(dt) * A.
+// the count, may err by loose_tol_sum(acc, K) * A / count (acc: f32 for f16/bf16/f32, f64 for f64),
+// plus loose_tol(dt) * |ref| for the store (and half an f16 subnormal step). The max-pool backward adds
+// its c contributions with atomics in the storage type: c * loose_tol(dt) * A.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -106,14 +106,14 @@ Expect ref_avg(const std::vector<double>& x, const Dims& d, const Pool2dParams* 
         const int64_t k = (aw.h.end - aw.h.start) * (aw.w.end - aw.w.start);
         const double r = s / aw.count;
         e.val.push_back(r);
-        e.bound.push_back(tol_sum(acc, k + 1) * a / aw.count + tol(dt) * std::fabs(r) + store_floor(dt));
+        e.bound.push_back(loose_tol_sum(acc, k + 1) * a / aw.count + loose_tol(dt) * std::fabs(r) + store_floor(dt));
       }
   return e;
 }
 
 /// Average pool backward: each input gets grad / count from every window covering it. The CUDA
 /// kernel gathers in acc and rounds once; the CPU twin scatters, rounding to dt after every add
-/// (per_add_rounding: c * tol(dt) * A instead of tol_sum(acc, c) * A).
+/// (per_add_rounding: c * loose_tol(dt) * A instead of loose_tol_sum(acc, c) * A).
 Expect ref_avg_backward(const std::vector<double>& g, const Dims& d, const Pool2dParams* p, DType dt,
                         bool per_add_rounding = false) {
   const size_t n = static_cast<size_t>(d.planes * d.h * d.w);
@@ -132,9 +132,9 @@ Expect ref_avg_backward(const std::vector<double>& g, const Dims& d, const Pool2
       }
   Expect e{s, std::vector<double>(n)};
   for (size_t i = 0; i < n; ++i) {
-    const double acc = per_add_rounding ? static_cast<double>(c[i]) * tol(dt) + tol_sum(acc_of(dt), 2)
-                                        : tol_sum(acc_of(dt), 2 * c[i] + 1);
-    e.bound[i] = acc * a[i] + tol(dt) * std::fabs(s[i]) + store_floor(dt);
+    const double acc = per_add_rounding ? static_cast<double>(c[i]) * loose_tol(dt) + loose_tol_sum(acc_of(dt), 2)
+                                        : loose_tol_sum(acc_of(dt), 2 * c[i] + 1);
+    e.bound[i] = acc * a[i] + loose_tol(dt) * std::fabs(s[i]) + store_floor(dt);
   }
   return e;
 }
@@ -151,8 +151,8 @@ Expect ref_max_backward(const std::vector<double>& g, const std::vector<double>&
   }
   Expect e{s, std::vector<double>(n)};
   for (size_t i = 0; i < n; ++i)
-    e.bound[i] = static_cast<double>(std::max<int64_t>(c[i] - 1, 0)) * tol(dt) * a[i] + tol(dt) * std::fabs(s[i]) +
-                 store_floor(dt);
+    e.bound[i] = static_cast<double>(std::max<int64_t>(c[i] - 1, 0)) * loose_tol(dt) * a[i] +
+                 loose_tol(dt) * std::fabs(s[i]) + store_floor(dt);
   return e;
 }
 

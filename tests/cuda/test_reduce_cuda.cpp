@@ -3,9 +3,9 @@
 // placed on the GPU with the same layout, so transposed and strided views reach the front too.
 //
 // Tolerances: a sum of K values accumulated in f32 (f16/bf16/f32 inputs) or f64 is allowed an
-// error of tol_sum(acc, K) * rms(x) = tol(acc) * ||x||_2 (the error of a blocked or tree sum
+// error of loose_tol_sum(acc, K) * rms(x) = loose_tol(acc) * ||x||_2 (the error of a blocked or tree sum
 // grows like sqrt(K) times the size of one term), plus one rounding of the result in the output
-// dtype: tol(out) * |ref|. Max, min and argmax must be exact.
+// dtype: loose_tol(out) * |ref|. Max, min and argmax must be exact.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -33,9 +33,10 @@ void check_against(const std::vector<double>& got, const ReduceRef& ref, ReduceO
   for (size_t i = 0; i < got.size(); ++i) {
     double bound = 0.0;
     if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
-      bound = tol(acc_of(in)) * std::sqrt(ref.sq_sum[i]) + tol(out) * std::fabs(ref.out[i]);
+      bound = loose_tol(acc_of(in)) * std::sqrt(ref.sq_sum[i]) + loose_tol(out) * std::fabs(ref.out[i]);
       if (op == ReduceOp::Mean)
-        bound = tol(acc_of(in)) * std::sqrt(ref.sq_sum[i]) / ref.count[i] + tol(out) * std::fabs(ref.out[i]);
+        bound =
+            loose_tol(acc_of(in)) * std::sqrt(ref.sq_sum[i]) / ref.count[i] + loose_tol(out) * std::fabs(ref.out[i]);
       if (!is_floating(in)) bound = 0.0;  // integer sums are exact
     }
     bound *= slack;

@@ -2,9 +2,9 @@
 // of kernels/cuda/softmax.cu, against float64 references computed here and against the CPU twin.
 //
 // Tolerances follow the error of each formula in the accumulation dtype (f32 for f16/bf16/f32,
-// f64 for f64): a length-D sum is allowed tol_sum(acc, D) times its terms' rms (tol(acc) times
-// their 2-norm), exp(z) a relative tol(acc) * (|z| + 1) (z itself carries a rounding), and the
-// result one rounding in the output dtype, tol(out) * |ref|. f16 results below its normal range
+// f64 for f64): a length-D sum is allowed loose_tol_sum(acc, D) times its terms' rms (loose_tol(acc) times
+// their 2-norm), exp(z) a relative loose_tol(acc) * (|z| + 1) (z itself carries a rounding), and the
+// result one rounding in the output dtype, loose_tol(out) * |ref|. f16 results below its normal range
 // get an absolute 2^-24 (one f16 subnormal step).
 #include <catch2/catch.hpp>
 
@@ -45,7 +45,8 @@ Expect ref_softmax(const std::vector<double>& x, const Shape& shape, int64_t dim
   int64_t outer, D, inner;
   split(shape, dim, outer, D, inner);
   Expect e{std::vector<double>(x.size()), std::vector<double>(x.size())};
-  const double ta = tol(acc_dtype(dt)), to = tol(dt), fl = floor_of(dt), sd = std::sqrt(static_cast<double>(D));
+  const double ta = loose_tol(acc_dtype(dt)), to = loose_tol(dt), fl = floor_of(dt),
+               sd = std::sqrt(static_cast<double>(D));
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < inner; ++i) {
       auto at = [&](int64_t d) { return static_cast<size_t>((o * D + d) * inner + i); };
@@ -74,7 +75,7 @@ Expect ref_softmax_backward(const std::vector<double>& g, const std::vector<doub
   int64_t outer, D, inner;
   split(shape, dim, outer, D, inner);
   Expect e{std::vector<double>(g.size()), std::vector<double>(g.size())};
-  const double ta = tol(acc_dtype(dt)), to = tol(dt), fl = floor_of(dt);
+  const double ta = loose_tol(acc_dtype(dt)), to = loose_tol(dt), fl = floor_of(dt);
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < inner; ++i) {
       auto at = [&](int64_t d) { return static_cast<size_t>((o * D + d) * inner + i); };
@@ -182,13 +183,13 @@ TEST_CASE("cuda softmax: -inf entries get probability 0; an all -inf row is NaN"
   const std::vector<double> y = to_f64(kernels::softmax(x, 1));
   const double s = std::exp(1.0 - 2.0) + 1.0 + std::exp(0.5 - 2.0);
   const std::vector<double> row0 = {0.0, std::exp(-1.0) / s, 1.0 / s, 0.0, std::exp(-1.5) / s};
-  for (int i = 0; i < 5; ++i) CHECK(std::fabs(y[i] - row0[i]) <= 4 * tol(DType::f32) * row0[i]);
+  for (int i = 0; i < 5; ++i) CHECK(std::fabs(y[i] - row0[i]) <= 4 * loose_tol(DType::f32) * row0[i]);
   for (int i = 5; i < 10; ++i) CHECK(std::isnan(y[i]));
   CHECK(y[10] == 1.0);
   for (int i = 11; i < 15; ++i) CHECK(y[i] == 0.0);
   const std::vector<double> ly = to_f64(kernels::softmax(x, 1, true));
   CHECK(ly[0] == -INFINITY);
-  CHECK(std::fabs(ly[2] + std::log(s)) <= 4 * tol(DType::f32));
+  CHECK(std::fabs(ly[2] + std::log(s)) <= 4 * loose_tol(DType::f32));
   CHECK(ly[10] == 0.0);
 }
 
@@ -201,7 +202,7 @@ struct CeRef {
 CeRef ref_ce(const std::vector<double>& x, const std::vector<int64_t>& t, int64_t N, int64_t C, double ls, DType dt) {
   CeRef r;
   // The rows are stored in the accumulation dtype (f64 for f64 logits, else f32).
-  const double ta = tol(acc_dtype(dt)), to = tol(kernels::cross_entropy_row_dtype(dt)),
+  const double ta = loose_tol(acc_dtype(dt)), to = loose_tol(kernels::cross_entropy_row_dtype(dt)),
                sc = std::sqrt(static_cast<double>(C));
   for (int64_t n = 0; n < N; ++n) {
     const double* row = x.data() + n * C;
@@ -264,7 +265,7 @@ void check_cross_entropy(int64_t N, int64_t C, double ls, DType dt, uint64_t see
   for (size_t i = 0; i < gv.size(); ++i) g32[i] = round_to(DType::f32, gv[i]);
   Tensor lc = from_vector(lse32, {N}, {.dtype = DType::f32}), gc = from_vector(g32, {N}, {.dtype = DType::f32});
   Expect eb{std::vector<double>(xv.size()), std::vector<double>(xv.size())};
-  const double ta = tol(acc_dtype(dt)), to = tol(dt), fl = floor_of(dt);
+  const double ta = loose_tol(acc_dtype(dt)), to = loose_tol(dt), fl = floor_of(dt);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < C; ++c) {
       const size_t k = static_cast<size_t>(n * C + c);
@@ -281,7 +282,7 @@ void check_cross_entropy(int64_t N, int64_t C, double ls, DType dt, uint64_t see
   Tensor g1 = from_vector({0.25}, {1}, {.dtype = DType::f32});
   Tensor dg = kernels::cross_entropy_backward(g1.to(kGpu).expand({N}), xg, tg, lc.to(kGpu), ls);
   Tensor dc = kernels::cross_entropy_backward(g1.expand({N}), xc, tc, lc, ls);
-  check_close(dg, to_f64(dc), 2 * tol(dt), 2 * (tol(acc_dtype(dt)) + fl));
+  check_close(dg, to_f64(dc), 2 * loose_tol(dt), 2 * (loose_tol(acc_dtype(dt)) + fl));
 }
 
 }  // namespace
@@ -326,7 +327,7 @@ TEST_CASE("cuda cross_entropy: huge f32 logits keep f32 accuracy (no f32 lse rou
     Tensor tc = from_vector(t, {N});
     Tensor tg = tc.to(kGpu);
     const std::vector<double> xv = to_f64(xc);
-    const double ta = tol(DType::f32), sc = std::sqrt(static_cast<double>(C));
+    const double ta = loose_tol(DType::f32), sc = std::sqrt(static_cast<double>(C));
     Expect loss{std::vector<double>(N), std::vector<double>(N)};
     std::vector<double> lse(N), zspan(N);
     for (int64_t n = 0; n < N; ++n) {
@@ -379,8 +380,8 @@ TEST_CASE("cuda softmax, log_softmax and cross_entropy follow kernels/softmax.h 
       l.x = to_f64(xc);
       const Tensor xg = xc.to(kGpu);
       const Tensor xtc = from_vector(transposed(l, l.x), {D, l.rows}, {.dtype = dt}), xtg = xtc.to(kGpu);
-      const double rt = 4 * tol_sum(acc_dtype(dt), D) + 2 * tol(dt);
-      const double at = 4 * tol(acc_dtype(dt)) * (std::log(static_cast<double>(D)) + 9) + floor_of(dt);
+      const double rt = 4 * loose_tol_sum(acc_dtype(dt), D) + 2 * loose_tol(dt);
+      const double at = 4 * loose_tol(acc_dtype(dt)) * (std::log(static_cast<double>(D)) + 9) + floor_of(dt);
       // Against the rule's float64 values and against the CPU twin (NaN where it has NaN, and only there).
       auto check_twin = [&](const Tensor& gpu, const Tensor& cpu, const std::vector<double>& ref, double a) {
         REQUIRE(gpu.device() == kGpu);
@@ -398,7 +399,7 @@ TEST_CASE("cuda softmax, log_softmax and cross_entropy follow kernels/softmax.h 
         const std::vector<double> dref = nonfinite_softmax_backward_ref(to_f64(gc), to_f64(yc), l.rows, D, log);
         check_twin(kernels::softmax_backward(gc.to(kGpu), yc.to(kGpu), 1, log),
                    kernels::softmax_backward(gc, yc, 1, log), dref,
-                   6 * tol_sum(acc_dtype(dt), D) + 2 * tol(dt) + floor_of(dt));
+                   6 * loose_tol_sum(acc_dtype(dt), D) + 2 * loose_tol(dt) + floor_of(dt));
       }
       for (double ls : {0.0, 0.1}) {
         INFO("cross_entropy ls " << ls);
@@ -407,7 +408,7 @@ TEST_CASE("cuda softmax, log_softmax and cross_entropy follow kernels/softmax.h 
         const Tensor tc = from_vector(l.target, {l.rows}), tg = tc.to(kGpu);
         const kernels::CrossEntropyRows rg = kernels::cross_entropy_rows(xg, tg, ls);
         const kernels::CrossEntropyRows rc = kernels::cross_entropy_rows(xc, tc, ls);
-        const double a32 = 16 * tol_sum(acc_dtype(dt), D) + 16 * tol(DType::f32);
+        const double a32 = 16 * loose_tol_sum(acc_dtype(dt), D) + 16 * loose_tol(DType::f32);
         check_twin(rg.loss, rc.loss, loss, a32);
         check_twin(rg.lse, rc.lse, lse, a32);
         const Tensor gc = from_vector(random_values(l.rows, 902, -1.0, 1.0), {l.rows}, {.dtype = DType::f32});

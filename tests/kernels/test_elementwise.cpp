@@ -196,7 +196,7 @@ TEST_CASE("unary: every op, floating dtypes, three layouts", "[cpu]") {
         for (double v : to_f64(x)) want.push_back(ref_unary(op, v));
         // Outputs are O(1)-O(50): one rounding in dt relative, plus the same absolute slack for
         // results near 0 (e.g. gelu(-4) where 1 + erf cancels).
-        check_close(y, want, tol(dt), tol(dt));
+        check_close(y, want, loose_tol(dt), loose_tol(dt));
       }
     }
   }
@@ -256,7 +256,7 @@ TEST_CASE("unary_backward: every op against the float64 derivative", "[cpu]") {
       const Tensor ys = backward_reads_y(op) ? y : Tensor();
       Tensor dx = kernels::unary_backward(op, g, xs, ys);
       CHECK(dx.dtype() == dt);
-      check_close(dx, want, tol(dt), tol(dt));
+      check_close(dx, want, loose_tol(dt), loose_tol(dt));
     }
   }
   Tensor x = from_vector({1, 2}, {2}, {.dtype = DType::f32});
@@ -303,7 +303,7 @@ TEST_CASE("binary: every op and dtype, broadcast and non-contiguous operands", "
         std::vector<double> want(static_cast<size_t>(numel_of(shape)));
         for (int64_t i = 0; i < numel_of(shape); ++i)
           want[i] = ref_binary(op, av[broadcast_index(shape, c.a, i)], bv[broadcast_index(shape, c.b, i)], dt);
-        check_close(out, want, kernels::is_comparison(op) ? 0.0 : tol(dt));
+        check_close(out, want, kernels::is_comparison(op) ? 0.0 : loose_tol(dt));
       }
     }
   }
@@ -315,10 +315,10 @@ TEST_CASE("binary: large operands cross the parallel grain on both paths", "[cpu
   const auto av = to_f64(a), bv = to_f64(b);
   std::vector<double> want(av.size());
   for (size_t i = 0; i < av.size(); ++i) want[i] = av[i] * bv[i];
-  check_close(kernels::binary(BinaryOp::Mul, a, b), want, tol(DType::f32));
+  check_close(kernels::binary(BinaryOp::Mul, a, b), want, loose_tol(DType::f32));
   for (size_t i = 0; i < av.size(); ++i) want[i] = av[i] - av[i % 1025];
-  check_close(kernels::binary(BinaryOp::Sub, a, as_strided_raw(a, {1025}, {1}, 0)), want, tol(DType::f32),
-              tol(DType::f32));
+  check_close(kernels::binary(BinaryOp::Sub, a, as_strided_raw(a, {1025}, {1}, 0)), want, loose_tol(DType::f32),
+              loose_tol(DType::f32));
 }
 
 TEST_CASE("binary: dtype promotion", "[cpu]") {
@@ -335,7 +335,7 @@ TEST_CASE("binary: dtype promotion", "[cpu]") {
     Tensor out = kernels::binary(BinaryOp::Add, a, b);
     CHECK(out.dtype() == p.want);
     const auto av = to_f64(a), bv = to_f64(b);
-    check_close(out, {av[0] + bv[0], av[1] + bv[1], av[2] + bv[2]}, tol(p.want));
+    check_close(out, {av[0] + bv[0], av[1] + bv[1], av[2] + bv[2]}, loose_tol(p.want));
     CHECK(kernels::binary(BinaryOp::Lt, a, b).dtype() == DType::boolean);
   }
 }
@@ -383,7 +383,7 @@ TEST_CASE("binary: scalar on either side, scalar takes the tensor's dtype", "[cp
         CHECK(out.dtype() == (kernels::is_comparison(op) ? DType::boolean : dt));
         std::vector<double> want;
         for (double v : to_f64(a)) want.push_back(first ? ref_binary(op, sv, v, dt) : ref_binary(op, v, sv, dt));
-        check_close(out, want, kernels::is_comparison(op) ? 0.0 : tol(dt));
+        check_close(out, want, kernels::is_comparison(op) ? 0.0 : loose_tol(dt));
       }
     }
   }

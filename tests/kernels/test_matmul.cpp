@@ -17,14 +17,14 @@ using namespace ember::testing;
 namespace {
 
 /// Checks got against exp element-wise with the dot-product error bound
-/// |got - exp| <= tol_sum(dt, K) * sum_k |a_ik b_kj| + tol(dt) * |exp| (the last term: rounding of
+/// |got - exp| <= loose_tol_sum(dt, K) * sum_k |a_ik b_kj| + loose_tol(dt) * |exp| (the last term: rounding of
 /// the stored result).
 void check_products(const std::vector<double>& got, const std::vector<double>& exp, const std::vector<double>& abs,
                     DType dt, int64_t K) {
   REQUIRE(got.size() == exp.size());
   int bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
-    const double bound = tol_sum(dt, K) * abs[i] + tol(dt) * std::fabs(exp[i]);
+    const double bound = loose_tol_sum(dt, K) * abs[i] + loose_tol(dt) * std::fabs(exp[i]);
     if (!(std::fabs(got[i] - exp[i]) <= bound) && bad++ < 5)
       UNSCOPED_INFO("[" << i << "] got " << got[i] << " expected " << exp[i] << " bound " << bound);
   }

@@ -17,7 +17,7 @@ using kernels::ReduceOp;
 namespace {
 
 /// Checks reduce(op, x, dims, keepdim) against the reference. Sum/mean errors are bounded by
-/// tol_sum(dtype, R) times the sum of |x| of each output (plus one rounding of the result);
+/// loose_tol_sum(dtype, R) times the sum of |x| of each output (plus one rounding of the result);
 /// max/min must be exact.
 void check_reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   const int64_t nd = x.dim();
@@ -45,7 +45,7 @@ void check_reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims
     double bound = 0.0;
     if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
       const double scale = op == ReduceOp::Mean ? ref.abs_sum[i] / static_cast<double>(ref.count[i]) : ref.abs_sum[i];
-      bound = tol_sum(dt, R) * scale + tol(dt) * std::fabs(ref.out[i]);
+      bound = loose_tol_sum(dt, R) * scale + loose_tol(dt) * std::fabs(ref.out[i]);
     }
     const bool ok = std::isnan(ref.out[i]) ? std::isnan(got[i]) : std::fabs(got[i] - ref.out[i]) <= bound;
     if (!ok && bad++ < 5)
@@ -104,8 +104,8 @@ TEST_CASE("reduce: long f32 reductions stay accurate (double accumulation)", "[c
   const std::vector<double> v = to_f64(x);
   double s = 0.0;
   for (double e : v) s += e;
-  check_close(kernels::reduce(ReduceOp::Sum, x), {s}, tol(DType::f32));
-  check_close(kernels::reduce(ReduceOp::Mean, x), {s / n}, tol(DType::f32));
+  check_close(kernels::reduce(ReduceOp::Sum, x), {s}, loose_tol(DType::f32));
+  check_close(kernels::reduce(ReduceOp::Mean, x), {s / n}, loose_tol(DType::f32));
   // Few outputs with a long reduced dim (the split-over-R path), inner > 1.
   Tensor y = random_tensor({2, 50001, 3}, DType::f32, 22, -1.0, 1.0);
   check_reduce(ReduceOp::Sum, y, {1}, false);

@@ -19,7 +19,7 @@ using ember::testing::check_close;
 using ember::testing::Layout;
 using ember::testing::random_tensor;
 using ember::testing::to_f64;
-using ember::testing::tol_sum;
+using ember::testing::loose_tol_sum;
 
 namespace {
 
@@ -53,8 +53,8 @@ TEST_CASE("Linear: parameters, shapes and forward vs float64 reference", "[cpu][
     Tensor y = lin.forward(x);
     REQUIRE(y.sizes() == Shape{N, out});
     auto ref = linear_ref(to_f64(x), to_f64(lin.weight()), to_f64(lin.bias()), N, in, out);
-    // Dot products of length `in` with |x|, |w| <= 1: absolute error ~ tol_sum(f32, in) * sum|x w|.
-    check_close(y, ref, tol_sum(DType::f32, in), tol_sum(DType::f32, in) * static_cast<double>(in));
+    // Dot products of length `in` with |x|, |w| <= 1: absolute error ~ loose_tol_sum(f32, in) * sum|x w|.
+    check_close(y, ref, loose_tol_sum(DType::f32, in), loose_tol_sum(DType::f32, in) * static_cast<double>(in));
   }
   // Leading batch dims are kept: (2, 3, in) -> (2, 3, out).
   Tensor x3 = random_tensor({2, 3, in}, DType::f32, 8);

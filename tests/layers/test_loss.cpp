@@ -16,8 +16,8 @@ using ember::testing::check_close;
 using ember::testing::Layout;
 using ember::testing::random_tensor;
 using ember::testing::to_f64;
-using ember::testing::tol;
-using ember::testing::tol_sum;
+using ember::testing::loose_tol;
+using ember::testing::loose_tol_sum;
 
 namespace {
 
@@ -56,7 +56,7 @@ TEST_CASE("cross_entropy: value vs float64 reference, label smoothing, i32 targe
   Tensor t32 = from_vector(t32v, {N});
   for (double s : {0.0, 0.1}) {
     const double ref = ce_ref(to_f64(z), t, N, C, s);
-    const double tol_ce = tol_sum(DType::f32, N * C) * std::max(1.0, std::abs(ref)) * 4;
+    const double tol_ce = loose_tol_sum(DType::f32, N * C) * std::max(1.0, std::abs(ref)) * 4;
     CHECK(layers::cross_entropy(z, t64, {.label_smoothing = s}).item<double>() == Approx(ref).margin(tol_ce));
     CHECK(layers::cross_entropy(z, t32, {.label_smoothing = s}).item<double>() == Approx(ref).margin(tol_ce));
   }
@@ -84,7 +84,7 @@ TEST_CASE("nll_loss: value and gradient vs reference; agrees with cross_entropy 
   Tensor z = random_tensor({N, C}, DType::f32, 5, -2, 2);
   const double a = layers::nll_loss(log_softmax(z, 1), from_vector(t, {N})).item<double>();
   const double b = layers::cross_entropy(z, from_vector(t, {N})).item<double>();
-  CHECK(a == Approx(b).margin(4 * tol_sum(DType::f32, C)));
+  CHECK(a == Approx(b).margin(4 * loose_tol_sum(DType::f32, C)));
   t[3] = C;
   CHECK_THROWS_WITH(layers::nll_loss(lp, from_vector(t, {N})), Catch::Contains("target 7 at row 3"));
 }
@@ -117,13 +117,13 @@ TEST_CASE("cross_entropy with non-finite logits: NaN and +inf rows make the mean
       if (bad == -inf) {  // row 0: softmax of {1, 3, 0} with p = 0 at the -inf entry, minus the one-hot
         const double s0 = std::exp(1.0 - 3.0) + 1.0 + std::exp(0.0 - 3.0);
         const double p = c == 1 ? 0.0 : std::exp(zv[c] - 3.0) / s0;
-        CHECK(g[c] == Approx((p - (c == 1 ? 1.0 : 0.0)) / N).margin(4 * tol(DType::f32)));
+        CHECK(g[c] == Approx((p - (c == 1 ? 1.0 : 0.0)) / N).margin(4 * loose_tol(DType::f32)));
       } else {
         CHECK(std::isnan(g[c]));
       }
       for (int64_t n = 1; n < N; ++n) {
         const double p = std::exp(finite_row[c] - mx) / s;
-        CHECK(g[n * C + c] == Approx((p - (c == t[n] ? 1.0 : 0.0)) / N).margin(4 * tol(DType::f32)));
+        CHECK(g[n * C + c] == Approx((p - (c == t[n] ? 1.0 : 0.0)) / N).margin(4 * loose_tol(DType::f32)));
       }
     }
   }
@@ -136,7 +136,7 @@ TEST_CASE("mse_loss: value vs reference and gradcheck", "[cpu][layers]") {
   double ref = 0;
   for (size_t i = 0; i < av.size(); ++i) ref += (av[i] - bv[i]) * (av[i] - bv[i]);
   ref /= static_cast<double>(av.size());
-  CHECK(layers::mse_loss(a, b).item<double>() == Approx(ref).epsilon(4 * tol_sum(DType::f32, 45)));
+  CHECK(layers::mse_loss(a, b).item<double>() == Approx(ref).epsilon(4 * loose_tol_sum(DType::f32, 45)));
   auto fn = [](const std::vector<Tensor>& v) { return layers::mse_loss(v[0], v[1]); };
   EMBER_CHECK_GRADIENTS(
       fn, {random_tensor({4, 6}, DType::f64, 8, -1, 1, Layout::Strided), random_tensor({4, 6}, DType::f64, 9)});

@@ -31,8 +31,8 @@
 using namespace ember;
 using ember::testing::random_tensor;
 using ember::testing::to_f64;
-using ember::testing::tol;
-using ember::testing::tol_sum;
+using ember::testing::loose_tol;
+using ember::testing::loose_tol_sum;
 
 namespace {
 

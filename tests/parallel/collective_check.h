@@ -57,12 +57,12 @@ inline double coll_expected(parallel::ReduceOp op, DType dt, uint64_t salt, int 
 }
 
 /// Allowed |result - expected| for element i: integers and max/min exactly; sums and averages
-/// went through up to world - 1 roundings in dt, each at most tol(dt) of the running magnitude.
+/// went through up to world - 1 roundings in dt, each at most loose_tol(dt) of the running magnitude.
 inline double coll_tolerance(parallel::ReduceOp op, DType dt, uint64_t salt, int world, int64_t i) {
   if (!is_floating(dt) || op == parallel::ReduceOp::max || op == parallel::ReduceOp::min) return 0.0;
   double mag = 0;
   for (int r = 0; r < world; ++r) mag += std::fabs(coll_value(dt, salt, r, i));
-  return tol(dt) * world * (op == parallel::ReduceOp::avg ? mag / world + 1e-30 : mag);
+  return loose_tol(dt) * world * (op == parallel::ReduceOp::avg ? mag / world + 1e-30 : mag);
 }
 
 /// Checks `n` elements at `p` (element k is reduced element offset + k); returns "" when all

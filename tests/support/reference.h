@@ -17,7 +17,6 @@
 //                              f64 (~9007 u), 1e-5 f32 (~168 u), 1e-3 f16 (2.048 u), 1e-2 bf16
 //                              (2.56 u); 0 for integers
 //   loose_tol_sum(dtype, k)    loose_tol(dtype) * sqrt(k), for a sum/dot of length k
-//   tol(dtype), tol_sum(dtype, k)   deprecated names of loose_tol and loose_tol_sum
 //   to_f64(t)                  elements of t (any strides, any device) in row-major order
 //   random_tensor(sizes, dtype, seed, lo, hi, layout, device)   values U[lo, hi) from a fixed
 //                              seed; layout picks a contiguous, transposed or step-2 strided view
@@ -98,10 +97,6 @@ inline double loose_tol(DType dt) {
 inline double loose_tol_sum(DType dt, int64_t k) {
   return loose_tol(dt) * std::sqrt(static_cast<double>(k < 1 ? 1 : k));
 }
-// deprecated: loose_tol
-inline double tol(DType dt) { return loose_tol(dt); }
-// deprecated: loose_tol_sum
-inline double tol_sum(DType dt, int64_t k) { return loose_tol_sum(dt, k); }
 
 /// Reads element at `p` (of dtype dt) as double.
 inline double load_f64(DType dt, const void* p) {

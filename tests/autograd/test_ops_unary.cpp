@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <functional>
+#include <numbers>
 #include <vector>
 
 #include <ember/autograd/ops.h>
@@ -12,11 +13,12 @@
 #include "support/reference.h"
 
 using namespace ember;
+using ember::testing::check_bounded;
 using ember::testing::check_close;
 using ember::testing::Layout;
 using ember::testing::random_tensor;
 using ember::testing::to_f64;
-using ember::testing::loose_tol;
+using ember::testing::unit_roundoff;
 using TL = std::vector<Tensor>;
 
 namespace {
@@ -26,20 +28,43 @@ struct UnaryCase {
   std::function<Tensor(const Tensor&)> op;
   std::function<double(double)> ref;
   double lo, hi;  // input range (inside the op's domain, away from kinks)
+  // First-order bound on |op(x) computed in a dtype of unit roundoff u - the exact op(x)|, for the
+  // formula of kernels/elementwise_math.h (the kernel's, in the element type) and of `ref` (in
+  // double). libm's exp, log, tanh, erf are taken within 2 ulp (glibc's x86_64 maxima are <= 2),
+  // so 4 u |y| (one ulp is at most 2 u |y|); sqrt and + - * / round once (u).
+  std::function<double(double, double)> err;
 };
+
+double none(double, double) { return 0.0; }  // neg, abs, relu: exact
 
 std::vector<UnaryCase> cases() {
   return {
-      {"neg", [](const Tensor& x) { return neg(x); }, [](double x) { return -x; }, -2, 2},
-      {"abs", [](const Tensor& x) { return abs(x); }, [](double x) { return std::fabs(x); }, -2, 2},
-      {"exp", [](const Tensor& x) { return exp(x); }, [](double x) { return std::exp(x); }, -2, 2},
-      {"log", [](const Tensor& x) { return log(x); }, [](double x) { return std::log(x); }, 0.2, 3},
-      {"sqrt", [](const Tensor& x) { return sqrt(x); }, [](double x) { return std::sqrt(x); }, 0.2, 3},
-      {"tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return std::tanh(x); }, -2, 2},
-      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, [](double x) { return 1 / (1 + std::exp(-x)); }, -3, 3},
-      {"relu", [](const Tensor& x) { return relu(x); }, [](double x) { return x > 0 ? x : 0.0; }, -2, 2},
+      {"neg", [](const Tensor& x) { return neg(x); }, [](double x) { return -x; }, -2, 2, none},
+      {"abs", [](const Tensor& x) { return abs(x); }, [](double x) { return std::fabs(x); }, -2, 2, none},
+      {"exp", [](const Tensor& x) { return exp(x); }, [](double x) { return std::exp(x); }, -2, 2,
+       [](double x, double u) { return 4 * u * std::exp(x); }},
+      {"log", [](const Tensor& x) { return log(x); }, [](double x) { return std::log(x); }, 0.2, 3,
+       [](double x, double u) { return 4 * u * std::fabs(std::log(x)); }},
+      {"sqrt", [](const Tensor& x) { return sqrt(x); }, [](double x) { return std::sqrt(x); }, 0.2, 3,
+       [](double x, double u) { return u * std::sqrt(x); }},
+      {"tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return std::tanh(x); }, -2, 2,
+       [](double x, double u) { return 4 * u * std::fabs(std::tanh(x)); }},
+      // 1 / (1 + e), e = exp(-x): e's 4 u reaches y scaled by e / (1 + e); the sum and the division u each.
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, [](double x) { return 1 / (1 + std::exp(-x)); }, -3, 3,
+       [](double x, double u) {
+         const double e = std::exp(-x), y = 1 / (1 + e);
+         return y * (4 * u * e / (1 + e) + 2 * u);
+       }},
+      // 0.5 x (1 + erf(t)), t = x / sqrt(2): t carries 2 u (the constant or sqrt(2), and the product
+      // or division), which erf turns into erf'(t) |t| 2 u; erf's own 4 u |erf t|; 1 + erf u; the
+      // product by 0.5 x u |y| (0.5 x is exact).
       {"gelu", [](const Tensor& x) { return gelu(x); },
-       [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, -3, 3},
+       [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, -3, 3,
+       [](double x, double u) {
+         const double t = x / std::sqrt(2.0), e = std::erf(t), y = 0.5 * x * (1 + e);
+         const double de = 2 * std::numbers::inv_sqrtpi * std::exp(-t * t) * std::fabs(t) * 2 * u;
+         return 0.5 * std::fabs(x) * (de + 4 * u * std::fabs(e) + u * (1 + e)) + u * std::fabs(y);
+       }},
   };
 }
 
@@ -50,9 +75,14 @@ TEST_CASE("unary ops: forward values (f32 and f64, non-contiguous)", "[cpu][auto
     for (DType dt : {DType::f32, DType::f64}) {
       INFO(c.name << " " << dtype_name(dt));
       Tensor x = random_tensor({5, 7}, dt, 100, c.lo, c.hi, Layout::Transposed);
-      std::vector<double> ref;
-      for (double v : to_f64(x)) ref.push_back(c.ref(v));
-      check_close(c.op(x), ref, 4 * loose_tol(dt), 4 * loose_tol(dt));
+      // The kernel's roundings (unit roundoff of dt: it computes f32 in float) plus the reference's
+      // (double), per element.
+      std::vector<double> ref, bound;
+      for (double v : to_f64(x)) {
+        ref.push_back(c.ref(v));
+        bound.push_back(c.err(v, unit_roundoff(dt)) + c.err(v, unit_roundoff(DType::f64)));
+      }
+      check_bounded(c.op(x), ref, bound);
     }
   }
 }

@@ -2,6 +2,7 @@
 // values against float64 references and finite-difference gradients.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -11,13 +12,14 @@
 #include "support/reference.h"
 
 using namespace ember;
+using ember::testing::check_bounded;
 using ember::testing::check_close;
+using ember::testing::gamma_n;
 using ember::testing::GradcheckOptions;
 using ember::testing::Layout;
 using ember::testing::random_tensor;
 using ember::testing::to_f64;
-using ember::testing::loose_tol;
-using ember::testing::loose_tol_sum;
+using ember::testing::unit_roundoff;
 using TL = std::vector<Tensor>;
 
 namespace {
@@ -36,39 +38,124 @@ std::vector<double> mm_ref(const std::vector<double>& a, const std::vector<doubl
   return out;
 }
 
+std::vector<double> abs_of(std::vector<double> v) {
+  for (double& x : v) x = std::fabs(x);
+  return v;
+}
+
+/// CHECKs got (dtype dt) against mm_ref(a, b, ...) within a rounding bound: every entry is a dot of
+/// K products; the kernel's (BLAS or the blocked GEMM in dt, any order, fused or not) is within
+/// gamma_K(u_dt) sum_k |a_k b_k| of the exact dot, the reference's (in double) within gamma_K(u64).
+void check_mm(const Tensor& got, const std::vector<double>& a, const std::vector<double>& b, int64_t B, int64_t M,
+              int64_t K, int64_t N, bool b_shared = false) {
+  const double g = gamma_n(K, unit_roundoff(got.dtype())) + gamma_n(K, unit_roundoff(DType::f64));
+  std::vector<double> bound = mm_ref(abs_of(a), abs_of(b), B, M, K, N, b_shared);
+  for (double& x : bound) x *= g;
+  check_bounded(got, mm_ref(a, b, B, M, K, N, b_shared), bound);
+}
+
+/// Rounding bounds of cross_entropy on one row x of C logits (kernels/cpu/softmax.cpp: row_stats,
+/// cross_entropy_typed, cross_entropy_backward_typed) against the double formulas here. uc: the
+/// kernel's arithmetic and rows dtype (unit roundoff of float for f32 logits, double for f64);
+/// u64: its double sums and log, and every step of the references. libm's exp and log are taken
+/// within 2 ulp (4 u). z = x - max rounds (uc |z|) and exp(z) rounds (4 uc), so the kernel's sum
+/// s = sum exp(z) in double has relative error eps_k = sum exp(z) (|z| + 4) uc / s + gamma_C(u64);
+/// the reference's eps_r the same with u64. Non-finite z (a -inf logit) adds an exact 0.
+struct CeRow {
+  double mx = -INFINITY, L = 0, eps_k = 0, eps_r = 0;
+};
+CeRow ce_row(const double* x, int64_t C, double uc) {
+  const double u64 = unit_roundoff(DType::f64);
+  CeRow r;
+  for (int64_t c = 0; c < C; ++c) r.mx = std::max(r.mx, x[c]);
+  double s = 0, w = 0;
+  int64_t n = 0;
+  for (int64_t c = 0; c < C; ++c) {
+    const double z = x[c] - r.mx;
+    if (!std::isfinite(z)) continue;
+    s += std::exp(z);
+    w += std::exp(z) * (std::fabs(z) + 4);
+    ++n;
+  }
+  r.L = std::log(s);
+  r.eps_k = w * uc / s + gamma_n(n, u64);
+  r.eps_r = w * u64 / s + gamma_n(n, u64);
+  return r;
+}
+
+/// First-order bound on |kernel's loss_n - the exact one| for row x, target t, smoothing ls:
+/// the sum and the log in double (eps_k + 4 u64 L); (1 - ls) (max - x_t): the difference, 1 - ls
+/// and the product (3 u64); ls / C sum (max - x): C + 1 roundings of the sum, the product and the
+/// division (gamma_{C+1}(u64) + 2 u64); the two additions and the store into the rows' dtype
+/// ((2 u64 + uc) loss_n, every term >= 0). Also returns loss_n itself.
+double ce_loss_row_bound(const double* x, int64_t C, int64_t t, double ls, double uc, double& loss_n) {
+  const double u64 = unit_roundoff(DType::f64);
+  const CeRow r = ce_row(x, C, uc);
+  double gap = 0;
+  for (int64_t c = 0; c < C; ++c) gap += r.mx - x[c];
+  const double A = (1 - ls) * (r.mx - x[t]), S = ls * gap / C;
+  loss_n = r.L + A + S;
+  return r.eps_k + 4 * u64 * r.L + 3 * u64 * A + (gamma_n(C + 1, u64) + 2 * u64) * S + (2 * u64 + uc) * loss_n;
+}
+
+/// First-order bound on |kernel's d[n, c] - the double reference| for row x, target t,
+/// smoothing ls and g_n = 1 / N (fl(1 / N) in the rows' dtype: u64 + uc). The kernel's
+/// p = exp((z - fl(L))): L's eps_k + 4 u64 L and its cast (uc L), z and the subtraction
+/// (uc (|z| + |z - L|)), exp (4 uc). The reference's p, exp(x - lse) or exp(z) / s: eps_r + 4 u64 L,
+/// lse = max + L and x - lse (u64 (|lse| + |z| + L)), exp and a division (6 u64). 1 - ls and
+/// ls / C (u64 in double, uc the kernel's cast, u64 the reference's product), the two
+/// differences (uc + u64 each), the product by g_n and the reference's division by N.
+std::vector<double> ce_grad_row_bound(const double* x, int64_t C, int64_t t, double ls, double uc, int64_t N) {
+  const double u64 = unit_roundoff(DType::f64);
+  const CeRow r = ce_row(x, C, uc);
+  const double lse = r.mx + r.L, smooth = ls / C;
+  std::vector<double> b;
+  for (int64_t c = 0; c < C; ++c) {
+    const double z = x[c] - r.mx, hit = c == t ? 1 - ls : 0.0;
+    double p = 0, pe = 0;
+    if (std::isfinite(z)) {
+      p = std::exp(z - r.L);
+      const double az = std::fabs(z);
+      pe = p * (r.eps_k + 4 * u64 * r.L + uc * r.L + uc * (az + az + r.L) + 4 * uc + r.eps_r + 4 * u64 * r.L +
+                u64 * (std::fabs(lse) + az + r.L) + 6 * u64);
+    }
+    const double q = p - hit - smooth;
+    const double e = pe + (2 * u64 + uc) * (hit + smooth) + (uc + u64) * (std::fabs(p - hit) + std::fabs(q));
+    b.push_back(e / N + (2 * uc + 2 * u64) * std::fabs(q) / N);
+  }
+  return b;
+}
+
 }  // namespace
 
 TEST_CASE("matmul forward: 2-D, vectors, batched, shared and broadcast batches", "[cpu][autograd]") {
-  const double rt = loose_tol_sum(DType::f32, 7) * 4;
   Tensor a = random_tensor({5, 7}, DType::f32, 400, -1, 1, Layout::Transposed);
   Tensor b = random_tensor({7, 3}, DType::f32, 401, -1, 1, Layout::Strided);
-  check_close(matmul(a, b), mm_ref(to_f64(a), to_f64(b), 1, 5, 7, 3), rt, rt);
+  check_mm(matmul(a, b), to_f64(a), to_f64(b), 1, 5, 7, 3);
   Tensor v = random_tensor({7}, DType::f32, 402);
   CHECK(matmul(a, v).sizes() == Shape{5});
-  check_close(matmul(a, v), mm_ref(to_f64(a), to_f64(v), 1, 5, 7, 1), rt, rt);
+  check_mm(matmul(a, v), to_f64(a), to_f64(v), 1, 5, 7, 1);
   CHECK(matmul(v, b).sizes() == Shape{3});
-  check_close(matmul(v, b), mm_ref(to_f64(v), to_f64(b), 1, 1, 7, 3), rt, rt);
+  check_mm(matmul(v, b), to_f64(v), to_f64(b), 1, 1, 7, 3);
   CHECK(matmul(v, v).sizes() == Shape{});
-  check_close(matmul(v, v), mm_ref(to_f64(v), to_f64(v), 1, 1, 7, 1), rt, rt);
+  check_mm(matmul(v, v), to_f64(v), to_f64(v), 1, 1, 7, 1);
   Tensor a3 = random_tensor({2, 5, 7}, DType::f32, 403, -1, 1, Layout::Transposed);
   Tensor b3 = random_tensor({2, 7, 3}, DType::f32, 404);
-  check_close(matmul(a3, b3), mm_ref(to_f64(a3), to_f64(b3), 2, 5, 7, 3), rt, rt);
-  check_close(matmul(a3, b), mm_ref(to_f64(a3), to_f64(b), 2, 5, 7, 3, true), rt, rt);
+  check_mm(matmul(a3, b3), to_f64(a3), to_f64(b3), 2, 5, 7, 3);
+  check_mm(matmul(a3, b), to_f64(a3), to_f64(b), 2, 5, 7, 3, true);
   // Broadcast batch: (2, 1, 5, 7) @ (3, 7, 3) -> (2, 3, 5, 3).
   Tensor a4 = random_tensor({2, 1, 5, 7}, DType::f32, 405);
   Tensor b4 = random_tensor({3, 7, 3}, DType::f32, 406);
   Tensor o4 = matmul(a4, b4);
   REQUIRE(o4.sizes() == Shape{2, 3, 5, 3});
   const auto va4 = to_f64(a4), vb4 = to_f64(b4);
-  std::vector<double> ref;
+  std::vector<double> ap, bq;  // the 6 products' operands, batch (p, q) in row-major order
   for (int p = 0; p < 2; ++p)
     for (int q = 0; q < 3; ++q) {
-      std::vector<double> ap(va4.begin() + p * 35, va4.begin() + (p + 1) * 35);
-      std::vector<double> bq(vb4.begin() + q * 21, vb4.begin() + (q + 1) * 21);
-      auto r = mm_ref(ap, bq, 1, 5, 7, 3);
-      ref.insert(ref.end(), r.begin(), r.end());
+      ap.insert(ap.end(), va4.begin() + p * 35, va4.begin() + (p + 1) * 35);
+      bq.insert(bq.end(), vb4.begin() + q * 21, vb4.begin() + (q + 1) * 21);
     }
-  check_close(o4, ref, rt, rt);
+  check_mm(o4, ap, bq, 6, 5, 7, 3);
 }
 
 TEST_CASE("gradcheck: matmul in all its forms", "[cpu][autograd]") {
@@ -110,8 +197,7 @@ TEST_CASE("matmul(x, W.t()) gives W a contiguous gradient equal to g^T x", "[cpu
   CHECK(w.grad().is_contiguous());
   CHECK(!w.grad().storage().is_same(g.storage()));
   CHECK(!w.grad().storage().is_same(x.storage()));
-  check_close(w.grad(), mm_ref(to_f64(g.t().contiguous()), to_f64(x), 1, 5, 4, 6), loose_tol_sum(DType::f64, 4),
-              loose_tol_sum(DType::f64, 4));
+  check_mm(w.grad(), to_f64(g.t().contiguous()), to_f64(x), 1, 5, 4, 6);  // one f64 GEMM, dots of 4
 }
 
 TEST_CASE("softmax and log_softmax: forward values over any dim", "[cpu][autograd]") {
@@ -166,12 +252,31 @@ TEST_CASE("cross_entropy: value and gradient against float64 references", "[cpu]
       }
       // f64 logits give an f64 loss (its rows and their mean in f64, as PyTorch's), f32 ones f32.
       CHECK(loss.dtype() == dt);
-      const double rt = loose_tol_sum(dt, C) * 4;
-      check_close(loss, {ref}, rt, rt);
+      // Bounds: each row's kernel loss (ce_loss_row_bound) and the reference's row, lse (eps_r + 4 u64 L
+      // for the sum and log, u64 |lse| the addition), (1 - ls) x_t (2 u64), ls / C sum x (gamma_C(u64)
+      // + 2 u64), the two subtractions and / N (3 u64): at most eps_r + 4 u64 L + (gamma_C(u64) + 5 u64)
+      // M_n, M_n = |lse| + (1 - ls) |x_t| + ls / C sum |x|; the means over N rows (gamma_N(u64) of
+      // sum |loss_n| / N on each side, the kernel's division and store u64 + uc).
+      const double uc = unit_roundoff(dt), u64 = unit_roundoff(DType::f64);
+      double lb = 0, mag = 0;
+      std::vector<double> gb;
+      for (int64_t n = 0; n < N; ++n) {
+        const double* row = x.data() + n * C;
+        double loss_n, sabs = 0;
+        lb += ce_loss_row_bound(row, C, tv[n], ls, uc, loss_n) / N;
+        const CeRow r = ce_row(row, C, uc);
+        for (int64_t c = 0; c < C; ++c) sabs += std::fabs(row[c]);
+        const double M = std::fabs(r.mx + r.L) + (1 - ls) * std::fabs(row[tv[n]]) + ls / C * sabs;
+        lb += (r.eps_r + 4 * u64 * r.L + (gamma_n(C, u64) + 5 * u64) * M) / N;
+        mag += loss_n / N;
+        const std::vector<double> b = ce_grad_row_bound(row, C, tv[n], ls, uc, N);
+        gb.insert(gb.end(), b.begin(), b.end());
+      }
+      check_bounded(loss, {ref}, {lb + 2 * gamma_n(N, u64) * mag + (u64 + uc) * std::fabs(ref)});
       loss.backward();
       REQUIRE(logits.grad().defined());
       CHECK(logits.grad().dtype() == dt);
-      check_close(logits.grad(), gref, rt, rt);
+      check_bounded(logits.grad(), gref, gb);
     }
   }
   // A wrong target is reported with its value.

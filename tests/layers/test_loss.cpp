@@ -2,6 +2,7 @@
 // (value, gradient, range errors), mse_loss (value, gradcheck).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -13,11 +14,12 @@
 
 using namespace ember;
 using ember::testing::check_close;
+using ember::testing::gamma_n;
+using ember::testing::kSecondOrder;
 using ember::testing::Layout;
 using ember::testing::random_tensor;
 using ember::testing::to_f64;
-using ember::testing::loose_tol;
-using ember::testing::loose_tol_sum;
+using ember::testing::unit_roundoff;
 
 namespace {
 
@@ -45,6 +47,78 @@ std::vector<int64_t> random_targets(int64_t N, int64_t C, uint64_t seed) {
   return t;
 }
 
+/// Rounding bounds of cross_entropy on one row x of C logits (kernels/cpu/softmax.cpp: row_stats,
+/// cross_entropy_typed, cross_entropy_backward_typed) against the double formulas here. uc: the
+/// kernel's arithmetic and rows dtype (unit roundoff of float for f32 logits, double for f64);
+/// u64: its double sums and log, and every step of the references. libm's exp and log are taken
+/// within 2 ulp (4 u). z = x - max rounds (uc |z|) and exp(z) rounds (4 uc), so the kernel's sum
+/// s = sum exp(z) in double has relative error eps_k = sum exp(z) (|z| + 4) uc / s + gamma_C(u64);
+/// the reference's eps_r the same with u64. Non-finite z (a -inf logit) adds an exact 0.
+struct CeRow {
+  double mx = -INFINITY, L = 0, eps_k = 0, eps_r = 0;
+};
+CeRow ce_row(const double* x, int64_t C, double uc) {
+  const double u64 = unit_roundoff(DType::f64);
+  CeRow r;
+  for (int64_t c = 0; c < C; ++c) r.mx = std::max(r.mx, x[c]);
+  double s = 0, w = 0;
+  int64_t n = 0;
+  for (int64_t c = 0; c < C; ++c) {
+    const double z = x[c] - r.mx;
+    if (!std::isfinite(z)) continue;
+    s += std::exp(z);
+    w += std::exp(z) * (std::fabs(z) + 4);
+    ++n;
+  }
+  r.L = std::log(s);
+  r.eps_k = w * uc / s + gamma_n(n, u64);
+  r.eps_r = w * u64 / s + gamma_n(n, u64);
+  return r;
+}
+
+/// First-order bound on |kernel's loss_n - the exact one| for row x, target t, smoothing ls:
+/// the sum and the log in double (eps_k + 4 u64 L); (1 - ls) (max - x_t): the difference, 1 - ls
+/// and the product (3 u64); ls / C sum (max - x): C + 1 roundings of the sum, the product and the
+/// division (gamma_{C+1}(u64) + 2 u64); the two additions and the store into the rows' dtype
+/// ((2 u64 + uc) loss_n, every term >= 0). Also returns loss_n itself.
+double ce_loss_row_bound(const double* x, int64_t C, int64_t t, double ls, double uc, double& loss_n) {
+  const double u64 = unit_roundoff(DType::f64);
+  const CeRow r = ce_row(x, C, uc);
+  double gap = 0;
+  for (int64_t c = 0; c < C; ++c) gap += r.mx - x[c];
+  const double A = (1 - ls) * (r.mx - x[t]), S = ls * gap / C;
+  loss_n = r.L + A + S;
+  return r.eps_k + 4 * u64 * r.L + 3 * u64 * A + (gamma_n(C + 1, u64) + 2 * u64) * S + (2 * u64 + uc) * loss_n;
+}
+
+/// First-order bound on |kernel's d[n, c] - the double reference| for row x, target t,
+/// smoothing ls and g_n = 1 / N (fl(1 / N) in the rows' dtype: u64 + uc). The kernel's
+/// p = exp((z - fl(L))): L's eps_k + 4 u64 L and its cast (uc L), z and the subtraction
+/// (uc (|z| + |z - L|)), exp (4 uc). The reference's p, exp(x - lse) or exp(z) / s: eps_r + 4 u64 L,
+/// lse = max + L and x - lse (u64 (|lse| + |z| + L)), exp and a division (6 u64). 1 - ls and
+/// ls / C (u64 in double, uc the kernel's cast, u64 the reference's product), the two
+/// differences (uc + u64 each), the product by g_n and the reference's division by N.
+std::vector<double> ce_grad_row_bound(const double* x, int64_t C, int64_t t, double ls, double uc, int64_t N) {
+  const double u64 = unit_roundoff(DType::f64);
+  const CeRow r = ce_row(x, C, uc);
+  const double lse = r.mx + r.L, smooth = ls / C;
+  std::vector<double> b;
+  for (int64_t c = 0; c < C; ++c) {
+    const double z = x[c] - r.mx, hit = c == t ? 1 - ls : 0.0;
+    double p = 0, pe = 0;
+    if (std::isfinite(z)) {
+      p = std::exp(z - r.L);
+      const double az = std::fabs(z);
+      pe = p * (r.eps_k + 4 * u64 * r.L + uc * r.L + uc * (az + az + r.L) + 4 * uc + r.eps_r + 4 * u64 * r.L +
+                u64 * (std::fabs(lse) + az + r.L) + 6 * u64);
+    }
+    const double q = p - hit - smooth;
+    const double e = pe + (2 * u64 + uc) * (hit + smooth) + (uc + u64) * (std::fabs(p - hit) + std::fabs(q));
+    b.push_back(e / N + (2 * uc + 2 * u64) * std::fabs(q) / N);
+  }
+  return b;
+}
+
 }  // namespace
 
 TEST_CASE("cross_entropy: value vs float64 reference, label smoothing, i32 targets", "[cpu][layers]") {
@@ -55,10 +129,33 @@ TEST_CASE("cross_entropy: value vs float64 reference, label smoothing, i32 targe
   std::vector<int32_t> t32v(t.begin(), t.end());
   Tensor t32 = from_vector(t32v, {N});
   for (double s : {0.0, 0.1}) {
-    const double ref = ce_ref(to_f64(z), t, N, C, s);
-    const double tol_ce = loose_tol_sum(DType::f32, N * C) * std::max(1.0, std::abs(ref)) * 4;
-    CHECK(layers::cross_entropy(z, t64, {.label_smoothing = s}).item<double>() == Approx(ref).margin(tol_ce));
-    CHECK(layers::cross_entropy(z, t32, {.label_smoothing = s}).item<double>() == Approx(ref).margin(tol_ce));
+    const std::vector<double> zv = to_f64(z);
+    const double ref = ce_ref(zv, t, N, C, s);
+    // Bound: each row's kernel loss (ce_loss_row_bound) and its mean in double (gamma_N(u64) of
+    // sum loss_n / N, the division and the f32 store: u64 + u32); ce_ref's lse per row (eps_r +
+    // 4 u64 L, u64 |lse| the addition; its weights q sum to 1), then its N C terms q (x - lse): q
+    // (3 u64), the subtraction and the product (2 u64), their sum (gamma_NC(u64)), / N (u64).
+    const double u32 = unit_roundoff(DType::f32), u64 = unit_roundoff(DType::f64);
+    double kb = 0, rb = 0, mag = 0, terms = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      const double* row = zv.data() + n * C;
+      double loss_n;
+      kb += ce_loss_row_bound(row, C, t[n], s, u32, loss_n) / N;
+      mag += loss_n / N;
+      const CeRow r = ce_row(row, C, u32);
+      const double lse = r.mx + r.L;
+      rb += (r.eps_r + 4 * u64 * r.L + u64 * std::fabs(lse)) / N;
+      for (int64_t c = 0; c < C; ++c)
+        terms += ((c == t[n] ? 1 - s : 0) + s / static_cast<double>(C)) * std::fabs(row[c] - lse) / N;
+    }
+    const double bound = kSecondOrder * (kb + gamma_n(N, u64) * mag + rb + (5 * u64 + gamma_n(N * C, u64)) * terms +
+                                         (2 * u64 + u32) * std::fabs(ref));
+    for (const Tensor& tt : {t64, t32}) {
+      const double got = layers::cross_entropy(z, tt, {.label_smoothing = s}).item<double>();
+      INFO("label_smoothing " << s << " target " << dtype_name(tt.dtype()) << ": error " << std::fabs(got - ref)
+                              << " bound " << bound);
+      CHECK(std::fabs(got - ref) <= bound);
+    }
   }
   CHECK_THROWS_WITH(layers::cross_entropy(z, zeros({N})), Catch::Contains("class indices"));
 }
@@ -84,7 +181,27 @@ TEST_CASE("nll_loss: value and gradient vs reference; agrees with cross_entropy 
   Tensor z = random_tensor({N, C}, DType::f32, 5, -2, 2);
   const double a = layers::nll_loss(log_softmax(z, 1), from_vector(t, {N})).item<double>();
   const double b = layers::cross_entropy(z, from_vector(t, {N})).item<double>();
-  CHECK(a == Approx(b).margin(4 * loose_tol_sum(DType::f32, C)));
+  // Each side against the exact loss. b: the rows (ce_loss_row_bound) and their mean (gamma_N(u64) of
+  // sum loss_n / N, u64 + u32). a: log_softmax's entries at the targets (kernels/cpu/softmax.cpp: z
+  // (u32 |z|), the sum and log (eps_k + 4 u64 L) cast to f32 (u32 L), the subtraction and store
+  // (u32 |y|)), the exact pick, their mean (gamma_N(u64) of sum |y_t| / N, u64 + u32).
+  {
+    const std::vector<double> zv = to_f64(z);
+    const double u32 = unit_roundoff(DType::f32), u64 = unit_roundoff(DType::f64);
+    double ea = 0, eb = 0, mag = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      const double* row = zv.data() + n * C;
+      double loss_n;
+      eb += ce_loss_row_bound(row, C, t[n], 0.0, u32, loss_n) / N;
+      mag += loss_n / N;
+      const CeRow r = ce_row(row, C, u32);
+      const double zt = std::fabs(row[t[n]] - r.mx);
+      ea += (u32 * zt + r.eps_k + (4 * u64 + u32) * r.L + u32 * (zt + r.L)) / N;
+    }
+    const double bound = kSecondOrder * (ea + eb + 2 * gamma_n(N, u64) * mag + 2 * (u64 + u32) * mag);
+    INFO("nll_loss(log_softmax) " << a << " cross_entropy " << b << " bound " << bound);
+    CHECK(std::fabs(a - b) <= bound);
+  }
   t[3] = C;
   CHECK_THROWS_WITH(layers::nll_loss(lp, from_vector(t, {N})), Catch::Contains("target 7 at row 3"));
 }
@@ -113,17 +230,24 @@ TEST_CASE("cross_entropy with non-finite logits: NaN and +inf rows make the mean
     else CHECK(std::isnan(l));
     loss.backward();
     const std::vector<double> g = to_f64(z.grad());
+    // Per-element bounds of ce_grad_row_bound (f32 rows, g_n = 1 / N); row 0 only when its bad
+    // logit is -inf (p = 0 there exactly).
+    const double u32 = unit_roundoff(DType::f32);
+    const std::vector<double> gb0 = ce_grad_row_bound(zv.data(), C, t[0], 0.0, u32, N);
+    const std::vector<std::vector<double>> gbn = {{},
+                                                  ce_grad_row_bound(zv.data() + C, C, t[1], 0.0, u32, N),
+                                                  ce_grad_row_bound(zv.data() + 2 * C, C, t[2], 0.0, u32, N)};
     for (int64_t c = 0; c < C; ++c) {
       if (bad == -inf) {  // row 0: softmax of {1, 3, 0} with p = 0 at the -inf entry, minus the one-hot
         const double s0 = std::exp(1.0 - 3.0) + 1.0 + std::exp(0.0 - 3.0);
         const double p = c == 1 ? 0.0 : std::exp(zv[c] - 3.0) / s0;
-        CHECK(g[c] == Approx((p - (c == 1 ? 1.0 : 0.0)) / N).margin(4 * loose_tol(DType::f32)));
+        CHECK(std::fabs(g[c] - (p - (c == 1 ? 1.0 : 0.0)) / N) <= kSecondOrder * gb0[c]);
       } else {
         CHECK(std::isnan(g[c]));
       }
       for (int64_t n = 1; n < N; ++n) {
         const double p = std::exp(finite_row[c] - mx) / s;
-        CHECK(g[n * C + c] == Approx((p - (c == t[n] ? 1.0 : 0.0)) / N).margin(4 * loose_tol(DType::f32)));
+        CHECK(std::fabs(g[n * C + c] - (p - (c == t[n] ? 1.0 : 0.0)) / N) <= kSecondOrder * gbn[n][c]);
       }
     }
   }
@@ -136,7 +260,14 @@ TEST_CASE("mse_loss: value vs reference and gradcheck", "[cpu][layers]") {
   double ref = 0;
   for (size_t i = 0; i < av.size(); ++i) ref += (av[i] - bv[i]) * (av[i] - bv[i]);
   ref /= static_cast<double>(av.size());
-  CHECK(layers::mse_loss(a, b).item<double>() == Approx(ref).epsilon(4 * loose_tol_sum(DType::f32, 45)));
+  // mean((a - b)^2), every term >= 0, relative to ref: the f32 difference (2 u32 once squared) and
+  // product (u32), the double sum and division (gamma_45(u64) + u64), the f32 store (u32); the
+  // reference's difference, product, sum and division in double (3 u64 + gamma_45(u64)).
+  const double u32 = unit_roundoff(DType::f32), u64 = unit_roundoff(DType::f64);
+  const double mse_rel = kSecondOrder * (4 * u32 + 4 * u64 + 2 * gamma_n(45, u64));
+  const double mse = layers::mse_loss(a, b).item<double>();
+  INFO("mse_loss " << mse << " ref " << ref << " relative bound " << mse_rel);
+  CHECK(std::fabs(mse - ref) <= mse_rel * ref);
   auto fn = [](const std::vector<Tensor>& v) { return layers::mse_loss(v[0], v[1]); };
   EMBER_CHECK_GRADIENTS(
       fn, {random_tensor({4, 6}, DType::f64, 8, -1, 1, Layout::Strided), random_tensor({4, 6}, DType::f64, 9)});

@@ -406,30 +406,44 @@ std::vector<std::string> config_key_paths() {
   return out;
 }
 
-const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::bf16:
-      return "bf16";
-    case Precision::fp16:
-      return "fp16";
-    case Precision::fp32:
-      break;
+namespace {
+
+// The config's spellings of each enum, in the schema's order of choices.
+constexpr std::pair<Precision, const char*> kPrecisionNames[] = {
+    {Precision::fp32, "fp32"}, {Precision::bf16, "bf16"}, {Precision::fp16, "fp16"}};
+constexpr std::pair<NonFinitePolicy, const char*> kNonFiniteNames[] = {{NonFinitePolicy::stop, "stop"},
+                                                                       {NonFinitePolicy::skip, "skip"}};
+constexpr std::pair<ParallelMode, const char*> kParallelModeNames[] = {
+    {ParallelMode::none, "none"}, {ParallelMode::dp, "dp"}, {ParallelMode::ddp, "ddp"}};
+
+template <typename E, size_t N> const char* name_of(const std::pair<E, const char*> (&names)[N], E value) {
+  for (const auto& [e, name] : names)
+    if (e == value) return name;
+  return names[0].second;
+}
+
+// `key` names the config key in the error, with the choices, as the schema's messages do.
+template <typename E, size_t N>
+E parse_name(const std::pair<E, const char*> (&names)[N], const std::string& text, const char* key) {
+  std::string choices;
+  for (const auto& [e, name] : names) {
+    if (text == name) return e;
+    choices += (choices.empty() ? "" : ", ") + std::string(name);
   }
-  return "fp32";
+  EMBER_FAIL(key, ": expected one of ", choices, ", found \"", text, "\"");
 }
 
-const char* nonfinite_policy_name(NonFinitePolicy p) { return p == NonFinitePolicy::skip ? "skip" : "stop"; }
+}  // namespace
 
-Precision parse_precision(const std::string& text) {
-  for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16})
-    if (text == precision_name(p)) return p;
-  EMBER_FAIL("precision: expected one of fp32, bf16, fp16, found \"", text, "\"");
-}
-
+const char* precision_name(Precision p) { return name_of(kPrecisionNames, p); }
+const char* nonfinite_policy_name(NonFinitePolicy p) { return name_of(kNonFiniteNames, p); }
+const char* parallel_mode_name(ParallelMode m) { return name_of(kParallelModeNames, m); }
+Precision parse_precision(const std::string& text) { return parse_name(kPrecisionNames, text, "precision"); }
 NonFinitePolicy parse_nonfinite_policy(const std::string& text) {
-  for (NonFinitePolicy p : {NonFinitePolicy::stop, NonFinitePolicy::skip})
-    if (text == nonfinite_policy_name(p)) return p;
-  EMBER_FAIL("train.on_nonfinite: expected one of stop, skip, found \"", text, "\"");
+  return parse_name(kNonFiniteNames, text, "train.on_nonfinite");
+}
+ParallelMode parse_parallel_mode(const std::string& text) {
+  return parse_name(kParallelModeNames, text, "parallel.mode");
 }
 
 std::string default_data_path(const DataConfig& data) {

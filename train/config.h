@@ -28,12 +28,16 @@ namespace ember::train {
 enum class Precision { fp32, bf16, fp16 };
 /// train.on_nonfinite: what a NaN or inf training loss does.
 enum class NonFinitePolicy { stop, skip };
+/// parallel.mode: one device, DataParallel in one process, or DistributedDataParallel.
+enum class ParallelMode { none, dp, ddp };
 /// "fp32", "bf16", "fp16" / "stop", "skip": the config's spelling.
 const char* precision_name(Precision p);
 const char* nonfinite_policy_name(NonFinitePolicy p);
+const char* parallel_mode_name(ParallelMode m);
 /// The config's spelling back; another string is an error naming the key and the choices.
 Precision parse_precision(const std::string& text);
 NonFinitePolicy parse_nonfinite_policy(const std::string& text);
+ParallelMode parse_parallel_mode(const std::string& text);
 
 /// model.*
 struct ModelConfig {

@@ -28,11 +28,11 @@ int kernel_threads_per_rank(const parallel::RankInfo& info) {
 
 std::string ParallelRun::batch_text(int64_t batch_size) const {
   const std::string b = "batch " + std::to_string(batch_size);
-  if (mode == "ddp") {
+  if (mode == ParallelMode::ddp) {
     return b + " per rank x " + std::to_string(world_size) + " rank" + (world_size == 1 ? "" : "s") + " = " +
            std::to_string(batch_size * world_size);
   }
-  if (mode == "dp") {
+  if (mode == ParallelMode::dp) {
     std::string list;
     for (const Device& d : devices) list += (list.empty() ? "" : ", ") + d.str();
     return b + " split over " + list;
@@ -44,8 +44,8 @@ ParallelRun start_parallel(const ExperimentConfig& c) { return start_parallel(c.
 
 ParallelRun start_parallel(const std::string& device, const ParallelConfig& parallel) {
   ParallelRun run;
-  run.mode = parallel.mode;
-  if (run.mode == "dp") {
+  run.mode = parse_parallel_mode(parallel.mode);
+  if (run.mode == ParallelMode::dp) {
     for (const std::string& d : parallel.devices) run.devices.push_back(Device(d));
     if (run.devices.empty()) {
       const int n = cuda_device_count();
@@ -57,14 +57,14 @@ ParallelRun start_parallel(const std::string& device, const ParallelConfig& para
     run.device = run.devices[0];
     return run;
   }
-  if (run.mode == "ddp" && !parallel::launcher_rank()) {
+  if (run.mode == ParallelMode::ddp && !parallel::launcher_rank()) {
     // A config written for DDP also runs as it is without a launcher: as one plain process.
-    run.mode = "none";
+    run.mode = ParallelMode::none;
     run.note =
         "parallel.mode ddp without a launcher: training as one process (start it with "
         "ember-run --nproc-per-node N, torchrun, srun or mpirun for DistributedDataParallel)";
   }
-  if (run.mode == "ddp") {
+  if (run.mode == ParallelMode::ddp) {
     const parallel::RankInfo info = parallel::discover_rank({});
     const std::string& want = device;
     if (want == "cpu" || (want == "auto" && cuda_device_count() == 0)) {
@@ -97,7 +97,7 @@ ParallelRun start_parallel(const std::string& device, const ParallelConfig& para
   // One rank of several that would train alone: every rank would write the same run directory.
   if (const auto info = parallel::launcher_rank(); info && info->world_size > 1) {
     throw Error("this process is rank " + std::to_string(info->rank) + " of " + std::to_string(info->world_size) +
-                " (" + info->source + " variables) but parallel.mode is " + run.mode +
+                " (" + info->source + " variables) but parallel.mode is " + parallel_mode_name(run.mode) +
                 ": set parallel.mode=ddp to train with DistributedDataParallel, or start one process");
   }
   run.device = device == "auto" ? Device::best() : Device(device);
@@ -107,8 +107,8 @@ ParallelRun start_parallel(const std::string& device, const ParallelConfig& para
 
 std::shared_ptr<layers::Module> wrap_model(const ParallelRun& run, const ParallelConfig& config,
                                            const std::shared_ptr<layers::Module>& model) {
-  if (run.mode == "dp") return std::make_shared<parallel::DataParallel>(model, run.devices, run.device);
-  if (run.mode == "ddp")
+  if (run.mode == ParallelMode::dp) return std::make_shared<parallel::DataParallel>(model, run.devices, run.device);
+  if (run.mode == ParallelMode::ddp)
     return std::make_shared<parallel::DistributedDataParallel>(
         model, run.group, parallel::DdpOptions{.bucket_cap_mb = config.bucket_cap_mb});
   return model;

@@ -21,7 +21,7 @@
 namespace ember::train {
 
 struct ParallelRun {
-  std::string mode = "none";
+  ParallelMode mode = ParallelMode::none;
   /// ddp only.
   std::shared_ptr<parallel::ProcessGroup> group;
   /// ddp: this process's rank and the number of processes; otherwise 0 and 1.
@@ -39,7 +39,7 @@ struct ParallelRun {
   bool is_root() const { return rank == 0; }
   bool distributed() const { return group != nullptr && world_size > 1; }
   /// How many devices train: processes under ddp, replicas under dp, else 1.
-  int64_t device_count() const { return mode == "dp" ? static_cast<int64_t>(devices.size()) : world_size; }
+  int64_t device_count() const { return mode == ParallelMode::dp ? static_cast<int64_t>(devices.size()) : world_size; }
   /// "batch 32 per rank x 4 ranks = 128", "batch 64 split over cpu, cpu", or "batch 64".
   std::string batch_text(int64_t batch_size) const;
 };

@@ -232,12 +232,12 @@ void Session::build() {
     log_->line(std::string("ember-train: mixed precision ") + precision_name(o_.precision) +
                " (autocast; parameters in f32" +
                (scaler_->is_enabled() ? "; loss scale " + format("%g", scaler_->scale()) + ")" : ")"));
-  if (par_.mode != "none" || o_.accumulation_steps > 1) {
+  if (par_.mode != ParallelMode::none || o_.accumulation_steps > 1) {
     std::string how = par_.batch_text(train_loader_.options().batch_size);
-    if (par_.mode == "ddp")
+    if (par_.mode == ParallelMode::ddp)
       how += " (DistributedDataParallel over " + par_.group->backend() + ", world size " +
              std::to_string(par_.world_size) + ")";
-    if (par_.mode == "dp") how += " (DataParallel)";
+    if (par_.mode == ParallelMode::dp) how += " (DataParallel)";
     if (o_.accumulation_steps > 1) how += "; " + std::to_string(o_.accumulation_steps) + " batches per optimizer step";
     log_->line("ember-train: " + how);
   }

@@ -52,7 +52,7 @@ TrainerParts make_trainer_parts(const ExperimentConfig& c) {
   manual_seed(c.seed);
   const Datasets data = make_datasets(c.data, c.seed);
   std::shared_ptr<data::Sampler> train_shard, test_shard;
-  if (par.mode == "ddp") {
+  if (par.mode == ParallelMode::ddp) {
     // Every rank its own share of one permutation per epoch; of the test split, in order.
     train_shard = std::make_shared<data::DistributedSampler>(data.train->size(), par.rank, par.world_size,
                                                              data::DistributedSamplerOptions{.seed = c.seed});

@@ -24,8 +24,6 @@
 #include <ember/ember.h>
 #include <ember/parallel/env.h>
 
-#include <sched.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -33,7 +31,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "example_cli.h"
@@ -131,20 +128,6 @@ struct ParallelRun {
   }
 };
 
-/// Kernel threads for one CPU rank described by INFO: the cores this process may run on (its CPU
-/// affinity, which Slurm and HTCondor may narrow), divided among the ranks on this machine when
-/// they all share them, as the ranks of ember-run and torchrun do ("torchrun" variables). srun
-/// usually binds each task to its own --cpus-per-task cores, and mpirun binds ranks too, so their
-/// ranks keep what they are given.
-inline int kernel_threads_per_rank(const ember::parallel::RankInfo& info) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
-  if (cores <= 0) cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int sharing = info.source == "torchrun" ? std::max(1, info.local_world_size) : 1;
-  return std::max(1, cores / sharing);
-}
-
 /// Decides how this process trains from --device (DEVICE_FLAG), the parallel flags and the
 /// launcher's variables, and for a DDP rank joins the job (init_process_group: collective, rank 0
 /// hosts the store). Bad combinations are UsageErrors.
@@ -176,7 +159,7 @@ inline ParallelRun setup_parallel(const std::string& device_flag, const Parallel
     // part of them for its kernels.
     const char* env_threads = std::getenv("EMBER_NUM_THREADS");
     if (run.device.is_cpu() && (env_threads == nullptr || *env_threads == '\0')) {
-      run.kernel_threads_set = kernel_threads_per_rank(*info);
+      run.kernel_threads_set = ember::train::kernel_threads_per_rank(*info);  // ember-train's rule
       set_num_threads(run.kernel_threads_set);
     }
     parallel::InitOptions init;

@@ -454,3 +454,20 @@ TEST_CASE("config: parallel keys - device lists from a file or a bare override, 
   CHECK_THAT(error_of([] { parse_config("{}", {"train.accumulation_steps=0"}); }),
              Catch::Contains("train.accumulation_steps: expected an integer >= 1, found 0"));
 }
+
+TEST_CASE("config: precision, train.on_nonfinite and parallel.mode parse once into enums", "[cpu]") {
+  for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16})
+    CHECK(parse_precision(precision_name(p)) == p);
+  for (NonFinitePolicy p : {NonFinitePolicy::stop, NonFinitePolicy::skip})
+    CHECK(parse_nonfinite_policy(nonfinite_policy_name(p)) == p);
+  for (ParallelMode m : {ParallelMode::none, ParallelMode::dp, ParallelMode::ddp})
+    CHECK(parse_parallel_mode(parallel_mode_name(m)) == m);
+  // The spellings are the schema's choices, so every valid config value parses.
+  CHECK(find_key_spec("precision")->choices == std::vector<std::string>{"fp32", "bf16", "fp16"});
+  CHECK(find_key_spec("train.on_nonfinite")->choices == std::vector<std::string>{"stop", "skip"});
+  CHECK(find_key_spec("parallel.mode")->choices == std::vector<std::string>{"none", "dp", "ddp"});
+  CHECK_THAT(error_of([] { parse_precision("fp8"); }),
+             Catch::StartsWith("precision: expected one of fp32, bf16, fp16, found \"fp8\""));
+  CHECK_THAT(error_of([] { parse_parallel_mode("DDP"); }),
+             Catch::Contains("parallel.mode: expected one of none, dp, ddp, found \"DDP\""));
+}

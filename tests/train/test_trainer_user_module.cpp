@@ -85,7 +85,7 @@ TrainerParts user_parts(const ParallelRun& par, Seen& seen) {
   auto train_set = std::make_shared<data::Subset>(all, train_idx);
   auto test_set = std::make_shared<data::Subset>(all, test_idx);
   std::shared_ptr<data::Sampler> train_shard, test_shard;
-  if (par.mode == "ddp") {
+  if (par.mode == ParallelMode::ddp) {
     train_shard = std::make_shared<data::DistributedSampler>(kTrain, par.rank, par.world_size,
                                                              data::DistributedSamplerOptions{.seed = 5});
     test_shard = std::make_shared<data::DistributedSampler>(kTest, par.rank, par.world_size,
@@ -244,7 +244,7 @@ TEST_CASE("trainer: user module ddp child", "[.user_module_ddp_child]") {
   ddp.backend = "tcp";
   ddp.timeout_s = 60;
   const ParallelRun par = start_parallel("cpu", ddp);
-  REQUIRE(par.mode == "ddp");
+  REQUIRE(par.mode == ParallelMode::ddp);
   CHECK(par.world_size == 2);
   Seen seen;
   TrainerParts parts = user_parts(par, seen);

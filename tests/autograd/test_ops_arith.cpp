@@ -16,9 +16,9 @@
 using namespace ember;
 using ember::testing::check_close;
 using ember::testing::Layout;
+using ember::testing::loose_tol;
 using ember::testing::random_tensor;
 using ember::testing::to_f64;
-using ember::testing::loose_tol;
 using TL = std::vector<Tensor>;
 
 namespace {

@@ -13,9 +13,9 @@
 using namespace ember;
 using ember::testing::check_close;
 using ember::testing::Layout;
+using ember::testing::loose_tol_sum;
 using ember::testing::random_tensor;
 using ember::testing::to_f64;
-using ember::testing::loose_tol_sum;
 using TL = std::vector<Tensor>;
 
 TEST_CASE("sum, mean, max, min, amax, amin, argmax: forward values", "[cpu][autograd]") {

@@ -17,9 +17,9 @@ using namespace ember;
 using ember::layers::Linear;
 using ember::testing::check_close;
 using ember::testing::Layout;
+using ember::testing::loose_tol_sum;
 using ember::testing::random_tensor;
 using ember::testing::to_f64;
-using ember::testing::loose_tol_sum;
 
 namespace {
 

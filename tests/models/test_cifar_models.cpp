@@ -29,10 +29,10 @@
 #include "support/reference.h"
 
 using namespace ember;
-using ember::testing::random_tensor;
-using ember::testing::to_f64;
 using ember::testing::loose_tol;
 using ember::testing::loose_tol_sum;
+using ember::testing::random_tensor;
+using ember::testing::to_f64;
 
 namespace {
 

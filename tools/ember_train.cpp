@@ -56,6 +56,26 @@ struct Args {
   bool help = false;
 };
 
+// For an option such as "--epochs" (or "--lr=0.1", "--batch-size"): the config keys it may have
+// meant, written as overrides ("epochs=1", "optim.lr=0.1"), the value taken from the option or the
+// argument after it. Empty when no key's full path or last part matches the option's name.
+std::string override_hint(const std::string& option, const char* next) {
+  std::string name = option.substr(option.find_first_not_of('-'));
+  std::string value = next != nullptr && next[0] != '-' ? next : "VALUE";
+  if (const size_t eq = name.find('='); eq != std::string::npos) {
+    value = name.substr(eq + 1);
+    name.resize(eq);
+  }
+  for (char& c : name)
+    if (c == '-') c = '_';
+  std::string hint;
+  for (const std::string& key : train::config_key_paths()) {
+    const std::string last = key.substr(key.rfind('.') == std::string::npos ? 0 : key.rfind('.') + 1);
+    if (key == name || last == name) hint += (hint.empty() ? "" : " or ") + key + "=" + value;
+  }
+  return hint;
+}
+
 // Returns an error message, or "" when the command line is well formed.
 std::string parse_args(int argc, char** argv, Args& a) {
   for (int i = 1; i < argc; ++i) {
@@ -65,7 +85,9 @@ std::string parse_args(int argc, char** argv, Args& a) {
     } else if (arg == "--print-config") {
       a.print_config = true;
     } else if (arg.rfind("-", 0) == 0) {
-      return "unknown option '" + arg + "'";
+      const std::string hint = override_hint(arg, i + 1 < argc ? argv[i + 1] : nullptr);
+      if (hint.empty()) return "unknown option '" + arg + "'";
+      return "unknown option '" + arg + "': settings are overrides written key.path=value, here " + hint;
     } else if (a.config_path.empty() && arg.find('=') == std::string::npos) {
       a.config_path = arg;
     } else if (arg.find('=') != std::string::npos) {

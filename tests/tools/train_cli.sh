@@ -3,7 +3,8 @@
 #
 #   train_cli.sh CASE EMBER_TRAIN WORK_DIR
 #
-# usage          no config, an unknown option, a stray argument -> exit 2 with the usage; --help -> 0
+# usage          no config, an unknown option (naming the key.path=value override a flag like
+#                --epochs meant), a stray argument -> exit 2 with the usage; --help -> 0
 # bad_config     an unknown key, a mistyped override, missing data files -> exit 2 naming the key
 #                path / directory, and no run directory written
 # print_config   --print-config with overrides prints the resolved config; that output is itself a
@@ -80,6 +81,11 @@ case "$case_name" in
 usage)
   expect 2 'missing the config file' "$prog"
   expect 2 "unknown option '--bogus'" "$prog" c.json --bogus
+  # A flag where an override is meant: the message writes the override (key path found by its last part).
+  expect 2 "unknown option '--epochs': settings are overrides written key.path=value, here epochs=1$" \
+    "$prog" c.json --epochs 1
+  expect 2 "here optim\.lr=0\.1$" "$prog" c.json --lr=0.1
+  expect 2 "here data\.batch_size=VALUE$" "$prog" c.json --batch-size
   expect 2 "unexpected argument 'stray'" "$prog" c.json stray
   expect 0 'usage: ember-train CONFIG.json' "$prog" --help
   expect 0 'optim\.lr' "$prog" --help

@@ -1,11 +1,8 @@
 // ParallelRun (see parallel_setup.h).
 #include <ember/train/parallel_setup.h>
 
-#include <sched.h>
-
 #include <algorithm>
 #include <cstdlib>
-#include <thread>
 #include <vector>
 
 #include <ember/core/error.h>
@@ -18,12 +15,16 @@
 namespace ember::train {
 
 int kernel_threads_per_rank(const parallel::RankInfo& info) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
-  if (cores <= 0) cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int sharing = info.source == "torchrun" ? std::max(1, info.local_world_size) : 1;
-  return std::max(1, cores / sharing);
+  return std::max(1, available_cores() / sharing);
+}
+
+int share_cores_among_ranks(const parallel::RankInfo& info, Device device) {
+  const char* env_threads = std::getenv("EMBER_NUM_THREADS");
+  if (!device.is_cpu() || (env_threads != nullptr && *env_threads != '\0')) return 0;
+  const int n = kernel_threads_per_rank(info);
+  set_num_threads(n);
+  return n;
 }
 
 std::string ParallelRun::batch_text(int64_t batch_size) const {
@@ -77,13 +78,8 @@ ParallelRun start_parallel(const std::string& device, const ParallelConfig& para
       run.device = Device(want);
     }
     run.device.validate();
-    // CPU ranks on one machine share its cores: unless told (EMBER_NUM_THREADS), each takes its
-    // part of them for its kernels instead of all ranks oversubscribing every core.
-    const char* env_threads = std::getenv("EMBER_NUM_THREADS");
-    if (run.device.is_cpu() && (env_threads == nullptr || *env_threads == '\0')) {
-      run.kernel_threads_set = kernel_threads_per_rank(info);
-      set_num_threads(run.kernel_threads_set);
-    }
+    // CPU ranks on one machine share its cores instead of all oversubscribing every core.
+    run.kernel_threads_set = share_cores_among_ranks(info, run.device);
     parallel::InitOptions o;
     o.backend = parallel.backend;
     o.algorithm = parallel.algorithm;

@@ -49,6 +49,9 @@ struct ParallelRun {
 /// them, as the ranks of ember-run and torchrun do ("torchrun" variables). srun usually binds each
 /// task to its own --cpus-per-task cores, and mpirun binds ranks too, so their ranks keep theirs.
 int kernel_threads_per_rank(const parallel::RankInfo& info);
+/// On a CPU `device`, unless EMBER_NUM_THREADS is set: sets the kernel threads to
+/// kernel_threads_per_rank(info) and returns that number; otherwise changes nothing and returns 0.
+int share_cores_among_ranks(const parallel::RankInfo& info, Device device);
 
 /// Chooses the device(s) and, under ddp, joins the process group (rank, world size and master
 /// from the launcher's environment; see parallel::init_process_group). ddp's device: `device`

@@ -27,7 +27,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -155,13 +154,8 @@ inline ParallelRun setup_parallel(const std::string& device_flag, const Parallel
       throw UsageError("--device " + device_flag +
                        ": under a launcher each rank takes cuda:LOCAL_RANK; pass --device " + "auto, cuda or cpu");
     }
-    // CPU ranks on one machine share its cores: unless told (EMBER_NUM_THREADS), each takes its
-    // part of them for its kernels.
-    const char* env_threads = std::getenv("EMBER_NUM_THREADS");
-    if (run.device.is_cpu() && (env_threads == nullptr || *env_threads == '\0')) {
-      run.kernel_threads_set = ember::train::kernel_threads_per_rank(*info);  // ember-train's rule
-      set_num_threads(run.kernel_threads_set);
-    }
+    // CPU ranks on one machine share its cores (ember-train's rule, EMBER_NUM_THREADS overrides).
+    run.kernel_threads_set = ember::train::share_cores_among_ranks(*info, run.device);
     parallel::InitOptions init;
     if (run.device.is_cuda()) init.device = run.device;
     run.group = parallel::init_process_group(init);

@@ -399,15 +399,29 @@ TEST_CASE("checkpoint: load_checkpoint names unexpected and missing entries", "[
   CHECK_THAT(error_of([&] { (void)serialize::load_checkpoint(path); }), Catch::Contains("'epoch' should be a 0-d i64"));
 }
 
-TEST_CASE("checkpoint: a failed save leaves the previous file intact", "[cpu][checkpoint]") {
+namespace {
+// A saved checkpoint whose bytes a failed save must leave as they are, and a larger one to save over it.
+struct SavedCheckpoint {
   TempDir dir;
-  const std::string path = dir.file("keep.ckpt");
-  const serialize::Checkpoint first = small_checkpoint();
-  serialize::save_checkpoint(first, path);
-  const std::vector<uint8_t> before = read_bytes(path);
-
+  std::string path = dir.file("keep.ckpt");
+  serialize::Checkpoint first = small_checkpoint();
+  std::vector<uint8_t> before;
   serialize::Checkpoint big;
-  big.model["huge"] = random_tensor({1 << 18}, DType::f32, 5);  // 1 MiB
+  SavedCheckpoint() {
+    serialize::save_checkpoint(first, path);
+    before = read_bytes(path);
+    big.model["huge"] = random_tensor({1 << 18}, DType::f32, 5);  // 1 MiB
+  }
+};
+}  // namespace
+
+TEST_CASE("checkpoint: a failed save leaves the previous file intact", "[cpu][checkpoint]") {
+  SavedCheckpoint saved;
+  TempDir& dir = saved.dir;
+  const std::string& path = saved.path;
+  const serialize::Checkpoint& first = saved.first;
+  const std::vector<uint8_t>& before = saved.before;
+  const serialize::Checkpoint& big = saved.big;
 
   SECTION("an invalid entry fails before any file is touched") {
     serialize::Checkpoint bad = first;
@@ -453,17 +467,12 @@ TEST_CASE("checkpoint: a save onto a full disk (ENOSPC) leaves the previous file
   // <path>.tmp is a link to /dev/full, where every write fails with ENOSPC: the save opens and
   // truncates it as its temporary like any file, and the first write fails as on a full disk.
   if (::access("/dev/full", W_OK) != 0) EMBER_SKIP("/dev/full is not writable here: no full disk to write to");
-  TempDir dir;
-  const std::string path = dir.file("keep.ckpt");
-  const serialize::Checkpoint first = small_checkpoint();
-  serialize::save_checkpoint(first, path);
-  const std::vector<uint8_t> before = read_bytes(path);
-  serialize::Checkpoint big;
-  big.model["huge"] = random_tensor({1 << 18}, DType::f32, 5);  // 1 MiB
+  SavedCheckpoint saved;
+  const std::string& path = saved.path;
   fs::create_symlink("/dev/full", path + ".tmp");
-  const std::string err = error_of([&] { serialize::save_checkpoint(big, path); });
+  const std::string err = error_of([&] { serialize::save_checkpoint(saved.big, path); });
   CHECK_THAT(err, Catch::Contains(path + ".tmp") && Catch::Contains("No space left on device"));
   CHECK_FALSE(fs::exists(fs::symlink_status(path + ".tmp")));  // the temporary (the link) removed
-  CHECK(read_bytes(path) == before);
-  check_same_dict(serialize::load_checkpoint(path).model, first.model);
+  CHECK(read_bytes(path) == saved.before);
+  check_same_dict(serialize::load_checkpoint(path).model, saved.first.model);
 }

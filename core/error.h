@@ -11,6 +11,7 @@
 // The first line is for the user: what was expected, what was found and where, in the user's terms.
 // The second is for bug reports: the source location, relative to ember's source root, and for a
 // check written without a message (and for internal asserts) the failed condition.
+#include <cstdlib>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -28,6 +29,7 @@ class Error : public std::runtime_error {
                            (condition.empty() ? "" : " (" + condition + ")")),
         message_(message),
         file_(file),
+        condition_(condition),
         line_(line) {}
   /// The user's line: what went wrong, without the source location (what programs print).
   const std::string& message() const { return message_; }
@@ -35,12 +37,28 @@ class Error : public std::runtime_error {
   const std::string& file() const { return file_; }
   /// Source line of the check that threw (0 when none).
   int line() const { return line_; }
+  /// The failed condition, kept for internal assertions and failed library calls (a bug or the
+  /// system, not the user's input); "" for a user-facing check.
+  const std::string& condition() const { return condition_; }
 
  private:
   std::string message_;
   std::string file_;
+  std::string condition_;
   int line_ = 0;
 };
+
+/// What a program prints for an exception it cannot go on after. A user-facing check's error
+/// (EMBER_CHECK, EMBER_FAIL: bad input, a full disk, a dead peer) is the user's line alone; an
+/// internal assertion or failed library call, any other exception, and every error while EMBER_DEBUG
+/// is set (and not "0") keep the source location a bug report needs.
+inline std::string error_text(const std::exception& e) {
+  const auto* error = dynamic_cast<const Error*>(&e);
+  const char* debug = std::getenv("EMBER_DEBUG");
+  const bool want_location = debug != nullptr && *debug != '\0' && std::string(debug) != "0";
+  if (error == nullptr || want_location || !error->condition().empty()) return e.what();
+  return error->message();
+}
 
 namespace detail {
 /// `file` as written by __FILE__, made relative to ember's source root. The library is compiled with

@@ -332,10 +332,12 @@ double collective_timeout_from_env(double fallback_s) {
   return v;
 }
 
-std::optional<RankInfo> launcher_rank() {
-  for (const char* v : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
-    const char* value = std::getenv(v);
-    if (value != nullptr && *value != '\0') return discover_rank();
+std::optional<RankInfo> launcher_rank(const std::function<const char*(const char*)>& getenv_fn) {
+  // A world size without its rank counts too: discover_rank() then says which variable is missing,
+  // instead of the program training alone while the user believes it is one rank of several.
+  for (const char* v : {"RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID"}) {
+    const char* value = getenv_fn ? getenv_fn(v) : std::getenv(v);
+    if (value != nullptr && *value != '\0') return discover_rank({}, getenv_fn);
   }
   return std::nullopt;
 }

@@ -45,10 +45,12 @@ struct RankOptions {
 /// "MASTER_PORT=abc is not an integer").
 RankInfo discover_rank(const RankOptions& opts = {}, const std::function<const char*(const char*)>& getenv_fn = {});
 
-/// The rank this process has when a launcher started it (one of RANK, OMPI_COMM_WORLD_RANK or
-/// SLURM_PROCID is set: then discover_rank()), or nothing for a plain start. A program that trains
-/// alone by default uses it to notice it is one rank of several (world_size > 1).
-std::optional<RankInfo> launcher_rank();
+/// The rank this process has when a launcher started it (one of RANK, WORLD_SIZE,
+/// OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE or SLURM_PROCID is set: then discover_rank(), so a
+/// launcher that set only part of its variables is an error naming what is missing), or nothing for
+/// a plain start. A program that trains alone by default uses it to notice it is one rank of
+/// several (world_size > 1). `getenv_fn` as for discover_rank().
+std::optional<RankInfo> launcher_rank(const std::function<const char*(const char*)>& getenv_fn = {});
 
 /// Slurm's compact host list -> hosts, in order: "gpu[01-04,07],cpu1" -> gpu01 gpu02 gpu03 gpu04
 /// gpu07 cpu1. A range keeps the zero padding of its first bound ("[08-10]" -> 08 09 10); several

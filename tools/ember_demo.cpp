@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const Error& e) {
-    std::fprintf(stderr, "ember-demo: error: %s\n", e.what());
+    std::fprintf(stderr, "ember-demo: error: %s\n", error_text(e).c_str());
     return 1;
   }
 }

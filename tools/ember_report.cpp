@@ -110,11 +110,8 @@ int main(int argc, char** argv) {
     std::string wrote;
     for (const std::string& f : ember::report::report_files(runs)) wrote += (wrote.empty() ? "" : ", ") + d + f;
     std::printf("wrote %s\n", wrote.c_str());
-  } catch (const ember::Error& e) {  // a bad run directory: the message alone, without the check's location
-    std::fprintf(stderr, "ember-report: %s\n", e.message().c_str());
-    return kExitError;
-  } catch (const std::exception& e) {  // filesystem errors from the OS
-    std::fprintf(stderr, "ember-report: %s\n", e.what());
+  } catch (const std::exception& e) {  // a bad run directory, a filesystem error from the OS
+    std::fprintf(stderr, "ember-report: %s\n", ember::error_text(e).c_str());
     return kExitError;
   }
   return 0;

@@ -4,10 +4,12 @@
 //   ember-train CONFIG.json [key.path=value ...] [--print-config] [--help]
 //
 // Exit status: 0 finished (all epochs or an early stop), 1 runtime error (unreadable data files,
-// a failed checkpoint), 2 bad command line or config (nothing has been written then), 128 + the
+// a failed checkpoint), 2 bad command line or config (nothing has been written then: the config,
+// its data files, the devices and the run directory are checked before any work), 128 + the
 // signal number after SIGTERM/SIGINT (checkpoints/last.ckpt written; checkpoint.resume=auto
-// continues the run).
+// continues the run). Errors are the user's line alone; EMBER_DEBUG=1 adds the source location.
 #include <ember/ember.h>
+#include <ember/train/run_dir.h>
 
 #include <cstdio>
 #include <exception>
@@ -28,7 +30,7 @@ void print_usage(std::FILE* out) {
       "output.dir/<name>-<timestamp>/): config.json, metrics.jsonl, summary.json, log.txt, checkpoints/.\n"
       "\n"
       "  key.path=value   override a config key after the file, typed by the schema:\n"
-      "                   optim.lr=0.05  epochs=20  data.augment=true  schedule.milestones=[30,60]\n"
+      "                   optim.lr=0.05  epochs=20  data.augment=true  schedule.milestones=30,60\n"
       "  --print-config   print the resolved config (file + overrides, defaults filled in) and exit\n"
       "  --help           print this and exit\n"
       "\n"
@@ -115,7 +117,8 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  // Validation before any work: the config (file, overrides), the data files and the device.
+  // Validation before any work: the config (file, overrides), the data files, the devices (also
+  // those of parallel.mode dp, and a launcher's variables) and the run directory.
   train::ExperimentConfig config;
   try {
     config = train::load_config(args.config_path, args.overrides);
@@ -126,11 +129,13 @@ int main(int argc, char** argv) {
     }
     train::check_data_available(config.data);
     if (config.device != "auto") Device(config.device).validate();
-  } catch (const Error& e) {  // a config or data mistake: the message alone, without the check's location
-    std::fprintf(stderr, "ember-train: %s\n", e.message().c_str());
-    return kExitUsage;
+    if (config.parallel.mode == train::ParallelMode::dp) train::data_parallel_devices(config.parallel);
+    parallel::launcher_rank();  // RANK without WORLD_SIZE (or the reverse) is an error naming both
+    // A named run directory that already holds a run (a timestamped one is new).
+    if (!config.output.run_dir.empty())
+      train::checkpoint_to_resume(train::RunPaths(config.output.run_dir), config.checkpoint.resume);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ember-train: %s\n", e.what());
+    std::fprintf(stderr, "ember-train: %s\n", error_text(e).c_str());
     return kExitUsage;
   }
 
@@ -144,7 +149,7 @@ int main(int argc, char** argv) {
     return out.exit_code;
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "ember-train: error: %s\n", e.what());
+    std::fprintf(stderr, "ember-train: error: %s\n", error_text(e).c_str());
     return kExitRuntime;
   }
 }

@@ -125,59 +125,69 @@ std::optional<double> as_ranged_number(const KeySpec& s, const json& v) {
 // Checks `v` against key `s` and stores it in `cfg`; errors start with `origin`.
 void set_value(const KeySpec& s, const json& v, ExperimentConfig& cfg, const std::string& origin) {
   auto bad = [&] { fail(origin + ": " + s.path + ": expected " + expected_text(s) + ", found " + found_text(v)); };
+  // An Enum key's text must be one of its choices, whether the field holds the enum or the text.
+  std::optional<size_t> choice;
+  if (s.kind == KeyKind::Enum) {
+    if (!v.is_string()) bad();
+    const auto at = std::find(s.choices.begin(), s.choices.end(), v.get<std::string>());
+    if (at == s.choices.end()) bad();
+    choice = static_cast<size_t>(at - s.choices.begin());
+  }
   std::visit(
       [&](auto field) {
-        using T = std::remove_reference_t<decltype(field(cfg))>;
-        if constexpr (std::is_same_v<T, int64_t>) {
-          const auto i = as_int64(v);
-          if (!i || !in_range(s, static_cast<double>(*i))) bad();
-          field(cfg) = *i;
-        } else if constexpr (std::is_same_v<T, uint64_t>) {
-          const auto u = as_uint64(v);
-          if (!u) bad();
-          field(cfg) = *u;
-        } else if constexpr (std::is_same_v<T, double>) {
-          const auto d = as_ranged_number(s, v);
-          if (!d) bad();
-          field(cfg) = *d;
-        } else if constexpr (std::is_same_v<T, bool>) {
-          if (!v.is_boolean()) bad();
-          field(cfg) = v.get<bool>();
-        } else if constexpr (std::is_same_v<T, std::string>) {
-          if (!v.is_string()) bad();
-          const auto str = v.get<std::string>();
-          if (s.kind == KeyKind::Enum && std::find(s.choices.begin(), s.choices.end(), str) == s.choices.end()) bad();
-          field(cfg) = str;
-        } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
-          if (!v.is_array()) bad();
-          std::vector<int64_t> out;
-          for (const auto& e : v) {
-            const auto i = as_int64(e);
-            if (!i || !in_range(s, static_cast<double>(*i))) bad();
-            out.push_back(*i);
-          }
-          field(cfg) = std::move(out);
-        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
-          if (!v.is_array()) bad();
-          std::vector<std::string> out;
-          for (const auto& e : v) {
-            if (!e.is_string()) bad();
-            out.push_back(e.get<std::string>());
-          }
-          field(cfg) = std::move(out);
-        } else if constexpr (std::is_same_v<T, std::pair<double, double>>) {
-          if (!v.is_array() || v.size() != 2) bad();
-          const auto a = as_ranged_number(s, v[0]), b = as_ranged_number(s, v[1]);
-          if (!a || !b) bad();
-          field(cfg) = {*a, *b};
+        if constexpr (std::is_same_v<decltype(field), EnumField>) {
+          field.set(cfg, *choice);
         } else {
-          static_assert(std::is_same_v<T, std::optional<double>>);
-          if (v.is_null()) {
-            field(cfg) = std::nullopt;
-          } else {
+          using T = std::remove_reference_t<decltype(field(cfg))>;
+          if constexpr (std::is_same_v<T, int64_t>) {
+            const auto i = as_int64(v);
+            if (!i || !in_range(s, static_cast<double>(*i))) bad();
+            field(cfg) = *i;
+          } else if constexpr (std::is_same_v<T, uint64_t>) {
+            const auto u = as_uint64(v);
+            if (!u) bad();
+            field(cfg) = *u;
+          } else if constexpr (std::is_same_v<T, double>) {
             const auto d = as_ranged_number(s, v);
             if (!d) bad();
             field(cfg) = *d;
+          } else if constexpr (std::is_same_v<T, bool>) {
+            if (!v.is_boolean()) bad();
+            field(cfg) = v.get<bool>();
+          } else if constexpr (std::is_same_v<T, std::string>) {
+            if (!v.is_string()) bad();
+            field(cfg) = v.get<std::string>();
+          } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+            if (!v.is_array()) bad();
+            std::vector<int64_t> out;
+            for (const auto& e : v) {
+              const auto i = as_int64(e);
+              if (!i || !in_range(s, static_cast<double>(*i))) bad();
+              out.push_back(*i);
+            }
+            field(cfg) = std::move(out);
+          } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+            if (!v.is_array()) bad();
+            std::vector<std::string> out;
+            for (const auto& e : v) {
+              if (!e.is_string()) bad();
+              out.push_back(e.get<std::string>());
+            }
+            field(cfg) = std::move(out);
+          } else if constexpr (std::is_same_v<T, std::pair<double, double>>) {
+            if (!v.is_array() || v.size() != 2) bad();
+            const auto a = as_ranged_number(s, v[0]), b = as_ranged_number(s, v[1]);
+            if (!a || !b) bad();
+            field(cfg) = {*a, *b};
+          } else {
+            static_assert(std::is_same_v<T, std::optional<double>>);
+            if (v.is_null()) {
+              field(cfg) = std::nullopt;
+            } else {
+              const auto d = as_ranged_number(s, v);
+              if (!d) bad();
+              field(cfg) = *d;
+            }
           }
         }
       },
@@ -189,14 +199,18 @@ void set_value(const KeySpec& s, const json& v, ExperimentConfig& cfg, const std
 ordered_json get_value(const KeySpec& s, ExperimentConfig& cfg) {
   return std::visit(
       [&](auto field) -> ordered_json {
-        const auto& value = field(cfg);
-        using T = std::decay_t<decltype(value)>;
-        if constexpr (std::is_same_v<T, std::pair<double, double>>) {
-          return ordered_json::array({value.first, value.second});
-        } else if constexpr (std::is_same_v<T, std::optional<double>>) {
-          return value ? ordered_json(*value) : ordered_json(nullptr);
+        if constexpr (std::is_same_v<decltype(field), EnumField>) {
+          return ordered_json(s.choices.at(field.get(cfg)));
         } else {
-          return ordered_json(value);
+          const auto& value = field(cfg);
+          using T = std::decay_t<decltype(value)>;
+          if constexpr (std::is_same_v<T, std::pair<double, double>>) {
+            return ordered_json::array({value.first, value.second});
+          } else if constexpr (std::is_same_v<T, std::optional<double>>) {
+            return value ? ordered_json(*value) : ordered_json(nullptr);
+          } else {
+            return ordered_json(value);
+          }
         }
       },
       s.field);
@@ -275,6 +289,11 @@ json override_value(const KeySpec& s, const std::string& text, const std::string
     for (std::istringstream in(text); std::getline(in, item, ',');) list.push_back(trim(item));
     return list;
   }
+  if ((s.kind == KeyKind::IntList || s.kind == KeyKind::FloatPair) && trim(text).rfind('[', 0) != 0) {
+    // schedule.milestones=30,60 and optim.betas=0.9,0.999 as their JSON arrays, like the string lists.
+    json v = json::parse("[" + text + "]", nullptr, /*allow_exceptions=*/false);
+    return v.is_discarded() ? json(text) : v;
+  }
   json v = json::parse(trim(text), nullptr, /*allow_exceptions=*/false);
   return v.is_discarded() ? json(text) : v;
 }
@@ -317,19 +336,19 @@ void check_cross_fields(const ExperimentConfig& c, const Origins& origins, Probl
     add_pair_problem("optim.nesterov", "optim.momentum",
                      "true needs optim.momentum > 0, found optim.momentum = " + format_number(c.optim.momentum));
   }
-  if (c.schedule.name == "onecycle" && c.schedule.warmup_epochs > 0) {
+  if (c.schedule.name == ScheduleKind::onecycle && c.schedule.warmup_epochs > 0) {
     add_pair_problem("schedule.warmup_epochs", "schedule.name",
                      "expected 0 with schedule.name = onecycle (it has its own warm-up), found " +
                          std::to_string(c.schedule.warmup_epochs));
   }
   // The model zoo's input shapes: mnist_cnn takes 1x28x28, the others 3x32x32 (CIFAR, synthetic).
-  const bool mnist_images = c.data.dataset == "mnist";
-  if ((c.model.name == "mnist_cnn") != mnist_images) {
+  const bool mnist_images = c.data.dataset == DatasetKind::mnist;
+  if ((c.model.name == ModelKind::mnist_cnn) != mnist_images) {
     add_pair_problem("model.name", "data.dataset",
-                     c.model.name +
+                     std::string(config_name(c.model.name)) +
                          (mnist_images ? " takes 3x32x32 images (data.dataset cifar10, cifar100 or synthetic)"
                                        : " takes 1x28x28 images (data.dataset mnist)") +
-                         ", found data.dataset = " + c.data.dataset);
+                         ", found data.dataset = " + config_name(c.data.dataset));
   }
 }
 
@@ -406,51 +425,25 @@ std::vector<std::string> config_key_paths() {
   return out;
 }
 
-namespace {
-
-// The config's spellings of each enum, in the schema's order of choices.
-constexpr std::pair<Precision, const char*> kPrecisionNames[] = {
-    {Precision::fp32, "fp32"}, {Precision::bf16, "bf16"}, {Precision::fp16, "fp16"}};
-constexpr std::pair<NonFinitePolicy, const char*> kNonFiniteNames[] = {{NonFinitePolicy::stop, "stop"},
-                                                                       {NonFinitePolicy::skip, "skip"}};
-constexpr std::pair<ParallelMode, const char*> kParallelModeNames[] = {
-    {ParallelMode::none, "none"}, {ParallelMode::dp, "dp"}, {ParallelMode::ddp, "ddp"}};
-
-template <typename E, size_t N> const char* name_of(const std::pair<E, const char*> (&names)[N], E value) {
-  for (const auto& [e, name] : names)
-    if (e == value) return name;
-  return names[0].second;
-}
-
-// `key` names the config key in the error, with the choices, as the schema's messages do.
-template <typename E, size_t N>
-E parse_name(const std::pair<E, const char*> (&names)[N], const std::string& text, const char* key) {
-  std::string choices;
-  for (const auto& [e, name] : names) {
-    if (text == name) return e;
-    choices += (choices.empty() ? "" : ", ") + std::string(name);
-  }
-  EMBER_FAIL(key, ": expected one of ", choices, ", found \"", text, "\"");
-}
-
-}  // namespace
-
-const char* precision_name(Precision p) { return name_of(kPrecisionNames, p); }
-const char* nonfinite_policy_name(NonFinitePolicy p) { return name_of(kNonFiniteNames, p); }
-const char* parallel_mode_name(ParallelMode m) { return name_of(kParallelModeNames, m); }
-Precision parse_precision(const std::string& text) { return parse_name(kPrecisionNames, text, "precision"); }
-NonFinitePolicy parse_nonfinite_policy(const std::string& text) {
-  return parse_name(kNonFiniteNames, text, "train.on_nonfinite");
-}
-ParallelMode parse_parallel_mode(const std::string& text) {
-  return parse_name(kParallelModeNames, text, "parallel.mode");
+void throw_unknown_config_name(const std::string& key, const std::string& text,
+                               const std::vector<std::string>& choices) {
+  std::string list;
+  for (const std::string& c : choices) list += (list.empty() ? "" : ", ") + c;
+  EMBER_FAIL(key, ": expected one of ", list, ", found \"", text, "\"");
 }
 
 std::string default_data_path(const DataConfig& data) {
   if (!data.path.empty()) return data.path;
-  if (data.dataset == "mnist") return "/usr/share/datasets/fashion-mnist";
-  if (data.dataset == "cifar10") return "data/cifar10";
-  if (data.dataset == "cifar100") return "data/cifar100";
+  switch (data.dataset) {
+    case DatasetKind::mnist:
+      return "/usr/share/datasets/fashion-mnist";
+    case DatasetKind::cifar10:
+      return "data/cifar10";
+    case DatasetKind::cifar100:
+      return "data/cifar100";
+    case DatasetKind::synthetic:
+      return "";
+  }
   return "";
 }
 

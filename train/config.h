@@ -11,16 +11,20 @@
 //   "runs.json: data.batch_size: expected an integer >= 1, found -3"
 //   "override 'epochs=ten': epochs: expected an integer >= 1, found \"ten\""
 // Overrides ("key.path=value") are typed by the schema: "optim.lr=0.1" is a number,
-// "optim.nesterov=true" a bool, "schedule.milestones=[30,60]" a list, "device=cuda:1" a string;
+// "optim.nesterov=true" a bool, "schedule.milestones=30,60" a list, "device=cuda:1" a string;
 // they are applied after the file, in order, and validated like file keys.
 // A top-level "provenance" object (ember-train writes the git commit, the overrides, the start
 // time and the host there in a run's config.json) is accepted and ignored, so a run directory's
 // config.json can be run again as it is.
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <ember/core/shape.h>  // MemoryFormat
 
 namespace ember::train {
 
@@ -30,19 +34,52 @@ enum class Precision { fp32, bf16, fp16 };
 enum class NonFinitePolicy { stop, skip };
 /// parallel.mode: one device, DataParallel in one process, or DistributedDataParallel.
 enum class ParallelMode { none, dp, ddp };
-/// "fp32", "bf16", "fp16" / "stop", "skip": the config's spelling.
-const char* precision_name(Precision p);
-const char* nonfinite_policy_name(NonFinitePolicy p);
-const char* parallel_mode_name(ParallelMode m);
-/// The config's spelling back; another string is an error naming the key and the choices.
-Precision parse_precision(const std::string& text);
-NonFinitePolicy parse_nonfinite_policy(const std::string& text);
-ParallelMode parse_parallel_mode(const std::string& text);
+/// model.name: the models of ember's zoo (models/).
+enum class ModelKind { mnist_cnn, cifar_cnn, resnet18, wide_resnet };
+/// data.dataset: "mnist" reads any MNIST-format IDX set (e.g. Fashion-MNIST); "synthetic" is
+/// random images and labels of CIFAR-10's shape, no files.
+enum class DatasetKind { mnist, cifar10, cifar100, synthetic };
+/// optim.name
+enum class OptimizerKind { sgd, adam, adamw };
+/// schedule.name
+enum class ScheduleKind { none, step, multistep, cosine, onecycle };
+
+/// The config's spelling of each value of an enum key, in the enum's order: the schema's choices,
+/// parsed once when a config is read (ExperimentConfig holds the enums).
+template <typename E> struct ConfigNames;
+template <> struct ConfigNames<Precision> { static constexpr const char* values[] = {"fp32", "bf16", "fp16"}; };
+template <> struct ConfigNames<NonFinitePolicy> { static constexpr const char* values[] = {"stop", "skip"}; };
+template <> struct ConfigNames<ParallelMode> { static constexpr const char* values[] = {"none", "dp", "ddp"}; };
+template <> struct ConfigNames<ModelKind> {
+  static constexpr const char* values[] = {"mnist_cnn", "cifar_cnn", "resnet18", "wide_resnet"};
+};
+template <> struct ConfigNames<DatasetKind> {
+  static constexpr const char* values[] = {"mnist", "cifar10", "cifar100", "synthetic"};
+};
+template <> struct ConfigNames<OptimizerKind> { static constexpr const char* values[] = {"sgd", "adam", "adamw"}; };
+template <> struct ConfigNames<ScheduleKind> {
+  static constexpr const char* values[] = {"none", "step", "multistep", "cosine", "onecycle"};
+};
+template <> struct ConfigNames<MemoryFormat> {
+  static constexpr const char* values[] = {"contiguous", "channels_last"};
+};
+
+/// The config's spelling of `value`: config_name(ModelKind::resnet18) == "resnet18".
+template <typename E> const char* config_name(E value) { return ConfigNames<E>::values[static_cast<size_t>(value)]; }
+
+[[noreturn]] void throw_unknown_config_name(const std::string& key, const std::string& text,
+                                            const std::vector<std::string>& choices);
+/// The value `text` spells; another string is an error naming `key` and the choices.
+template <typename E> E parse_config_name(const std::string& text, const std::string& key) {
+  const auto& names = ConfigNames<E>::values;
+  for (size_t i = 0; i < std::size(names); ++i)
+    if (text == names[i]) return static_cast<E>(i);
+  throw_unknown_config_name(key, text, std::vector<std::string>(std::begin(names), std::end(names)));
+}
 
 /// model.*
 struct ModelConfig {
-  /// mnist_cnn | cifar_cnn | resnet18 | wide_resnet
-  std::string name = "mnist_cnn";
+  ModelKind name = ModelKind::mnist_cnn;
   /// wide_resnet only: depth (6k+4, >= 10), widen factor (>= 1), dropout between convs in a block.
   int64_t depth = 28;
   int64_t widen = 10;
@@ -54,9 +91,7 @@ struct ModelConfig {
 
 /// data.*
 struct DataConfig {
-  /// mnist | cifar10 | cifar100 | synthetic ("mnist" reads any MNIST-format IDX set, e.g.
-  /// Fashion-MNIST; "synthetic" is random images and labels of CIFAR-10's shape, no files).
-  std::string dataset = "mnist";
+  DatasetKind dataset = DatasetKind::mnist;
   /// Directory of the files. Empty: the dataset's default (see default_data_path()).
   std::string path;
   int64_t batch_size = 64;
@@ -76,8 +111,7 @@ struct DataConfig {
 
 /// optim.*
 struct OptimConfig {
-  /// sgd | adam | adamw
-  std::string name = "sgd";
+  OptimizerKind name = OptimizerKind::sgd;
   double lr = 0.1;  // > 0
   double momentum = 0.0;  // sgd, in [0, 1)
   bool nesterov = false;  // sgd (needs momentum > 0)
@@ -93,8 +127,7 @@ struct OptimConfig {
 /// schedule.* All lengths are in epochs; the trainer steps the schedule once per optimizer step,
 /// converting epochs to steps, so epoch-wise schedules change exactly at epoch boundaries.
 struct ScheduleConfig {
-  /// none | step | multistep | cosine | onecycle
-  std::string name = "none";
+  ScheduleKind name = ScheduleKind::none;
   int64_t step_size = 30;  // step: epochs between decays (>= 1)
   double gamma = 0.1;  // step, multistep: decay factor in (0, 1]
   std::vector<int64_t> milestones;  // multistep: epochs (each >= 1, ascending)
@@ -152,7 +185,7 @@ struct LoopConfig {
   int64_t accumulation_steps = 1;
   /// What a training loss that is NaN or inf does: "stop" (the run ends with an error naming the
   /// epoch and batch, before that epoch's checkpoint) or "skip" (that optimizer step is not taken).
-  std::string on_nonfinite = "stop";
+  NonFinitePolicy on_nonfinite = NonFinitePolicy::stop;
   friend bool operator==(const LoopConfig&, const LoopConfig&) = default;
 };
 
@@ -161,7 +194,7 @@ struct ParallelConfig {
   /// none | dp (parallel::DataParallel: one process, the devices below) | ddp
   /// (parallel::DistributedDataParallel: one process per device, started by ember-run, torchrun,
   /// srun or mpirun; data.batch_size is per process).
-  std::string mode = "none";
+  ParallelMode mode = ParallelMode::none;
   /// dp: the devices ("cpu", "cuda:1", repeats allowed); empty: every visible GPU.
   std::vector<std::string> devices;
   /// ddp: auto (nccl for CUDA tensors when usable, else tcp) | nccl | tcp.
@@ -170,8 +203,9 @@ struct ParallelConfig {
   std::string algorithm = "native";
   /// ddp: gradient bucket size in MiB (> 0).
   double bucket_cap_mb = 25;
-  /// ddp: seconds a collective may take before it is an error naming the missing rank (> 0).
-  double timeout_s = 300;
+  /// ddp: seconds a collective may take before it is an error naming the missing rank (> 0);
+  /// unset (null): EMBER_COLLECTIVE_TIMEOUT when set, else 300 (parallel::collective_timeout_from_env).
+  std::optional<double> timeout_s;
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 
@@ -186,10 +220,10 @@ struct ExperimentConfig {
   int64_t epochs = 10;  // >= 1
   /// fp32 | bf16 (autocast to bfloat16) | fp16 (autocast to float16 with a gradient scaler). The
   /// parameters stay f32 either way (amp::Autocast, amp::GradScaler; docs/amp.md).
-  std::string precision = "fp32";
+  Precision precision = Precision::fp32;
   /// contiguous | channels_last: the layout of the model's 4-D weights and of every input batch
   /// (Module::to(MemoryFormat), Tensor::contiguous(MemoryFormat); tensor cores prefer NHWC).
-  std::string memory_format = "contiguous";
+  MemoryFormat memory_format = MemoryFormat::contiguous;
   ModelConfig model;
   DataConfig data;
   OptimConfig optim;

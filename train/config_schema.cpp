@@ -5,12 +5,25 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 
 namespace ember::train {
 namespace {
 
 // A FieldRef for member expression `m` of ExperimentConfig, typed T.
 #define EMBER_CONFIG_FIELD(T, m) static_cast<T& (*)(ExperimentConfig&)>([](ExperimentConfig& c) -> T& { return c.m; })
+
+// An EnumField for member expression `m` of ExperimentConfig, an enum with ConfigNames.
+#define EMBER_CONFIG_ENUM(m)                                                       \
+  EnumField {                                                                      \
+    [](const ExperimentConfig& c) { return static_cast<size_t>(c.m); },            \
+        [](ExperimentConfig& c, size_t i) { c.m = static_cast<decltype(c.m)>(i); } \
+  }
+
+// The choices of an enum key: its ConfigNames, in the enum's order (EnumField's indices).
+template <typename E> std::vector<std::string> choices_of() {
+  return std::vector<std::string>(std::begin(ConfigNames<E>::values), std::end(ConfigNames<E>::values));
+}
 
 using DoublePair = std::pair<double, double>;  // the macro argument cannot hold a comma
 
@@ -87,24 +100,24 @@ std::vector<KeySpec> build_schema() {
        .field = EMBER_CONFIG_FIELD(int64_t, epochs)},
       {.path = "precision",
        .kind = K::Enum,
-       .choices = {"fp32", "bf16", "fp16"},
+       .choices = choices_of<Precision>(),
        .default_json = "\"fp32\"",
        .doc = "fp32, or mixed precision: bf16 / fp16 autocast (fp16 with a gradient scaler); parameters stay f32.",
-       .field = EMBER_CONFIG_FIELD(std::string, precision)},
+       .field = EMBER_CONFIG_ENUM(precision)},
       {.path = "memory_format",
        .kind = K::Enum,
-       .choices = {"contiguous", "channels_last"},
+       .choices = choices_of<MemoryFormat>(),
        .default_json = "\"contiguous\"",
        .doc = "Layout of the model's 4-D weights and the input batches: contiguous (NCHW) or channels_last (NHWC in "
               "memory, what tensor-core convolutions prefer).",
-       .field = EMBER_CONFIG_FIELD(std::string, memory_format)},
+       .field = EMBER_CONFIG_ENUM(memory_format)},
 
       {.path = "model.name",
        .kind = K::Enum,
-       .choices = {"mnist_cnn", "cifar_cnn", "resnet18", "wide_resnet"},
+       .choices = choices_of<ModelKind>(),
        .default_json = "\"mnist_cnn\"",
        .doc = "The model; mnist_cnn needs data.dataset mnist, the others CIFAR-shaped data.",
-       .field = EMBER_CONFIG_FIELD(std::string, model.name)},
+       .field = EMBER_CONFIG_ENUM(model.name)},
       {.path = "model.depth",
        .kind = K::Int,
        .default_json = "28",
@@ -128,10 +141,10 @@ std::vector<KeySpec> build_schema() {
 
       {.path = "data.dataset",
        .kind = K::Enum,
-       .choices = {"mnist", "cifar10", "cifar100", "synthetic"},
+       .choices = choices_of<DatasetKind>(),
        .default_json = "\"mnist\"",
        .doc = "mnist reads any MNIST-format IDX set (e.g. Fashion-MNIST); synthetic is random CIFAR-10-shaped data.",
-       .field = EMBER_CONFIG_FIELD(std::string, data.dataset)},
+       .field = EMBER_CONFIG_ENUM(data.dataset)},
       {.path = "data.path",
        .kind = K::String,
        .default_json = "\"\"",
@@ -180,10 +193,10 @@ std::vector<KeySpec> build_schema() {
 
       {.path = "optim.name",
        .kind = K::Enum,
-       .choices = {"sgd", "adam", "adamw"},
+       .choices = choices_of<OptimizerKind>(),
        .default_json = "\"sgd\"",
        .doc = "The optimizer.",
-       .field = EMBER_CONFIG_FIELD(std::string, optim.name)},
+       .field = EMBER_CONFIG_ENUM(optim.name)},
       {.path = "optim.lr",
        .kind = K::Float,
        .lo = gt(0),
@@ -230,10 +243,10 @@ std::vector<KeySpec> build_schema() {
 
       {.path = "schedule.name",
        .kind = K::Enum,
-       .choices = {"none", "step", "multistep", "cosine", "onecycle"},
+       .choices = choices_of<ScheduleKind>(),
        .default_json = "\"none\"",
        .doc = "The learning-rate schedule (stepped per optimizer step, lengths in epochs).",
-       .field = EMBER_CONFIG_FIELD(std::string, schedule.name)},
+       .field = EMBER_CONFIG_ENUM(schedule.name)},
       {.path = "schedule.step_size",
        .kind = K::Int,
        .lo = ge(1),
@@ -357,20 +370,20 @@ std::vector<KeySpec> build_schema() {
        .field = EMBER_CONFIG_FIELD(int64_t, train.accumulation_steps)},
       {.path = "train.on_nonfinite",
        .kind = K::Enum,
-       .choices = {"stop", "skip"},
+       .choices = choices_of<NonFinitePolicy>(),
        .default_json = "\"stop\"",
        .doc = "A training loss that is NaN or inf: stop (an error naming the epoch and batch, before that "
               "epoch's checkpoint; no extra host synchronisation) or skip (that optimizer step is not taken "
               "on any rank; reads each loss, one host synchronisation per batch).",
-       .field = EMBER_CONFIG_FIELD(std::string, train.on_nonfinite)},
+       .field = EMBER_CONFIG_ENUM(train.on_nonfinite)},
 
       {.path = "parallel.mode",
        .kind = K::Enum,
-       .choices = {"none", "dp", "ddp"},
+       .choices = choices_of<ParallelMode>(),
        .default_json = "\"none\"",
        .doc = "dp: DataParallel over parallel.devices in one process; ddp: one process per device (run under "
               "ember-run, torchrun or srun); data.batch_size is per process.",
-       .field = EMBER_CONFIG_FIELD(std::string, parallel.mode)},
+       .field = EMBER_CONFIG_ENUM(parallel.mode)},
       {.path = "parallel.devices",
        .kind = K::StringList,
        .default_json = "[]",
@@ -397,11 +410,12 @@ std::vector<KeySpec> build_schema() {
        .doc = "ddp: gradient bucket size in MiB (smaller: more overlap with backward, more all-reduces).",
        .field = EMBER_CONFIG_FIELD(double, parallel.bucket_cap_mb)},
       {.path = "parallel.timeout_s",
-       .kind = K::Float,
+       .kind = K::OptionalFloat,
        .lo = gt(0),
-       .default_json = "300.0",
-       .doc = "ddp: seconds a collective may take before it is an error naming the rank that is missing.",
-       .field = EMBER_CONFIG_FIELD(double, parallel.timeout_s)},
+       .default_json = "null",
+       .doc = "ddp: seconds a collective may take before it is an error naming the rank that is missing; null: "
+              "EMBER_COLLECTIVE_TIMEOUT when set, else 300.",
+       .field = EMBER_CONFIG_FIELD(std::optional<double>, parallel.timeout_s)},
   };
 }
 

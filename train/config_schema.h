@@ -28,13 +28,22 @@ struct Bound {
   bool open = false;
 };
 
-/// The struct field a key fills: a function giving a reference into the config. Its type tells
-/// the C++ type of the value (Enum and String both map to std::string).
+/// An enum field (model.name, optim.name, precision, ...): its value as the index of its spelling
+/// in KeySpec::choices, which lists ConfigNames<E> in the enum's order.
+struct EnumField {
+  size_t (*get)(const ExperimentConfig&) = nullptr;
+  void (*set)(ExperimentConfig&, size_t) = nullptr;
+};
+
+/// The struct field a key fills: a function giving a reference into the config (its type tells
+/// the C++ type of the value), or an EnumField. An Enum key whose field is a std::string
+/// (parallel.backend, parallel.algorithm: the names parallel::InitOptions takes) holds the spelling.
 using FieldRef =
     std::variant<int64_t& (*)(ExperimentConfig&), uint64_t& (*)(ExperimentConfig&), double& (*)(ExperimentConfig&),
                  bool& (*)(ExperimentConfig&), std::string& (*)(ExperimentConfig&),
                  std::vector<int64_t>& (*)(ExperimentConfig&), std::pair<double, double>& (*)(ExperimentConfig&),
-                 std::optional<double>& (*)(ExperimentConfig&), std::vector<std::string>& (*)(ExperimentConfig&)>;
+                 std::optional<double>& (*)(ExperimentConfig&), std::vector<std::string>& (*)(ExperimentConfig&),
+                 EnumField>;
 
 /// One key of the schema.
 struct KeySpec {

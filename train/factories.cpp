@@ -80,13 +80,13 @@ void channel_stats(const Tensor& images_u8, std::vector<float>& mean, std::vecto
   }
 }
 
-std::string how_to_get(const std::string& dataset, const std::string& dir) {
-  if (dataset == "mnist") {
+std::string how_to_get(DatasetKind dataset, const std::string& dir) {
+  if (dataset == DatasetKind::mnist) {
     return "Fashion-MNIST: apt-get install dataset-fashion-mnist (installs /usr/share/datasets/fashion-mnist); "
            "MNIST: scripts/get-data.sh mnist " +
            dir;
   }
-  return "get it with: scripts/get-data.sh " + dataset + " " + dir;
+  return std::string("get it with: scripts/get-data.sh ") + config_name(dataset) + " " + dir;
 }
 
 bool has_file(const fs::path& dir, const std::string& name) {
@@ -97,9 +97,10 @@ bool has_file(const fs::path& dir, const std::string& name) {
 }  // namespace
 
 void check_data_available(const DataConfig& data) {
-  if (data.dataset == "synthetic") return;
+  if (data.dataset == DatasetKind::synthetic) return;
   const std::string dir = default_data_path(data);
-  const std::string which = data.path.empty() ? " (the default for data.dataset " + data.dataset + ")" : "";
+  const std::string which =
+      data.path.empty() ? std::string(" (the default for data.dataset ") + config_name(data.dataset) + ")" : "";
   std::error_code ec;
   EMBER_CHECK(fs::is_directory(dir, ec), "data.path: the data directory '", dir, "'", which, " does not exist; ",
               how_to_get(data.dataset, dir));
@@ -107,9 +108,9 @@ void check_data_available(const DataConfig& data) {
   // CIFAR archives unpack into a subdirectory, which the readers also accept.
   fs::path root = dir;
   std::vector<std::string> names;
-  if (data.dataset == "mnist") {
+  if (data.dataset == DatasetKind::mnist) {
     names = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
-  } else if (data.dataset == "cifar10") {
+  } else if (data.dataset == DatasetKind::cifar10) {
     names = {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
              "data_batch_4.bin", "data_batch_5.bin", "test_batch.bin"};
     if (!has_file(root, names[0]) && fs::is_directory(root / "cifar-10-batches-bin", ec))
@@ -122,14 +123,14 @@ void check_data_available(const DataConfig& data) {
   for (const auto& n : names)
     if (!has_file(root, n)) missing += (missing.empty() ? "" : ", ") + n;
   EMBER_CHECK(missing.empty(), "data.path: the data directory '", root.string(), "'", which, " lacks ", missing,
-              " (each plain or .gz) for data.dataset ", data.dataset, "; ", how_to_get(data.dataset, dir));
+              " (each plain or .gz) for data.dataset ", config_name(data.dataset), "; ", how_to_get(data.dataset, dir));
 }
 
 Datasets make_datasets(const DataConfig& data, uint64_t seed) {
   Datasets d;
   const std::string dir = default_data_path(data);
   Tensor stats_images;  // u8 images the normalisation statistics are computed from
-  if (data.dataset == "synthetic") {
+  if (data.dataset == DatasetKind::synthetic) {
     // One generated sequence: the test examples follow the training ones, so both splits share the
     // class prototypes (a pure function of the seed) but no example. Only what the limits keep is
     // generated.
@@ -142,19 +143,17 @@ Datasets make_datasets(const DataConfig& data, uint64_t seed) {
     d.num_classes = kSyntheticClasses;
   } else {
     std::shared_ptr<data::TensorDataset> train, test;
-    if (data.dataset == "mnist") {
+    if (data.dataset == DatasetKind::mnist) {
       train = std::make_shared<data::Mnist>(dir, data::Split::Train);
       test = std::make_shared<data::Mnist>(dir, data::Split::Test);
-    } else if (data.dataset == "cifar10") {
+    } else if (data.dataset == DatasetKind::cifar10) {
       train = std::make_shared<data::Cifar10>(dir, data::Split::Train);
       test = std::make_shared<data::Cifar10>(dir, data::Split::Test);
-    } else if (data.dataset == "cifar100") {
+    } else {
       train = std::make_shared<data::Cifar100>(dir, data::Split::Train);
       test = std::make_shared<data::Cifar100>(dir, data::Split::Test);
-    } else {
-      EMBER_FAIL("data.dataset: expected mnist, cifar10, cifar100 or synthetic, found \"", data.dataset, "\"");
     }
-    EMBER_CHECK(train->image_shape() == test->image_shape(), "data.dataset ", data.dataset, " in ", dir,
+    EMBER_CHECK(train->image_shape() == test->image_shape(), "data.dataset ", config_name(data.dataset), " in ", dir,
                 ": the training images are ", shape_str(train->image_shape()), " but the test images ",
                 shape_str(test->image_shape()));
     // The whole training split, before limit_train, so a limit does not change the normalisation.
@@ -164,7 +163,7 @@ Datasets make_datasets(const DataConfig& data, uint64_t seed) {
     d.train = first_n(train, limited(train->size(), data.limit_train));
     d.test = first_n(test, limited(test->size(), data.limit_test));
   }
-  EMBER_CHECK(d.train->size() > 0 && d.test->size() > 0, "data.dataset ", data.dataset,
+  EMBER_CHECK(d.train->size() > 0 && d.test->size() > 0, "data.dataset ", config_name(data.dataset),
               (dir.empty() ? std::string() : " in " + dir), ": expected non-empty splits, found ", d.train->size(),
               " training and ", d.test->size(), " test examples");
   channel_stats(stats_images, d.mean, d.std);
@@ -208,44 +207,46 @@ std::shared_ptr<layers::Module> make_model(const ModelConfig& model, int64_t num
                                            const data::Dataset& train_set, Generator& gen) {
   const Shape chw = train_set.image_shape();
   const std::string shape = shape_str(chw);
-  EMBER_CHECK(num_classes >= 1, "model.name ", model.name, ": expected at least one class, found ", num_classes);
-  if (model.name == "mnist_cnn") {
+  const char* name = config_name(model.name);
+  EMBER_CHECK(num_classes >= 1, "model.name ", name, ": expected at least one class, found ", num_classes);
+  if (model.name == ModelKind::mnist_cnn) {
     EMBER_CHECK(chw == Shape({1, 28, 28}), "model.name mnist_cnn expects images of shape (1, 28, 28), but ",
                 train_set.description(), " has ", shape, "; use cifar_cnn, resnet18 or wide_resnet for them");
     EMBER_CHECK(num_classes == 10, "model.name mnist_cnn has a fixed 10-class output, but the data has ", num_classes,
                 " classes");
     return models::mnist_cnn(gen);
   }
-  EMBER_CHECK(model.name == "cifar_cnn" || model.name == "resnet18" || model.name == "wide_resnet",
-              "model.name: expected mnist_cnn, cifar_cnn, resnet18 or wide_resnet, found \"", model.name, "\"");
-  EMBER_CHECK(chw.size() == 3 && chw[0] == 3, "model.name ", model.name, " expects 3-channel images (3, H, W), but ",
+  EMBER_CHECK(chw.size() == 3 && chw[0] == 3, "model.name ", name, " expects 3-channel images (3, H, W), but ",
               train_set.description(), " has ", shape, (chw.size() == 3 && chw[0] == 1 ? "; use mnist_cnn" : ""));
-  if (model.name == "cifar_cnn") {
+  if (model.name == ModelKind::cifar_cnn) {
     // Three 2x2 poolings in front of Linear(128*4*4, ...): only 32x32 inputs fit.
     EMBER_CHECK(chw[1] == 32 && chw[2] == 32, "model.name cifar_cnn expects images of shape (3, 32, 32), but ",
                 train_set.description(), " has ", shape);
     return models::cifar_cnn(num_classes, model.dropout, gen);
   }
-  if (model.name == "resnet18") return models::resnet18(num_classes, gen);
+  if (model.name == ModelKind::resnet18) return models::resnet18(num_classes, gen);
   return models::wide_resnet(model.depth, model.widen, num_classes, model.dropout, gen);
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const OptimConfig& optim, std::vector<Tensor> params) {
-  if (optim.name == "sgd") {
-    return std::make_unique<optim::SGD>(std::move(params), optim::SGDOptions{.lr = optim.lr,
-                                                                             .momentum = optim.momentum,
-                                                                             .weight_decay = optim.weight_decay,
-                                                                             .nesterov = optim.nesterov});
+  switch (optim.name) {
+    case OptimizerKind::sgd:
+      return std::make_unique<optim::SGD>(std::move(params), optim::SGDOptions{.lr = optim.lr,
+                                                                               .momentum = optim.momentum,
+                                                                               .weight_decay = optim.weight_decay,
+                                                                               .nesterov = optim.nesterov});
+    case OptimizerKind::adam:
+      return std::make_unique<optim::Adam>(
+          std::move(params),
+          optim::AdamOptions{
+              .lr = optim.lr, .betas = optim.betas, .eps = optim.eps, .weight_decay = optim.weight_decay});
+    case OptimizerKind::adamw:
+      return std::make_unique<optim::AdamW>(
+          std::move(params),
+          optim::AdamWOptions{
+              .lr = optim.lr, .betas = optim.betas, .eps = optim.eps, .weight_decay = optim.weight_decay});
   }
-  if (optim.name == "adam") {
-    return std::make_unique<optim::Adam>(
-        std::move(params),
-        optim::AdamOptions{.lr = optim.lr, .betas = optim.betas, .eps = optim.eps, .weight_decay = optim.weight_decay});
-  }
-  EMBER_CHECK(optim.name == "adamw", "optim.name: expected sgd, adam or adamw, found \"", optim.name, "\"");
-  return std::make_unique<optim::AdamW>(
-      std::move(params),
-      optim::AdamWOptions{.lr = optim.lr, .betas = optim.betas, .eps = optim.eps, .weight_decay = optim.weight_decay});
+  EMBER_FAIL("make_optimizer: optim.name out of range (", static_cast<int>(optim.name), ")");
 }
 
 std::unique_ptr<optim::LRScheduler> make_schedule(const ScheduleConfig& schedule, optim::Optimizer& opt,
@@ -254,32 +255,37 @@ std::unique_ptr<optim::LRScheduler> make_schedule(const ScheduleConfig& schedule
   EMBER_CHECK(epochs >= 1, "make_schedule: expected epochs >= 1, found ", epochs);
   const int64_t spe = steps_per_epoch;
   const int64_t warmup_steps = schedule.warmup_epochs * spe;
-  EMBER_CHECK(schedule.warmup_epochs == 0 || schedule.name != "onecycle",
+  EMBER_CHECK(schedule.warmup_epochs == 0 || schedule.name != ScheduleKind::onecycle,
               "schedule.warmup_epochs: onecycle has its own warm-up, expected 0, found ", schedule.warmup_epochs);
   // The schedule behind the warm-up runs on a clock shifted by the warm-up, so its length is
   // what is left of the run after it.
   const int64_t after_epochs = std::max<int64_t>(epochs - schedule.warmup_epochs, 1);
 
   std::unique_ptr<optim::LRScheduler> after;
-  if (schedule.name == "step") {
-    after = std::make_unique<optim::StepLR>(
-        opt, optim::StepLROptions{.step_size = schedule.step_size * spe, .gamma = schedule.gamma});
-  } else if (schedule.name == "multistep") {
-    std::vector<int64_t> steps;
-    for (int64_t m : schedule.milestones) steps.push_back(m * spe);
-    after = std::make_unique<optim::MultiStepLR>(opt, std::move(steps), schedule.gamma);
-  } else if (schedule.name == "cosine") {
-    const int64_t t_max = schedule.t_max > 0 ? schedule.t_max : after_epochs;
-    after = std::make_unique<optim::CosineAnnealingLR>(
-        opt, optim::CosineAnnealingOptions{.T_max = t_max * spe, .eta_min = schedule.eta_min});
-  } else if (schedule.name == "onecycle") {
-    return std::make_unique<optim::OneCycleLR>(
-        opt, optim::OneCycleOptions{.max_lr = schedule.max_lr > 0 ? schedule.max_lr : opt.lr(),
-                                    .total_steps = epochs * spe,
-                                    .pct_start = schedule.pct_start});
-  } else {
-    EMBER_CHECK(schedule.name == "none", "schedule.name: expected none, step, multistep, cosine or onecycle, found \"",
-                schedule.name, "\"");
+  switch (schedule.name) {
+    case ScheduleKind::none:
+      break;
+    case ScheduleKind::step:
+      after = std::make_unique<optim::StepLR>(
+          opt, optim::StepLROptions{.step_size = schedule.step_size * spe, .gamma = schedule.gamma});
+      break;
+    case ScheduleKind::multistep: {
+      std::vector<int64_t> steps;
+      for (int64_t m : schedule.milestones) steps.push_back(m * spe);
+      after = std::make_unique<optim::MultiStepLR>(opt, std::move(steps), schedule.gamma);
+      break;
+    }
+    case ScheduleKind::cosine: {
+      const int64_t t_max = schedule.t_max > 0 ? schedule.t_max : after_epochs;
+      after = std::make_unique<optim::CosineAnnealingLR>(
+          opt, optim::CosineAnnealingOptions{.T_max = t_max * spe, .eta_min = schedule.eta_min});
+      break;
+    }
+    case ScheduleKind::onecycle:
+      return std::make_unique<optim::OneCycleLR>(
+          opt, optim::OneCycleOptions{.max_lr = schedule.max_lr > 0 ? schedule.max_lr : opt.lr(),
+                                      .total_steps = epochs * spe,
+                                      .pct_start = schedule.pct_start});
   }
   if (warmup_steps > 0) return std::make_unique<optim::LinearWarmup>(opt, warmup_steps, std::move(after), 0.1);
   return after;

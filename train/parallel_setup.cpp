@@ -41,20 +41,32 @@ std::string ParallelRun::batch_text(int64_t batch_size) const {
   return b;
 }
 
+std::vector<Device> data_parallel_devices(const ParallelConfig& parallel) {
+  std::vector<Device> devices;
+  for (const std::string& d : parallel.devices) devices.push_back(Device(d));
+  if (devices.empty()) {
+    const int n = cuda_device_count();
+    EMBER_CHECK(n > 0, "parallel.mode dp with parallel.devices [] uses every visible GPU, but there is none (",
+                cuda_unavailable_reason(), "); list devices, e.g. parallel.devices=cpu,cpu");
+    for (int i = 0; i < n; ++i) devices.push_back(Device::cuda(i));
+  }
+  for (const Device& d : devices) {
+    try {
+      d.validate();
+    } catch (const Error& e) {
+      throw Error("parallel.devices: " + d.str() + ": " + e.message());
+    }
+  }
+  return devices;
+}
+
 ParallelRun start_parallel(const ExperimentConfig& c) { return start_parallel(c.device, c.parallel); }
 
 ParallelRun start_parallel(const std::string& device, const ParallelConfig& parallel) {
   ParallelRun run;
-  run.mode = parse_parallel_mode(parallel.mode);
+  run.mode = parallel.mode;
   if (run.mode == ParallelMode::dp) {
-    for (const std::string& d : parallel.devices) run.devices.push_back(Device(d));
-    if (run.devices.empty()) {
-      const int n = cuda_device_count();
-      EMBER_CHECK(n > 0, "parallel.mode dp with parallel.devices [] uses every visible GPU, but there is none (",
-                  cuda_unavailable_reason(), "); list devices, e.g. parallel.devices=cpu,cpu");
-      for (int i = 0; i < n; ++i) run.devices.push_back(Device::cuda(i));
-    }
-    for (const Device& d : run.devices) d.validate();
+    run.devices = data_parallel_devices(parallel);
     run.device = run.devices[0];
     return run;
   }
@@ -83,7 +95,12 @@ ParallelRun start_parallel(const std::string& device, const ParallelConfig& para
     parallel::InitOptions o;
     o.backend = parallel.backend;
     o.algorithm = parallel.algorithm;
-    o.timeout_s = parallel.timeout_s;
+    // The config's key when set, else the environment's EMBER_COLLECTIVE_TIMEOUT, else 300 s.
+    o.timeout_s = parallel.timeout_s.value_or(0);
+    const char* env_timeout = std::getenv("EMBER_COLLECTIVE_TIMEOUT");
+    run.timeout_source = parallel.timeout_s                               ? "parallel.timeout_s"
+                         : env_timeout != nullptr && *env_timeout != '\0' ? "EMBER_COLLECTIVE_TIMEOUT"
+                                                                          : "the default";
     if (run.device.is_cuda()) o.device = run.device;
     run.group = parallel::init_process_group(o);
     run.rank = run.group->rank();
@@ -93,7 +110,7 @@ ParallelRun start_parallel(const std::string& device, const ParallelConfig& para
   // One rank of several that would train alone: every rank would write the same run directory.
   if (const auto info = parallel::launcher_rank(); info && info->world_size > 1) {
     throw Error("this process is rank " + std::to_string(info->rank) + " of " + std::to_string(info->world_size) +
-                " (" + info->source + " variables) but parallel.mode is " + parallel_mode_name(run.mode) +
+                " (" + info->source + " variables) but parallel.mode is " + config_name(run.mode) +
                 ": set parallel.mode=ddp to train with DistributedDataParallel, or start one process");
   }
   run.device = device == "auto" ? Device::best() : Device(device);

@@ -35,6 +35,9 @@ struct ParallelRun {
   int kernel_threads_set = 0;
   /// What the run should say about how it was set up ("" when nothing).
   std::string note;
+  /// ddp: where the collective timeout (group->timeout_s()) came from: "parallel.timeout_s",
+  /// "EMBER_COLLECTIVE_TIMEOUT" or "the default".
+  std::string timeout_source;
 
   bool is_root() const { return rank == 0; }
   bool distributed() const { return group != nullptr && world_size > 1; }
@@ -52,6 +55,10 @@ int kernel_threads_per_rank(const parallel::RankInfo& info);
 /// On a CPU `device`, unless EMBER_NUM_THREADS is set: sets the kernel threads to
 /// kernel_threads_per_rank(info) and returns that number; otherwise changes nothing and returns 0.
 int share_cores_among_ranks(const parallel::RankInfo& info, Device device);
+
+/// parallel.mode dp's devices: parallel.devices, or every visible GPU when it is empty; an error
+/// naming the key when there is none or one is not usable here.
+std::vector<Device> data_parallel_devices(const ParallelConfig& parallel);
 
 /// Chooses the device(s) and, under ddp, joins the process group (rank, world size and master
 /// from the launcher's environment; see parallel::init_process_group). ddp's device: `device`

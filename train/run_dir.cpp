@@ -85,10 +85,27 @@ std::string resolve_run_dir(const std::string& name, const OutputConfig& output)
   return candidate.string();
 }
 
+std::string checkpoint_to_resume(const RunPaths& paths, const std::string& resume) {
+  std::error_code ec;
+  if (resume == "auto") return fs::exists(paths.last_ckpt, ec) ? paths.last_ckpt : std::string();
+  if (!resume.empty()) {
+    EMBER_CHECK(fs::is_regular_file(resume, ec), "checkpoint.resume: no checkpoint file '", resume,
+                "' (give the path of a .ckpt file, \"auto\" or \"\")");
+    return resume;
+  }
+  // Starting afresh must not overwrite an earlier run's results.
+  EMBER_CHECK(!fs::exists(paths.last_ckpt, ec) && !fs::exists(paths.metrics, ec), "output.run_dir '", paths.dir,
+              "' already holds a run (", fs::exists(paths.metrics, ec) ? paths.metrics : paths.last_ckpt,
+              "): add checkpoint.resume=auto to continue it, or output.run_dir=NEW_DIR for a new run");
+  return "";
+}
+
 std::string config_json_with_provenance(const ExperimentConfig& config, const std::vector<std::string>& overrides,
                                         const std::string& resumed_from) {
+  ExperimentConfig rerun = config;
+  rerun.output.run_dir.clear();  // the file sits in the run directory; running it again starts another
   // ordered_json keeps to_json's schema order, so config.json reads like the documentation.
-  nlohmann::ordered_json j = nlohmann::ordered_json::parse(to_json(config));
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(to_json(rerun));
   nlohmann::ordered_json prov;
   prov["git_commit"] = build_git_commit();
   prov["overrides"] = overrides;

@@ -18,9 +18,17 @@ struct RunPaths {
   std::string epoch_ckpt(int64_t epoch) const;
 };
 
+/// The checkpoint a run in `paths` starts from for checkpoint.resume = `resume`: with "auto"
+/// last.ckpt when there is one, else ""; with a path that file (an error when it is not one); with
+/// "" nothing, and a directory that already holds a run (metrics.jsonl or last.ckpt) is an error
+/// naming the overrides that continue it or start another: a new run never overwrites an old one.
+std::string checkpoint_to_resume(const RunPaths& paths, const std::string& resume);
+
 /// The config as config.json holds it: to_json(config) plus a "provenance" object with
 /// git_commit (ember::build_git_commit()), overrides, started (local ISO-8601 time), host and,
-/// when resuming, resumed_from. parse_config accepts the result as it is.
+/// when resuming, resumed_from. output.run_dir is left empty, so that `ember-train
+/// <run>/config.json` runs the experiment again in a new directory under output.dir instead of
+/// being refused by the run it came from. parse_config accepts the result as it is.
 std::string config_json_with_provenance(const ExperimentConfig& config, const std::vector<std::string>& overrides,
                                         const std::string& resumed_from);
 

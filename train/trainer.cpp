@@ -110,9 +110,11 @@ class Session {
         loss_fn_(parts.loss),
         stopper_(options.early_stop) {}
 
+  /// Opens the run directory, then trains; an error from then on is written to log.txt too.
   TrainOutcome run();
 
  private:
+  TrainOutcome train();
   void open_run_dir();
   void open_run_dir_on_root();
   void build();
@@ -185,21 +187,8 @@ void Session::open_run_dir() {
 }
 
 void Session::open_run_dir_on_root() {
-  const std::string& resume = o_.checkpoint.resume;
+  resume_from_ = checkpoint_to_resume(paths_, o_.checkpoint.resume);
   std::error_code ec;
-  if (resume == "auto") {
-    if (fs::exists(paths_.last_ckpt, ec)) resume_from_ = paths_.last_ckpt;
-  } else if (!resume.empty()) {
-    EMBER_CHECK(fs::is_regular_file(resume, ec), "checkpoint.resume: no checkpoint file '", resume,
-                "' (give the path of a .ckpt file, \"auto\" or \"\")");
-    resume_from_ = resume;
-  }
-  if (resume_from_.empty() && resume != "auto") {
-    // Starting afresh must not overwrite an earlier run's results.
-    EMBER_CHECK(!fs::exists(paths_.last_ckpt, ec) && !fs::exists(paths_.metrics, ec), "output.run_dir '", paths_.dir,
-                "' already holds a run (", paths_.metrics, " or ", paths_.last_ckpt,
-                "); set checkpoint.resume=auto to continue it, or choose another directory");
-  }
   fs::create_directories(paths_.checkpoints, ec);
   EMBER_CHECK(!ec, "cannot create the run directory '", paths_.checkpoints, "': ", ec.message());
   log_ = std::make_unique<RunLog>(paths_.log);
@@ -229,14 +218,15 @@ void Session::build() {
              count(o_.epochs, "epoch") + " of " + count(optimizer_steps_per_epoch(), "step"));
   if (!par_.note.empty()) log_->line("ember-train: " + par_.note);
   if (o_.precision != Precision::fp32)
-    log_->line(std::string("ember-train: mixed precision ") + precision_name(o_.precision) +
+    log_->line(std::string("ember-train: mixed precision ") + config_name(o_.precision) +
                " (autocast; parameters in f32" +
                (scaler_->is_enabled() ? "; loss scale " + format("%g", scaler_->scale()) + ")" : ")"));
   if (par_.mode != ParallelMode::none || o_.accumulation_steps > 1) {
     std::string how = par_.batch_text(train_loader_.options().batch_size);
     if (par_.mode == ParallelMode::ddp)
       how += " (DistributedDataParallel over " + par_.group->backend() + ", world size " +
-             std::to_string(par_.world_size) + ")";
+             std::to_string(par_.world_size) + ", collective timeout " + format("%g", par_.group->timeout_s()) +
+             " s from " + par_.timeout_source + ")";
     if (par_.mode == ParallelMode::dp) how += " (DataParallel)";
     if (o_.accumulation_steps > 1) how += "; " + std::to_string(o_.accumulation_steps) + " batches per optimizer step";
     log_->line("ember-train: " + how);
@@ -609,6 +599,15 @@ void Session::log_final(const RunSummary& s) {
 TrainOutcome Session::run() {
   if (par_.distributed()) paths_ = RunPaths(parallel::broadcast_string(*par_.group, paths_.dir));  // rank 0's
   open_run_dir();
+  try {
+    return train();
+  } catch (const std::exception& e) {
+    log_->file_line("error: " + error_text(e));  // log.txt tells how the run ended, as the console did
+    throw;
+  }
+}
+
+TrainOutcome Session::train() {
   build();
   resume();
   session_start_ = Clock::now();

@@ -3,6 +3,7 @@
 #include <ember/train/trainer.h>
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,25 +20,34 @@ namespace ember::train {
 
 namespace {
 
-// What config.json records for a user's Trainer: its options in the config's form (model.name and
-// data.dataset hold the names it was given; the keys of parts it was handed keep their defaults).
+// What config.json records for a user's Trainer: its options in the config's form (the keys of
+// parts it was handed keep their defaults; model.name and data.dataset are set by
+// record_of_options).
 ExperimentConfig config_of_options(const TrainerOptions& o) {
   ExperimentConfig c;
   c.description = "a Trainer built from a program's own parts";
   c.name = o.name;
   c.epochs = o.epochs;
-  c.precision = precision_name(o.precision);
-  c.memory_format = o.channels_last ? "channels_last" : "contiguous";
-  c.model.name = o.model_name;
-  c.data.dataset = o.dataset_name;
+  c.precision = o.precision;
+  c.memory_format = o.channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous;
   c.optim.clip_grad_norm = o.clip_grad_norm;
   c.early_stop = o.early_stop;
   c.checkpoint = o.checkpoint;
   c.output = o.output;
   c.train.accumulation_steps = o.accumulation_steps;
-  c.train.on_nonfinite = nonfinite_policy_name(o.on_nonfinite);
+  c.train.on_nonfinite = o.on_nonfinite;
   c.parallel = o.parallel;
   return c;
+}
+
+// config.json of a user's Trainer: config_of_options with the names of its model and dataset (any
+// names: the file is a record of the run, not a config for ember-train).
+std::string record_of_options(const ExperimentConfig& record, const std::string& model_name,
+                              const std::string& dataset_name, const std::string& resumed_from) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(config_json_with_provenance(record, {}, resumed_from));
+  j["model"]["name"] = model_name;
+  j["data"]["dataset"] = dataset_name;
+  return j.dump(2) + "\n";
 }
 
 }  // namespace
@@ -75,17 +85,17 @@ TrainerOptions trainer_options(const ExperimentConfig& c, const std::vector<std:
   TrainerOptions o;
   o.name = c.name;
   o.epochs = c.epochs;
-  o.precision = parse_precision(c.precision);
-  o.channels_last = c.memory_format == "channels_last";
+  o.precision = c.precision;
+  o.channels_last = c.memory_format == MemoryFormat::channels_last;
   o.accumulation_steps = c.train.accumulation_steps;
-  o.on_nonfinite = parse_nonfinite_policy(c.train.on_nonfinite);
+  o.on_nonfinite = c.train.on_nonfinite;
   o.clip_grad_norm = c.optim.clip_grad_norm;
   o.early_stop = c.early_stop;
   o.checkpoint = c.checkpoint;
   o.output = c.output;
   o.parallel = c.parallel;
-  o.model_name = c.model.name;
-  o.dataset_name = c.data.dataset;
+  o.model_name = config_name(c.model.name);
+  o.dataset_name = config_name(c.data.dataset);
   o.config_json = [c, overrides](const std::string& resumed_from) {
     return config_json_with_provenance(c, overrides, resumed_from);
   };
@@ -100,9 +110,9 @@ Trainer::Trainer(TrainerParts parts, TrainerOptions options) : parts_(std::move(
   EMBER_CHECK(options_.epochs >= 1 && options_.accumulation_steps >= 1, "Trainer: expected epochs >= 1 and ",
               "accumulation_steps >= 1, found ", options_.epochs, " and ", options_.accumulation_steps);
   if (!options_.config_json) {
-    ExperimentConfig record = config_of_options(options_);
-    options_.config_json = [record](const std::string& resumed_from) {
-      return config_json_with_provenance(record, {}, resumed_from);
+    options_.config_json = [record = config_of_options(options_), model = options_.model_name,
+                            dataset = options_.dataset_name](const std::string& resumed_from) {
+      return record_of_options(record, model, dataset, resumed_from);
     };
   }
 }

@@ -146,7 +146,8 @@ inline ember::Device pick_device(const std::string& spec) {
 
 /// Runs BODY (parsing and training) and turns its exceptions into the examples' exit statuses:
 /// 2 for a UsageError (message, blank line, USAGE), 1 for a DataError (message) or any other
-/// error ("error: " and the message); each message goes to stderr prefixed with "PROGRAM: ".
+/// error ("error: " and the message, ember::error_text: the source location only for a bug or
+/// with EMBER_DEBUG=1); each message goes to stderr prefixed with "PROGRAM: ".
 template <class Body> int run_main(const char* program, const std::string& usage, Body&& body) {
   try {
     return body();
@@ -157,7 +158,7 @@ template <class Body> int run_main(const char* program, const std::string& usage
     std::fprintf(stderr, "%s: %s\n", program, e.what());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    std::fprintf(stderr, "%s: error: %s\n", program, ember::error_text(e).c_str());
     return 1;
   }
 }

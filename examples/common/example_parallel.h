@@ -136,7 +136,12 @@ inline ParallelRun setup_parallel(const std::string& device_flag, const Parallel
   if (!flags.devices.empty() && !flags.data_parallel)
     throw UsageError("--devices lists the devices of --data-parallel: add --data-parallel");
 
-  const std::optional<parallel::RankInfo> info = parallel::launcher_rank();
+  std::optional<parallel::RankInfo> info;
+  try {
+    info = parallel::launcher_rank();
+  } catch (const Error& e) {  // a launcher's variables set in part (WORLD_SIZE without RANK, ...)
+    throw UsageError(e.message());
+  }
   if (info && info->world_size > 1) {
     if (flags.data_parallel)
       throw UsageError("--data-parallel splits batches over the devices of one process, but this process is rank " +

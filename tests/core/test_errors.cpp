@@ -2,6 +2,8 @@
 // source location (relative to the source root) on the second; the exception is ember::Error.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 #include <ember/core/error.h>
@@ -118,4 +120,33 @@ TEST_CASE("ember::Error is a std::runtime_error", "[cpu]") {
     CHECK(contains(e.what(), "boom"));
     CHECK(dynamic_cast<const ember::Error*>(&e) != nullptr);
   }
+}
+
+TEST_CASE("error_text: a check's message alone; a bug's, another exception's and EMBER_DEBUG's with the location",
+          "[cpu]") {
+  ::unsetenv("EMBER_DEBUG");
+  auto text_of = [](void (*fn)()) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      return ember::error_text(e);
+    }
+    return std::string("<no exception>");
+  };
+  const auto check = [] { EMBER_CHECK(1 + 1 == 3, "epochs: expected an integer >= 1, found 0"); };
+  const auto assertion = [] { EMBER_ASSERT(1 + 1 == 3, "a broken invariant"); };
+  const auto other = [] { throw std::runtime_error("disk on fire"); };
+  CHECK(text_of(check) == "epochs: expected an integer >= 1, found 0");
+  CHECK(text_of(+[] { EMBER_FAIL("a run directory in use"); }) == "a run directory in use");
+  const std::string bug = text_of(assertion);
+  CHECK(contains(bug, "internal error: a broken invariant\n  at "));
+  CHECK(contains(bug, "(EMBER_ASSERT(1 + 1 == 3))"));
+  CHECK(text_of(other) == "disk on fire");
+  ::setenv("EMBER_DEBUG", "1", 1);
+  const std::string debug = text_of(check);
+  CHECK(contains(debug, "found 0\n  at "));
+  CHECK(contains(debug, "test_errors.cpp:"));
+  ::setenv("EMBER_DEBUG", "0", 1);
+  CHECK(text_of(check) == "epochs: expected an integer >= 1, found 0");
+  ::unsetenv("EMBER_DEBUG");
 }

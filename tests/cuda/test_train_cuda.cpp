@@ -38,15 +38,15 @@ ExperimentConfig small_run(const std::string& device, const std::string& run_dir
   c.device = device;
   c.seed = 5;
   c.epochs = 1;
-  c.model.name = "cifar_cnn";
-  c.data.dataset = "synthetic";
+  c.model.name = ModelKind::cifar_cnn;
+  c.data.dataset = DatasetKind::synthetic;
   c.data.limit_train = 256;
   c.data.limit_test = 128;
   c.data.batch_size = 64;
   c.data.test_batch_size = 64;
   c.data.workers = 1;
   c.data.resident = resident;
-  c.optim.name = "sgd";
+  c.optim.name = OptimizerKind::sgd;
   c.optim.lr = 0.02;
   c.optim.momentum = 0.9;
   c.output.run_dir = run_dir;
@@ -205,7 +205,7 @@ TEST_CASE("cuda trainer: a run on cuda:0 resumed from an epoch checkpoint ends l
     ExperimentConfig c = small_run("cuda:0", dir.file(run), false);
     c.epochs = 3;
     c.model.dropout = 0.25;
-    c.schedule.name = "cosine";
+    c.schedule.name = ScheduleKind::cosine;
     c.checkpoint.keep_last = 0;
     return c;
   };

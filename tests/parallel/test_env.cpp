@@ -15,6 +15,7 @@
 using Catch::Matchers::Contains;
 using ember::parallel::discover_rank;
 using ember::parallel::expand_slurm_nodelist;
+using ember::parallel::launcher_rank;
 using ember::parallel::RankInfo;
 using ember::parallel::RankOptions;
 using ember::testing::error_of;
@@ -225,6 +226,28 @@ TEST_CASE("discover_rank: missing settings name what is missing", "[cpu]") {
   CHECK_THAT(no_master, Contains("MASTER_ADDR is not set"));
   CHECK_THAT(no_master, Contains("WORLD_SIZE=8"));
   CHECK_THAT(no_master, Contains("LOCAL_WORLD_SIZE=4"));
+}
+
+TEST_CASE("launcher_rank: a plain start has none; part of a launcher's variables is an error", "[cpu]") {
+  const auto over = [](const Vars& vars) {
+    return [vars](const char* name) -> const char* {
+      const auto it = vars.find(name);
+      return it == vars.end() ? nullptr : it->second.c_str();
+    };
+  };
+  CHECK_FALSE(launcher_rank(over({})).has_value());
+  CHECK_FALSE(launcher_rank(over({{"SLURM_NTASKS", "4"}, {"MASTER_ADDR", "node7"}})).has_value());
+  const auto info = launcher_rank(over(kTorchrun));
+  REQUIRE(info.has_value());
+  CHECK(info->rank == 5);
+  CHECK(info->world_size == 8);
+  // A launcher that set the world size but not the rank: the program must not train alone.
+  CHECK_THAT(error_of([&] {
+               launcher_rank(over({{"WORLD_SIZE", "2"}}));
+             }),
+             Contains("RANK is not set but WORLD_SIZE=2 is"));
+  CHECK_THAT(error_of([&] { launcher_rank(over(without(kOpenMpi, "OMPI_COMM_WORLD_RANK"))); }),
+             Contains("OMPI_COMM_WORLD_RANK is not set but OMPI_COMM_WORLD_SIZE=3 is"));
 }
 
 TEST_CASE("discover_rank: bad and contradictory settings name the variable and its value", "[cpu]") {

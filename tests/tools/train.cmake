@@ -2,6 +2,7 @@
 # (label `tools`; the cases are described at its top). include()d from tests/CMakeLists.txt.
 #   tools/train/usage         bad command lines -> exit 2 with the usage; --help -> 0
 #   tools/train/bad_config    unknown key, mistyped override, missing data -> exit 2 naming them
+#   tools/train/rerun         <run>/config.json runs again; a run directory in use is refused; log.txt gets the error
 #   tools/train/print_config  --print-config output is a config that reads back to itself
 #   tools/train/sigterm       SIGTERM -> exit 143 + last.ckpt; resume=auto = the uninterrupted run
 #   tools/train/dp            parallel.mode=dp over cpu,cpu
@@ -18,7 +19,7 @@ if(NOT EMBER_BASH)
   message(STATUS "ember: bash not found; tools/train/* tests not added")
   return()
 endif()
-foreach(_case usage bad_config print_config sigterm dp nonfinite amp_accuracy)
+foreach(_case usage bad_config rerun print_config sigterm dp nonfinite amp_accuracy)
   add_test(NAME tools/train/${_case}
            COMMAND ${EMBER_BASH} ${CMAKE_CURRENT_LIST_DIR}/train_cli.sh ${_case} $<TARGET_FILE:ember-train>
                    ${CMAKE_CURRENT_BINARY_DIR}/train-cli/${_case})

@@ -5,8 +5,12 @@
 #
 # usage          no config, an unknown option (naming the key.path=value override a flag like
 #                --epochs meant), a stray argument -> exit 2 with the usage; --help -> 0
-# bad_config     an unknown key, a mistyped override, missing data files -> exit 2 naming the key
-#                path / directory, and no run directory written
+# bad_config     an unknown key, a mistyped override, missing data files, WORLD_SIZE without RANK, a
+#                DataParallel device not here -> exit 2 naming the key path / directory / variable, no run
+#                directory written, no source location (EMBER_DEBUG=1 adds it)
+# rerun          a named run directory that holds a run is refused before any work (exit 2, naming
+#                checkpoint.resume=auto and output.run_dir=NEW_DIR); <run>/config.json runs again in a new
+#                directory with the same metrics; a failed resume ends log.txt with the error
 # print_config   --print-config with overrides prints the resolved config; that output is itself a
 #                config ember-train reads back to the same text, and it shows the overrides
 # sigterm        SIGTERM once epoch 1 is in metrics.jsonl -> exit 143, checkpoints/last.ckpt and a
@@ -98,7 +102,40 @@ bad_config)
   expect 2 "no-such-file.json" "$prog" no-such-file.json
   expect 2 "$work/no-data" "$prog" ok.json data.dataset=mnist "data.path=$work/no-data" "model.name=mnist_cnn" \
     "output.dir=$work/runs"
+  # A launcher that set only part of its variables: an error naming both, not a run alone.
+  expect 2 'RANK is not set but WORLD_SIZE=2 is' env WORLD_SIZE=2 "$prog" ok.json parallel.mode=ddp \
+    "output.dir=$work/runs"
+  # DataParallel over a device this machine does not have.
+  expect 2 'parallel\.devices: cuda:9' "$prog" ok.json parallel.mode=dp parallel.devices=cpu,cuda:9 \
+    "output.dir=$work/runs"
   [ ! -e "$work/runs" ] || fail "a failed validation created the run directory parent $work/runs"
+  # Errors are the user's line; EMBER_DEBUG=1 adds the source location of the check.
+  out=$(env WORLD_SIZE=2 "$prog" ok.json 2>&1)
+  ! grep -qE '^ +at [a-z_]+/' <<<"$out" || fail "an input error printed a source location: $out"
+  out=$(env EMBER_DEBUG=1 WORLD_SIZE=2 "$prog" ok.json 2>&1)
+  grep -qE '^ +at parallel/env\.cpp:[0-9]+' <<<"$out" || fail "EMBER_DEBUG=1 printed no source location: $out"
+  ;;
+rerun)
+  write_tiny_config c.json
+  "$prog" c.json epochs=1 output.run_dir=first >first.out 2>&1 || fail "the first run exited with $?"
+  cp first/metrics.jsonl before.jsonl
+  # Starting afresh in it is refused before any work, naming both ways on, and changes nothing.
+  expect 2 "output.run_dir 'first' already holds a run .*checkpoint\.resume=auto.*output\.run_dir=NEW_DIR" \
+    "$prog" c.json epochs=1 output.run_dir=first
+  cmp -s before.jsonl first/metrics.jsonl || fail "the refused run changed first/metrics.jsonl"
+  # The run's config.json runs the experiment again, in a new directory under output.dir.
+  expect 0 'epoch 1/1' "$prog" first/config.json output.dir=again
+  again=$(ls -d again/cli-* 2>/dev/null | head -n 1)
+  [ -s "$again/metrics.jsonl" ] || fail "no run directory with metrics under again/: $(ls -R again 2>&1)"
+  numbers first/metrics.jsonl >first.txt
+  numbers "$again/metrics.jsonl" >again.txt
+  cmp -s first.txt again.txt || fail "the re-run's metrics differ: $(cat first.txt again.txt)"
+  # A failure once the run directory is open ends its log.txt with the error (here a resume with
+  # another model: exit 1, the run left as it was).
+  expect 1 'wide_resnet' "$prog" c.json epochs=2 output.run_dir=first checkpoint.resume=auto model.name=wide_resnet \
+    model.depth=10 model.widen=1
+  tail -n 1 first/log.txt | grep -qE 'error: .*wide_resnet' || fail "log.txt does not end with the error: $(tail -n 3 first/log.txt)"
+  cmp -s before.jsonl first/metrics.jsonl || fail "the failed resume changed first/metrics.jsonl"
   ;;
 print_config)
   write_tiny_config c.json

@@ -35,8 +35,8 @@ ExperimentConfig all_non_default() {
   c.seed = 18446744073709551615ull;  // the largest uint64: must survive JSON
   c.device = "cuda:1";
   c.epochs = 200;
-  c.model = {"wide_resnet", 16, 4, 0.3};
-  c.data.dataset = "cifar100";
+  c.model = {ModelKind::wide_resnet, 16, 4, 0.3};
+  c.data.dataset = DatasetKind::cifar100;
   c.data.path = "/tmp/some dir/c100";
   c.data.batch_size = 128;
   c.data.test_batch_size = 500;
@@ -45,14 +45,14 @@ ExperimentConfig all_non_default() {
   c.data.resident = true;
   c.data.limit_train = 1000;
   c.data.limit_test = 200;
-  c.optim.name = "adamw";
+  c.optim.name = OptimizerKind::adamw;
   c.optim.lr = 0.1 + 0.2;  // 0.30000000000000004: needs the shortest round-trip digits
   c.optim.momentum = 0.9;
   c.optim.nesterov = true;
   c.optim.weight_decay = 5e-4;
   c.optim.betas = {0.8, 0.99};
   c.optim.eps = 1e-6;
-  c.schedule.name = "multistep";
+  c.schedule.name = ScheduleKind::multistep;
   c.schedule.step_size = 7;
   c.schedule.gamma = 0.2;
   c.schedule.milestones = {60, 120, 160};
@@ -72,11 +72,11 @@ ExperimentConfig all_non_default() {
   c.output.run_dir = "out/runs/wrn";
   c.output.log_interval = 2.5;
   c.train.accumulation_steps = 4;
-  c.train.on_nonfinite = "skip";
-  c.precision = "fp16";
-  c.memory_format = "channels_last";
+  c.train.on_nonfinite = NonFinitePolicy::skip;
+  c.precision = Precision::fp16;
+  c.memory_format = MemoryFormat::channels_last;
   c.optim.clip_grad_norm = 1.5;
-  c.parallel.mode = "ddp";
+  c.parallel.mode = ParallelMode::ddp;
   c.parallel.devices = {"cuda:0", "cpu"};
   c.parallel.backend = "tcp";
   c.parallel.algorithm = "ring";
@@ -319,8 +319,8 @@ TEST_CASE("config: overrides of every kind are typed by the schema and applied i
   CHECK(c.device == "cuda:1");
   CHECK(c.name == "quoted-name");
   CHECK(c.description == "two words");
-  CHECK(c.optim.name == "adam");
-  CHECK(c.schedule.name == "multistep");
+  CHECK(c.optim.name == OptimizerKind::adam);
+  CHECK(c.schedule.name == ScheduleKind::multistep);
   CHECK(c.schedule.milestones == std::vector<int64_t>{30, 60});
   CHECK(c.optim.betas == std::pair<double, double>{0.5, 0.75});
   REQUIRE(c.early_stop.target_accuracy.has_value());
@@ -332,6 +332,21 @@ TEST_CASE("config: overrides of every kind are typed by the schema and applied i
       parse_config(to_json(c), {"early_stop.target_accuracy=null", "schedule.milestones=[]"});
   CHECK_FALSE(cleared.early_stop.target_accuracy.has_value());
   CHECK(cleared.schedule.milestones.empty());
+}
+
+TEST_CASE("config: every list key takes a bare comma list as an override", "[cpu]") {
+  const ExperimentConfig c = parse_config("{}", {"schedule.name=multistep", "schedule.milestones=30, 60,90",
+                                                 "optim.betas=0.5,0.75", "parallel.devices=cpu,cpu"});
+  CHECK(c.schedule.milestones == std::vector<int64_t>{30, 60, 90});
+  CHECK(c.optim.betas == std::pair<double, double>{0.5, 0.75});
+  CHECK(c.parallel.devices == std::vector<std::string>{"cpu", "cpu"});
+  CHECK(parse_config("{}", {"schedule.milestones=45"}).schedule.milestones == std::vector<int64_t>{45});
+  // A bare list that is not one of numbers is quoted as given.
+  CHECK_THAT(
+      error_of([] { parse_config("{}", {"schedule.milestones=30,x"}); }),
+      Catch::Contains("schedule.milestones: expected a strictly ascending list") && Catch::Contains("found \"30,x\""));
+  CHECK_THAT(error_of([] { parse_config("{}", {"optim.betas=0.9"}); }),
+             Catch::Contains("optim.betas: expected a list of two numbers") && Catch::Contains("found [0.9]"));
 }
 
 TEST_CASE("config: integral floats are integers, other numbers are not", "[cpu]") {
@@ -389,11 +404,11 @@ TEST_CASE("config: load_config reads a file and names it in errors", "[cpu]") {
 TEST_CASE("config: default_data_path per dataset", "[cpu]") {
   DataConfig d;
   CHECK(default_data_path(d) == "/usr/share/datasets/fashion-mnist");
-  d.dataset = "cifar10";
+  d.dataset = DatasetKind::cifar10;
   CHECK(default_data_path(d) == "data/cifar10");
-  d.dataset = "cifar100";
+  d.dataset = DatasetKind::cifar100;
   CHECK(default_data_path(d) == "data/cifar100");
-  d.dataset = "synthetic";
+  d.dataset = DatasetKind::synthetic;
   CHECK(default_data_path(d).empty());
   d.path = "/x/y";
   CHECK(default_data_path(d) == "/x/y");
@@ -431,7 +446,7 @@ TEST_CASE("config: docs/config.md documents every key with its default", "[cpu]"
   std::string example;
   for (auto it = open + 1; it != close; ++it) example += *it + "\n";
   const ExperimentConfig c = parse_config(example, {}, "docs/config.md");
-  CHECK(c.model.name == "resnet18");
+  CHECK(c.model.name == ModelKind::resnet18);
   CHECK(c.schedule.milestones == std::vector<int64_t>{80, 120});
 }
 
@@ -441,7 +456,7 @@ TEST_CASE("config: parallel keys - device lists from a file or a bare override, 
         std::vector<std::string>{"cuda:0", "cuda:1"});
   const ExperimentConfig f = parse_config(
       R"({"parallel": {"mode": "dp", "devices": ["cpu", "cpu", "cpu"]}, "train": {"accumulation_steps": 2}})");
-  CHECK(f.parallel.mode == "dp");
+  CHECK(f.parallel.mode == ParallelMode::dp);
   CHECK(f.parallel.devices.size() == 3);
   CHECK(f.train.accumulation_steps == 2);
   CHECK_THAT(error_of([] { parse_config("{}", {"parallel.devices=cpu,gpu"}); }),
@@ -455,19 +470,34 @@ TEST_CASE("config: parallel keys - device lists from a file or a bare override, 
              Catch::Contains("train.accumulation_steps: expected an integer >= 1, found 0"));
 }
 
-TEST_CASE("config: precision, train.on_nonfinite and parallel.mode parse once into enums", "[cpu]") {
-  for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16})
-    CHECK(parse_precision(precision_name(p)) == p);
-  for (NonFinitePolicy p : {NonFinitePolicy::stop, NonFinitePolicy::skip})
-    CHECK(parse_nonfinite_policy(nonfinite_policy_name(p)) == p);
-  for (ParallelMode m : {ParallelMode::none, ParallelMode::dp, ParallelMode::ddp})
-    CHECK(parse_parallel_mode(parallel_mode_name(m)) == m);
-  // The spellings are the schema's choices, so every valid config value parses.
-  CHECK(find_key_spec("precision")->choices == std::vector<std::string>{"fp32", "bf16", "fp16"});
-  CHECK(find_key_spec("train.on_nonfinite")->choices == std::vector<std::string>{"stop", "skip"});
-  CHECK(find_key_spec("parallel.mode")->choices == std::vector<std::string>{"none", "dp", "ddp"});
-  CHECK_THAT(error_of([] { parse_precision("fp8"); }),
+TEST_CASE("config: every enum key parses once into its enum and writes back its spelling", "[cpu]") {
+  int checked = 0;
+  for (const KeySpec& s : config_schema()) {
+    if (s.kind != KeyKind::Enum) continue;
+    for (const std::string& choice : s.choices) {
+      // The model and the dataset must fit each other (mnist_cnn takes MNIST's images).
+      std::vector<std::string> overrides = {s.path + "=" + choice};
+      if (s.path == "model.name" && choice != "mnist_cnn") overrides.push_back("data.dataset=synthetic");
+      if (s.path == "data.dataset" && choice != "mnist") overrides.push_back("model.name=cifar_cnn");
+      INFO(s.path << "=" << choice);
+      const ExperimentConfig c = parse_config("{}", overrides);
+      const json written = json::parse(to_json(c));
+      CHECK(at_path(written, s.path) == choice);
+      ++checked;
+    }
+  }
+  CHECK(checked == 3 + 2 + 4 + 4 + 3 + 5 + 2 + 3 + 3 + 2);  // precision ... parallel.algorithm
+  // The enums behind them, value by value.
+  CHECK(parse_config("{}", {"precision=bf16"}).precision == Precision::bf16);
+  CHECK(parse_config("{}", {"memory_format=channels_last"}).memory_format == MemoryFormat::channels_last);
+  CHECK(parse_config("{}", {"model.name=wide_resnet", "data.dataset=cifar100"}).model.name == ModelKind::wide_resnet);
+  CHECK(parse_config("{}", {"model.name=resnet18", "data.dataset=cifar100"}).data.dataset == DatasetKind::cifar100);
+  CHECK(parse_config("{}", {"optim.name=adamw"}).optim.name == OptimizerKind::adamw);
+  CHECK(parse_config("{}", {"schedule.name=onecycle"}).schedule.name == ScheduleKind::onecycle);
+  CHECK(parse_config("{}", {"train.on_nonfinite=skip"}).train.on_nonfinite == NonFinitePolicy::skip);
+  CHECK(parse_config("{}", {"parallel.mode=dp"}).parallel.mode == ParallelMode::dp);
+  CHECK(std::string(config_name(ScheduleKind::multistep)) == "multistep");
+  CHECK(parse_config_name<OptimizerKind>("adam", "optim.name") == OptimizerKind::adam);
+  CHECK_THAT(error_of([] { parse_config_name<Precision>("fp8", "precision"); }),
              Catch::StartsWith("precision: expected one of fp32, bf16, fp16, found \"fp8\""));
-  CHECK_THAT(error_of([] { parse_parallel_mode("DDP"); }),
-             Catch::Contains("parallel.mode: expected one of none, dp, ddp, found \"DDP\""));
 }

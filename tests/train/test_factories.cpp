@@ -84,7 +84,7 @@ constexpr double kStatTol = 8 * FLT_EPSILON;
 
 TEST_CASE("factories: synthetic data is split into disjoint limited sets sharing the generator", "[cpu][train]") {
   DataConfig cfg;
-  cfg.dataset = "synthetic";
+  cfg.dataset = DatasetKind::synthetic;
   cfg.limit_train = 40;
   cfg.limit_test = 12;
   const Datasets d = make_datasets(cfg, 7);
@@ -120,7 +120,7 @@ TEST_CASE("factories: MNIST-format files with limits, statistics over the whole 
   testing::TempDir dir;
   write_mnist(dir, 30, 9, 7);
   DataConfig cfg;
-  cfg.dataset = "mnist";
+  cfg.dataset = DatasetKind::mnist;
   cfg.path = dir.str();
   cfg.limit_train = 10;
   const Datasets d = make_datasets(cfg, 1);
@@ -150,7 +150,7 @@ TEST_CASE("factories: MNIST-format files with limits, statistics over the whole 
 
 TEST_CASE("factories: loaders normalise, shuffle by seed, and augment only 3-channel images", "[cpu][train]") {
   DataConfig cfg;
-  cfg.dataset = "synthetic";
+  cfg.dataset = DatasetKind::synthetic;
   cfg.limit_train = 48;
   cfg.limit_test = 20;
   cfg.batch_size = 16;
@@ -218,7 +218,7 @@ TEST_CASE("factories: loaders normalise, shuffle by seed, and augment only 3-cha
     testing::TempDir dir;
     write_mnist(dir, 16, 4, 10);
     DataConfig m;
-    m.dataset = "mnist";
+    m.dataset = DatasetKind::mnist;
     m.path = dir.str();
     m.batch_size = 16;
     m.workers = 0;
@@ -240,7 +240,7 @@ TEST_CASE("factories: models are checked against the image shape and class count
   const data::Synthetic small_rgb(4, Shape{3, 16, 16}, 10, 1);
   ModelConfig m;
 
-  m.name = "mnist_cnn";
+  m.name = ModelKind::mnist_cnn;
   Generator g1(9), g2(9);
   auto a = make_model(m, 10, mnist_like, g1);
   auto b = make_model(m, 10, mnist_like, g2);
@@ -253,7 +253,7 @@ TEST_CASE("factories: models are checked against the image shape and class count
                     Catch::Contains("mnist_cnn") && Catch::Contains("(1, 28, 28)") && Catch::Contains("3, 32, 32"));
   CHECK_THROWS_WITH(make_model(m, 100, mnist_like, g1), Catch::Contains("100 classes"));
 
-  m.name = "cifar_cnn";
+  m.name = ModelKind::cifar_cnn;
   m.dropout = 0.0;
   auto c = make_model(m, 100, cifar_like, g1);
   c->eval();
@@ -261,9 +261,9 @@ TEST_CASE("factories: models are checked against the image shape and class count
   CHECK_THROWS_WITH(make_model(m, 10, mnist_like, g1), Catch::Contains("cifar_cnn") && Catch::Contains("1, 28, 28"));
   CHECK_THROWS_WITH(make_model(m, 10, small_rgb, g1), Catch::Contains("(3, 32, 32)"));
 
-  m.name = "resnet18";
+  m.name = ModelKind::resnet18;
   CHECK_THROWS_WITH(make_model(m, 10, mnist_like, g1), Catch::Contains("resnet18") && Catch::Contains("3-channel"));
-  m.name = "wide_resnet";
+  m.name = ModelKind::wide_resnet;
   m.depth = 10;
   m.widen = 1;
   auto w = make_model(m, 7, small_rgb, g1);  // any H, W: adaptive pooling
@@ -275,7 +275,7 @@ TEST_CASE("factories: optimizers carry the configured hyperparameters", "[cpu][t
   Tensor p = zeros({3});
   p.requires_grad_(true);
   OptimConfig o;
-  o.name = "sgd";
+  o.name = OptimizerKind::sgd;
   o.lr = 0.25;
   o.momentum = 0.8;
   o.nesterov = true;
@@ -288,7 +288,7 @@ TEST_CASE("factories: optimizers carry the configured hyperparameters", "[cpu][t
   CHECK(sgd->hyperparameter("weight_decay") == 5e-4);
   CHECK(sgd->hyperparameter("dampening") == 0.0);
 
-  o.name = "adam";
+  o.name = OptimizerKind::adam;
   o.betas = {0.8, 0.99};
   o.eps = 1e-6;
   auto adam = make_optimizer(o, {p});
@@ -298,7 +298,7 @@ TEST_CASE("factories: optimizers carry the configured hyperparameters", "[cpu][t
   CHECK(adam->hyperparameter("eps") == 1e-6);
   CHECK(adam->hyperparameter("weight_decay") == 5e-4);
 
-  o.name = "adamw";
+  o.name = OptimizerKind::adamw;
   o.weight_decay = 0.05;
   auto adamw = make_optimizer(o, {p});
   CHECK(adamw->name() == "AdamW");
@@ -324,7 +324,7 @@ TEST_CASE("factories: schedules count optimizer steps and change at epoch bounda
     CHECK(w->lr_at(epochs * spe) == Approx(0.4));
   }
   SECTION("step") {
-    s.name = "step";
+    s.name = ScheduleKind::step;
     s.step_size = 3;
     s.gamma = 0.5;
     auto sch = make_schedule(s, *opt, spe, epochs);
@@ -333,7 +333,7 @@ TEST_CASE("factories: schedules count optimizer steps and change at epoch bounda
     CHECK(sch->lr_at(6 * spe) == Approx(0.1));
   }
   SECTION("multistep") {
-    s.name = "multistep";
+    s.name = ScheduleKind::multistep;
     s.milestones = {2, 5};
     s.gamma = 0.1;
     auto sch = make_schedule(s, *opt, spe, epochs);
@@ -342,7 +342,7 @@ TEST_CASE("factories: schedules count optimizer steps and change at epoch bounda
     CHECK(sch->lr_at(5 * spe) == Approx(0.004));
   }
   SECTION("cosine over the run, after the warm-up") {
-    s.name = "cosine";
+    s.name = ScheduleKind::cosine;
     s.eta_min = 0.01;
     auto sch = make_schedule(s, *opt, spe, epochs);
     CHECK(sch->lr_at(0) == Approx(0.4));
@@ -358,7 +358,7 @@ TEST_CASE("factories: schedules count optimizer steps and change at epoch bounda
     CHECK(make_schedule(s, *opt, spe, epochs)->lr_at(4 * spe) == Approx(0.01));
   }
   SECTION("onecycle over the whole run") {
-    s.name = "onecycle";
+    s.name = ScheduleKind::onecycle;
     s.pct_start = 0.3;
     auto sch = make_schedule(s, *opt, spe, epochs);
     // PyTorch's phase ends: the peak at step 0.3 * 70 - 1, the minimum (max_lr / 25 / 1e4) at 69.
@@ -382,7 +382,7 @@ TEST_CASE("factories: check_data_available finds the files or says how to get th
     CHECK(msg.find("apt-get install dataset-fashion-mnist (installs /usr/share/datasets/fashion-mnist)") !=
           std::string::npos);
     CHECK(msg.find("scripts/get-data.sh mnist " + c.path) != std::string::npos);
-    c.dataset = "cifar10";
+    c.dataset = DatasetKind::cifar10;
     msg = error_of([&] { check_data_available(c); });
     CHECK(msg.find("get it with: scripts/get-data.sh cifar10 " + c.path) != std::string::npos);
   }
@@ -397,7 +397,7 @@ TEST_CASE("factories: check_data_available finds the files or says how to get th
     CHECK_NOTHROW(check_data_available(c));  // empty placeholders: names are what is checked
   }
   SECTION("cifar10: directly or in cifar-10-batches-bin") {
-    c.dataset = "cifar10";
+    c.dataset = DatasetKind::cifar10;
     c.path = tmp.path().string();
     for (int i = 1; i <= 5; ++i) touch(tmp, "cifar-10-batches-bin/data_batch_" + std::to_string(i) + ".bin");
     std::string msg = error_of([&] { check_data_available(c); });
@@ -409,7 +409,7 @@ TEST_CASE("factories: check_data_available finds the files or says how to get th
     CHECK_NOTHROW(check_data_available(c));
   }
   SECTION("cifar100: train.bin and test.bin") {
-    c.dataset = "cifar100";
+    c.dataset = DatasetKind::cifar100;
     c.path = tmp.path().string();
     touch(tmp, "cifar-100-binary/test.bin");
     std::string msg = error_of([&] { check_data_available(c); });
@@ -419,7 +419,7 @@ TEST_CASE("factories: check_data_available finds the files or says how to get th
     CHECK_NOTHROW(check_data_available(c));
   }
   SECTION("synthetic data needs no files") {
-    c.dataset = "synthetic";
+    c.dataset = DatasetKind::synthetic;
     c.path = (tmp.path() / "nowhere").string();
     CHECK_NOTHROW(check_data_available(c));
   }

@@ -55,15 +55,15 @@ ExperimentConfig tiny_config(const std::string& run_dir, int64_t epochs, int64_t
   c.device = "cpu";
   c.seed = 3;
   c.epochs = epochs;
-  c.model.name = "cifar_cnn";
+  c.model.name = ModelKind::cifar_cnn;
   c.model.dropout = 0.25;  // draws from the default generator: the checkpoint must carry it
-  c.data.dataset = "synthetic";
+  c.data.dataset = DatasetKind::synthetic;
   c.data.limit_train = 16 * steps;
   c.data.limit_test = 16;
   c.data.batch_size = 16;
   c.data.test_batch_size = 16;
   c.data.workers = 1;
-  c.optim.name = "sgd";
+  c.optim.name = OptimizerKind::sgd;
   c.optim.lr = 0.02;
   c.optim.momentum = 0.9;
   c.output.run_dir = run_dir;
@@ -120,7 +120,7 @@ TEST_CASE("trainer: a run directory holds config, metrics, summary, log and rota
   testing::TempDir tmp;
   const std::string run_dir = tmp.file("run");
   ExperimentConfig c = tiny_config(run_dir, 3, 4);
-  c.schedule.name = "step";  // lr halves every epoch: the metrics show the per-step conversion
+  c.schedule.name = ScheduleKind::step;  // lr halves every epoch: the metrics show the per-step conversion
   c.schedule.step_size = 1;
   c.schedule.gamma = 0.5;
   c.checkpoint.keep_last = 2;
@@ -131,9 +131,12 @@ TEST_CASE("trainer: a run directory holds config, metrics, summary, log and rota
   CHECK(out.exit_code == 0);
   CHECK(out.run_dir == run_dir);
 
-  // config.json: the resolved config, runnable again, plus provenance.
+  // config.json: the resolved config, runnable again (in a new directory: output.run_dir is left
+  // empty), plus provenance.
   const std::string config_text = read_text(run_dir + "/config.json");
-  CHECK(parse_config(config_text, {}, "config.json") == c);
+  ExperimentConfig rerun = c;
+  rerun.output.run_dir = "";
+  CHECK(parse_config(config_text, {}, "config.json") == rerun);
   const auto j = nlohmann::json::parse(config_text);
   CHECK(j["provenance"]["git_commit"] == build_git_commit());
   CHECK(j["provenance"]["overrides"] == overrides);
@@ -215,11 +218,12 @@ TEST_CASE("trainer: a run directory holds config, metrics, summary, log and rota
   // Starting afresh in the same directory is refused and leaves the run intact.
   const std::string metrics_before = read_text(run_dir + "/metrics.jsonl");
   const std::string config_before = read_text(run_dir + "/config.json");
-  CHECK_THROWS_WITH(Trainer(c).run(), Catch::Contains(run_dir) && Catch::Contains("checkpoint.resume=auto"));
+  CHECK_THROWS_WITH(Trainer(c).run(), Catch::Contains(run_dir) && Catch::Contains("checkpoint.resume=auto") &&
+                                          Catch::Contains("output.run_dir=NEW_DIR"));
   // Resuming with another model is an error naming both (and changes nothing either).
   ExperimentConfig other = c;
   other.checkpoint.resume = "auto";
-  other.model.name = "wide_resnet";
+  other.model.name = ModelKind::wide_resnet;
   other.model.depth = 10;
   other.model.widen = 1;
   CHECK_THROWS_WITH(Trainer(other).run(), Catch::Contains("cifar_cnn") && Catch::Contains("wide_resnet"));
@@ -263,7 +267,7 @@ TEST_CASE("trainer: memory_format channels_last trains like contiguous", "[cpu][
   a.model.dropout = 0.0;
   ExperimentConfig b = a;
   b.output.run_dir = tmp.file("cl");
-  b.memory_format = "channels_last";
+  b.memory_format = MemoryFormat::channels_last;
   const TrainOutcome ra = Trainer(a).run(), rb = Trainer(b).run();
   REQUIRE(ra.exit_code == 0);
   REQUIRE(rb.exit_code == 0);
@@ -304,7 +308,7 @@ TEST_CASE("trainer: resuming from an earlier epoch drops later metrics and retra
   testing::TempDir tmp;
   ExperimentConfig c = tiny_config(tmp.file("run"), 3, 2);
   c.checkpoint.keep_last = 0;  // keep every epoch checkpoint
-  c.schedule.name = "cosine";
+  c.schedule.name = ScheduleKind::cosine;
   const TrainOutcome first = Trainer(c).run();
   REQUIRE(first.exit_code == 0);
   const std::vector<EpochMetrics> before = read_metrics(first.run_dir);
@@ -341,7 +345,7 @@ TEST_CASE("trainer: SIGTERM mid-epoch writes last.ckpt and resume=auto ends like
   c.data.augment = true;  // per-example random streams keyed by the epoch
   c.optim.nesterov = true;
   c.optim.weight_decay = 5e-4;
-  c.schedule.name = "cosine";
+  c.schedule.name = ScheduleKind::cosine;
   c.schedule.warmup_epochs = 1;
   c.output.log_interval = 1e-3;  // a progress line in log.txt after every step: the parent watches it
   const std::string config_path = tmp.file("config.json");
@@ -443,8 +447,11 @@ TEST_CASE("trainer: config.json with provenance parses back to the same config",
   c.name = "prov";
   c.optim.lr = 0.123;
   c.early_stop.target_accuracy = 0.9;
+  c.output.run_dir = "runs/prov-1";
   const std::string text = config_json_with_provenance(c, {"optim.lr=0.123"}, "/x/last.ckpt");
-  CHECK(parse_config(text) == c);
+  ExperimentConfig rerun = c;
+  rerun.output.run_dir = "";  // running the file again starts a new run, not refused by this one
+  CHECK(parse_config(text) == rerun);
   const auto j = nlohmann::json::parse(text);
   CHECK(j["provenance"]["resumed_from"] == "/x/last.ckpt");
   CHECK(j["provenance"]["overrides"][0] == "optim.lr=0.123");

@@ -240,7 +240,7 @@ TEST_CASE("trainer: user module ddp child", "[.user_module_ddp_child]") {
   REQUIRE(dir != nullptr);
   REQUIRE(epochs != nullptr);
   ParallelConfig ddp;
-  ddp.mode = "ddp";
+  ddp.mode = ParallelMode::ddp;
   ddp.backend = "tcp";
   ddp.timeout_s = 60;
   const ParallelRun par = start_parallel("cpu", ddp);

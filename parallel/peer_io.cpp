@@ -79,7 +79,13 @@ bool PeerIo::try_io(int r, bool sending, bool receiving) {
   Peer& pr = peers_[static_cast<size_t>(r)];
   bool moved = false;
   auto fail = [&](int err, const char* dir) {
-    if (err == ECONNRESET || err == EPIPE || err == ECONNABORTED || err == ETIMEDOUT) {
+    if (err == ETIMEDOUT) {
+      throw LinkError(LinkError::reset, r,
+                      "the link to rank " + std::to_string(r) + " stopped answering while " + dir + " it (" +
+                          net::error_text(err) + ": nothing acknowledged for " + std::to_string(net::kUserTimeoutS) +
+                          " s): the network between the hosts or rank " + std::to_string(r) + "'s host is down");
+    }
+    if (err == ECONNRESET || err == EPIPE || err == ECONNABORTED) {
       throw LinkError(LinkError::reset, r,
                       "the connection to rank " + std::to_string(r) + " was reset while " + dir + " it (" +
                           net::error_text(err) + "): the process exited or was killed");

@@ -72,7 +72,7 @@ void TcpStoreServer::serve() noexcept {
         const int cfd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (cfd < 0) break;
         net::Socket s(cfd);
-        net::set_no_delay(s);
+        net::configure_connection(s);
         st.clients[cfd].sock = std::move(s);
       }
     }

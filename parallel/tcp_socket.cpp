@@ -162,7 +162,7 @@ Socket connect_to(const std::string& host, int port, Clock::time_point deadline,
       }
       if (rc == 0) {
         set_non_blocking(s, false);
-        set_no_delay(s);
+        configure_connection(s);
         return s;
       }
       last_err = errno;
@@ -180,7 +180,7 @@ Socket accept_until(const Socket& listener, Clock::time_point deadline) {
     if (!poll_one(listener.fd(), POLLIN, deadline)) return Socket();
     Socket s(::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC));
     if (s.valid()) {
-      set_no_delay(s);
+      configure_connection(s);
       return s;
     }
     EMBER_CHECK(errno == EINTR || errno == ECONNABORTED || errno == EAGAIN, "accept failed: ", error_text(errno));
@@ -233,9 +233,17 @@ void set_send_buffer(const Socket& s, int bytes) {
               ") failed: ", error_text(errno));
 }
 
-void set_no_delay(const Socket& s) {
-  const int one = 1;
+void configure_connection(const Socket& s) {
+  const int one = 1, idle = kKeepAliveIdleS, interval = kKeepAliveIntervalS;
+  const int probes = (kUserTimeoutS - kKeepAliveIdleS) / kKeepAliveIntervalS;
+  const unsigned user_timeout_ms = kUserTimeoutS * 1000u;
+  // Best effort, as TCP_NODELAY always was: a socket that refuses an option still works.
   ::setsockopt(s.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ::setsockopt(s.fd(), SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  ::setsockopt(s.fd(), IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  ::setsockopt(s.fd(), IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+  ::setsockopt(s.fd(), IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
+  ::setsockopt(s.fd(), IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
 }
 
 void set_non_blocking(const Socket& s, bool on) {

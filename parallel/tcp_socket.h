@@ -60,8 +60,15 @@ bool recv_all(const Socket& s, void* data, size_t n, Clock::time_point deadline,
 bool is_same_host(const Socket& s);
 /// SO_SNDBUF (the kernel doubles the value; setting it turns off the send buffer's autotuning).
 void set_send_buffer(const Socket& s, int bytes);
-/// TCP_NODELAY on (small control messages go out at once).
-void set_no_delay(const Socket& s);
+/// How long a connection may go unanswered before the kernel ends it (configure_connection):
+/// keepalive probes start after kKeepAliveIdleS idle seconds, every kKeepAliveIntervalS, and
+/// data or probes unacknowledged for kUserTimeoutS end it with ETIMEDOUT. So a cut link or a
+/// host that vanished is noticed within about kUserTimeoutS, idle or busy, long before a
+/// collective timeout; a live peer's kernel answers the probes however busy its program is.
+inline constexpr int kKeepAliveIdleS = 5, kKeepAliveIntervalS = 2, kUserTimeoutS = 15;
+/// TCP_NODELAY on (small control messages go out at once), and the dead-link detection above
+/// (SO_KEEPALIVE, TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT, TCP_USER_TIMEOUT).
+void configure_connection(const Socket& s);
 /// O_NONBLOCK on or off.
 void set_non_blocking(const Socket& s, bool on);
 /// The text of errno `err` ("Connection reset by peer").

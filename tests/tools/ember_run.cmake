@@ -10,6 +10,7 @@ set(_ember_run_dir ${CMAKE_CURRENT_LIST_DIR}/../parallel/ember_run)
 add_executable(ember_run_child ${_ember_run_dir}/ember_run_child.cpp)
 target_link_libraries(ember_run_child PRIVATE ember::ember)
 add_executable(ember_run_tests $<TARGET_OBJECTS:ember_catch_main> ${_ember_run_dir}/test_ember_run.cpp)
+ember_test_program(ember_run_tests)
 target_link_libraries(ember_run_tests PRIVATE ember::ember Catch2::Catch2)
 target_include_directories(ember_run_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/..)
 target_compile_definitions(ember_run_tests PRIVATE EMBER_RUN_PROGRAM="$<TARGET_FILE:ember-run>"

@@ -321,15 +321,15 @@ RankInfo discover_rank(const RankOptions& opts, const Getenv& getenv_fn) {
   return info;
 }
 
-double collective_timeout_from_env(double fallback_s) {
+CollectiveTimeout collective_timeout_from_env(double fallback_s) {
   const char* s = std::getenv("EMBER_COLLECTIVE_TIMEOUT");
-  if (s == nullptr) return fallback_s;
+  if (s == nullptr) return {fallback_s, "the default"};
   const std::string text(s);
   double v = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   EMBER_CHECK(!text.empty() && ec == std::errc() && end == text.data() + text.size() && std::isfinite(v) && v > 0,
               "EMBER_COLLECTIVE_TIMEOUT=", text, " is not a number of seconds above 0 (e.g. 300 or 0.5)");
-  return v;
+  return {v, "EMBER_COLLECTIVE_TIMEOUT"};
 }
 
 std::optional<RankInfo> launcher_rank(const std::function<const char*(const char*)>& getenv_fn) {

@@ -58,8 +58,14 @@ std::optional<RankInfo> launcher_rank(const std::function<const char*(const char
 /// A malformed list (unbalanced brackets, "[3-1]", "[a-b]") throws naming the list.
 std::vector<std::string> expand_slurm_nodelist(const std::string& list);
 
+/// A per-collective timeout and where it came from.
+struct CollectiveTimeout {
+  double seconds = 300.0;
+  std::string source;  // "EMBER_COLLECTIVE_TIMEOUT" or "the default"
+};
+
 /// EMBER_COLLECTIVE_TIMEOUT (seconds, > 0, may be fractional) if set, else `fallback_s`; a value
-/// that is not a positive number throws naming the variable and its value.
-double collective_timeout_from_env(double fallback_s = 300.0);
+/// that is not a positive number (an empty one included) throws naming the variable and its value.
+CollectiveTimeout collective_timeout_from_env(double fallback_s = 300.0);
 
 }  // namespace ember::parallel

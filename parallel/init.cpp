@@ -76,7 +76,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
   const RankInfo info = discover_rank(opts.rank);
 
   GroupOptions g;
-  g.timeout_s = opts.timeout_s > 0 ? opts.timeout_s : collective_timeout_from_env(300.0);
+  g.timeout_s = opts.timeout_s > 0 ? opts.timeout_s : collective_timeout_from_env(300.0).seconds;
   g.debug = opts.debug || debug_from_env();
   g.algorithm = opts.algorithm;
   g.device = opts.device;

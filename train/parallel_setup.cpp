@@ -96,11 +96,14 @@ ParallelRun start_parallel(const std::string& device, const ParallelConfig& para
     o.backend = parallel.backend;
     o.algorithm = parallel.algorithm;
     // The config's key when set, else the environment's EMBER_COLLECTIVE_TIMEOUT, else 300 s.
-    o.timeout_s = parallel.timeout_s.value_or(0);
-    const char* env_timeout = std::getenv("EMBER_COLLECTIVE_TIMEOUT");
-    run.timeout_source = parallel.timeout_s                               ? "parallel.timeout_s"
-                         : env_timeout != nullptr && *env_timeout != '\0' ? "EMBER_COLLECTIVE_TIMEOUT"
-                                                                          : "the default";
+    if (parallel.timeout_s) {
+      o.timeout_s = *parallel.timeout_s;
+      run.timeout_source = "parallel.timeout_s";
+    } else {
+      const parallel::CollectiveTimeout t = parallel::collective_timeout_from_env();
+      o.timeout_s = t.seconds;
+      run.timeout_source = t.source;
+    }
     if (run.device.is_cuda()) o.device = run.device;
     run.group = parallel::init_process_group(o);
     run.rank = run.group->rank();

@@ -326,13 +326,15 @@ TEST_CASE("collective_timeout_from_env reads EMBER_COLLECTIVE_TIMEOUT", "[cpu]")
   using ember::parallel::collective_timeout_from_env;
   {
     ScopedEnv unset("EMBER_COLLECTIVE_TIMEOUT", nullptr);
-    CHECK(collective_timeout_from_env() == 300.0);
-    CHECK(collective_timeout_from_env(12.5) == 12.5);
+    CHECK(collective_timeout_from_env().seconds == 300.0);
+    CHECK(collective_timeout_from_env(12.5).seconds == 12.5);
+    CHECK(collective_timeout_from_env().source == "the default");
   }
   {
     ScopedEnv set("EMBER_COLLECTIVE_TIMEOUT", "2.5");
-    CHECK(collective_timeout_from_env() == 2.5);
-    CHECK(collective_timeout_from_env(7) == 2.5);
+    CHECK(collective_timeout_from_env().seconds == 2.5);
+    CHECK(collective_timeout_from_env(7).seconds == 2.5);
+    CHECK(collective_timeout_from_env().source == "EMBER_COLLECTIVE_TIMEOUT");
   }
   for (const char* bad : {"abc", "0", "-5", "", "10s", "inf", "nan"}) {
     ScopedEnv set("EMBER_COLLECTIVE_TIMEOUT", bad);

@@ -35,26 +35,15 @@ case_name=$1
 bin=$2
 src=$3
 work=$4
-rm -rf "$work"
-mkdir -p "$work"
-cd "$work" || exit 1
-
-fail() {
-  echo "FAIL: $*"
-  exit 1
-}
-
-# Nothing from an outer job may leak in (a CI runner inside Slurm, a launcher's variables).
-unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT EMBER_NUM_THREADS
-for v in $(compgen -e | grep -E '^(SLURM_|OMPI_)'); do unset "$v"; done
-export OPENBLAS_NUM_THREADS=1  # the ranks share this machine's cores
+source "$(dirname "$0")/lib.sh"  # fresh_dir, fail, skip, clean_job_env
+fresh_dir "$work"
+clean_job_env
 export EMBER_COLLECTIVE_TIMEOUT=60  # a rank that dies ends the others within a minute
 
 data=${EMBER_TEST_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 needs_fashion_mnist() {
   if [ ! -f "$data/train-images-idx3-ubyte.gz" ] && [ ! -f "$data/train-images-idx3-ubyte" ]; then
-    echo "SKIPPED: no Fashion-MNIST in $data (Debian package dataset-fashion-mnist)"
-    exit 77
+    skip "no Fashion-MNIST in $data (Debian package dataset-fashion-mnist)"
   fi
 }
 common=(--data "$data" --epochs 1 --limit-train 512 --limit-test 500 --batch-size 16)

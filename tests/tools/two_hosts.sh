@@ -19,23 +19,9 @@ case_name=$1
 train=$2
 run=$3
 work=$4
-rm -rf "$work"
-mkdir -p "$work"
-cd "$work" || exit 1
-
-fail() {
-  echo "FAIL: $*"
-  exit 1
-}
-skip() {
-  echo "SKIPPED: $*"
-  exit 77
-}
-
-# Nothing from an outer job may leak in.
-unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT EMBER_NUM_THREADS
-for v in $(compgen -e | grep -E '^(SLURM_|OMPI_)'); do unset "$v"; done
-export OPENBLAS_NUM_THREADS=1
+source "$(dirname "$0")/lib.sh"  # fresh_dir, fail, skip, clean_job_env
+fresh_dir "$work"
+clean_job_env
 
 [ "$(id -u)" -eq 0 ] || skip "network namespaces need root (this runs as uid $(id -u))"
 command -v ip >/dev/null || skip "no 'ip' command (Debian package iproute2)"

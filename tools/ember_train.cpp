@@ -130,7 +130,11 @@ int main(int argc, char** argv) {
     train::check_data_available(config.data);
     if (config.device != "auto") Device(config.device).validate();
     if (config.parallel.mode == train::ParallelMode::dp) train::data_parallel_devices(config.parallel);
-    parallel::launcher_rank();  // RANK without WORLD_SIZE (or the reverse) is an error naming both
+    // RANK without WORLD_SIZE (or the reverse) is an error naming both.
+    const auto launched = parallel::launcher_rank();
+    // A global batch that does not divide into this job's ranks.
+    train::resolve_batch_scaling(
+        config, config.parallel.mode == train::ParallelMode::ddp && launched ? launched->world_size : 1);
     // A named run directory that already holds a run (a timestamped one is new).
     if (!config.output.run_dir.empty())
       train::checkpoint_to_resume(train::RunPaths(config.output.run_dir), config.checkpoint.resume);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -229,9 +230,9 @@ void read_object(const json& obj, const std::string& prefix, const std::string& 
 void read_key(const std::string& key, const json& value, const std::string& prefix, const std::string& source,
               ExperimentConfig& cfg, Origins& origins, Problems& problems) {
   const std::string path = prefix.empty() ? key : prefix + "." + key;
-  if (prefix.empty() && key == "provenance") {
+  if (prefix.empty() && (key == "provenance" || key == "resolved")) {
     // Written by ember-train into a run's config.json; carries no settings.
-    if (!value.is_object()) fail(source + ": provenance: expected an object, found " + found_text(value));
+    if (!value.is_object()) fail(source + ": " + key + ": expected an object, found " + found_text(value));
     return;
   }
   if (key.find('.') != std::string::npos && find_key_spec(path)) {
@@ -430,6 +431,45 @@ void throw_unknown_config_name(const std::string& key, const std::string& text,
   std::string list;
   for (const std::string& c : choices) list += (list.empty() ? "" : ", ") + c;
   EMBER_FAIL(key, ": expected one of ", list, ", found \"", text, "\"");
+}
+
+BatchScaling resolve_batch_scaling(const ExperimentConfig& config, int64_t processes) {
+  EMBER_CHECK(processes >= 1, "resolve_batch_scaling: expected processes >= 1, found ", processes);
+  const int64_t accumulation = config.train.accumulation_steps;
+  const int64_t per_step = processes * accumulation;  // batches in one optimizer step
+  BatchScaling s;
+  if (config.data.global_batch_size > 0) {
+    const int64_t g = config.data.global_batch_size;
+    const int64_t below = g / per_step * per_step, above = below + per_step;
+    EMBER_CHECK(g % per_step == 0, "data.global_batch_size ", g, " does not divide into ", processes, " process",
+                processes == 1 ? "" : "es", " x train.accumulation_steps ", accumulation, " = ", per_step,
+                " batches of equal size: choose a multiple of ", per_step, " (",
+                below > 0 ? std::to_string(below) + " or " : std::string(), above, ")");
+    s.per_process = g / per_step;
+  } else {
+    s.per_process = config.data.batch_size;
+  }
+  s.global = s.per_process * per_step;
+  const double base = config.optim.lr;
+  const auto ratio = static_cast<double>(s.global) / static_cast<double>(config.optim.reference_batch_size);
+  const std::string fraction = std::to_string(s.global) + "/" + std::to_string(config.optim.reference_batch_size);
+  char text[160];
+  switch (config.optim.lr_scaling) {
+    case LrScaling::none:
+      s.lr = base;
+      break;
+    case LrScaling::linear:
+      s.lr = base * ratio;
+      std::snprintf(text, sizeof text, "lr %g x %s (linear) = %g", base, fraction.c_str(), s.lr);
+      s.lr_text = text;
+      break;
+    case LrScaling::sqrt:
+      s.lr = base * std::sqrt(ratio);
+      std::snprintf(text, sizeof text, "lr %g x sqrt(%s) = %g", base, fraction.c_str(), s.lr);
+      s.lr_text = text;
+      break;
+  }
+  return s;
 }
 
 std::string default_data_path(const DataConfig& data) {

@@ -13,9 +13,10 @@
 // Overrides ("key.path=value") are typed by the schema: "optim.lr=0.1" is a number,
 // "optim.nesterov=true" a bool, "schedule.milestones=30,60" a list, "device=cuda:1" a string;
 // they are applied after the file, in order, and validated like file keys.
-// A top-level "provenance" object (ember-train writes the git commit, the overrides, the start
-// time and the host there in a run's config.json) is accepted and ignored, so a run directory's
-// config.json can be run again as it is.
+// Top-level "provenance" and "resolved" objects (ember-train writes the git commit, the
+// overrides, the start time and the host, and the batch and learning rate the run trained with,
+// into a run's config.json) are accepted and ignored, so a run directory's config.json can be run
+// again as it is.
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -43,6 +44,8 @@ enum class DatasetKind { mnist, cifar10, cifar100, synthetic };
 enum class OptimizerKind { sgd, adam, adamw };
 /// schedule.name
 enum class ScheduleKind { none, step, multistep, cosine, onecycle };
+/// optim.lr_scaling: how optim.lr follows the global batch (Goyal et al., 2017: linear).
+enum class LrScaling { none, linear, sqrt };
 
 /// The config's spelling of each value of an enum key, in the enum's order: the schema's choices,
 /// parsed once when a config is read (ExperimentConfig holds the enums).
@@ -60,6 +63,7 @@ template <> struct ConfigNames<OptimizerKind> { static constexpr const char* val
 template <> struct ConfigNames<ScheduleKind> {
   static constexpr const char* values[] = {"none", "step", "multistep", "cosine", "onecycle"};
 };
+template <> struct ConfigNames<LrScaling> { static constexpr const char* values[] = {"none", "linear", "sqrt"}; };
 template <> struct ConfigNames<MemoryFormat> {
   static constexpr const char* values[] = {"contiguous", "channels_last"};
 };
@@ -94,7 +98,12 @@ struct DataConfig {
   DatasetKind dataset = DatasetKind::mnist;
   /// Directory of the files. Empty: the dataset's default (see default_data_path()).
   std::string path;
+  /// Training images per batch on each process (under ddp, per rank).
   int64_t batch_size = 64;
+  /// Images per optimizer step over all processes (batch_size x ranks x train.accumulation_steps);
+  /// when set (> 0) it replaces batch_size, which becomes this / (ranks x accumulation_steps): a
+  /// global batch not divisible so is an error (resolve_batch_scaling). 0: batch_size rules.
+  int64_t global_batch_size = 0;
   int64_t test_batch_size = 1000;
   /// Worker threads collating batches (host mode). >= 0.
   int64_t workers = 1;
@@ -121,6 +130,10 @@ struct OptimConfig {
   /// Clip the gradients' global L2 norm to this before each step (0: no clipping); under fp16 the
   /// gradients are unscaled first.
   double clip_grad_norm = 0.0;
+  /// lr is the rate for reference_batch_size images per step; the run trains at lr x (B / ref)
+  /// (linear) or lr x sqrt(B / ref) (sqrt), B its global batch; none: lr as it is.
+  LrScaling lr_scaling = LrScaling::none;
+  int64_t reference_batch_size = 256;  // >= 1
   friend bool operator==(const OptimConfig&, const OptimConfig&) = default;
 };
 
@@ -251,6 +264,20 @@ std::string to_json(const ExperimentConfig& config, int indent = 2);
 
 /// Every valid key path ("optim.lr", "data.batch_size", ...), in schema order.
 std::vector<std::string> config_key_paths();
+
+/// The batch and learning rate a config trains with on `processes` processes (ddp: the world
+/// size; otherwise 1, DataParallel splitting each batch inside its process).
+struct BatchScaling {
+  int64_t per_process = 0;  // the training loader's batch size
+  int64_t global = 0;  // images per optimizer step: per_process x processes x accumulation_steps
+  double lr = 0;  // optim.lr after optim.lr_scaling
+  /// How lr came about: "lr 0.1 x 512/256 (linear) = 0.2", "lr 0.1 x sqrt(512/256) = 0.141421";
+  /// "" without optim.lr_scaling.
+  std::string lr_text;
+};
+/// data.global_batch_size and optim.lr_scaling resolved for `processes`; a global batch that does
+/// not divide into processes x train.accumulation_steps is an error naming the numbers.
+BatchScaling resolve_batch_scaling(const ExperimentConfig& config, int64_t processes);
 
 /// data.path, or the dataset's default when empty: mnist -> /usr/share/datasets/fashion-mnist,
 /// cifar10 -> data/cifar10, cifar100 -> data/cifar100, synthetic -> "".

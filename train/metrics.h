@@ -44,6 +44,11 @@ struct RunSummary {
   std::string name;
   std::string device;  // "cpu", "cuda:0", ...
   int64_t world_size = 1;  // devices (DataParallel) or processes (DDP) the run trained on
+  /// Images per optimizer step over all processes (batch x processes x accumulation steps), and
+  /// the learning rate the schedule starts from (optim.lr after optim.lr_scaling). 0 in a summary
+  /// written before they were recorded.
+  int64_t global_batch_size = 0;
+  double lr = 0;
   int64_t epochs_run = 0;  // epochs completed, including ones before a resume
   double best_test_acc = 0;
   int64_t best_epoch = 0;

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -105,6 +106,7 @@ class Session {
         train_loader_(*parts.train_loader),
         test_loader_(*parts.test_loader),
         model_(parts.model),
+        notes_(parts.notes),
         opt_(*parts.optimizer),
         sched_(parts.schedule.get()),
         loss_fn_(parts.loss),
@@ -152,11 +154,17 @@ class Session {
   std::unique_ptr<RunLog> log_;
   data::DataLoader &train_loader_, &test_loader_;
   std::shared_ptr<layers::Module> model_;  // what checkpoints hold and the optimizer steps
+  const std::vector<std::string>& notes_;  // TrainerParts::notes
   std::shared_ptr<layers::Module> net_;  // what the loop calls: model_, or model_ in DataParallel / DDP
   const data::DistributedSampler* test_shard_ = nullptr;  // ddp: this rank's share of the test split
   parallel::DistributedDataParallel* ddp_ = nullptr;  // net_ under ddp
   int stop_sig_ = 0;  // the stop signal the ranks agreed on (max_over_ranks)
   int64_t skipped_before_epoch_ = 0;  // the scaler's skipped steps before this epoch
+  /// Processes that each load a batch per step (DataParallel splits one batch in its process).
+  int64_t processes() const { return par_.mode == ParallelMode::ddp ? par_.world_size : 1; }
+  int64_t global_batch_size() const { return train_loader_.options().batch_size * processes() * o_.accumulation_steps; }
+  /// The learning rate the schedule starts from (its warm-up and decay scale this one).
+  double base_lr() const { return sched_ != nullptr ? sched_->base_lr() : opt_.lr(); }
   int64_t optimizer_steps_per_epoch() const {
     return (train_loader_.len() + o_.accumulation_steps - 1) / o_.accumulation_steps;
   }
@@ -217,6 +225,7 @@ void Session::build() {
              std::to_string(test_loader_.dataset().size()) + " test images), device " + dev_.str() + ", " +
              count(o_.epochs, "epoch") + " of " + count(optimizer_steps_per_epoch(), "step"));
   if (!par_.note.empty()) log_->line("ember-train: " + par_.note);
+  for (const std::string& n : notes_) log_->line("ember-train: " + n);
   if (o_.precision != Precision::fp32)
     log_->line(std::string("ember-train: mixed precision ") + config_name(o_.precision) +
                " (autocast; parameters in f32" +
@@ -300,7 +309,18 @@ void Session::prune_after_resume(const Checkpoint& ck) {
 // Only once the checkpoint has loaded: a failed resume leaves the directory as it was.
 void Session::write_run_files(const std::string& note) {
   if (!note.empty()) log_->line("ember-train: " + note);
-  write_file_atomic(paths_.config, o_.config_json(resume_from_));
+  // config.json also records the batch and learning rate this run trains with, as resolved for
+  // its processes (data.global_batch_size, optim.lr_scaling): what a reader cannot work out alone.
+  std::string config = o_.config_json(resume_from_);
+  if (auto j = nlohmann::ordered_json::parse(config, nullptr, /*allow_exceptions=*/false); j.is_object()) {
+    j["resolved"] = {{"processes", processes()},
+                     {"batch_size_per_process", train_loader_.options().batch_size},
+                     {"accumulation_steps", o_.accumulation_steps},
+                     {"global_batch_size", global_batch_size()},
+                     {"lr", base_lr()}};
+    config = j.dump(2) + "\n";
+  }
+  write_file_atomic(paths_.config, config);
   write_file_atomic(paths_.metrics, join_lines(metric_lines_));
 }
 
@@ -549,6 +569,8 @@ RunSummary Session::summary() const {
   s.name = o_.name;
   s.device = dev_.str();
   s.world_size = par_.device_count();
+  s.global_batch_size = global_batch_size();
+  s.lr = base_lr();
   s.epochs_run = st_.epochs_done;
   s.best_test_acc = std::max(st_.best_acc, 0.0);
   s.best_epoch = st_.best_epoch;

@@ -84,6 +84,9 @@ struct TrainerParts {
   /// The loss of a batch: (model output, target) -> 0-d. Empty: layers::cross_entropy. Test
   /// accuracy is argmax(output, 1) == target.
   std::function<Tensor(const Tensor& output, const Tensor& target)> loss;
+  /// Lines the trainer prints (and logs) after its first: what building the parts decided
+  /// (make_trainer_parts: how optim.lr_scaling set the learning rate).
+  std::vector<std::string> notes;
 };
 
 /// How the trainer runs the parts; each field means what its config key (docs/config.md) means.

@@ -69,12 +69,20 @@ TrainerParts make_trainer_parts(const ExperimentConfig& c) {
     test_shard = std::make_shared<data::DistributedSampler>(data.test->size(), par.rank, par.world_size,
                                                             data::DistributedSamplerOptions{.shuffle = false});
   }
-  parts.train_loader = make_train_loader(data, c.data, par.device, c.seed, train_shard);
+  // data.global_batch_size and optim.lr_scaling for this many processes (DataParallel splits
+  // each batch inside its one process).
+  const BatchScaling scaling = resolve_batch_scaling(c, par.mode == ParallelMode::ddp ? par.world_size : 1);
+  DataConfig data_config = c.data;
+  data_config.batch_size = scaling.per_process;
+  OptimConfig optim_config = c.optim;
+  optim_config.lr = scaling.lr;
+  if (!scaling.lr_text.empty()) parts.notes.push_back(scaling.lr_text);
+  parts.train_loader = make_train_loader(data, data_config, par.device, c.seed, train_shard);
   parts.test_loader = make_test_loader(data, c.data, par.device, test_shard);
   // The default generator initialises the model and feeds its dropout, so capture_rng() in every
   // checkpoint covers all randomness of the model (the loaders' streams are pure functions).
   parts.model = make_model(c.model, data.num_classes, *data.train, default_generator());
-  parts.optimizer = make_optimizer(c.optim, parts.model->parameters());
+  parts.optimizer = make_optimizer(optim_config, parts.model->parameters());
   const int64_t steps_per_epoch =
       (parts.train_loader->len() + c.train.accumulation_steps - 1) / c.train.accumulation_steps;
   parts.schedule = make_schedule(c.schedule, *parts.optimizer, steps_per_epoch, c.epochs);

@@ -20,6 +20,9 @@
 #                parallel.mode=ddp the ranks refuse to train alone): one run
 #                directory, written by rank 0; SIGTERM to ember-run reaches both ranks, which stop
 #                after the same step; resume=auto on 2 processes matches the uninterrupted DDP run
+# ddp_global_batch  data.global_batch_size=32 with optim.lr_scaling=linear on 2 processes: 16 per
+#                rank, lr 0.02 x 32/16 = 0.04 printed and in config.json's "resolved", summary.json and
+#                metrics.jsonl; that config.json runs again; 33 is refused (exit 2) naming the numbers
 # dp             parallel.mode=dp over cpu,cpu: trains, says how the batch is split, world_size 2;
 #                a bad device in the list -> exit 2 naming the key
 # ddp_accuracy   mnist_cnn on a Fashion-MNIST slice: DDP on 2 processes (batch 32 each) reaches the
@@ -37,14 +40,8 @@ case_name=$1
 prog=$2
 work=$3
 ember_run=${4:-}
-rm -rf "$work"
-mkdir -p "$work"
-cd "$work" || exit 1
-
-fail() {
-  echo "FAIL: $*"
-  exit 1
-}
+source "$(dirname "$0")/lib.sh"  # fresh_dir, fail, skip, clean_job_env
+fresh_dir "$work"
 
 # expect RC REGEX CMD...: runs CMD, checks its exit status and that stdout+stderr match REGEX.
 expect() {
@@ -251,6 +248,37 @@ ddp_nonfinite)
   [ "$rc" -eq 0 ] || fail "skip under DDP exited with $rc (124: a hang)"
   grep -qE '"nonfinite_steps":[1-9]' skip/metrics.jsonl || fail "metrics.jsonl: $(cat skip/metrics.jsonl)"
   ;;
+ddp_global_batch)
+  write_tiny_config c.json
+  scale=(data.global_batch_size=32 optim.lr_scaling=linear optim.reference_batch_size=16)
+  out=$(timeout -k 5 120 "$ember_run" --nproc-per-node 2 "$prog" c.json parallel.mode=ddp epochs=1 "${scale[@]}" \
+    output.run_dir=run 2>&1)
+  rc=$?
+  printf '%s\n' "$out" | head -n 12
+  [ "$rc" -eq 0 ] || fail "ember-run exited with $rc (124: a hang)"
+  grep -q 'ember-train: batch 16 per rank x 2 ranks = 32' <<<"$out" || fail "no per-rank batch of 16"
+  grep -q 'ember-train: lr 0.02 x 32/16 (linear) = 0.04' <<<"$out" || fail "no lr scaling line"
+  python3 - run <<'PY' || fail "config.json or summary.json does not hold the resolved numbers"
+import json, sys
+run = sys.argv[1]
+c = json.load(open(run + "/config.json"))
+s = json.load(open(run + "/summary.json"))
+m = [json.loads(l) for l in open(run + "/metrics.jsonl")]
+want = {"processes": 2, "batch_size_per_process": 16, "accumulation_steps": 1, "global_batch_size": 32, "lr": 0.04}
+assert c["resolved"] == want, c["resolved"]
+assert c["data"]["global_batch_size"] == 32 and c["data"]["batch_size"] == 16 and c["optim"]["lr"] == 0.02, c
+assert s["global_batch_size"] == 32 and s["lr"] == 0.04, s
+assert abs(m[0]["lr"] - 0.04) < 1e-12, m[0]  # cosine: epoch 1 starts at the scaled rate
+PY
+  # The run's config.json runs again (the resolved object is read and ignored).
+  expect 0 'lr 0.02 x 32/16 \(linear\) = 0.04' "$prog" run/config.json output.run_dir=again
+  grep -q '"global_batch_size": 32' again/summary.json || fail "the re-run on one process: $(cat again/summary.json)"
+  grep -q '"batch_size_per_process": 32' again/config.json || fail "one process did not train in batches of 32"
+  # 33 images do not split over 2 ranks: refused before any work, naming the numbers.
+  expect 2 'data.global_batch_size 33 does not divide into 2 processes x train.accumulation_steps 1 = 2 batches of equal size: choose a multiple of 2 \(32 or 34\)' \
+    "$ember_run" --nproc-per-node 2 "$prog" c.json parallel.mode=ddp data.global_batch_size=33 output.run_dir=bad
+  [ ! -e bad ] || fail "the refused run wrote bad/"
+  ;;
 dp)
   write_tiny_config c.json
   expect 0 'batch 16 split over cpu, cpu \(DataParallel\)' "$prog" c.json parallel.mode=dp parallel.devices=cpu,cpu \
@@ -260,15 +288,14 @@ dp)
   ;;
 ddp_accuracy)
   data=/usr/share/datasets/fashion-mnist
-  [ -e "$data/t10k-labels-idx1-ubyte" ] || [ -e "$data/t10k-labels-idx1-ubyte.gz" ] || {
-    echo "SKIP: no Fashion-MNIST in $data (apt-get install dataset-fashion-mnist)"
-    exit 77
-  }
+  [ -e "$data/t10k-labels-idx1-ubyte" ] || [ -e "$data/t10k-labels-idx1-ubyte.gz" ] ||
+    skip "no Fashion-MNIST in $data (apt-get install dataset-fashion-mnist)"
   slice=(device=cpu epochs=2 data.limit_train=4000 data.limit_test=1000 early_stop.target_accuracy=null)
   cfg=$(dirname "$0")/../../configs/mnist_cnn.json
-  "$prog" "$cfg" "${slice[@]}" data.batch_size=64 output.run_dir=single >single.out 2>&1 ||
+  # One global batch for both: 64 images per step, 32 per rank under DDP.
+  "$prog" "$cfg" "${slice[@]}" data.global_batch_size=64 output.run_dir=single >single.out 2>&1 ||
     fail "the single-process run exited with $?"
-  "$ember_run" --nproc-per-node 2 "$prog" "$cfg" "${slice[@]}" data.batch_size=32 parallel.mode=ddp \
+  "$ember_run" --nproc-per-node 2 "$prog" "$cfg" "${slice[@]}" data.global_batch_size=64 parallel.mode=ddp \
     output.run_dir=ddp >ddp.out 2>&1 || fail "the DDP run exited with $?"
   cat single.out ddp.out
   grep -q '\[rank 0\] ember-train: batch 32 per rank x 2 ranks = 64' ddp.out || fail "no global batch line"
@@ -282,10 +309,8 @@ ddp_accuracy)
   ;;
 amp_accuracy)
   data=/usr/share/datasets/fashion-mnist
-  [ -e "$data/t10k-labels-idx1-ubyte" ] || [ -e "$data/t10k-labels-idx1-ubyte.gz" ] || {
-    echo "SKIP: no Fashion-MNIST in $data (apt-get install dataset-fashion-mnist)"
-    exit 77
-  }
+  [ -e "$data/t10k-labels-idx1-ubyte" ] || [ -e "$data/t10k-labels-idx1-ubyte.gz" ] ||
+    skip "no Fashion-MNIST in $data (apt-get install dataset-fashion-mnist)"
   slice=(device=cpu epochs=2 data.limit_train=4000 data.limit_test=1000 early_stop.target_accuracy=null)
   cfg=$(dirname "$0")/../../configs/mnist_cnn.json
   for p in fp32 bf16 fp16; do

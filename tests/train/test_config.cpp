@@ -4,6 +4,7 @@
 // the schema against docs/config.md.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -39,6 +40,7 @@ ExperimentConfig all_non_default() {
   c.data.dataset = DatasetKind::cifar100;
   c.data.path = "/tmp/some dir/c100";
   c.data.batch_size = 128;
+  c.data.global_batch_size = 1024;
   c.data.test_batch_size = 500;
   c.data.workers = 0;
   c.data.augment = true;
@@ -52,6 +54,8 @@ ExperimentConfig all_non_default() {
   c.optim.weight_decay = 5e-4;
   c.optim.betas = {0.8, 0.99};
   c.optim.eps = 1e-6;
+  c.optim.lr_scaling = LrScaling::sqrt;
+  c.optim.reference_batch_size = 128;
   c.schedule.name = ScheduleKind::multistep;
   c.schedule.step_size = 7;
   c.schedule.gamma = 0.2;
@@ -358,6 +362,63 @@ TEST_CASE("config: integral floats are integers, other numbers are not", "[cpu]"
   CHECK_THROWS_AS(parse_config(R"({"seed": 0.5})"), ember::Error);
 }
 
+TEST_CASE("config: resolve_batch_scaling splits a global batch and scales the learning rate", "[cpu]") {
+  ExperimentConfig c;
+  c.data.batch_size = 48;
+  c.optim.lr = 0.1;
+  SECTION("without either key: batch_size per process, lr as it is") {
+    c.train.accumulation_steps = 2;
+    const BatchScaling s = resolve_batch_scaling(c, 3);
+    CHECK(s.per_process == 48);
+    CHECK(s.global == 48 * 3 * 2);
+    CHECK(s.lr == 0.1);
+    CHECK(s.lr_text.empty());
+  }
+  SECTION("a global batch divides into processes x accumulation steps; batch_size is ignored") {
+    c.data.global_batch_size = 512;
+    CHECK(resolve_batch_scaling(c, 4).per_process == 128);
+    CHECK(resolve_batch_scaling(c, 1).per_process == 512);
+    c.train.accumulation_steps = 2;
+    const BatchScaling s = resolve_batch_scaling(c, 4);
+    CHECK(s.per_process == 64);
+    CHECK(s.global == 512);
+  }
+  SECTION("linear and sqrt scaling against the reference batch") {
+    c.data.global_batch_size = 512;
+    c.optim.reference_batch_size = 256;
+    c.optim.lr_scaling = LrScaling::linear;
+    BatchScaling s = resolve_batch_scaling(c, 4);
+    CHECK(s.lr == 0.1 * 2.0);  // a power-of-two ratio: exact
+    CHECK(s.lr_text == "lr 0.1 x 512/256 (linear) = 0.2");
+    c.optim.lr_scaling = LrScaling::sqrt;
+    s = resolve_batch_scaling(c, 4);
+    CHECK(s.lr == 0.1 * std::sqrt(2.0));
+    CHECK(s.lr_text == "lr 0.1 x sqrt(512/256) = 0.141421");
+    // Without a global batch the scaling follows batch_size x processes.
+    c.data.global_batch_size = 0;
+    c.optim.lr_scaling = LrScaling::linear;
+    s = resolve_batch_scaling(c, 2);
+    CHECK(s.global == 96);
+    CHECK(s.lr == 0.1 * (96.0 / 256.0));
+  }
+  SECTION("a global batch that does not divide is an error naming the numbers and the nearest multiples") {
+    c.data.global_batch_size = 61;
+    c.train.accumulation_steps = 2;
+    CHECK_THAT(
+        error_of([&] { resolve_batch_scaling(c, 3); }),
+        Catch::Matchers::StartsWith(
+            "data.global_batch_size 61 does not divide into 3 processes x train.accumulation_steps 2 = 6 batches of "
+            "equal size: choose a multiple of 6 (60 or 66)\n"));
+    c.data.global_batch_size = 4;
+    c.train.accumulation_steps = 1;
+    CHECK_THAT(
+        error_of([&] { resolve_batch_scaling(c, 8); }),
+        Catch::Matchers::StartsWith(
+            "data.global_batch_size 4 does not divide into 8 processes x train.accumulation_steps 1 = 8 batches of "
+            "equal size: choose a multiple of 8 (8)\n"));
+  }
+}
+
 TEST_CASE("config: the provenance object is accepted and ignored", "[cpu]") {
   const std::string file = R"({"provenance": {"commit": "abc123", "overrides": ["epochs=3"], "host": "h",
                                               "nested": {"lr": "not a key"}}, "epochs": 4})";
@@ -367,7 +428,10 @@ TEST_CASE("config: the provenance object is accepted and ignored", "[cpu]") {
   // A run directory's config.json (to_json plus provenance) reads back as the same config.
   json doc = json::parse(to_json(all_non_default()));
   doc["provenance"] = {{"commit", "abc123"}, {"start", "2024-01-01T00:00:00"}};
+  doc["resolved"] = {{"processes", 2}, {"lr", 0.2}};  // what the run trained with: read and ignored
   CHECK(parse_config(doc.dump()) == all_non_default());
+  CHECK_THAT(error_of([] { parse_config(R"({"resolved": 3})", {}, "runs.json"); }),
+             Catch::Matchers::Contains("runs.json: resolved: expected an object, found 3"));
 }
 
 TEST_CASE("config: malformed JSON names the source, line and column", "[cpu]") {
@@ -486,8 +550,9 @@ TEST_CASE("config: every enum key parses once into its enum and writes back its 
       ++checked;
     }
   }
-  CHECK(checked == 3 + 2 + 4 + 4 + 3 + 5 + 2 + 3 + 3 + 2);  // precision ... parallel.algorithm
+  CHECK(checked == 3 + 2 + 4 + 4 + 3 + 3 + 5 + 2 + 3 + 3 + 2);  // precision ... parallel.algorithm
   // The enums behind them, value by value.
+  CHECK(parse_config("{}", {"optim.lr_scaling=sqrt"}).optim.lr_scaling == LrScaling::sqrt);
   CHECK(parse_config("{}", {"precision=bf16"}).precision == Precision::bf16);
   CHECK(parse_config("{}", {"memory_format=channels_last"}).memory_format == MemoryFormat::channels_last);
   CHECK(parse_config("{}", {"model.name=wide_resnet", "data.dataset=cifar100"}).model.name == ModelKind::wide_resnet);

@@ -126,6 +126,10 @@ TEST_CASE("trainer: a run directory holds config, metrics, summary, log and rota
   c.checkpoint.keep_last = 2;
   c.early_stop.target_accuracy = 1.0;
   c.early_stop.patience = 1;
+  // lr 0.01 for batches of 8, linear scaling: the run trains at 0.02 (batch 16).
+  c.optim.lr = 0.01;
+  c.optim.lr_scaling = LrScaling::linear;
+  c.optim.reference_batch_size = 8;
   const std::vector<std::string> overrides = {"checkpoint.keep_last=2"};
   const TrainOutcome out = Trainer(c, overrides).run();
   CHECK(out.exit_code == 0);
@@ -142,6 +146,11 @@ TEST_CASE("trainer: a run directory holds config, metrics, summary, log and rota
   CHECK(j["provenance"]["overrides"] == overrides);
   CHECK(j["provenance"]["started"].get<std::string>().size() == std::string("2024-01-01T00:00:00+0000").size());
   CHECK(!j["provenance"]["host"].get<std::string>().empty());
+  CHECK(j["resolved"] == nlohmann::json{{"processes", 1},
+                                        {"batch_size_per_process", 16},
+                                        {"accumulation_steps", 1},
+                                        {"global_batch_size", 16},
+                                        {"lr", 0.02}});
 
   // metrics.jsonl: one line per epoch with every key (read_metrics_file requires them).
   const std::vector<EpochMetrics> ms = read_metrics(run_dir);
@@ -187,6 +196,8 @@ TEST_CASE("trainer: a run directory holds config, metrics, summary, log and rota
   CHECK(s.name == "tiny");
   CHECK(s.device == "cpu");
   CHECK(s.world_size == 1);
+  CHECK(s.global_batch_size == 16);
+  CHECK(s.lr == 0.02);
   CHECK(s.epochs_run == expected_epochs);
   CHECK(s.best_test_acc == best);
   CHECK(s.best_epoch == best_epoch);

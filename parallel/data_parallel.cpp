@@ -19,10 +19,12 @@
 
 #include <cstddef>
 #include <exception>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <utility>
 
+#include <ember/autograd/autocast.h>
 #include <ember/autograd/grad_mode.h>
 #include <ember/core/error.h>
 #include <ember/parallel/comm_ops.h>
@@ -121,7 +123,13 @@ DataParallel::Replicas& DataParallel::replicas() {
 
 std::vector<Tensor> DataParallel::run_replicas(const std::vector<Tensor>& chunks) {
   const size_t n = chunks.size();
-  const bool grad_mode = GradMode::is_enabled();  // thread-local: each replica thread takes the caller's
+  // Thread-local state each replica thread takes from the caller: grad mode, and autocast (on and
+  // its dtype) for the devices' type, so the replicas' convolutions and matmuls run as the caller's
+  // forward asked (ember-train's parallel.mode=dp with precision bf16/fp16).
+  const bool grad_mode = GradMode::is_enabled();
+  const DeviceType device_type = devices_[0].type();
+  const bool autocast = amp::autocast_enabled(device_type);
+  const DType autocast_dtype = amp::autocast_dtype(device_type);
   const bool cuda = devices_[0].is_cuda();
   std::vector<Event> ready(n), done(n);
   if (cuda)
@@ -137,6 +145,8 @@ std::vector<Tensor> DataParallel::run_replicas(const std::vector<Tensor>& chunks
         StreamGuard stream(streams_[i]);
         if (cuda) ready[i].wait(streams_[i]);
         GradMode::set_enabled(grad_mode);
+        std::optional<amp::Autocast> autocast_guard;
+        if (autocast) autocast_guard.emplace(device_type, autocast_dtype);
         outputs[i] = replicas_.modules[i]->forward(chunks[i]);
         if (cuda) done[i].record(streams_[i]);
       } catch (...) {

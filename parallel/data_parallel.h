@@ -11,7 +11,8 @@
 // The replicas' parameters are the outputs of differentiable Broadcast ops (parallel/comm_ops.h)
 // of the wrapped module's parameters, so backward reduce-adds their gradients onto the wrapped
 // module's own parameters. Buffers (BatchNorm's running statistics) are copied to every replica
-// before each forward and back from replica 0 after it, as in PyTorch.
+// before each forward and back from replica 0 after it, as in PyTorch. The replica threads run
+// with the caller's grad mode and autocast state (amp::Autocast around dp->forward reaches them).
 #include <optional>
 #include <string>
 #include <utility>

@@ -19,6 +19,7 @@ CommStats& CommStats::operator+=(const CommStats& o) {
   all_reduces += o.all_reduces;
   bytes += o.bytes;
   syncs += o.syncs;
+  grads_after_first_launch += o.grads_after_first_launch;
   return *this;
 }
 
@@ -99,6 +100,7 @@ void Reducer::on_grad_ready(size_t index) {
   Param& p = params_[index];
   EMBER_CHECK(!p.ready, "DistributedDataParallel: parameter '", p.name,
               "' got its gradient twice in one backward pass (is it registered in two places?)");
+  if (next_launch_ > 0) ++stats_.grads_after_first_launch;  // an all-reduce already runs beside backward
   mark_ready(index, p.tensor.grad());
   launch_ready_buckets();
 }

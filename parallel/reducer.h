@@ -36,6 +36,10 @@ struct CommStats {
   int64_t bytes = 0;
   /// Synchronised backward passes.
   int64_t syncs = 0;
+  /// Gradients that arrived after their pass's first all-reduce was launched, summed over passes:
+  /// > 0 means communication started while backward was still computing gradients (the overlap
+  /// that bucketing in reverse order is for); 0 when one bucket holds every parameter.
+  int64_t grads_after_first_launch = 0;
   CommStats& operator+=(const CommStats& o);
 };
 

@@ -140,6 +140,9 @@ inline void train_and_compare(int accumulation, bool find_unused, const std::str
   CHECK(s.syncs == kSteps);
   CHECK(s.all_reduces == kSteps * static_cast<int64_t>(ddp.buckets().size()));
   CHECK(s.comm_seconds > 0);
+  // The first bucket went out while backward still ran (with an unused parameter in it, it can
+  // only go when backward ends).
+  if (!find_unused) CHECK(s.grads_after_first_launch > 0);
   if (find_unused) {
     const Tensor g = static_cast<TwoHeads&>(*local).named_parameters().back().second.grad();
     REQUIRE(g.defined());

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include <ember/autograd/autocast.h>
 #include <ember/autograd/grad_mode.h>
 #include <ember/autograd/ops.h>
 #include <ember/core/rng.h>
@@ -224,6 +225,34 @@ TEST_CASE("DataParallel: grad mode and eval mode reach the replicas", "[cpu][par
   layers::cross_entropy(dp->forward(batch(4, 10)), targets(4)).backward();
   CHECK(default_generator().state() == before);
   for (const Tensor& p : model->parameters()) CHECK(p.grad().defined());
+}
+
+TEST_CASE("DataParallel: autocast reaches the replicas: their convolutions and matmuls run in bf16",
+          "[cpu][parallel][data_parallel]") {
+  ModulePtr ref = small_cnn(false), model = small_cnn(false);
+  auto dp = std::make_shared<DataParallel>(model, cpus(2));
+  const Tensor x = batch(6, 11), t = targets(6);
+  Tensor y, y_ref;
+  {
+    amp::Autocast guard(DeviceType::CPU, DType::bf16);
+    y = dp->forward(x);
+    // Each replica computes what the module computes on its chunk under the same guard.
+    y_ref = parallel::gather({ref->forward(x.narrow(0, 0, 3)), ref->forward(x.narrow(0, 3, 3))}, kCpu);
+  }
+  // The last layer is a Linear: under autocast its output is bf16. A replica thread without the
+  // caller's guard computed in f32.
+  CHECK(y.dtype() == DType::bf16);
+  REQUIRE(y_ref.dtype() == DType::bf16);
+  // The same arithmetic on the same chunks; at most a rounding to bf16 (unit roundoff 2^-8) apart.
+  ember::testing::check_near(y, y_ref, 0x1p-8);
+  // Gradients come back to the f32 parameters.
+  layers::cross_entropy(y, t).backward();
+  for (const Tensor& p : model->parameters()) {
+    REQUIRE(p.grad().defined());
+    CHECK(p.grad().dtype() == DType::f32);
+  }
+  // Without a guard the replicas compute in f32.
+  CHECK(dp->forward(x).dtype() == DType::f32);
 }
 
 TEST_CASE("DataParallel: state dict names, accessors and the one-device path", "[cpu][parallel][data_parallel]") {

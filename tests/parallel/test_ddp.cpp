@@ -141,9 +141,10 @@ TEST_CASE("ddp child", "[.ddp_child]") {
                                                {"strings", strings_child}});
 }
 
-TEST_CASE("ddp: 2 and 3 processes train like one process on the whole batch", "[multiproc][parallel][ddp]") {
+TEST_CASE("ddp: 2, 3 and 4 processes train like one process on the whole batch", "[multiproc][parallel][ddp]") {
   for (const char* scenario : {"match", "no_sync", "unused_zeros"}) {
-    for (int world : {2, 3}) {
+    for (int world : {2, 3, 4}) {
+      if (world == 4 && std::string(scenario) != "match") continue;  // 4 ranks: the plain case
       INFO(scenario << " on " << world << " processes");
       testing::Ranks job("[.ddp_child]", world, {std::string("EMBER_DDP_SCENARIO=") + scenario});
       if (job.wait_all(120)) job.check_all_passed();
@@ -206,6 +207,9 @@ TEST_CASE("ddp: a group of one - buckets, no_sync and stats", "[cpu][parallel][d
   CHECK(s.all_reduces == 2);
   CHECK(s.bytes == (36 + 4 + 180 + 5) * 4);
   CHECK(s.exposed_seconds >= 0);
+  // Overlap: backward reaches layer 4 first, so bucket 0 launched while layer 0's two gradients
+  // were still to come (a bucket order that followed the forward would launch at the last one).
+  CHECK(s.grads_after_first_launch == 2);
   CHECK(ddp.take_comm_stats().syncs == 0);
   // Under no_sync the gradient accumulated: twice the first.
   std::vector<Tensor> twice;
@@ -216,6 +220,16 @@ TEST_CASE("ddp: a group of one - buckets, no_sync and stats", "[cpu][parallel][d
 
   CHECK_THAT(error_of([&] { DistributedDataParallel bad(m, pg, {.bucket_cap_mb = 0}); }),
              Catch::Contains("bucket_cap_mb"));
+  {
+    // One bucket for everything: its all-reduce can only start at the last gradient.
+    layers::ModulePtr m1 = small_cnn(3, false);
+    DistributedDataParallel one(m1, pg, {.bucket_cap_mb = 1});
+    REQUIRE(one.buckets().size() == 1);
+    layers::cross_entropy(one(b.x), b.y).backward();
+    const CommStats s1 = one.take_comm_stats();
+    CHECK(s1.syncs == 1);
+    CHECK(s1.grads_after_first_launch == 0);
+  }
   destroy_process_group();
 }
 

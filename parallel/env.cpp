@@ -321,6 +321,20 @@ RankInfo discover_rank(const RankOptions& opts, const Getenv& getenv_fn) {
   return info;
 }
 
+int restart_count_from_env() {
+  for (const char* var : {"EMBER_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"}) {
+    const char* s = std::getenv(var);
+    if (s == nullptr) continue;
+    const std::string text(s);
+    int v = -1;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    EMBER_CHECK(!text.empty() && ec == std::errc() && end == text.data() + text.size() && v >= 0, var, "=", text,
+                " is not a whole number >= 0");
+    return v;
+  }
+  return 0;
+}
+
 CollectiveTimeout collective_timeout_from_env(double fallback_s) {
   const char* s = std::getenv("EMBER_COLLECTIVE_TIMEOUT");
   if (s == nullptr) return {fallback_s, "the default"};

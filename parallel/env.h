@@ -58,6 +58,11 @@ std::optional<RankInfo> launcher_rank(const std::function<const char*(const char
 /// A malformed list (unbalanced brackets, "[3-1]", "[a-b]") throws naming the list.
 std::vector<std::string> expand_slurm_nodelist(const std::string& list);
 
+/// Which attempt of a job this process belongs to: EMBER_RESTART_COUNT (set by ember-run
+/// --max-restarts), else torchrun's TORCHELASTIC_RESTART_COUNT, else 0. A value that is not a
+/// whole number >= 0 throws naming the variable and its value.
+int restart_count_from_env();
+
 /// A per-collective timeout and where it came from.
 struct CollectiveTimeout {
   double seconds = 300.0;

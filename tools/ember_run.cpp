@@ -1,7 +1,7 @@
 // ember-run: starts one process per rank on this node, as torchrun does, and watches them.
 //
 //   ember-run --nproc-per-node N|gpu [--nnodes M --node-rank R --master-addr A --master-port P]
-//             [--log-dir DIR] [--grace SECONDS] PROGRAM ARGS...
+//             [--log-dir DIR] [--grace SECONDS] [--max-restarts K] PROGRAM ARGS...
 //
 // Each child gets MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE, which
 // parallel::discover_rank reads before any Slurm or Open MPI variable the child inherits (those
@@ -12,7 +12,11 @@
 // wrote it to (or each rank writes DIR/rank_k.log). SIGINT and SIGTERM are passed to every child
 // (a second one kills them). When a child exits non-zero or dies by a signal, the others get half
 // a second to end by themselves, then SIGTERM, then SIGKILL after --grace seconds, and ember-run
-// exits with the first failure's status (128 + the signal for a signal).
+// exits with the first failure's status (128 + the signal for a signal). With --max-restarts K it
+// first starts every rank again, up to K times (torchrun's flag): each attempt is a new job with a
+// new rendezvous store (on one node a new free port), EMBER_RESTART_COUNT (and torchrun's
+// TORCHELASTIC_RESTART_COUNT) telling the ranks which attempt they are; a program that resumes from
+// its last checkpoint (ember-train with checkpoint.resume=auto) then goes on where it was stopped.
 //
 // Single-threaded: one poll() loop over the children's pipes and a signalfd (SIGCHLD, SIGINT,
 // SIGTERM), so no signal handler ever runs concurrently with the bookkeeping.
@@ -61,13 +65,19 @@ constexpr auto kDrainAfterExit = std::chrono::seconds(2);  // a grandchild may h
 // talk to the failed rank see it at once, and their own error message is the useful one (a
 // SIGTERM arriving while they print it would cut it off).
 constexpr auto kSettle = std::chrono::milliseconds(500);
-constexpr const char* kRankVars[] = {"MASTER_ADDR", "MASTER_PORT", "RANK",
-                                     "WORLD_SIZE",  "LOCAL_RANK",  "LOCAL_WORLD_SIZE"};
+constexpr const char* kRankVars[] = {"MASTER_ADDR",
+                                     "MASTER_PORT",
+                                     "RANK",
+                                     "WORLD_SIZE",
+                                     "LOCAL_RANK",
+                                     "LOCAL_WORLD_SIZE",
+                                     "EMBER_RESTART_COUNT",
+                                     "TORCHELASTIC_RESTART_COUNT"};
 
 void print_usage(std::FILE* out) {
   std::fputs(
       "usage: ember-run [--nproc-per-node N|gpu] [--nnodes M --node-rank R --master-addr A --master-port P]\n"
-      "                 [--log-dir DIR] [--grace SECONDS] PROGRAM [ARGS...]\n"
+      "                 [--log-dir DIR] [--grace SECONDS] [--max-restarts K] PROGRAM [ARGS...]\n"
       "\n"
       "Starts --nproc-per-node copies of PROGRAM on this node, one per rank, with MASTER_ADDR, MASTER_PORT,\n"
       "RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE set for each (what parallel::init_process_group\n"
@@ -85,6 +95,8 @@ void print_usage(std::FILE* out) {
       "                          copying them here with a \"[rank K] \" prefix\n"
       "  --grace SECONDS         after a rank fails, how long the others get between SIGTERM and\n"
       "                          SIGKILL (default 5)\n"
+      "  --max-restarts K        when a rank fails, stop the others and start every rank again, up to\n"
+      "                          K times (default 0); the ranks see EMBER_RESTART_COUNT\n"
       "  --help                  print this and exit\n"
       "\n"
       "When a rank exits non-zero or is killed, the other ranks get 0.5 s to end by themselves, then\n"
@@ -104,6 +116,7 @@ struct Args {
   int master_port = -1;
   std::string log_dir;
   double grace_s = 5.0;
+  int max_restarts = 0;
   std::vector<std::string> command;  // PROGRAM ARGS...
   bool help = false;
 };
@@ -145,7 +158,7 @@ std::string parse_args(int argc, char** argv, Args& a) {
       continue;
     }
     static const std::vector<std::string> kValued = {"--nproc-per-node", "--nnodes",  "--node-rank", "--master-addr",
-                                                     "--master-port",    "--log-dir", "--grace"};
+                                                     "--master-port",    "--log-dir", "--grace",     "--max-restarts"};
     if (std::find(kValued.begin(), kValued.end(), flag) == kValued.end())
       return "unknown flag '" + arg + "' (ember-run --help lists the flags)";
     if (!inline_value) {
@@ -181,6 +194,9 @@ std::string parse_args(int argc, char** argv, Args& a) {
       a.grace_s = std::strtod(value.c_str(), &end);
       if (value.empty() || *end != '\0' || !(a.grace_s >= 0 && a.grace_s <= 3600))
         return "--grace expects seconds from 0 to 3600, got '" + value + "'";
+    } else if (flag == "--max-restarts") {
+      if (!parse_int(value, 0, 1000, a.max_restarts))
+        return "--max-restarts expects a number from 0 to 1000, got '" + value + "'";
     }
   }
   for (; i < argc; ++i) a.command.emplace_back(argv[i]);
@@ -347,7 +363,8 @@ int threads_per_rank(int nproc) { return std::max(1, ember::available_cores() / 
 
 /// The child's environment: ours without the six rank variables, then those for this rank, and
 /// kThreadVars that the user left unset.
-std::vector<std::string> child_env(const Args& a, const std::string& addr, int port, int rank, int local_rank) {
+std::vector<std::string> child_env(const Args& a, const std::string& addr, int port, int rank, int local_rank,
+                                   int attempt) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string_view entry(*e);
@@ -361,6 +378,8 @@ std::vector<std::string> child_env(const Args& a, const std::string& addr, int p
   env.push_back("WORLD_SIZE=" + std::to_string(a.nnodes * a.nproc));
   env.push_back("LOCAL_RANK=" + std::to_string(local_rank));
   env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(a.nproc));
+  env.push_back("EMBER_RESTART_COUNT=" + std::to_string(attempt));
+  env.push_back("TORCHELASTIC_RESTART_COUNT=" + std::to_string(attempt));
   // The ranks of a node share its cores: unless the user chose, each gets cores / nproc threads
   // for ember's kernels, OpenBLAS and OpenMP (a rank each using every core slows all of them).
   const std::string threads = std::to_string(threads_per_rank(a.nproc));
@@ -378,8 +397,17 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
 
 class Launcher {
  public:
-  Launcher(Args args, std::string program, std::string addr, int port)
-      : a_(std::move(args)), program_(std::move(program)), addr_(std::move(addr)), port_(port) {}
+  Launcher(Args args, std::string program, std::string addr, int port, int attempt)
+      : a_(std::move(args)), program_(std::move(program)), addr_(std::move(addr)), port_(port), attempt_(attempt) {}
+  ~Launcher() {
+    if (sigfd_ >= 0) ::close(sigfd_);
+  }
+  Launcher(const Launcher&) = delete;
+  Launcher& operator=(const Launcher&) = delete;
+
+  /// Whether the job ended because a rank failed, and not because ember-run itself was told to
+  /// stop (SIGINT/SIGTERM) or could not start the ranks: only then does --max-restarts restart.
+  bool rank_failed() const { return first_failure_ >= 0 && interrupt_ == 0; }
 
   /// Starts every rank, watches them until all have ended, returns ember-run's exit status.
   int run() {
@@ -430,7 +458,8 @@ class Launcher {
     int out[2] = {-1, -1}, err[2] = {-1, -1}, log_fd = -1;
     if (!a_.log_dir.empty()) {
       c.log_path = a_.log_dir + "/rank_" + std::to_string(c.rank) + ".log";
-      log_fd = ::open(c.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      // A restart appends: the failed attempt's output stays in the log.
+      log_fd = ::open(c.log_path.c_str(), O_WRONLY | O_CREAT | (attempt_ == 0 ? O_TRUNC : O_APPEND) | O_CLOEXEC, 0644);
       if (log_fd < 0) {
         say("cannot write " + c.log_path + ": " + std::strerror(errno));
         return false;
@@ -440,7 +469,7 @@ class Launcher {
       return false;
     }
     const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    std::vector<std::string> env = child_env(a_, addr_, port_, c.rank, local), argv = a_.command;
+    std::vector<std::string> env = child_env(a_, addr_, port_, c.rank, local, attempt_), argv = a_.command;
     std::vector<char*> envp = pointers(env), argvp = pointers(argv);
     const std::string exec_failed = "ember-run: rank " + std::to_string(c.rank) + ": cannot execute " + program_ + "\n";
     const pid_t parent = ::getpid();
@@ -610,9 +639,11 @@ class Launcher {
     const Child& f = children_[first_failure_];
     if (!f.log_path.empty()) print_log_tail(f);
     const int code = exit_code(f.status);
-    say("exiting with status " + std::to_string(code) + ": rank " + std::to_string(f.rank) + " (pid " +
-        std::to_string(f.pid) + ") " + describe(f.status) +
-        (interrupt_ != 0 ? " after " + signal_text(interrupt_) : std::string()));
+    // An attempt that --max-restarts will follow is not the end of ember-run.
+    const bool restart = rank_failed() && attempt_ < a_.max_restarts;
+    say((restart ? "attempt " + std::to_string(attempt_) + " ended with status " : "exiting with status ") +
+        std::to_string(code) + ": rank " + std::to_string(f.rank) + " (pid " + std::to_string(f.pid) + ") " +
+        describe(f.status) + (interrupt_ != 0 ? " after " + signal_text(interrupt_) : std::string()));
     return code;
   }
 
@@ -637,6 +668,7 @@ class Launcher {
   Args a_;
   std::string program_, addr_;
   int port_;
+  int attempt_;  // 0, then 1.. for each --max-restarts restart
   int sigfd_ = -1;
   std::vector<Child> children_;
   int first_failure_ = -1;
@@ -678,5 +710,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ember-run: cannot choose a --master-port: %s\n", why.c_str());
     return kExitLaunch;
   }
-  return Launcher(std::move(args), program, addr, port).run();
+  for (int attempt = 0;; ++attempt) {
+    Launcher launcher(args, program, addr, port, attempt);
+    const int code = launcher.run();
+    if (code == 0 || !launcher.rank_failed()) return code;
+    if (attempt >= args.max_restarts) {
+      if (args.max_restarts > 0) say("no restart left (--max-restarts " + std::to_string(args.max_restarts) + ")");
+      return code;
+    }
+    // A new job: on one node a new store port, so no socket of the failed attempt's is in the way.
+    if (args.master_port < 0 && args.nnodes == 1) {
+      if (const int p = free_port(addr, why); p > 0) port = p;
+    }
+    say("restarting every rank: restart " + std::to_string(attempt + 1) + " of " + std::to_string(args.max_restarts) +
+        " (EMBER_RESTART_COUNT=" + std::to_string(attempt + 1) + ", master port " + std::to_string(port) + ")");
+  }
 }

@@ -183,6 +183,7 @@ std::string to_json(const RunSummary& s) {
   j["world_size"] = s.world_size;
   j["global_batch_size"] = s.global_batch_size;
   j["lr"] = s.lr;
+  j["restarts"] = s.restarts;
   j["epochs_run"] = s.epochs_run;
   j["best_test_acc"] = s.best_test_acc;
   j["best_epoch"] = s.best_epoch;
@@ -205,6 +206,7 @@ RunSummary parse_run_summary(const std::string& json_text, const std::string& so
   EMBER_CHECK(s.world_size >= 1, source, ": key \"world_size\": expected >= 1, found ", s.world_size);
   if (j.contains("global_batch_size")) s.global_batch_size = get_int(j, "global_batch_size", source);
   if (j.contains("lr")) s.lr = get_double(j, "lr", source);
+  if (j.contains("restarts")) s.restarts = get_int(j, "restarts", source);
   s.epochs_run = get_int(j, "epochs_run", source);
   s.best_test_acc = get_double(j, "best_test_acc", source);
   s.best_epoch = get_int(j, "best_epoch", source);

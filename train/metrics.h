@@ -49,6 +49,9 @@ struct RunSummary {
   /// written before they were recorded.
   int64_t global_batch_size = 0;
   double lr = 0;
+  /// Which restart of its job the run's latest session was (ember-run --max-restarts:
+  /// EMBER_RESTART_COUNT); 0 for a first attempt, and in a summary written before it was recorded.
+  int64_t restarts = 0;
   int64_t epochs_run = 0;  // epochs completed, including ones before a resume
   double best_test_acc = 0;
   int64_t best_epoch = 0;

@@ -31,6 +31,7 @@
 #include <ember/data/distributed_sampler.h>
 #include <ember/kernels/factory.h>
 #include <ember/optim/grad_scaler.h>
+#include <ember/parallel/env.h>
 #include <ember/parallel/found_inf.h>
 #include <ember/parallel/object_collectives.h>
 #include <ember/parallel/sharded_eval.h>
@@ -180,6 +181,7 @@ class Session {
   std::vector<std::string> metric_lines_;
   std::string stop_reason_ = "completed", stop_detail_;
   Clock::time_point session_start_ = Clock::now();
+  int restarts_ = parallel::restart_count_from_env();  // this session's attempt under ember-run --max-restarts
   double total_before_ = 0;
 };
 
@@ -226,6 +228,10 @@ void Session::build() {
              count(o_.epochs, "epoch") + " of " + count(optimizer_steps_per_epoch(), "step"));
   if (!par_.note.empty()) log_->line("ember-train: " + par_.note);
   for (const std::string& n : notes_) log_->line("ember-train: " + n);
+  if (restarts_ > 0)
+    log_->line(
+        "ember-train: restart " + std::to_string(restarts_) + " of this job (EMBER_RESTART_COUNT)" +
+        (o_.checkpoint.resume == "auto" ? "" : " without checkpoint.resume=auto: it does not go on from the last one"));
   if (o_.precision != Precision::fp32)
     log_->line(std::string("ember-train: mixed precision ") + config_name(o_.precision) +
                " (autocast; parameters in f32" +
@@ -571,6 +577,7 @@ RunSummary Session::summary() const {
   s.world_size = par_.device_count();
   s.global_batch_size = global_batch_size();
   s.lr = base_lr();
+  s.restarts = restarts_;
   s.epochs_run = st_.epochs_done;
   s.best_test_acc = std::max(st_.best_acc, 0.0);
   s.best_epoch = st_.best_epoch;

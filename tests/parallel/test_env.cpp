@@ -322,6 +322,28 @@ TEST_CASE("expand_slurm_nodelist expands Slurm's compact host lists", "[cpu]") {
   }
 }
 
+TEST_CASE("restart_count_from_env reads EMBER_RESTART_COUNT, else TORCHELASTIC_RESTART_COUNT", "[cpu]") {
+  using ember::parallel::restart_count_from_env;
+  ScopedEnv torch("TORCHELASTIC_RESTART_COUNT", nullptr);
+  {
+    ScopedEnv unset("EMBER_RESTART_COUNT", nullptr);
+    CHECK(restart_count_from_env() == 0);
+    ScopedEnv t("TORCHELASTIC_RESTART_COUNT", "4");
+    CHECK(restart_count_from_env() == 4);
+  }
+  {
+    ScopedEnv set("EMBER_RESTART_COUNT", "2");
+    ScopedEnv t("TORCHELASTIC_RESTART_COUNT", "4");
+    CHECK(restart_count_from_env() == 2);  // ember-run's own variable first
+  }
+  for (const char* bad : {"", "-1", "one", "2x"}) {
+    ScopedEnv set("EMBER_RESTART_COUNT", bad);
+    INFO("value: '" << bad << "'");
+    CHECK_THAT(error_of([] { restart_count_from_env(); }),
+               Contains(std::string("EMBER_RESTART_COUNT=") + bad + " is not a whole number >= 0"));
+  }
+}
+
 TEST_CASE("collective_timeout_from_env reads EMBER_COLLECTIVE_TIMEOUT", "[cpu]") {
   using ember::parallel::collective_timeout_from_env;
   {

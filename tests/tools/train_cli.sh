@@ -20,6 +20,9 @@
 #                parallel.mode=ddp the ranks refuse to train alone): one run
 #                directory, written by rank 0; SIGTERM to ember-run reaches both ranks, which stop
 #                after the same step; resume=auto on 2 processes matches the uninterrupted DDP run
+# ddp_restart    ember-run --max-restarts 1 over a 2-process DDP run with checkpoint.resume=auto: rank 1
+#                SIGKILLed after epoch 1; every rank restarts, resumes, and the run ends (exit 0) with
+#                the uninterrupted run's metrics; the restart is in the log and summary.json
 # ddp_global_batch  data.global_batch_size=32 with optim.lr_scaling=linear on 2 processes: 16 per
 #                rank, lr 0.02 x 32/16 = 0.04 printed and in config.json's "resolved", summary.json and
 #                metrics.jsonl; that config.json runs again; 33 is refused (exit 2) naming the numbers
@@ -76,6 +79,16 @@ EOF
 # The columns of metrics.jsonl that do not measure time, one epoch per line.
 numbers() {
   sed -E 's/.*"epoch":([0-9]+),"train_loss":([^,]*),"test_loss":([^,]*),"test_acc":([^,]*),.*"lr":([^,]*),.*/\1 \2 \3 \4 \5/' "$1"
+}
+
+# same_metrics A B "1 2 ": run B's metrics.jsonl holds exactly those epochs, with run A's losses,
+# accuracies and learning rates, bit for bit (a resumed or restarted B against an uninterrupted A).
+same_metrics() {
+  numbers "$1/metrics.jsonl" >"$1.txt"
+  numbers "$2/metrics.jsonl" >"$2.txt"
+  cat "$1.txt" "$2.txt"
+  [ "$(cut -d' ' -f1 "$2.txt" | tr '\n' ' ')" = "$3" ] || fail "$2/metrics.jsonl epochs are not exactly $3"
+  cmp -s "$1.txt" "$2.txt" || fail "the metrics of $2 differ from the uninterrupted run's"
 }
 
 case "$case_name" in
@@ -172,11 +185,7 @@ sigterm)
   grep -q 'resumed from' resumed.out || fail "the second run did not resume"
   grep -qE '"stop_reason": "completed"' run/summary.json || fail "the resumed run's summary is not completed"
   grep -qE '"epochs_run": 2' run/summary.json || fail "the resumed run's summary does not count 2 epochs"
-  numbers straight/metrics.jsonl >straight.txt
-  numbers run/metrics.jsonl >resumed.txt
-  cat straight.txt resumed.txt
-  [ "$(cut -d' ' -f1 resumed.txt | tr '\n' ' ')" = "1 2 " ] || fail "metrics.jsonl epochs are not exactly 1 2"
-  cmp -s straight.txt resumed.txt || fail "the resumed run's metrics differ from the uninterrupted run's"
+  same_metrics straight run "1 2 "
   ;;
 ddp_sigterm)
   write_tiny_config c.json
@@ -215,11 +224,7 @@ ddp_sigterm)
   grep -qE '"world_size": 2' run/summary.json || fail "summary.json does not say world_size 2"
   ! grep -qE '^\[rank 1\] (epoch|ember-train)' straight.out resumed.out || fail "rank 1 printed run lines"
   [ "$(ls -A | grep -cv '\.out$\|c\.json')" -eq 2 ] || fail "directories other than straight/ and run/: $(ls -A)"
-  numbers straight/metrics.jsonl >straight.txt
-  numbers run/metrics.jsonl >resumed.txt
-  cat straight.txt resumed.txt
-  [ "$(cut -d' ' -f1 resumed.txt | tr '\n' ' ')" = "1 2 3 " ] || fail "metrics.jsonl epochs are not exactly 1 2 3"
-  cmp -s straight.txt resumed.txt || fail "the resumed DDP run's metrics differ from the uninterrupted run's"
+  same_metrics straight run "1 2 3 "
   ;;
 nonfinite)
   write_tiny_config c.json
@@ -247,6 +252,39 @@ ddp_nonfinite)
   printf '%s\n' "$out" | tail -n 4
   [ "$rc" -eq 0 ] || fail "skip under DDP exited with $rc (124: a hang)"
   grep -qE '"nonfinite_steps":[1-9]' skip/metrics.jsonl || fail "metrics.jsonl: $(cat skip/metrics.jsonl)"
+  ;;
+ddp_restart)
+  write_tiny_config c.json
+  ddp=(parallel.mode=ddp epochs=3 data.limit_train=192 checkpoint.resume=auto)
+  "$ember_run" --nproc-per-node 2 "$prog" c.json "${ddp[@]}" output.run_dir=straight >straight.out 2>&1 ||
+    fail "the uninterrupted DDP run exited with $?"
+  # The same job under --max-restarts 1; rank 1 is SIGKILLed once epoch 1 is in metrics.jsonl.
+  timeout -k 5 240 "$ember_run" --max-restarts 1 --nproc-per-node 2 "$prog" c.json "${ddp[@]}" \
+    output.run_dir=restarted >restarted.out 2>&1 &
+  job=$!
+  killed=
+  for _ in $(seq 1 2400); do
+    if [ -s restarted/metrics.jsonl ]; then
+      for p in $(pgrep -f 'output.run_dir=restarted'); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'RANK=1' && kill -KILL "$p" && killed=$p
+      done
+      [ -n "$killed" ] && break
+    fi
+    kill -0 "$job" 2>/dev/null || break
+    sleep 0.05
+  done
+  wait "$job"
+  rc=$?
+  cat restarted.out
+  [ -n "$killed" ] || fail "rank 1 was not found to kill after epoch 1"
+  [ "$rc" -eq 0 ] || fail "ember-run --max-restarts 1 exited with $rc (124: a hang)"
+  grep -q "rank 1 (pid $killed) was killed by SIGKILL" restarted.out || fail "ember-run did not report the kill"
+  grep -q 'ember-run: restarting every rank: restart 1 of 1' restarted.out || fail "no restart line"
+  grep -q '\[rank 0\] ember-train: restart 1 of this job (EMBER_RESTART_COUNT)' restarted.out ||
+    fail "ember-train did not say it is a restart"
+  grep -q '\[rank 0\] ember-train: resumed from' restarted.out || fail "the restart did not resume"
+  grep -q '"restarts": 1' restarted/summary.json || fail "summary.json: $(cat restarted/summary.json)"
+  same_metrics straight restarted "1 2 3 "
   ;;
 ddp_global_batch)
   write_tiny_config c.json

@@ -93,6 +93,7 @@ RunSummary sample_summary() {
   s.world_size = 4;
   s.global_batch_size = 512;
   s.lr = 0.1 * 2;
+  s.restarts = 2;
   s.epochs_run = 17;
   s.best_test_acc = 0.9431;
   s.best_epoch = 15;
@@ -295,15 +296,17 @@ TEST_CASE("RunSummary round-trips through to_json, with and without the optional
   CHECK(text.find('\n') != std::string::npos);  // pretty: one key per line
   CHECK(parse_run_summary(text, "summary.json") == s);
   CHECK(parse_run_summary(to_json(RunSummary{}), "s") == RunSummary{});
-  // global_batch_size and lr came later: a summary written before reads them as 0.
+  // global_batch_size, lr and restarts came later: a summary written before reads them as 0.
   RunSummary old = sample_summary();
   std::istringstream in(to_json(old));
   std::string line, without;
   while (std::getline(in, line))
-    if (line.find("\"global_batch_size\":") == std::string::npos && line.find("\"lr\":") == std::string::npos)
+    if (line.find("\"global_batch_size\":") == std::string::npos && line.find("\"lr\":") == std::string::npos &&
+        line.find("\"restarts\":") == std::string::npos)
       without += line + "\n";
   old.global_batch_size = 0;
   old.lr = 0;
+  old.restarts = 0;
   CHECK(parse_run_summary(without, "summary.json") == old);
 }
 

@@ -7,6 +7,8 @@
 //   ember_run_child stubborn R CODE  like exit, but the sleepers ignore SIGTERM
 //   ember_run_child wait           every rank waits for SIGINT/SIGTERM, says so and exits 0
 //   ember_run_child wait-stubborn  every rank ignores SIGTERM and waits
+//   ember_run_child restart R CODE N  attempts before EMBER_RESTART_COUNT=N: like exit R CODE; from
+//                                  attempt N on every rank prints its attempt and port and exits 0
 //
 // A rank that sleeps or waits writes EMBER_RUN_TEST_DIR/ready_R (holding its pid) once its signal
 // dispositions are in place, so the tests (and the failing rank) act only on ready processes.
@@ -87,6 +89,23 @@ int main(int argc, char** argv) {
     std::printf("rank %d: %s %d\n", rank, mode == "kill" ? "raising signal" : "exiting with", value);
     std::fflush(stdout);
     if (mode == "kill") ::raise(value);
+    return value;
+  }
+  if (mode == "restart") {
+    const char* count = std::getenv("EMBER_RESTART_COUNT");
+    const int attempt = count ? std::atoi(count) : -1, target = argc > 2 ? std::atoi(argv[2]) : 0,
+              value = argc > 3 ? std::atoi(argv[3]) : 1, succeed_at = argc > 4 ? std::atoi(argv[4]) : 1;
+    if (attempt >= succeed_at) {
+      std::printf("rank %d: attempt %d, port %d\n", rank, attempt, info.master_port);
+      return 0;
+    }
+    if (rank != target) {
+      mark_ready(rank);
+      sleep_until_signal();
+      return 0;
+    }
+    wait_for_others(rank, info.world_size);
+    std::printf("rank %d: attempt %d exits with %d\n", rank, attempt, value);
     return value;
   }
   if (mode == "wait" || mode == "wait-stubborn") {

@@ -264,6 +264,35 @@ TEST_CASE("ember-run: a rank's exit status ends the job and becomes ember-run's"
         }).code() == 128 + SIGTERM);
 }
 
+TEST_CASE("ember-run: --max-restarts starts every rank again after a failure, up to K times", "[multiproc]") {
+  // Rank 1 fails in attempts 0 and 1; attempt 2 succeeds: two restarts are needed.
+  TempDir dir;
+  const Result r = run(cat({"--nproc-per-node", "2", "--max-restarts", "2"}, child({"restart", "1", "3", "2"})), dir);
+  CHECK(r.code() == 0);
+  CHECK_THAT(r.out, Contains("[rank 1] rank 1: attempt 0 exits with 3") && Contains("attempt 1 exits with 3"));
+  CHECK_THAT(r.err,
+             Contains("ember-run: attempt 0 ended with status 3: rank 1") &&
+                 Contains("ember-run: restarting every rank: restart 1 of 2 (EMBER_RESTART_COUNT=1, master port ") &&
+                 Contains("attempt 1 ended with status 3: rank 1") &&
+                 Contains("restart 2 of 2 (EMBER_RESTART_COUNT=2"));
+  CHECK_THAT(r.err, !Contains("exiting with status"));
+  std::smatch m0, m1;
+  REQUIRE(std::regex_search(r.out, m0, std::regex(R"(\[rank 0\] rank 0: attempt 2, port (\d+))")));
+  REQUIRE(std::regex_search(r.out, m1, std::regex(R"(\[rank 1\] rank 1: attempt 2, port (\d+))")));
+  CHECK(m0[1] == m1[1]);  // one job, one store
+  // One restart is not enough: the second failure is ember-run's status, and it says why.
+  TempDir dir2;
+  const Result r2 = run(cat({"--nproc-per-node", "2", "--max-restarts", "1"}, child({"restart", "1", "3", "2"})), dir2);
+  CHECK(r2.code() == 3);
+  CHECK_THAT(r2.err, Contains("attempt 0 ended with status 3") && Contains("restart 1 of 1") &&
+                         Contains("exiting with status 3: rank 1") && Contains("no restart left (--max-restarts 1)"));
+  // Without the flag a failure ends the job at once.
+  TempDir dir3;
+  const Result r3 = run(cat({"--nproc-per-node", "2"}, child({"restart", "1", "3", "1"})), dir3);
+  CHECK(r3.code() == 3);
+  CHECK_THAT(r3.err, !Contains("restarting"));
+}
+
 TEST_CASE("ember-run: a SIGKILLed rank stops the others within the grace period", "[multiproc]") {
   TempDir dir;
   const Result r = run(cat({"--nproc-per-node", "3"}, child({"kill", "1", std::to_string(SIGKILL)})), dir);
@@ -337,6 +366,7 @@ TEST_CASE("ember-run: bad command lines are errors naming the flag", "[multiproc
       {{"--nnodes", "1:4", prog}, 2, "--nnodes 1:4: elastic ranges (MIN:MAX) are not supported"},
       {{"--master-port", "70000", prog}, 2, "--master-port expects a port from 1 to 65535, got '70000'"},
       {{"--grace", "-1", prog}, 2, "--grace expects seconds from 0 to 3600, got '-1'"},
+      {{"--max-restarts", "-1", prog}, 2, "--max-restarts expects a number from 0 to 1000, got '-1'"},
       {{"--standalone", "--nnodes", "2", "--master-addr", "h", prog}, 2, "--standalone runs one node"},
       {{"/nonexistent/prog"}, 127, "PROGRAM '/nonexistent/prog' does not exist"},
       {{"ember-no-such-program-xyz"}, 127, "PROGRAM 'ember-no-such-program-xyz' was not found on PATH"},

@@ -159,30 +159,58 @@ inline double round_to(DType dt, double v) {
 }
 
 /// Elements of t in row-major order of its logical shape, as doubles (walks the strides itself).
+// Reads element by element (not through ember's cast kernels, which it checks), walking the
+// strides as an odometer over plain arrays: test files compile at -O0 (tests/CMakeLists.txt), and
+// one copy of an inline function serves every file, so this loop must be cheap without an
+// optimiser (it compares models' millions of parameters).
 inline std::vector<double> to_f64(const Tensor& t_in) {
   Tensor t = t_in.device().is_cpu() ? t_in : t_in.to(Device::cpu());
   const int64_t n = t.numel();
   std::vector<double> out(static_cast<size_t>(n));
+  if (n == 0) return out;
   const auto* base = static_cast<const unsigned char*>(t.data_ptr());
   const int64_t es = static_cast<int64_t>(t.element_size());
+  const DType dtype = t.dtype();
+  double* o = out.data();
+  if (t.is_contiguous()) {
+    for (int64_t i = 0; i < n; ++i) o[i] = load_f64(dtype, base + i * es);
+    return out;
+  }
   const int64_t nd = t.dim();
+  std::vector<int64_t> dims(t.sizes().begin(), t.sizes().end()), steps(t.strides().begin(), t.strides().end()),
+      index(static_cast<size_t>(nd), 0);
+  const int64_t *size = dims.data(), *stride = steps.data();
+  int64_t* at = index.data();
+  int64_t off = 0;
   for (int64_t i = 0; i < n; ++i) {
-    int64_t rem = i, off = 0;
-    for (int64_t d = nd - 1; d >= 0; --d) {
-      off += (rem % t.sizes()[d]) * t.strides()[d];
-      rem /= t.sizes()[d];
+    o[i] = load_f64(dtype, base + off * es);
+    for (int64_t d = nd - 1; d >= 0; --d) {  // the next index, last dim fastest
+      if (++at[d] < size[d]) {
+        off += stride[d];
+        break;
+      }
+      off -= (size[d] - 1) * stride[d];
+      at[d] = 0;
     }
-    out[static_cast<size_t>(i)] = load_f64(t.dtype(), base + off * es);
   }
   return out;
 }
 
 /// n doubles U[lo, hi) from a fixed seed (std::mt19937_64, so independent of ember's RNG).
+/// The values are what std::uniform_real_distribution<double>(lo, hi) draws from the engine in
+/// libstdc++ (generate_canonical: one 64-bit draw / 2^64, kept below 1), spelled out: that template
+/// is shared by every test file, and built at -O0 it takes a logarithm per draw (the checkpoint
+/// kill test draws 4M values per child).
 inline std::vector<double> random_values(int64_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
   std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
   std::vector<double> v(static_cast<size_t>(n));
-  for (auto& x : v) x = dist(rng);
+  double* p = v.data();
+  const double span = hi - lo;
+  for (int64_t i = 0; i < n; ++i) {
+    double u = static_cast<double>(rng()) * 0x1p-64;
+    if (u >= 1.0) u = std::nextafter(1.0, 0.0);
+    p[i] = u * span + lo;
+  }
   return v;
 }
 

@@ -43,6 +43,9 @@ struct ParallelRun {
   bool distributed() const { return group != nullptr && world_size > 1; }
   /// How many devices train: processes under ddp, replicas under dp, else 1.
   int64_t device_count() const { return mode == ParallelMode::dp ? static_cast<int64_t>(devices.size()) : world_size; }
+  /// Processes that each load a batch per step: the world size under ddp, else 1 (DataParallel
+  /// splits one batch inside its process).
+  int64_t processes() const { return mode == ParallelMode::ddp ? world_size : 1; }
   /// "batch 32 per rank x 4 ranks = 128", "batch 64 split over cpu, cpu", or "batch 64".
   std::string batch_text(int64_t batch_size) const;
 };

@@ -161,9 +161,9 @@ class Session {
   parallel::DistributedDataParallel* ddp_ = nullptr;  // net_ under ddp
   int stop_sig_ = 0;  // the stop signal the ranks agreed on (max_over_ranks)
   int64_t skipped_before_epoch_ = 0;  // the scaler's skipped steps before this epoch
-  /// Processes that each load a batch per step (DataParallel splits one batch in its process).
-  int64_t processes() const { return par_.mode == ParallelMode::ddp ? par_.world_size : 1; }
-  int64_t global_batch_size() const { return train_loader_.options().batch_size * processes() * o_.accumulation_steps; }
+  int64_t global_batch_size() const {
+    return train_loader_.options().batch_size * par_.processes() * o_.accumulation_steps;
+  }
   /// The learning rate the schedule starts from (its warm-up and decay scale this one).
   double base_lr() const { return sched_ != nullptr ? sched_->base_lr() : opt_.lr(); }
   int64_t optimizer_steps_per_epoch() const {
@@ -319,7 +319,7 @@ void Session::write_run_files(const std::string& note) {
   // its processes (data.global_batch_size, optim.lr_scaling): what a reader cannot work out alone.
   std::string config = o_.config_json(resume_from_);
   if (auto j = nlohmann::ordered_json::parse(config, nullptr, /*allow_exceptions=*/false); j.is_object()) {
-    j["resolved"] = {{"processes", processes()},
+    j["resolved"] = {{"processes", par_.processes()},
                      {"batch_size_per_process", train_loader_.options().batch_size},
                      {"accumulation_steps", o_.accumulation_steps},
                      {"global_batch_size", global_batch_size()},

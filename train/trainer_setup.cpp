@@ -69,9 +69,8 @@ TrainerParts make_trainer_parts(const ExperimentConfig& c) {
     test_shard = std::make_shared<data::DistributedSampler>(data.test->size(), par.rank, par.world_size,
                                                             data::DistributedSamplerOptions{.shuffle = false});
   }
-  // data.global_batch_size and optim.lr_scaling for this many processes (DataParallel splits
-  // each batch inside its one process).
-  const BatchScaling scaling = resolve_batch_scaling(c, par.mode == ParallelMode::ddp ? par.world_size : 1);
+  // data.global_batch_size and optim.lr_scaling for this run's processes.
+  const BatchScaling scaling = resolve_batch_scaling(c, par.processes());
   DataConfig data_config = c.data;
   data_config.batch_size = scaling.per_process;
   OptimConfig optim_config = c.optim;

@@ -27,18 +27,23 @@ int share_cores_among_ranks(const parallel::RankInfo& info, Device device) {
   return n;
 }
 
-std::string ParallelRun::batch_text(int64_t batch_size) const {
-  const std::string b = "batch " + std::to_string(batch_size);
+std::string ParallelRun::batch_text(int64_t batch_size, int64_t accumulation_steps) const {
+  std::string text = "batch " + std::to_string(batch_size);
+  int64_t total = batch_size;
   if (mode == ParallelMode::ddp) {
-    return b + " per rank x " + std::to_string(world_size) + " rank" + (world_size == 1 ? "" : "s") + " = " +
-           std::to_string(batch_size * world_size);
+    text += " per rank x " + std::to_string(world_size) + " rank" + (world_size == 1 ? "" : "s");
+    total *= world_size;
   }
   if (mode == ParallelMode::dp) {
     std::string list;
     for (const Device& d : devices) list += (list.empty() ? "" : ", ") + d.str();
-    return b + " split over " + list;
+    text += " split over " + list;
   }
-  return b;
+  if (accumulation_steps > 1) {
+    text += " x " + std::to_string(accumulation_steps) + " accumulation steps";
+    total *= accumulation_steps;
+  }
+  return mode == ParallelMode::ddp || accumulation_steps > 1 ? text + " = " + std::to_string(total) : text;
 }
 
 std::vector<Device> data_parallel_devices(const ParallelConfig& parallel) {

@@ -46,8 +46,9 @@ struct ParallelRun {
   /// Processes that each load a batch per step: the world size under ddp, else 1 (DataParallel
   /// splits one batch inside its process).
   int64_t processes() const { return mode == ParallelMode::ddp ? world_size : 1; }
-  /// "batch 32 per rank x 4 ranks = 128", "batch 64 split over cpu, cpu", or "batch 64".
-  std::string batch_text(int64_t batch_size) const;
+  /// "batch 32 per rank x 4 ranks = 128", "batch 64 split over cpu, cpu", "batch 64", with
+  /// accumulation "batch 32 per rank x 2 ranks x 4 accumulation steps = 256".
+  std::string batch_text(int64_t batch_size, int64_t accumulation_steps = 1) const;
 };
 
 /// Kernel threads for one CPU rank: the cores this process may run on (its CPU affinity, which

@@ -57,15 +57,15 @@ int64_t epoch_of_checkpoint_name(const std::string& name) {
 
 }  // namespace
 
-RunPaths::RunPaths(const std::string& run_dir)
+RunPaths::RunPaths(const std::string& run_dir, const std::string& checkpoint_dir)
     : dir(run_dir),
       config((fs::path(run_dir) / "config.json").string()),
       metrics((fs::path(run_dir) / "metrics.jsonl").string()),
       summary((fs::path(run_dir) / "summary.json").string()),
       log((fs::path(run_dir) / "log.txt").string()),
-      checkpoints((fs::path(run_dir) / "checkpoints").string()),
-      last_ckpt((fs::path(run_dir) / "checkpoints" / "last.ckpt").string()),
-      best_ckpt((fs::path(run_dir) / "checkpoints" / "best.ckpt").string()) {}
+      checkpoints(checkpoint_dir.empty() ? (fs::path(run_dir) / "checkpoints").string() : checkpoint_dir),
+      last_ckpt((fs::path(checkpoints) / "last.ckpt").string()),
+      best_ckpt((fs::path(checkpoints) / "best.ckpt").string()) {}
 
 std::string RunPaths::epoch_ckpt(int64_t epoch) const {
   return (fs::path(checkpoints) / (kEpochPrefix + std::to_string(epoch) + kCkptSuffix)).string();

@@ -12,7 +12,8 @@ namespace ember::train {
 
 /// The paths inside one run directory.
 struct RunPaths {
-  explicit RunPaths(const std::string& run_dir);
+  /// checkpoint_dir "": <run_dir>/checkpoints.
+  explicit RunPaths(const std::string& run_dir, const std::string& checkpoint_dir = "");
   std::string dir, config, metrics, summary, log, checkpoints, last_ckpt, best_ckpt;
   /// checkpoints/epoch_<epoch>.ckpt
   std::string epoch_ckpt(int64_t epoch) const;

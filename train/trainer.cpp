@@ -101,7 +101,7 @@ class Session {
  public:
   Session(TrainerParts& parts, const TrainerOptions& options)
       : o_(options),
-        paths_(resolve_run_dir(options.name, options.output)),
+        paths_(resolve_run_dir(options.name, options.output), options.checkpoint_dir),
         par_(parts.parallel),
         dev_(par_.device),
         train_loader_(*parts.train_loader),
@@ -110,6 +110,7 @@ class Session {
         notes_(parts.notes),
         opt_(*parts.optimizer),
         sched_(parts.schedule.get()),
+        sched_per_epoch_(parts.schedule_interval == ScheduleInterval::epoch),
         loss_fn_(parts.loss),
         stopper_(options.early_stop) {}
 
@@ -129,7 +130,13 @@ class Session {
   Checkpoint checkpoint() const;
   void end_epoch(EpochMetrics& m);
   RunSummary summary() const;
-  void write_summary() const { write_file_atomic(paths_.summary, to_json(summary())); }
+  void write_summary() const {
+    if (o_.write_run_dir) write_file_atomic(paths_.summary, to_json(summary()));
+  }
+  /// Whether the run writes checkpoints: into its run directory, or into checkpoint_dir.
+  bool checkpoints() const { return o_.write_run_dir || !o_.checkpoint_dir.empty(); }
+  /// A line of the trainer's own, after "<program>: ".
+  void say(const std::string& text) const { log_->line(o_.program + ": " + text); }
   bool channels_last() const { return o_.channels_last; }
   /// An input batch in the run's memory format (the loaders deliver row-major batches).
   Tensor in_layout(const Tensor& x) const {
@@ -150,6 +157,7 @@ class Session {
   const TrainerOptions& o_;
   RunPaths paths_;
   std::string resume_from_;
+  std::vector<std::string> resume_notes_;  // what changed from the checkpoint's run (restore_sampler, the scaler)
   const ParallelRun& par_;
   Device dev_;
   std::unique_ptr<RunLog> log_;
@@ -171,6 +179,7 @@ class Session {
   }
   optim::Optimizer& opt_;
   optim::LRScheduler* sched_;  // nullptr: none
+  bool sched_per_epoch_;  // ScheduleInterval::epoch: stepped after each epoch's training pass
   std::function<Tensor(const Tensor&, const Tensor&)> loss_fn_;
   std::unique_ptr<amp::GradScaler> scaler_;  // enabled under precision fp16 only
   EarlyStopping stopper_;
@@ -197,11 +206,17 @@ void Session::open_run_dir() {
 }
 
 void Session::open_run_dir_on_root() {
-  resume_from_ = checkpoint_to_resume(paths_, o_.checkpoint.resume);
-  std::error_code ec;
-  fs::create_directories(paths_.checkpoints, ec);
-  EMBER_CHECK(!ec, "cannot create the run directory '", paths_.checkpoints, "': ", ec.message());
-  log_ = std::make_unique<RunLog>(paths_.log);
+  // Without a run directory a fresh start has no earlier run to protect (checkpoint_dir is the
+  // program's to choose).
+  const std::string& resume = o_.checkpoint.resume;
+  if (o_.write_run_dir || (!resume.empty() && (resume != "auto" || checkpoints())))
+    resume_from_ = checkpoint_to_resume(paths_, resume);
+  if (checkpoints()) {
+    std::error_code ec;
+    fs::create_directories(paths_.checkpoints, ec);
+    EMBER_CHECK(!ec, "cannot create the checkpoint directory '", paths_.checkpoints, "': ", ec.message());
+  }
+  log_ = std::make_unique<RunLog>(o_.write_run_dir ? paths_.log : "");
 }
 
 void Session::build() {
@@ -215,43 +230,42 @@ void Session::build() {
   if (scaler_->is_enabled() && par_.distributed()) scaler_->set_found_inf_sync(parallel::found_inf_sync(par_.group));
   timers_ = std::make_unique<PhaseTimers>(dev_);
   stepper_ = std::make_unique<StepRunner>(
-      *net_, *model_, opt_, sched_, *scaler_, ddp_, *timers_, dev_,
+      *net_, *model_, opt_, sched_per_epoch_ ? nullptr : sched_, *scaler_, ddp_, *timers_, dev_,
       StepSettings{
           .precision = o_.precision, .accumulation_steps = o_.accumulation_steps, .clip_grad_norm = o_.clip_grad_norm},
       loss_fn_);
   progress_ = std::make_unique<Progress>(*log_, log_->console_is_terminal(), o_.output.log_interval);
   int64_t n_params = 0;
   for (const Tensor& p : model_->parameters()) n_params += p.numel();
-  log_->line("ember-train: " + o_.name + ": " + o_.model_name + " (" + std::to_string(n_params) + " parameters) on " +
-             o_.dataset_name + " (" + std::to_string(train_loader_.dataset().size()) + " training, " +
-             std::to_string(test_loader_.dataset().size()) + " test images), device " + dev_.str() + ", " +
-             count(o_.epochs, "epoch") + " of " + count(optimizer_steps_per_epoch(), "step"));
-  if (!par_.note.empty()) log_->line("ember-train: " + par_.note);
-  for (const std::string& n : notes_) log_->line("ember-train: " + n);
+  say((o_.name == o_.program ? "" : o_.name + ": ") + o_.model_name + " (" + std::to_string(n_params) +
+      " parameters) on " + o_.dataset_name + " (" + std::to_string(train_loader_.dataset().size()) + " training, " +
+      std::to_string(test_loader_.dataset().size()) + " test images), device " + dev_.str() + ", " +
+      count(o_.epochs, "epoch") + " of " + count(optimizer_steps_per_epoch(), "step"));
+  if (!par_.note.empty()) say(par_.note);
+  for (const std::string& n : notes_) say(n);
   if (restarts_ > 0)
-    log_->line(
-        "ember-train: restart " + std::to_string(restarts_) + " of this job (EMBER_RESTART_COUNT)" +
+    say("restart " + std::to_string(restarts_) + " of this job (EMBER_RESTART_COUNT)" +
         (o_.checkpoint.resume == "auto" ? "" : " without checkpoint.resume=auto: it does not go on from the last one"));
   if (o_.precision != Precision::fp32)
-    log_->line(std::string("ember-train: mixed precision ") + config_name(o_.precision) +
-               " (autocast; parameters in f32" +
-               (scaler_->is_enabled() ? "; loss scale " + format("%g", scaler_->scale()) + ")" : ")"));
+    say(std::string("mixed precision ") + config_name(o_.precision) + " (autocast; parameters in f32" +
+        (scaler_->is_enabled() ? "; loss scale " + format("%g", scaler_->scale()) + ")" : ")"));
   if (par_.mode != ParallelMode::none || o_.accumulation_steps > 1) {
-    std::string how = par_.batch_text(train_loader_.options().batch_size);
+    std::string how = par_.batch_text(train_loader_.options().batch_size, o_.accumulation_steps);
     if (par_.mode == ParallelMode::ddp)
       how += " (DistributedDataParallel over " + par_.group->backend() + ", world size " +
              std::to_string(par_.world_size) + ", collective timeout " + format("%g", par_.group->timeout_s()) +
              " s from " + par_.timeout_source + ")";
     if (par_.mode == ParallelMode::dp) how += " (DataParallel)";
-    if (o_.accumulation_steps > 1) how += "; " + std::to_string(o_.accumulation_steps) + " batches per optimizer step";
-    log_->line("ember-train: " + how);
+    say(how);
   }
-  log_->line("ember-train: run directory " + paths_.dir + ", git " + build_git_commit());
+  if (o_.write_run_dir) say("run directory " + paths_.dir + ", git " + build_git_commit());
+  else if (checkpoints()) say("checkpoints in " + paths_.checkpoints);
 }
 
 // Every rank loads the checkpoint; rank 0 alone rewrites the run directory's files.
 void Session::resume() {
   if (resume_from_.empty()) {
+    if (!o_.write_run_dir) return;
     // resume=auto without a checkpoint: a fresh start, without lines an earlier attempt left.
     on_root([&] {
       std::string note;
@@ -265,8 +279,8 @@ void Session::resume() {
                                   std::pair<std::string, std::string>{"dataset", o_.dataset_name}}) {
     auto it = ck.metadata.find(key);
     EMBER_CHECK(it != ck.metadata.end() && it->second == want, "checkpoint.resume: '", resume_from_, "' holds ", key,
-                " \"", it == ck.metadata.end() ? std::string("?") : it->second, "\", but the config says ",
-                key == "model" ? "model.name" : "data.dataset", " = \"", want, "\"");
+                " \"", it == ck.metadata.end() ? std::string("?") : it->second, "\", but this run's is \"", want,
+                "\" (", key == "model" ? "model.name" : "data.dataset", ")");
   }
   st_ = RunState::from_metadata(ck.metadata, resume_from_);
   if (!par_.is_root()) st_.partial.loss_sum = 0, st_.partial.images = 0;  // rank 0 holds the epoch's sums
@@ -278,8 +292,11 @@ void Session::resume() {
     EMBER_CHECK(ck.scheduler.empty(), "checkpoint.resume: '", resume_from_,
                 "' holds a learning-rate schedule, but the config's schedule.name is none");
   }
-  train_loader_.load_state_dict(ck.sampler);
+  if (std::string note = restore_sampler(train_loader_, ck.sampler); !note.empty()) resume_notes_.push_back(note);
   if (scaler_->is_enabled() && !ck.grad_scaler.empty()) scaler_->load_state_dict(ck.grad_scaler);
+  if (scaler_->is_enabled() && ck.grad_scaler.empty())
+    resume_notes_.push_back(
+        format("the checkpoint has no loss scale (not an fp16 run): the scale starts at %g", scaler_->scale()));
   skipped_before_epoch_ = scaler_->skipped_steps();
   restore_rng(ck);
   st_.epochs_done = ck.epoch;
@@ -298,23 +315,25 @@ void Session::prune_after_resume(const Checkpoint& ck) {
     const fs::path other = fs::path(resume_from_).parent_path().parent_path() / "metrics.jsonl";
     const std::string source =
         fs::exists(paths_.metrics, ec) || !fs::exists(other, ec) ? paths_.metrics : other.string();
-    metric_lines_ = metrics_lines_up_to(source, ck.epoch, note);
-    const std::vector<int64_t> pruned = prune_epoch_checkpoints(paths_.checkpoints, 0, ck.epoch);
+    if (o_.write_run_dir) metric_lines_ = metrics_lines_up_to(source, ck.epoch, note);
+    const std::vector<int64_t> pruned =
+        checkpoints() ? prune_epoch_checkpoints(paths_.checkpoints, 0, ck.epoch) : std::vector<int64_t>{};
     if (!pruned.empty())
-      log_->line("ember-train: deleted " + std::to_string(pruned.size()) + " epoch checkpoints after epoch " +
-                 std::to_string(ck.epoch) + " (a timeline the resume replaces)");
-    log_->line("ember-train: resumed from " + resume_from_ + ": epochs done " + std::to_string(ck.epoch) +
-               (st_.partial.active()
-                    ? ", " + std::to_string(st_.partial.steps) + " steps into epoch " + std::to_string(ck.epoch + 1)
-                    : std::string()) +
-               ", global step " + std::to_string(ck.global_step));
+      say("deleted " + std::to_string(pruned.size()) + " epoch checkpoints after epoch " + std::to_string(ck.epoch) +
+          " (a timeline the resume replaces)");
+    for (const std::string& n : resume_notes_) say("note: " + n);
+    say("resumed from " + resume_from_ + ": epochs done " + std::to_string(ck.epoch) +
+        (st_.partial.active()
+             ? ", " + std::to_string(st_.partial.steps) + " steps into epoch " + std::to_string(ck.epoch + 1)
+             : std::string()) +
+        ", global step " + std::to_string(ck.global_step));
   }
-  write_run_files(note);
+  if (o_.write_run_dir) write_run_files(note);
 }
 
 // Only once the checkpoint has loaded: a failed resume leaves the directory as it was.
 void Session::write_run_files(const std::string& note) {
-  if (!note.empty()) log_->line("ember-train: " + note);
+  if (!note.empty()) say(note);
   // config.json also records the batch and learning rate this run trains with, as resolved for
   // its processes (data.global_batch_size, optim.lr_scaling): what a reader cannot work out alone.
   std::string config = o_.config_json(resume_from_);
@@ -461,6 +480,7 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
   st_.train_seconds += seconds;
   st_.train_images += all.count;
   part = {};
+  if (sched_ && sched_per_epoch_) sched_->step();
   if (const std::string v = phases.verdict(); !v.empty()) log_->line("epoch " + std::to_string(epoch) + ": " + v);
   return true;
 }
@@ -540,15 +560,19 @@ void Session::end_epoch(EpochMetrics& m) {
   }
   // Every rank saw the same test accuracy (all-reduced), so all decide the same early stop.
   on_root([&] {
-    metric_lines_.push_back(to_json_line(m));
-    write_file_atomic(paths_.metrics, join_lines(metric_lines_));
-    const Checkpoint ck = checkpoint();
-    if (o_.checkpoint.every_epochs > 0 && epoch % o_.checkpoint.every_epochs == 0) {
-      save_checkpoint(ck, paths_.epoch_ckpt(epoch));
-      prune_epoch_checkpoints(paths_.checkpoints, o_.checkpoint.keep_last, epoch);  // after the new one is safe
+    if (o_.write_run_dir) {
+      metric_lines_.push_back(to_json_line(m));
+      write_file_atomic(paths_.metrics, join_lines(metric_lines_));
     }
-    if (new_best && o_.checkpoint.keep_best) save_checkpoint(ck, paths_.best_ckpt);
-    save_checkpoint(ck, paths_.last_ckpt);
+    if (checkpoints()) {
+      const Checkpoint ck = checkpoint();
+      if (o_.checkpoint.every_epochs > 0 && epoch % o_.checkpoint.every_epochs == 0) {
+        save_checkpoint(ck, paths_.epoch_ckpt(epoch));
+        prune_epoch_checkpoints(paths_.checkpoints, o_.checkpoint.keep_last, epoch);  // after the new one is safe
+      }
+      if (new_best && o_.checkpoint.keep_best) save_checkpoint(ck, paths_.best_ckpt);
+      save_checkpoint(ck, paths_.last_ckpt);
+    }
     write_summary();
   });
 
@@ -597,13 +621,20 @@ TrainOutcome Session::stop_for_signal(int64_t epoch, int64_t step, int sig) {
   stop_detail_ = std::string(signal_name(sig)) + " received: stopped after step " + std::to_string(st_.global_step);
   const RunSummary s = summary();
   on_root([&] {
-    save_checkpoint(checkpoint(), paths_.last_ckpt);
-    write_file_atomic(paths_.summary, to_json(s));
+    if (checkpoints()) save_checkpoint(checkpoint(), paths_.last_ckpt);
+    if (o_.write_run_dir) write_file_atomic(paths_.summary, to_json(s));
   });
-  std::string how = "checkpoint.resume=auto";
-  if (o_.output.run_dir.empty()) how += " output.run_dir=" + paths_.dir;
-  log_->line(std::string("received ") + signal_name(sig) + ": wrote checkpoints/last.ckpt at epoch " +
-             std::to_string(epoch) + " step " + std::to_string(step) + "; resume with " + how);
+  const std::string at = " at epoch " + std::to_string(epoch) + " step " + std::to_string(step);
+  if (o_.write_run_dir) {
+    std::string how = "checkpoint.resume=auto";
+    if (o_.output.run_dir.empty()) how += " output.run_dir=" + paths_.dir;
+    log_->line(std::string("received ") + signal_name(sig) + ": wrote checkpoints/last.ckpt" + at + "; resume with " +
+               how);
+  } else {
+    log_->line(
+        std::string("received ") + signal_name(sig) + ": stopped" + at +
+        (checkpoints() ? "; wrote " + paths_.last_ckpt : std::string("; no checkpoint directory, none written")));
+  }
   return {paths_.dir, s, 128 + sig};
 }
 
@@ -611,22 +642,23 @@ void Session::log_final(const RunSummary& s) {
   std::string end = s.stop_reason == "completed"
                         ? "completed " + count(s.epochs_run, "epoch")
                         : "stopped early after epoch " + std::to_string(s.epochs_run) + ": " + s.stop_detail;
-  log_->line("ember-train: " + end);
+  say(end);
   std::string target = "no target accuracy set";
   if (s.target_accuracy) {
     target = s.time_to_target_seconds ? format("time to target %g: %s of training", *s.target_accuracy,
                                                format_duration(*s.time_to_target_seconds).c_str())
                                       : format("target %g not reached", *s.target_accuracy);
   }
-  log_->line(
-      format("ember-train: total time %s (training %.1f s), %.0f img/s on %s; best test_acc %.4f (epoch %lld); "
-             "%s",
-             format_duration(s.total_seconds).c_str(), st_.train_seconds, s.images_per_second, s.device.c_str(),
-             s.best_test_acc, static_cast<long long>(s.best_epoch), target.c_str()));
+  log_->line(o_.program +
+             format(": total time %s (training %.1f s), %.0f img/s on %s; best test_acc %.4f (epoch %lld); "
+                    "%s",
+                    format_duration(s.total_seconds).c_str(), st_.train_seconds, s.images_per_second, s.device.c_str(),
+                    s.best_test_acc, static_cast<long long>(s.best_epoch), target.c_str()));
 }
 
 TrainOutcome Session::run() {
-  if (par_.distributed()) paths_ = RunPaths(parallel::broadcast_string(*par_.group, paths_.dir));  // rank 0's
+  if (par_.distributed())  // rank 0's
+    paths_ = RunPaths(parallel::broadcast_string(*par_.group, paths_.dir), o_.checkpoint_dir);
   open_run_dir();
   try {
     return train();
@@ -644,11 +676,11 @@ TrainOutcome Session::train() {
   if (!st_.early_stop_rule.empty()) {
     stop_reason_ = st_.early_stop_rule == "target" ? "target_accuracy" : "patience";
     stop_detail_ = st_.early_stop_reason;
-    log_->line("ember-train: this run already stopped early (" + stop_detail_ + "); nothing to train");
+    say("this run already stopped early (" + stop_detail_ + "); nothing to train");
   }
   if (st_.early_stop_rule.empty() && st_.epochs_done >= o_.epochs) {
-    log_->line("ember-train: " + std::to_string(st_.epochs_done) +
-               " epochs are done and epochs = " + std::to_string(o_.epochs) + ": nothing to train");
+    say(std::to_string(st_.epochs_done) + " epochs are done and epochs = " + std::to_string(o_.epochs) +
+        ": nothing to train");
   }
   for (int64_t epoch = st_.epochs_done + 1; epoch <= o_.epochs && st_.early_stop_rule.empty(); ++epoch) {
     if (const int sig = max_over_ranks(par_, stop_requested() ? stop_signal() : 0))
@@ -664,7 +696,9 @@ TrainOutcome Session::train() {
     if (o_.on_epoch) o_.on_epoch(m);
   }
   const RunSummary s = summary();
-  on_root([&] { write_file_atomic(paths_.summary, to_json(s)); });
+  on_root([&] {
+    if (o_.write_run_dir) write_file_atomic(paths_.summary, to_json(s));
+  });
   log_final(s);
   return {paths_.dir, s, 0};
 }

@@ -4,7 +4,9 @@
 // which builds those parts (make_trainer_parts, trainer_options) and takes the same path.
 //
 //   auto par = train::start_parallel("auto", {});             // device; under a launcher, DDP
-//   train::TrainerParts parts{.parallel = par, .model = my_model};
+//   train::TrainerParts parts;
+//   parts.parallel = par;
+//   parts.model = my_model;
 //   parts.optimizer = std::make_unique<optim::SGD>(my_model->parameters(), optim::SGDOptions{.lr = 0.05});
 //   parts.train_loader = ...; parts.test_loader = ...;        // batches on par.device
 //   train::TrainerOptions opts;
@@ -66,6 +68,11 @@ struct StepInfo {
   const Tensor* loss = nullptr;
 };
 
+/// When TrainerParts::schedule steps: after every optimizer step (the default, and what
+/// ember-train's schedules expect), or once after every epoch's training pass (a schedule written
+/// in epochs, as torch's StepLR(step_size=1) is usually stepped).
+enum class ScheduleInterval { step, epoch };
+
 /// The objects of a run. The trainer moves the model to parallel.device (and to channels-last
 /// with TrainerOptions::channels_last) in place, so an optimizer built over its parameters before
 /// stays valid, and wraps it per parallel.mode (DataParallel, DistributedDataParallel).
@@ -75,8 +82,9 @@ struct TrainerParts {
   /// The plain model: what checkpoints hold and the optimizer steps.
   std::shared_ptr<layers::Module> model;
   std::unique_ptr<optim::Optimizer> optimizer;
-  /// Stepped once per optimizer step (nullptr: none).
+  /// Stepped once per optimizer step, or per epoch (schedule_interval); nullptr: none.
   std::unique_ptr<optim::LRScheduler> schedule;
+  ScheduleInterval schedule_interval = ScheduleInterval::step;
   /// Batches of (input, class index). Under ddp each loader should read this rank's share
   /// (data::DistributedSampler, for the test loader with shuffle = false: the trainer then counts
   /// every test image once). Batches on another device are copied (and timed as h2d).
@@ -92,6 +100,14 @@ struct TrainerParts {
 /// How the trainer runs the parts; each field means what its config key (docs/config.md) means.
 struct TrainerOptions {
   std::string name = "run";  // names the run directory (output.dir/<name>-<time>) and the log
+  /// Begins the trainer's lines ("ember-train: ...").
+  std::string program = "ember-train";
+  /// false: no run directory (no config.json, metrics.jsonl, summary.json or log.txt; the lines
+  /// go to stdout only), and checkpoints only where checkpoint_dir says (none when it is "").
+  bool write_run_dir = true;
+  /// The checkpoints' folder; "": <run directory>/checkpoints. checkpoint.resume "auto" looks
+  /// for last.ckpt here.
+  std::string checkpoint_dir;
   int64_t epochs = 10;
   Precision precision = Precision::fp32;
   bool channels_last = false;  // memory_format channels_last

@@ -9,6 +9,7 @@
 #include <string>
 
 #include <ember/core/error.h>
+#include <ember/data/distributed_sampler.h>
 
 namespace ember::train {
 
@@ -117,6 +118,33 @@ RunState RunState::from_metadata(const std::map<std::string, std::string>& meta,
               "': negative counters in the metadata (epoch_steps ", s.partial.steps, ", epoch_images ",
               s.partial.images, ", train_images ", s.train_images, ")");
   return s;
+}
+
+namespace {
+
+// The value of a sampler state's entry `key` (an i64 tensor of one element), or `fallback`.
+int64_t sampler_entry(const StateDict& saved, const std::string& key, int64_t fallback) {
+  auto it = saved.find(key);
+  return it == saved.end() ? fallback : it->second.to_vector<int64_t>().at(0);
+}
+
+}  // namespace
+
+std::string restore_sampler(data::DataLoader& loader, const StateDict& saved) {
+  const auto* shard = dynamic_cast<const data::DistributedSampler*>(&loader.sampler());
+  const int64_t saved_world = sampler_entry(saved, "world_size", 1), world = shard ? shard->world_size() : 1;
+  const bool saved_shard = saved.count("world_size") != 0;
+  if (saved_shard == (shard != nullptr) && saved_world == world) {
+    loader.load_state_dict(saved);  // checks every setting (dataset size, seed, position)
+    return "";
+  }
+  const int64_t position = sampler_entry(saved, "position", 0);
+  EMBER_CHECK(position == 0, "the checkpoint stopped ", position, " examples into an epoch of a run with ", saved_world,
+              " process(es); only a checkpoint taken at an epoch's end can continue on ", world);
+  loader.set_epoch(sampler_entry(saved, "epoch", 0));
+  if (saved_world == world) return "";  // a DistributedSampler of one rank and a RandomSampler
+  return "the checkpoint was written by a run of " + std::to_string(saved_world) + " process(es), this one has " +
+         std::to_string(world) + ": the examples are shuffled and shared out differently from here on";
 }
 
 }  // namespace ember::train

@@ -10,6 +10,8 @@
 #include <optional>
 #include <string>
 
+#include <ember/core/tensor.h>
+#include <ember/data/dataloader.h>
 #include <ember/train/early_stop.h>
 #include <ember/train/phase_timer.h>
 
@@ -46,5 +48,13 @@ struct RunState {
   /// `source` (the checkpoint path) — e.g. a checkpoint written by another program.
   static RunState from_metadata(const std::map<std::string, std::string>& meta, const std::string& source);
 };
+
+/// Loads `saved`, the training sampler's state from a checkpoint, into `loader`. A checkpoint of a
+/// run with as many processes resumes exactly (under ddp rank 0's DistributedSampler state resumes
+/// every rank: the position is the same). One of a run with another number of processes carries
+/// over its epoch only: it must have been taken at an epoch's end (else an error saying so), and
+/// the next epoch starts from its beginning, each rank taking its own share of that epoch's order.
+/// Returns a note for the user when the number of processes changed, else "".
+std::string restore_sampler(data::DataLoader& loader, const StateDict& saved);
 
 }  // namespace ember::train

@@ -26,9 +26,9 @@ has() { grep -qE -- "$1" <<<"$out" || { echo "FAIL: output lacks /$1/"; exit 1; 
 _cifar_test(synthetic_one_epoch 300 "${_cifar_expect}
 expect 0 \"$1\" --dataset synthetic --limit-train 256 --limit-test 128 --epochs 1 --batch-size 64 --model cifar_cnn \
   --device cpu --metrics-out \"$2/metrics.jsonl\"
-has 'cifar_cnn [(][0-9]+ parameters[)] on cpu; synthetic: train 256 images, test 128'
-has 'cosine over 1 epochs [(]4 steps[)]; batch 64'
-has '^epoch +1/1  train_loss [0-9.]+  test_loss [0-9.]+  test_acc [01][.][0-9]{4}  lr 0[.]05 '
+has 'cifar_cnn [(][0-9]+ parameters[)] on synthetic [(]256 training, 128 test images[)], device cpu'
+has 'cosine over 1 epochs [(]4 steps[)]'
+has '^epoch +1/1  train_loss [0-9.]+  test_loss [0-9.]+  test_acc [01][.][0-9]{4}( [(]best[)])?  lr 0[.]05 '
 [ \"$(wc -l < \"$2/metrics.jsonl\")\" -eq 1 ] && grep -qE '^[{]\"epoch\": 1, .*\"test_acc\": [01][.][0-9]{4}, .*\"lr\": 0[.]05,' \"$2/metrics.jsonl\" ||
   { echo 'FAIL: metrics line:'; cat \"$2/metrics.jsonl\"; exit 1; }")
 
@@ -69,7 +69,7 @@ tar -czf \"$2/mirror/cifar-10-binary.tar.gz\" -C \"$2/src\" cifar-10-batches-bin
 export EMBER_DATA_MIRROR=\"$2/mirror\" EMBER_DATA_MD5SUMS=\"$2/sums\"
 expect 0 \"$3\" cifar10 \"$2/data\"
 expect 0 \"$1\" --data \"$2/data\" --epochs 1 --batch-size 50 --device cpu --workers 1
-has 'cifar10: train 100 images, test 20 from '
+has 'on cifar10 [(]100 training, 20 test images[)]'
 has '^epoch +1/1 .* test_acc [01][.][0-9]{4} '")
 
 # Training works and resumes exactly: 2 epochs of cifar_cnn on 2048 generated images must beat
@@ -83,10 +83,10 @@ acc=$(sed -nE 's/^[{]\"epoch\": 2, .*\"test_acc\": ([0-9.]+),.*/\\1/p' \"$2/full
 [ -n \"$acc\" ] && awk -v a=\"$acc\" 'BEGIN { exit !(a >= 0.5) }' || { echo \"FAIL: epoch 2 test_acc '$acc' < 0.5\"; exit 1; }
 [ -f \"$2/ck/epoch_1.ckpt\" ] && [ -f \"$2/ck/epoch_2.ckpt\" ] && [ -f \"$2/ck/last.ckpt\" ] || { echo 'FAIL: checkpoints missing'; ls \"$2/ck\"; exit 1; }
 expect 0 \"$1\" \"\${args[@]}\" --resume \"$2/ck/epoch_1.ckpt\" --metrics-out \"$2/resumed.jsonl\"
-has '^resumed from .*epoch_1[.]ckpt: 1 epochs done, 32 steps'
+has '^cifar: resumed from .*epoch_1[.]ckpt: epochs done 1, global step 32$'
 strip() { sed -E 's/, \"(epoch_seconds|images_per_second|eval_seconds)\": [0-9.]+//g' \"$1\"; }
 [ \"$(strip \"$2/resumed.jsonl\")\" = \"$(strip \"$2/full.jsonl\" | tail -n 1)\" ] ||
   { echo 'FAIL: the resumed epoch 2 differs:'; cat \"$2/full.jsonl\" \"$2/resumed.jsonl\"; exit 1; }
 expect 1 \"$1\" --dataset synthetic --model resnet18 --device cpu --resume \"$2/ck/last.ckpt\"
-has \"checkpoint of model 'cifar_cnn', this run's is 'resnet18'\"")
+has 'holds model .cifar_cnn., but this run.s is .resnet18.'")
 set_tests_properties(example_cifar/synthetic_learns_and_resumes PROPERTIES LABELS "tools;slow")

@@ -6,7 +6,9 @@
 // the one trained and evaluated; a resume from epoch 1 ends bit for bit like an uninterrupted run;
 // a resume from another model's checkpoint is an error; and the same program on 2 processes under
 // DDP (tcp on 127.0.0.1): each rank reads half of the data, the ranks end with identical
-// parameters, rank 0 writes the run directory, and a second job resumes it.
+// parameters, rank 0 writes the run directory, and a second job resumes it. Without a run
+// directory (the examples' way) only checkpoint_dir is written; a schedule can step per epoch;
+// restore_sampler moves a checkpoint to another number of processes at an epoch's end.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -14,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -34,6 +37,7 @@
 #include <ember/serialize/checkpoint.h>
 #include <ember/train/metrics.h>
 #include <ember/train/trainer.h>
+#include <ember/train/trainer_state.h>
 #include "parallel/multiproc.h"
 #include "support/bitwise.h"
 #include "support/error_of.h"
@@ -295,4 +299,93 @@ TEST_CASE("trainer: a user's Module under DDP on 2 processes, checkpointed and r
   const serialize::Checkpoint ck = serialize::load_checkpoint(dir + "/checkpoints/last.ckpt");
   CHECK(ck.epoch == 3);
   CHECK(ck.global_step == 3 * kTrain / kBatch / 2);
+}
+
+TEST_CASE("trainer: without a run directory only checkpoint_dir is written, and a schedule can step per epoch",
+          "[cpu][train][user_module]") {
+  TempDir tmp;
+  const std::string ck_dir = (tmp.path() / "ck").string();
+  auto options = [&](int64_t epochs, Seen& seen) {
+    TrainerOptions o = user_options("", epochs, seen);
+    o.program = "myprog";
+    o.write_run_dir = false;
+    o.output.dir = (tmp.path() / "runs").string();  // must stay absent
+    o.checkpoint.resume = "";
+    o.checkpoint.keep_last = 0;  // every epoch_N.ckpt
+    o.checkpoint.keep_best = false;
+    return o;
+  };
+  auto parts_per_epoch = [](Seen& seen) {
+    TrainerParts p = user_parts(one_cpu(), seen);
+    p.schedule = std::make_unique<optim::StepLR>(*p.optimizer, optim::StepLROptions{.step_size = 1, .gamma = 0.5});
+    p.schedule_interval = ScheduleInterval::epoch;
+    return p;
+  };
+  Seen a;
+  TrainerOptions o = options(3, a);
+  o.checkpoint_dir = ck_dir;
+  const TrainOutcome out = Trainer(parts_per_epoch(a), o).run();
+  CHECK(out.exit_code == 0);
+  REQUIRE(a.epochs.size() == 3);
+  CHECK(a.epochs[0].lr == Approx(0.2));  // halved after each epoch, not after each step
+  CHECK(a.epochs[1].lr == Approx(0.1));
+  CHECK(a.epochs[2].lr == Approx(0.05));
+  for (const char* f : {"epoch_1.ckpt", "epoch_2.ckpt", "epoch_3.ckpt", "last.ckpt"})
+    CHECK(fs::exists(fs::path(ck_dir) / f));
+  CHECK_FALSE(fs::exists(fs::path(ck_dir) / "best.ckpt"));
+  CHECK_FALSE(fs::exists(tmp.path() / "runs"));
+  CHECK(std::distance(fs::directory_iterator(tmp.path()), fs::directory_iterator()) == 1);  // ck alone
+
+  // Resumed from epoch 1's checkpoint, with no checkpoint_dir: epochs 2 and 3 as before, and
+  // nothing written anywhere.
+  Seen b;
+  TrainerOptions r = options(3, b);
+  r.checkpoint.resume = ck_dir + "/epoch_1.ckpt";
+  CHECK(Trainer(parts_per_epoch(b), r).run().exit_code == 0);
+  REQUIRE(b.epochs.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(b.epochs[i].lr == a.epochs[i + 1].lr);
+    CHECK(b.epochs[i].train_loss == a.epochs[i + 1].train_loss);
+    CHECK(b.epochs[i].test_acc == a.epochs[i + 1].test_acc);
+  }
+  CHECK(std::distance(fs::directory_iterator(tmp.path()), fs::directory_iterator()) == 1);
+  CHECK(fs::exists(fs::path(ck_dir) / "epoch_3.ckpt"));  // the first run's, untouched
+}
+
+TEST_CASE("trainer: restore_sampler carries a checkpoint over to another number of processes at an epoch's end",
+          "[cpu][train][user_module]") {
+  auto set = std::make_shared<data::Synthetic>(12, Shape{1, 2, 2}, 2, 3);
+  auto shard_loader = [&](int rank, int world) {
+    return std::make_unique<data::DataLoader>(
+        set, data::DataLoaderOptions{.batch_size = 2,
+                                     .sampler = std::make_shared<data::DistributedSampler>(
+                                         12, rank, world, data::DistributedSamplerOptions{.seed = 4})});
+  };
+  auto two = shard_loader(0, 2);
+  for (auto& b : *two) (void)b;  // one epoch
+  two->set_epoch(1);  // the next one's start, as a checkpoint at an epoch's end holds it
+  const StateDict end_of_epoch = two->state_dict();
+
+  // As many processes: the state loads as it is.
+  auto same = shard_loader(1, 2);
+  CHECK(restore_sampler(*same, end_of_epoch).empty());
+  CHECK(same->sampler().position() == 0);
+
+  // One process (a RandomSampler) or three ranks: the epoch carries over, and a note says so.
+  data::DataLoader one(set, {.batch_size = 2, .shuffle = true, .seed = 4});
+  const std::string note = restore_sampler(one, end_of_epoch);
+  CHECK(note.find("a run of 2 process(es), this one has 1") != std::string::npos);
+  auto three = shard_loader(2, 3);
+  CHECK(restore_sampler(*three, end_of_epoch).find("this one has 3") != std::string::npos);
+  CHECK(restore_sampler(*three, one.state_dict()).find("a run of 1 process(es), this one has 3") != std::string::npos);
+
+  // Mid-epoch: only as many processes can continue it.
+  auto mid = shard_loader(0, 2);
+  auto it = mid->begin();
+  ++it;
+  const StateDict partway = mid->state_dict();
+  REQUIRE(mid->sampler().position() > 0);
+  const std::string msg = error_of([&] { restore_sampler(one, partway); });
+  CHECK(msg.find("examples into an epoch of a run with 2 process(es)") != std::string::npos);
+  CHECK(msg.find("can continue on 1") != std::string::npos);
 }

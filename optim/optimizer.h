@@ -55,10 +55,12 @@ class Optimizer {
   const std::map<std::string, Tensor>& state(size_t i) const;
 
   /// See the top of this file. Tensors are detached copies: later steps do not change them.
-  StateDict state_dict() const;
+  /// Virtual so that an optimizer whose state lives elsewhere (parallel::ZeroRedundancyOptimizer,
+  /// whose state is sharded over ranks) cannot be checkpointed wrongly through an Optimizer&.
+  virtual StateDict state_dict() const;
   /// Restores a state_dict() of an optimizer of the same type over the same parameter shapes.
   /// State is copied to each parameter's device and dtype (step counts stay on the CPU).
-  void load_state_dict(const StateDict& state);
+  virtual void load_state_dict(const StateDict& state);
 
  protected:
   /// Declares a hyperparameter (subclass constructors; "lr" is declared by the base).

@@ -1,8 +1,12 @@
 #pragma once
-// BatchNorm2d: per-channel normalization of NCHW input with running statistics.
+// BatchNorm2d: per-channel normalization of NCHW input with running statistics; with a
+// StatsExchange (parallel::convert_sync_batchnorm) the training statistics are those of the
+// global batch of every process, as PyTorch's SyncBatchNorm computes them.
 #include <concepts>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <ember/layers/module.h>
 
@@ -16,6 +20,22 @@ struct BatchNorm2dOptions {
   double momentum = 0.1;
   /// Learnable per-channel weight and bias.
   bool affine = true;
+};
+
+/// How a BatchNorm2d shares its training statistics with the replicas of other processes (one
+/// per rank). parallel::convert_sync_batchnorm gives each BatchNorm2d one over a process group;
+/// layers/ only knows this interface.
+class StatsExchange {
+ public:
+  virtual ~StatsExchange() = default;
+  /// Replicas taking part (the process group's size).
+  virtual int replicas() const = 0;
+  /// Every replica's values of each 1-D tensor in `local` (each the same length on every
+  /// replica), gathered in rank order into (replicas(), length) tensors: one collective. Recorded
+  /// in autograd: the gradient reaching a replica's `local[i]` is the sum of the gradients that
+  /// every replica's gathered row of it received (the adjoint of an all-gather). Every replica
+  /// must call it with the same lengths, in the same order.
+  virtual std::vector<Tensor> gather(const std::vector<Tensor>& local) = 0;
 };
 
 /// Parameters (affine): weight (C) = 1, bias (C) = 0. Buffers: running_mean (C) = 0,
@@ -44,10 +64,22 @@ class BatchNorm2d : public Module {
   Tensor running_var() const { return running_var_; }
   Tensor num_batches_tracked() const { return num_batches_tracked_; }
 
+  /// From now on, training mode normalizes with the mean and biased variance of the union of
+  /// every replica's batch (their counts may differ, and may be 0), gathered through `exchange`,
+  /// and updates the running statistics with them (identical on every replica); the gradients
+  /// reach every replica's input through the exchange. Eval mode is unchanged and communicates
+  /// nothing. nullptr: local statistics again.
+  void set_stats_exchange(std::shared_ptr<StatsExchange> exchange) { exchange_ = std::move(exchange); }
+  const std::shared_ptr<StatsExchange>& stats_exchange() const { return exchange_; }
+
  private:
+  /// Training mode with an exchange of more than one replica.
+  Tensor synced_forward(const Tensor& x);
+
   int64_t c_;
   double eps_, momentum_;
   Tensor weight_, bias_, running_mean_, running_var_, num_batches_tracked_;
+  std::shared_ptr<StatsExchange> exchange_;
 };
 
 }  // namespace ember::layers

@@ -219,6 +219,12 @@ struct ParallelConfig {
   /// ddp: seconds a collective may take before it is an error naming the missing rank (> 0);
   /// unset (null): EMBER_COLLECTIVE_TIMEOUT when set, else 300 (parallel::collective_timeout_from_env).
   std::optional<double> timeout_s;
+  /// ddp: every BatchNorm2d normalizes with the statistics of the global batch of all ranks
+  /// (parallel::convert_sync_batchnorm).
+  bool sync_batchnorm = false;
+  /// ddp: 1 splits the optimizer state over the ranks (ZeRO stage 1,
+  /// parallel::ZeroRedundancyOptimizer); 0 keeps a whole copy on each.
+  int64_t zero = 0;
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 

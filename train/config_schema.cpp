@@ -436,6 +436,20 @@ std::vector<KeySpec> build_schema() {
        .doc = "ddp: seconds a collective may take before it is an error naming the rank that is missing; null: "
               "EMBER_COLLECTIVE_TIMEOUT when set, else 300.",
        .field = EMBER_CONFIG_FIELD(std::optional<double>, parallel.timeout_s)},
+      {.path = "parallel.sync_batchnorm",
+       .kind = K::Bool,
+       .default_json = "false",
+       .doc = "ddp: every BatchNorm2d normalizes with the mean and variance of the global batch of all ranks "
+              "(SyncBatchNorm: one all-gather per layer forward, one all-reduce backward); other modes: no effect.",
+       .field = EMBER_CONFIG_FIELD(bool, parallel.sync_batchnorm)},
+      {.path = "parallel.zero",
+       .kind = K::Int,
+       .lo = ge(0),
+       .hi = le(1),
+       .default_json = "0",
+       .doc = "ddp: 1 splits the optimizer state over the ranks (ZeRO stage 1: each rank steps its share of the "
+              "parameters and broadcasts them; checkpoints hold the whole state); 0 keeps a copy on every rank.",
+       .field = EMBER_CONFIG_FIELD(int64_t, parallel.zero)},
   };
 }
 

@@ -11,6 +11,7 @@
 #include <ember/parallel/data_parallel.h>
 #include <ember/parallel/env.h>
 #include <ember/parallel/init.h>
+#include <ember/parallel/sync_batchnorm.h>
 
 namespace ember::train {
 
@@ -129,6 +130,7 @@ ParallelRun start_parallel(const std::string& device, const ParallelConfig& para
 std::shared_ptr<layers::Module> wrap_model(const ParallelRun& run, const ParallelConfig& config,
                                            const std::shared_ptr<layers::Module>& model) {
   if (run.mode == ParallelMode::dp) return std::make_shared<parallel::DataParallel>(model, run.devices, run.device);
+  if (run.mode == ParallelMode::ddp && config.sync_batchnorm) parallel::convert_sync_batchnorm(model, run.group);
   if (run.mode == ParallelMode::ddp)
     return std::make_shared<parallel::DistributedDataParallel>(
         model, run.group, parallel::DdpOptions{.bucket_cap_mb = config.bucket_cap_mb});

@@ -74,7 +74,8 @@ ParallelRun start_parallel(const ExperimentConfig& config);
 /// `parallel` as the parallel keys.
 ParallelRun start_parallel(const std::string& device, const ParallelConfig& parallel);
 
-/// The module the loop calls: `model` itself, or wrapped in DataParallel / DDP.
+/// The module the loop calls: `model` itself, or wrapped in DataParallel / DDP (with
+/// config.sync_batchnorm under ddp, its BatchNorm2d layers synced over the ranks first).
 std::shared_ptr<layers::Module> wrap_model(const ParallelRun& run, const ParallelConfig& config,
                                            const std::shared_ptr<layers::Module>& model);
 

@@ -35,6 +35,8 @@
 #include <ember/parallel/found_inf.h>
 #include <ember/parallel/object_collectives.h>
 #include <ember/parallel/sharded_eval.h>
+#include <ember/parallel/sync_batchnorm.h>
+#include <ember/parallel/zero.h>
 #include <ember/serialize/checkpoint.h>
 #include <ember/train/early_stop.h>
 #include <ember/train/factories.h>
@@ -127,7 +129,8 @@ class Session {
   void write_run_files(const std::string& note);
   bool train_epoch(int64_t epoch, EpochMetrics& m);
   EvalResult evaluate();
-  Checkpoint checkpoint() const;
+  StateDict optimizer_state();
+  Checkpoint checkpoint(StateDict optimizer) const;
   void end_epoch(EpochMetrics& m);
   RunSummary summary() const;
   void write_summary() const {
@@ -258,6 +261,16 @@ void Session::build() {
     if (par_.mode == ParallelMode::dp) how += " (DataParallel)";
     say(how);
   }
+  if (o_.parallel.sync_batchnorm)
+    say(par_.mode == ParallelMode::ddp
+            ? "SyncBatchNorm: " + count(parallel::count_sync_batchnorm(*model_), "BatchNorm2d layer") +
+                  " normalize with the statistics of all " + std::to_string(par_.world_size) + " ranks' batches"
+            : "parallel.sync_batchnorm has no effect without parallel.mode ddp");
+  if (const auto* zero = dynamic_cast<const parallel::ZeroRedundancyOptimizer*>(&opt_))
+    say("ZeRO-1: " + zero->name() + " splits the optimizer state over " + std::to_string(par_.world_size) +
+        " ranks; rank 0 steps " + std::to_string(zero->shard().size()) + " of " +
+        count(static_cast<int64_t>(opt_.params().size()), "parameter tensor"));
+  else if (o_.parallel.zero == 1) say("parallel.zero has no effect without parallel.mode ddp");
   if (o_.write_run_dir) say("run directory " + paths_.dir + ", git " + build_git_commit());
   else if (checkpoints()) say("checkpoints in " + paths_.checkpoints);
 }
@@ -516,10 +529,17 @@ EvalResult Session::evaluate() {
   return {all.mean_loss(), all.accuracy()};
 }
 
-Checkpoint Session::checkpoint() const {
+// The optimizer's state as a plain optimizer over every parameter holds it, on rank 0 (others:
+// empty). A ZeroRedundancyOptimizer holds one share per rank: every rank sends its share.
+StateDict Session::optimizer_state() {
+  if (auto* zero = dynamic_cast<parallel::ZeroRedundancyOptimizer*>(&opt_)) return zero->consolidate_state_dict(0);
+  return par_.is_root() ? opt_.state_dict() : StateDict{};
+}
+
+Checkpoint Session::checkpoint(StateDict optimizer) const {
   Checkpoint ck;
   ck.model = model_->state_dict();
-  ck.optimizer = opt_.state_dict();
+  ck.optimizer = std::move(optimizer);
   if (sched_) ck.scheduler = sched_->state_dict();
   ck.sampler = train_loader_.state_dict();
   if (scaler_->is_enabled()) ck.grad_scaler = scaler_->state_dict();
@@ -559,13 +579,14 @@ void Session::end_epoch(EpochMetrics& m) {
     stop_detail_ = st_.early_stop_reason;
   }
   // Every rank saw the same test accuracy (all-reduced), so all decide the same early stop.
+  StateDict opt_state = checkpoints() ? optimizer_state() : StateDict{};  // every rank: ZeRO gathers here
   on_root([&] {
     if (o_.write_run_dir) {
       metric_lines_.push_back(to_json_line(m));
       write_file_atomic(paths_.metrics, join_lines(metric_lines_));
     }
     if (checkpoints()) {
-      const Checkpoint ck = checkpoint();
+      const Checkpoint ck = checkpoint(std::move(opt_state));
       if (o_.checkpoint.every_epochs > 0 && epoch % o_.checkpoint.every_epochs == 0) {
         save_checkpoint(ck, paths_.epoch_ckpt(epoch));
         prune_epoch_checkpoints(paths_.checkpoints, o_.checkpoint.keep_last, epoch);  // after the new one is safe
@@ -620,8 +641,9 @@ TrainOutcome Session::stop_for_signal(int64_t epoch, int64_t step, int sig) {
   stop_reason_ = "signal";
   stop_detail_ = std::string(signal_name(sig)) + " received: stopped after step " + std::to_string(st_.global_step);
   const RunSummary s = summary();
+  StateDict opt_state = checkpoints() ? optimizer_state() : StateDict{};
   on_root([&] {
-    if (checkpoints()) save_checkpoint(checkpoint(), paths_.last_ckpt);
+    if (checkpoints()) save_checkpoint(checkpoint(std::move(opt_state)), paths_.last_ckpt);
     if (o_.write_run_dir) write_file_atomic(paths_.summary, to_json(s));
   });
   const std::string at = " at epoch " + std::to_string(epoch) + " step " + std::to_string(step);

@@ -12,6 +12,7 @@
 #include <ember/core/rng.h>
 #include <ember/core/stream.h>
 #include <ember/data/distributed_sampler.h>
+#include <ember/parallel/zero.h>
 #include <ember/train/factories.h>
 #include <ember/train/run_dir.h>
 #include <ember/train/signals.h>
@@ -81,7 +82,14 @@ TrainerParts make_trainer_parts(const ExperimentConfig& c) {
   // The default generator initialises the model and feeds its dropout, so capture_rng() in every
   // checkpoint covers all randomness of the model (the loaders' streams are pure functions).
   parts.model = make_model(c.model, data.num_classes, *data.train, default_generator());
-  parts.optimizer = make_optimizer(optim_config, parts.model->parameters());
+  if (c.parallel.zero == 1 && par.mode == ParallelMode::ddp) {
+    // ZeRO-1: this rank keeps the optimizer state of its share of the parameters only.
+    parts.optimizer = std::make_unique<parallel::ZeroRedundancyOptimizer>(
+        parts.model->parameters(), par.group,
+        [optim_config](std::vector<Tensor> shard) { return make_optimizer(optim_config, std::move(shard)); });
+  } else {
+    parts.optimizer = make_optimizer(optim_config, parts.model->parameters());
+  }
   const int64_t steps_per_epoch =
       (parts.train_loader->len() + c.train.accumulation_steps - 1) / c.train.accumulation_steps;
   parts.schedule = make_schedule(c.schedule, *parts.optimizer, steps_per_epoch, c.epochs);

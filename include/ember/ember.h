@@ -54,6 +54,8 @@
 #include <ember/parallel/reducer.h>
 #include <ember/parallel/sharded_eval.h>
 #include <ember/parallel/store.h>
+#include <ember/parallel/sync_batchnorm.h>
+#include <ember/parallel/zero.h>
 #include <ember/serialize/checkpoint.h>
 #include <ember/train/config.h>
 #include <ember/train/early_stop.h>

@@ -62,6 +62,13 @@ inline Batch global_batch(int step, int64_t n, Device device = Device::cpu()) {
   return {x, from_vector(y, {n}).to(device)};
 }
 
+// One SGD step of `m` on `b`: zero_grad, cross-entropy backward, step.
+inline void train_step(optim::Optimizer& opt, layers::Module& m, const Batch& b) {
+  opt.zero_grad();
+  layers::cross_entropy(m.forward(b.x), b.y).backward();
+  opt.step();
+}
+
 // Largest |a - b| relative to 1 + |b| over two parameter lists.
 inline double max_rel_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
   REQUIRE(a.size() == b.size());
@@ -129,9 +136,7 @@ inline void train_and_compare(int accumulation, bool find_unused, const std::str
       }
     }
     opt.step();
-    ref_opt.zero_grad();
-    layers::cross_entropy(ref->forward(all.x), all.y).backward();
-    ref_opt.step();
+    train_step(ref_opt, *ref, all);
     INFO("rank " << rank << " step " << step);
     CHECK(max_rel_diff(local->parameters(), ref->parameters()) <= kTol);
     for (const Tensor& p : local->parameters()) CHECK(same_on_all_ranks(*pg, p));

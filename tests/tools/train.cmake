@@ -11,6 +11,7 @@
 #   tools/train/ddp_sigterm   the same with parallel.mode=ddp on 2 processes under ember-run
 #   tools/train/ddp_nonfinite the same on 2 processes: the ranks agree on stopping or skipping
 #   tools/train/ddp_global_batch  data.global_batch_size and optim.lr_scaling on 2 processes
+#   tools/train/ddp_zero      parallel.zero=1: bitwise the plain DDP run's metrics, also resumed
 #   tools/train/ddp_restart   ember-run --max-restarts 1: rank 1 SIGKILLed, the job resumes and ends like an uninterrupted run
 #   tools/train/ddp_accuracy  DDP on 2 processes within 1% of one process (Fashion-MNIST slice)
 if(NOT TARGET ember-train)
@@ -28,7 +29,7 @@ foreach(_case usage bad_config rerun print_config sigterm dp nonfinite amp_accur
   set_tests_properties(tools/train/${_case} PROPERTIES LABELS "cpu;tools" TIMEOUT 300 SKIP_RETURN_CODE 77)
 endforeach()
 if(TARGET ember-run)
-  foreach(_case ddp_sigterm ddp_nonfinite ddp_global_batch ddp_restart ddp_accuracy)
+  foreach(_case ddp_sigterm ddp_nonfinite ddp_global_batch ddp_zero ddp_restart ddp_accuracy)
     add_test(NAME tools/train/${_case}
              COMMAND ${EMBER_BASH} ${CMAKE_CURRENT_LIST_DIR}/train_cli.sh ${_case} $<TARGET_FILE:ember-train>
                      ${CMAKE_CURRENT_BINARY_DIR}/train-cli/${_case} $<TARGET_FILE:ember-run>)

@@ -25,7 +25,11 @@
 #                the uninterrupted run's metrics; the restart is in the log and summary.json
 # ddp_global_batch  data.global_batch_size=32 with optim.lr_scaling=linear on 2 processes: 16 per
 #                rank, lr 0.02 x 32/16 = 0.04 printed and in config.json's "resolved", summary.json and
-#                metrics.jsonl; that config.json runs again; 33 is refused (exit 2) naming the numbers
+#                metrics.jsonl; parallel.sync_batchnorm=true says how many BatchNorm2d layers it syncs;
+#                that config.json runs again (on one process, where SyncBatchNorm does nothing, saying
+#                so); 33 is refused (exit 2) naming the numbers
+# ddp_zero       parallel.zero=1 on 2 processes: the same metrics as plain DDP bit for bit, also after a
+#                resume from epoch 1 (the checkpoint holds the whole, consolidated optimizer state)
 # dp             parallel.mode=dp over cpu,cpu: trains, says how the batch is split, world_size 2;
 #                a bad device in the list -> exit 2 naming the key
 # ddp_accuracy   mnist_cnn on a Fashion-MNIST slice: DDP on 2 processes (batch 32 each) reaches the
@@ -290,12 +294,14 @@ ddp_global_batch)
   write_tiny_config c.json
   scale=(data.global_batch_size=32 optim.lr_scaling=linear optim.reference_batch_size=16)
   out=$(timeout -k 5 120 "$ember_run" --nproc-per-node 2 "$prog" c.json parallel.mode=ddp epochs=1 "${scale[@]}" \
-    output.run_dir=run 2>&1)
+    parallel.sync_batchnorm=true output.run_dir=run 2>&1)
   rc=$?
   printf '%s\n' "$out" | head -n 12
   [ "$rc" -eq 0 ] || fail "ember-run exited with $rc (124: a hang)"
   grep -q 'ember-train: batch 16 per rank x 2 ranks = 32' <<<"$out" || fail "no per-rank batch of 16"
   grep -q 'ember-train: lr 0.02 x 32/16 (linear) = 0.04' <<<"$out" || fail "no lr scaling line"
+  grep -qE "ember-train: SyncBatchNorm: [1-9][0-9]* BatchNorm2d layers? normalize with the statistics of all 2 ranks' batches" \
+    <<<"$out" || fail "no SyncBatchNorm line"
   python3 - run <<'PY' || fail "config.json or summary.json does not hold the resolved numbers"
 import json, sys
 run = sys.argv[1]
@@ -310,12 +316,32 @@ assert abs(m[0]["lr"] - 0.04) < 1e-12, m[0]  # cosine: epoch 1 starts at the sca
 PY
   # The run's config.json runs again (the resolved object is read and ignored).
   expect 0 'lr 0.02 x 32/16 \(linear\) = 0.04' "$prog" run/config.json output.run_dir=again
+  grep -q 'parallel.sync_batchnorm has no effect without parallel.mode ddp' again/log.txt ||
+    fail "the re-run on one process does not say SyncBatchNorm has no effect"
   grep -q '"global_batch_size": 32' again/summary.json || fail "the re-run on one process: $(cat again/summary.json)"
   grep -q '"batch_size_per_process": 32' again/config.json || fail "one process did not train in batches of 32"
   # 33 images do not split over 2 ranks: refused before any work, naming the numbers.
   expect 2 'data.global_batch_size 33 does not divide into 2 processes x train.accumulation_steps 1 = 2 batches of equal size: choose a multiple of 2 \(32 or 34\)' \
     "$ember_run" --nproc-per-node 2 "$prog" c.json parallel.mode=ddp data.global_batch_size=33 output.run_dir=bad
   [ ! -e bad ] || fail "the refused run wrote bad/"
+  ;;
+ddp_zero)
+  # ZeRO-1 steps as the plain optimizer does: the same numbers, bit for bit; its checkpoints hold the
+  # whole optimizer state, so a ZeRO run resumed from epoch 1's ends like the run that never stopped.
+  write_tiny_config c.json
+  ddp=(parallel.mode=ddp epochs=2 checkpoint.keep_last=0)
+  "$ember_run" --nproc-per-node 2 "$prog" c.json "${ddp[@]}" output.run_dir=plain >plain.out 2>&1 ||
+    fail "the plain DDP run exited with $?: $(cat plain.out)"
+  "$ember_run" --nproc-per-node 2 "$prog" c.json "${ddp[@]}" parallel.zero=1 output.run_dir=zero >zero.out 2>&1 ||
+    fail "the ZeRO run exited with $?: $(cat zero.out)"
+  cat zero.out
+  grep -qE '\[rank 0\] ember-train: ZeRO-1: ZeroRedundancyOptimizer\(SGD\) splits the optimizer state over 2 ranks; rank 0 steps [0-9]+ of [0-9]+ parameter tensors' \
+    zero.out || fail "no ZeRO-1 line"
+  same_metrics plain zero "1 2 "
+  "$ember_run" --nproc-per-node 2 "$prog" c.json "${ddp[@]}" parallel.zero=1 output.run_dir=resumed \
+    checkpoint.resume=zero/checkpoints/epoch_1.ckpt >resumed.out 2>&1 || fail "the resumed ZeRO run exited with $?"
+  grep -q '\[rank 0\] ember-train: resumed from' resumed.out || fail "the ZeRO run did not resume: $(cat resumed.out)"
+  same_metrics plain resumed "1 2 "
   ;;
 dp)
   write_tiny_config c.json

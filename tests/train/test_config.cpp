@@ -86,6 +86,8 @@ ExperimentConfig all_non_default() {
   c.parallel.algorithm = "ring";
   c.parallel.bucket_cap_mb = 4.5;
   c.parallel.timeout_s = 60;
+  c.parallel.sync_batchnorm = true;
+  c.parallel.zero = 1;
   return c;
 }
 

@@ -79,6 +79,18 @@ template <typename... Args> std::string format(const char* spec, Args... args) {
   return buf;
 }
 
+// "gradients 3.26 MB in 2 buckets, the last 2.21 MB": what each step all-reduces (docs/scaling.md's
+// G and T_last), the last bucket being the one backward cannot hide.
+std::string bucket_text(const parallel::DistributedDataParallel& ddp) {
+  double total = 0, last = 0;
+  for (const parallel::BucketInfo& b : ddp.buckets()) {
+    last = static_cast<double>(b.numel * static_cast<int64_t>(dtype_size(b.dtype))) / 1e6;
+    total += last;
+  }
+  return format("gradients %.2f MB in %zu bucket%s, the last %.2f MB", total, ddp.buckets().size(),
+                ddp.buckets().size() == 1 ? "" : "s", last);
+}
+
 // "1 epoch", "3 epochs".
 std::string count(int64_t n, const std::string& noun) { return std::to_string(n) + " " + noun + (n == 1 ? "" : "s"); }
 
@@ -257,7 +269,7 @@ void Session::build() {
     if (par_.mode == ParallelMode::ddp)
       how += " (DistributedDataParallel over " + par_.group->backend() + ", world size " +
              std::to_string(par_.world_size) + ", collective timeout " + format("%g", par_.group->timeout_s()) +
-             " s from " + par_.timeout_source + ")";
+             " s from " + par_.timeout_source + "; " + bucket_text(*ddp_) + ")";
     if (par_.mode == ParallelMode::dp) how += " (DataParallel)";
     say(how);
   }

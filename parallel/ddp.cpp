@@ -102,7 +102,13 @@ DistributedDataParallel::DistributedDataParallel(layers::ModulePtr module, std::
   reducer_ = std::make_unique<Reducer>(params, group_,
                                        ReducerOptions{.bucket_cap_mb = opts_.bucket_cap_mb,
                                                       .first_bucket_cap_mb = 1,
-                                                      .find_unused_parameters = opts_.find_unused_parameters});
+                                                      .find_unused_parameters = opts_.find_unused_parameters,
+                                                      .comm_hook = opts_.comm_hook});
+}
+
+void DistributedDataParallel::register_comm_hook(CommHook hook) {
+  reducer_->set_comm_hook(hook);
+  opts_.comm_hook = std::move(hook);
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {

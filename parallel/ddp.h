@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <ember/layers/module.h>
+#include <ember/parallel/comm_hooks.h>
 #include <ember/parallel/process_group.h>
 #include <ember/parallel/reducer.h>
 
@@ -30,6 +31,9 @@ struct DdpOptions {
   bool broadcast_buffers = true;
   /// Reduce zeros for parameters that got no gradient instead of raising an error naming them.
   bool find_unused_parameters = false;
+  /// Starts each gradient bucket's reduction (parallel/comm_hooks.h: fp16_compress_hook,
+  /// bf16_compress_hook, or a user's); empty: allreduce_hook, one all_reduce(avg) per bucket.
+  CommHook comm_hook = nullptr;
 };
 
 class DistributedDataParallel : public layers::Module {
@@ -53,6 +57,9 @@ class DistributedDataParallel : public layers::Module {
   /// this before evaluating module() directly, so every rank evaluates with the same statistics).
   /// Collective.
   void sync_buffers();
+  /// As PyTorch's register_comm_hook: `hook` starts each bucket's reduction from the next backward
+  /// pass on (empty: allreduce_hook). Call it between steps, on every rank alike.
+  void register_comm_hook(CommHook hook);
   /// The gradient buckets, in launch order.
   const std::vector<BucketInfo>& buckets() const { return reducer_->buckets(); }
   /// Communication totals since the last call (then reset): for phase timers and reports.

@@ -18,6 +18,7 @@ CommStats& CommStats::operator+=(const CommStats& o) {
   exposed_seconds += o.exposed_seconds;
   all_reduces += o.all_reduces;
   bytes += o.bytes;
+  bytes_reduced += o.bytes_reduced;
   syncs += o.syncs;
   grads_after_first_launch += o.grads_after_first_launch;
   return *this;
@@ -120,7 +121,11 @@ void Reducer::mark_ready(size_t index, const Tensor& grad) {
 void Reducer::launch_ready_buckets() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& b = buckets_[next_launch_];
-    b.work = group_->all_reduce(b.flat, ReduceOp::avg);
+    GradBucket bucket(next_launch_, b.flat, group_);
+    b.work = opts_.comm_hook ? opts_.comm_hook(bucket) : allreduce_hook(bucket);
+    EMBER_CHECK(b.work != nullptr, "DistributedDataParallel: the communication hook returned no Work for bucket ",
+                next_launch_, "; a hook must return the Work of the reduction it started");
+    stats_.bytes_reduced += bucket.bytes_reduced();
     stats_.all_reduces += 1;
     stats_.bytes += b.flat.numel() * static_cast<int64_t>(b.flat.element_size());
     ++next_launch_;

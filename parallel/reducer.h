@@ -6,9 +6,10 @@
 // bucket_cap_mb (the first one only up to first_bucket_cap_mb, so communication starts early in
 // backward). A grad-accumulated hook on every parameter copies its finished gradient into its
 // bucket; once every gradient of a bucket is in, and every earlier bucket has been launched, the
-// bucket's all-reduce (average) starts on the group while backward goes on. At the end of the
-// backward pass (an engine callback, autograd::queue_callback) the reducer launches what is left,
-// waits for every bucket and copies the averages back into the parameters' .grad().
+// bucket's all-reduce (average; or whatever ReducerOptions::comm_hook starts) starts on the group
+// while backward goes on. At the end of the backward pass (an engine callback,
+// autograd::queue_callback) the reducer launches what is left, waits for every bucket and copies
+// the averages back into the parameters' .grad().
 //
 // Every rank must launch the same all-reduces in the same order: buckets launch strictly in index
 // order, and a parameter that got no gradient is either an error naming it (the ranks' graphs may
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include <ember/core/tensor.h>
+#include <ember/parallel/comm_hooks.h>
 #include <ember/parallel/process_group.h>
 
 namespace ember::parallel {
@@ -32,8 +34,11 @@ struct CommStats {
   /// overlap backward. comm_seconds - exposed_seconds was hidden behind it.
   double exposed_seconds = 0;
   int64_t all_reduces = 0;
-  /// Gradient bytes this rank all-reduced.
+  /// Gradient bytes this rank all-reduced (the buckets' bytes, in the parameters' dtype).
   int64_t bytes = 0;
+  /// Bytes this rank handed to the all-reduces (GradBucket::all_reduce): `bytes` without a comm
+  /// hook, half of it with fp16_compress_hook or bf16_compress_hook on f32 buckets.
+  int64_t bytes_reduced = 0;
   /// Synchronised backward passes.
   int64_t syncs = 0;
   /// Gradients that arrived after their pass's first all-reduce was launched, summed over passes:
@@ -55,6 +60,8 @@ struct ReducerOptions {
   double bucket_cap_mb = 25;  // > 0
   double first_bucket_cap_mb = 1;  // > 0; the effective first cap is min(this, bucket_cap_mb)
   bool find_unused_parameters = false;
+  /// Starts each bucket's reduction (see comm_hooks.h); empty: allreduce_hook.
+  CommHook comm_hook = nullptr;
 };
 
 class Reducer {
@@ -71,6 +78,9 @@ class Reducer {
   /// failed backward left unfinished.
   void prepare_for_backward(bool sync);
   const std::vector<BucketInfo>& buckets() const { return info_; }
+  /// Replaces ReducerOptions::comm_hook for the buckets launched from now on (call it between
+  /// backward passes, on every rank alike).
+  void set_comm_hook(CommHook hook) { opts_.comm_hook = std::move(hook); }
   /// The totals since the last call, then resets them.
   CommStats take_stats();
 

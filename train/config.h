@@ -225,6 +225,9 @@ struct ParallelConfig {
   /// ddp: 1 splits the optimizer state over the ranks (ZeRO stage 1,
   /// parallel::ZeroRedundancyOptimizer); 0 keeps a whole copy on each.
   int64_t zero = 0;
+  /// ddp: none | fp16 | bf16: gradient buckets travel as f16 / bf16 (parallel::fp16_compress_hook,
+  /// bf16_compress_hook): half the bytes of f32 on the wire, at that dtype's precision.
+  std::string comm_hook = "none";
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 

@@ -450,6 +450,14 @@ std::vector<KeySpec> build_schema() {
        .doc = "ddp: 1 splits the optimizer state over the ranks (ZeRO stage 1: each rank steps its share of the "
               "parameters and broadcasts them; checkpoints hold the whole state); 0 keeps a copy on every rank.",
        .field = EMBER_CONFIG_FIELD(int64_t, parallel.zero)},
+      {.path = "parallel.comm_hook",
+       .kind = K::Enum,
+       .choices = {"none", "fp16", "bf16"},
+       .default_json = "\"none\"",
+       .doc = "ddp: fp16 or bf16 casts each gradient bucket to that dtype for the all-reduce (half the bytes of f32 "
+              "on the wire; each gradient rounded to 11 or 8 significant bits, divided by the world size before the "
+              "sum); none all-reduces the buckets as they are.",
+       .field = EMBER_CONFIG_FIELD(std::string, parallel.comm_hook)},
   };
 }
 

@@ -8,6 +8,7 @@
 #include <ember/core/error.h>
 #include <ember/core/thread_pool.h>
 #include <ember/kernels/factory.h>
+#include <ember/parallel/comm_hooks.h>
 #include <ember/parallel/data_parallel.h>
 #include <ember/parallel/env.h>
 #include <ember/parallel/init.h>
@@ -133,7 +134,9 @@ std::shared_ptr<layers::Module> wrap_model(const ParallelRun& run, const Paralle
   if (run.mode == ParallelMode::ddp && config.sync_batchnorm) parallel::convert_sync_batchnorm(model, run.group);
   if (run.mode == ParallelMode::ddp)
     return std::make_shared<parallel::DistributedDataParallel>(
-        model, run.group, parallel::DdpOptions{.bucket_cap_mb = config.bucket_cap_mb});
+        model, run.group,
+        parallel::DdpOptions{.bucket_cap_mb = config.bucket_cap_mb,
+                             .comm_hook = parallel::comm_hook_named(config.comm_hook)});
   return model;
 }
 

@@ -283,6 +283,11 @@ void Session::build() {
         " ranks; rank 0 steps " + std::to_string(zero->shard().size()) + " of " +
         count(static_cast<int64_t>(opt_.params().size()), "parameter tensor"));
   else if (o_.parallel.zero == 1) say("parallel.zero has no effect without parallel.mode ddp");
+  if (o_.parallel.comm_hook != "none")
+    say(ddp_ ? "gradient compression: " + o_.parallel.comm_hook + " (buckets cast to " +
+                   (o_.parallel.comm_hook == "fp16" ? "f16" : "bf16") +
+                   " for the all-reduce; the wire carries half the bytes of f32 gradients)"
+             : "parallel.comm_hook has no effect without parallel.mode ddp");
   if (o_.write_run_dir) say("run directory " + paths_.dir + ", git " + build_git_commit());
   else if (checkpoints()) say("checkpoints in " + paths_.checkpoints);
 }

@@ -88,6 +88,7 @@ ExperimentConfig all_non_default() {
   c.parallel.timeout_s = 60;
   c.parallel.sync_batchnorm = true;
   c.parallel.zero = 1;
+  c.parallel.comm_hook = "fp16";
   return c;
 }
 
@@ -552,7 +553,7 @@ TEST_CASE("config: every enum key parses once into its enum and writes back its 
       ++checked;
     }
   }
-  CHECK(checked == 3 + 2 + 4 + 4 + 3 + 3 + 5 + 2 + 3 + 3 + 2);  // precision ... parallel.algorithm
+  CHECK(checked == 3 + 2 + 4 + 4 + 3 + 3 + 5 + 2 + 3 + 3 + 2 + 3);  // precision ... parallel.comm_hook
   // The enums behind them, value by value.
   CHECK(parse_config("{}", {"optim.lr_scaling=sqrt"}).optim.lr_scaling == LrScaling::sqrt);
   CHECK(parse_config("{}", {"precision=bf16"}).precision == Precision::bf16);

@@ -7,6 +7,7 @@
 #include <ember/autograd/grad_mode.h>
 #include <ember/core/error.h>
 #include <ember/kernels/factory.h>
+#include <ember/parallel/join.h>
 #include <ember/parallel/object_collectives.h>
 
 namespace ember::parallel {
@@ -112,6 +113,7 @@ void DistributedDataParallel::register_comm_hook(CommHook hook) {
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
+  if (join_ != nullptr && GradMode::is_enabled()) join_->before_forward(sync_);  // uneven inputs
   if (opts_.broadcast_buffers && group_->world_size() > 1) sync_buffers();
   if (GradMode::is_enabled()) reducer_->prepare_for_backward(sync_);
   return module_->forward(input);

@@ -24,6 +24,8 @@
 
 namespace ember::parallel {
 
+class Join;
+
 struct DdpOptions {
   /// Bucket size in MiB; larger buckets mean fewer, more efficient all-reduces but less overlap.
   double bucket_cap_mb = 25;
@@ -82,11 +84,13 @@ class DistributedDataParallel : public layers::Module {
   [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
 
  private:
+  friend class Join;  // parallel/join.h: uneven inputs
   layers::ModulePtr module_;
   std::shared_ptr<ProcessGroup> group_;
   Options opts_;
   std::unique_ptr<Reducer> reducer_;
   bool sync_ = true;
+  Join* join_ = nullptr;  // set while a Join is active
 };
 
 /// Checks that every rank of `group` holds the same (name, dtype, shape, memory layout) list

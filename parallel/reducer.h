@@ -83,6 +83,10 @@ class Reducer {
   void set_comm_hook(CommHook hook) { opts_.comm_hook = std::move(hook); }
   /// The totals since the last call, then resets them.
   CommStats take_stats();
+  /// For a rank that has run out of inputs (parallel::Join): the collectives of one synchronised
+  /// backward pass of the other ranks, every bucket reduced through the hook as zeros, waited for;
+  /// this rank's gradients are not touched.
+  void shadow_backward();
 
  private:
   struct Bucket {

@@ -44,11 +44,13 @@
 #include <ember/optim/optimizer.h>
 #include <ember/optim/schedule.h>
 #include <ember/optim/sgd.h>
+#include <ember/parallel/comm_hooks.h>
 #include <ember/parallel/comm_ops.h>
 #include <ember/parallel/data_parallel.h>
 #include <ember/parallel/ddp.h>
 #include <ember/parallel/found_inf.h>
 #include <ember/parallel/init.h>
+#include <ember/parallel/join.h>
 #include <ember/parallel/object_collectives.h>
 #include <ember/parallel/process_group.h>
 #include <ember/parallel/reducer.h>

@@ -23,7 +23,7 @@ set(allow_train core kernels autograd layers models optim data serialize paralle
 # itself. The training half, the files named here (DataParallel, DDP, its reducer, and the
 # differentiable Broadcast/Scatter/Gather), sits on top. A new parallel/ file starts in the
 # communication half, so reaching up from it fails here until it is named below.
-set(parallel_training_half data_parallel ddp reducer comm_ops sync_batchnorm zero)
+set(parallel_training_half data_parallel ddp reducer comm_ops sync_batchnorm zero join)
 set(allow_parallel_comm core kernels parallel_comm)
 set(library core kernels autograd layers models optim data serialize parallel train)
 

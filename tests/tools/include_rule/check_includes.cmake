@@ -17,7 +17,8 @@ set(allow_optim core kernels autograd layers optim)
 set(allow_data core kernels data)
 set(allow_serialize core kernels autograd serialize)
 set(allow_parallel core kernels autograd layers models optim data serialize parallel_comm parallel)
-set(allow_train core kernels autograd layers models optim data serialize parallel_comm parallel train)
+set(allow_profiler core kernels autograd layers models optim data serialize parallel_comm parallel profiler)
+set(allow_train core kernels autograd layers models optim data serialize parallel_comm parallel profiler train)
 # parallel/ holds two rooms. Its communication half (store, sockets, env, init, process groups,
 # ring, the collectives on a group) sits below autograd/: it may include only core/, kernels/ and
 # itself. The training half, the files named here (DataParallel, DDP, its reducer, and the
@@ -25,7 +26,7 @@ set(allow_train core kernels autograd layers models optim data serialize paralle
 # communication half, so reaching up from it fails here until it is named below.
 set(parallel_training_half data_parallel ddp reducer comm_ops sync_batchnorm zero join)
 set(allow_parallel_comm core kernels parallel_comm)
-set(library core kernels autograd layers models optim data serialize parallel train)
+set(library core kernels autograd layers models optim data serialize parallel profiler train)
 
 # The room of a file (or include target) `path` in library folder `folder`: the folder itself, or
 # parallel_comm for a parallel/ file outside the training half.

@@ -1,0 +1,151 @@
+// The recording hook (see record.h): a buffer per thread, registered once, each with its own
+// mutex so that take_events() from another thread never races a thread that is recording.
+#include <ember/core/record.h>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ember::profiler {
+
+namespace detail {
+std::atomic<bool> g_recording{false};
+}
+
+namespace {
+
+struct ThreadBuffer {
+  std::mutex mu;
+  std::vector<Event> events;
+  std::vector<Event> open;  // begun, not ended (innermost last)
+  uint32_t index = 0;
+};
+
+struct Registry {
+  std::mutex mu;
+  std::vector<std::shared_ptr<ThreadBuffer>> buffers;
+  std::vector<std::string> names;
+  bool main_named = false;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry();  // never destroyed: threads may record during exit
+  return *r;
+}
+
+ThreadBuffer& this_thread() {
+  thread_local std::shared_ptr<ThreadBuffer> buf = [] {
+    auto b = std::make_shared<ThreadBuffer>();
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    b->index = static_cast<uint32_t>(r.buffers.size());
+    r.buffers.push_back(b);
+    r.names.push_back("thread " + std::to_string(b->index));
+    return b;
+  }();
+  return *buf;
+}
+
+void push(std::string name, Category category) {
+  ThreadBuffer& b = this_thread();
+  std::lock_guard<std::mutex> lock(b.mu);
+  Event e;
+  e.name = std::move(name);
+  e.category = category;
+  e.thread = b.index;
+  e.depth = static_cast<uint32_t>(b.open.size());
+  e.start_ns = now_ns();
+  b.open.push_back(std::move(e));
+}
+
+}  // namespace
+
+const char* category_name(Category c) {
+  switch (c) {
+    case Category::user:
+      return "user";
+    case Category::op:
+      return "op";
+    case Category::backward:
+      return "backward";
+    case Category::data:
+      return "data";
+    case Category::copy:
+      return "copy";
+    case Category::optimizer:
+      return "optimizer";
+    case Category::comm:
+      return "comm";
+    case Category::step:
+      return "step";
+  }
+  return "?";
+}
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+namespace detail {
+
+void begin(const char* name, Category category) { push(std::string(name), category); }
+void begin(std::string name, Category category) { push(std::move(name), category); }
+
+void end() {
+  ThreadBuffer& b = this_thread();
+  std::lock_guard<std::mutex> lock(b.mu);
+  if (b.open.empty()) return;
+  Event e = std::move(b.open.back());
+  b.open.pop_back();
+  e.end_ns = now_ns();
+  b.events.push_back(std::move(e));
+}
+
+}  // namespace detail
+
+void set_thread_name(const std::string& name) {
+  const uint32_t index = this_thread().index;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.names[index] = name;
+}
+
+std::vector<std::string> thread_names() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return r.names;
+}
+
+void set_recording(bool on) {
+  if (on) {
+    const uint32_t index = this_thread().index;
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (!r.main_named && r.names[index] == "thread " + std::to_string(index)) r.names[index] = "main";
+    r.main_named = true;
+  }
+  detail::g_recording.store(on, std::memory_order_relaxed);
+}
+
+std::vector<Event> take_events() {
+  std::vector<std::shared_ptr<ThreadBuffer>> buffers;
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    buffers = r.buffers;
+  }
+  std::vector<Event> out;
+  for (const auto& b : buffers) {
+    std::lock_guard<std::mutex> lock(b->mu);
+    for (Event& e : b->events) out.push_back(std::move(e));
+    b->events.clear();
+  }
+  return out;
+}
+
+}  // namespace ember::profiler

@@ -1,0 +1,82 @@
+#pragma once
+// The profiler's recording hook (profiler/ builds sessions, schedules and outputs on it). Code
+// anywhere in the library or a user's program marks a span with
+//
+//   EMBER_PROFILE_SCOPE("my block");                 // until the end of the enclosing block
+//   profiler::RecordScope scope("conv2d", profiler::Category::op);
+//
+// When no profile is recording, a scope costs one relaxed atomic load and a predictable branch,
+// and allocates nothing (PyTorch's RecordFunction works the same way). When one is, each scope
+// appends one Event to its thread's buffer: name, category, start and end on one steady clock,
+// and its nesting depth on that thread.
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ember::profiler {
+
+/// What a span is, for the trace's colours and the table's grouping.
+enum class Category : uint8_t { user, op, backward, data, copy, optimizer, comm, step };
+/// "user", "op", "backward", "data", "copy", "optimizer", "comm", "step".
+const char* category_name(Category c);
+
+/// One closed span of one thread.
+struct Event {
+  std::string name;
+  Category category = Category::user;
+  uint64_t start_ns = 0, end_ns = 0;  // steady clock (now_ns)
+  uint32_t thread = 0;  // the recording thread's index (thread_names())
+  uint32_t depth = 0;  // open spans of that thread around it when it began
+};
+
+namespace detail {
+extern std::atomic<bool> g_recording;
+void begin(const char* name, Category category);
+void begin(std::string name, Category category);
+void end();
+}  // namespace detail
+
+/// Whether a profile is recording now.
+inline bool recording() noexcept { return detail::g_recording.load(std::memory_order_relaxed); }
+
+/// A span from construction to destruction, recorded when a profile is recording at its start.
+class RecordScope {
+ public:
+  explicit RecordScope(const char* name, Category category = Category::user) : active_(recording()) {
+    if (active_) detail::begin(name, category);
+  }
+  RecordScope(const std::string& name, Category category) : active_(recording()) {
+    if (active_) detail::begin(name, category);
+  }
+  ~RecordScope() {
+    if (active_) detail::end();
+  }
+  RecordScope(const RecordScope&) = delete;
+  RecordScope& operator=(const RecordScope&) = delete;
+
+ private:
+  bool active_;
+};
+
+/// Nanoseconds on the clock events use (std::chrono::steady_clock).
+uint64_t now_ns();
+/// Names the calling thread's row in traces ("loader worker 0", "comm"); default "thread N", and
+/// "main" for the thread that starts recording first.
+void set_thread_name(const std::string& name);
+/// The row names, by Event::thread.
+std::vector<std::string> thread_names();
+
+/// Starts or stops recording (profiler::Profile does this). Spans open when recording stops are
+/// closed by their scopes as usual and kept.
+void set_recording(bool on);
+/// Takes every thread's closed events recorded so far (each thread's in order of their end).
+std::vector<Event> take_events();
+
+}  // namespace ember::profiler
+
+#define EMBER_PROFILE_CONCAT_(a, b) a##b
+#define EMBER_PROFILE_CONCAT(a, b) EMBER_PROFILE_CONCAT_(a, b)
+/// A user span named NAME until the end of the enclosing block.
+#define EMBER_PROFILE_SCOPE(name) \
+  ::ember::profiler::RecordScope EMBER_PROFILE_CONCAT(ember_profile_scope_, __LINE__)(name)

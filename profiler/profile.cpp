@@ -1,0 +1,181 @@
+// Profile (see profile.h): the schedule, self times, the table and the Chrome trace.
+#include <ember/profiler/profile.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <tuple>
+#include <utility>
+
+#include <ember/core/error.h>
+
+namespace ember::profiler {
+
+namespace {
+
+std::atomic<bool> g_session{false};
+
+// Self time of each span: its total less the totals of the spans directly inside it on the same
+// thread (spans of one thread nest: each closes before its parent does).
+void compute_self_times(std::vector<Span>& spans) {
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+    return std::tie(a.event.thread, a.event.start_ns, a.event.depth) <
+           std::tie(b.event.thread, b.event.start_ns, b.event.depth);
+  });
+  std::vector<Span*> stack;
+  for (Span& s : spans) {
+    s.self_ns = s.event.end_ns - s.event.start_ns;
+    while (!stack.empty() &&
+           (stack.back()->event.thread != s.event.thread || stack.back()->event.end_ns <= s.event.start_ns))
+      stack.pop_back();
+    if (!stack.empty() && stack.back()->event.depth < s.event.depth) {
+      Span& parent = *stack.back();
+      parent.self_ns -= std::min(parent.self_ns, s.event.end_ns - s.event.start_ns);
+    }
+    stack.push_back(&s);
+  }
+  std::stable_sort(spans.begin(), spans.end(),
+                   [](const Span& a, const Span& b) { return a.event.start_ns < b.event.start_ns; });
+}
+
+}  // namespace
+
+Profile::Profile(ProfileOptions options) : options_(options) {
+  const Schedule& s = options_.schedule;
+  EMBER_CHECK(s.wait >= 0 && s.warmup >= 0 && s.active >= 0 && s.repeat >= 0,
+              "Profile: schedule steps must be >= 0, got wait ", s.wait, ", warmup ", s.warmup, ", active ", s.active,
+              ", repeat ", s.repeat);
+  EMBER_CHECK(!g_session.exchange(true), "Profile: another Profile is running; one records at a time");
+  running_ = true;
+  origin_ns_ = step_start_ns_ = now_ns();
+  take_events();  // spans of an earlier session that ended while recording are not this one's
+  enter(phase_at(0));
+}
+
+Profile::~Profile() {
+  if (running_) stop();
+}
+
+Profile::Phase Profile::phase_at(int64_t step) const {
+  const Schedule& s = options_.schedule;
+  if (s.active == 0) return Phase::active;
+  const int64_t cycle = s.wait + s.warmup + s.active;
+  if (s.repeat > 0 && step >= cycle * s.repeat) return Phase::done;
+  const int64_t in = step % cycle;
+  return in < s.wait ? Phase::wait : in < s.wait + s.warmup ? Phase::warmup : Phase::active;
+}
+
+void Profile::enter(Phase phase) {
+  phase_ = phase;
+  set_recording(phase == Phase::warmup || phase == Phase::active);
+}
+
+void Profile::keep(std::vector<Event> events, bool discard) {
+  if (discard) return;
+  for (Event& e : events) spans_.push_back({std::move(e), step_, 0});
+}
+
+void Profile::step() {
+  EMBER_CHECK(running_, "Profile::step: the profile has stopped");
+  // The step itself as a span, on this thread, when it was recorded.
+  if (phase_ == Phase::active) {
+    Event e;
+    e.name = "step " + std::to_string(step_);
+    e.category = Category::step;
+    e.start_ns = step_start_ns_;
+    e.end_ns = now_ns();
+    e.depth = 0;
+    std::vector<Event> events = take_events();
+    if (!events.empty()) e.thread = events.front().thread;
+    events.push_back(std::move(e));
+    keep(std::move(events), false);
+  } else {
+    keep(take_events(), true);  // warmup: recorded, thrown away; wait: nothing
+  }
+  ++step_;
+  step_start_ns_ = now_ns();
+  enter(phase_at(step_));
+}
+
+void Profile::stop() {
+  if (!running_) return;
+  set_recording(false);
+  keep(take_events(), phase_ != Phase::active);
+  running_ = false;
+  phase_ = Phase::done;
+  compute_self_times(spans_);
+  g_session.store(false);
+}
+
+std::vector<SpanStats> Profile::key_averages() const {
+  std::map<std::pair<std::string, Category>, SpanStats> by;
+  for (const Span& s : spans_) {
+    SpanStats& st = by[{s.event.name, s.event.category}];
+    st.name = s.event.name;
+    st.category = s.event.category;
+    ++st.calls;
+    st.total_ns += s.event.end_ns - s.event.start_ns;
+    st.self_ns += s.self_ns;
+  }
+  std::vector<SpanStats> out;
+  for (auto& [k, v] : by) out.push_back(v);
+  std::stable_sort(out.begin(), out.end(),
+                   [](const SpanStats& a, const SpanStats& b) { return a.total_ns > b.total_ns; });
+  return out;
+}
+
+std::string Profile::table(size_t top) const {
+  std::string out =
+      "| span | category | calls | total (ms) | self (ms) | self per call (us) |\n|---|---|--:|--:|--:|--:|\n";
+  size_t n = 0;
+  for (const SpanStats& s : key_averages()) {
+    if (top > 0 && n++ >= top) break;
+    char row[512];
+    std::snprintf(row, sizeof row, "| %s | %s | %lld | %.3f | %.3f | %.1f |\n", s.name.c_str(),
+                  category_name(s.category), static_cast<long long>(s.calls), static_cast<double>(s.total_ns) / 1e6,
+                  static_cast<double>(s.self_ns) / 1e6,
+                  static_cast<double>(s.self_ns) / 1e3 / static_cast<double>(std::max<int64_t>(s.calls, 1)));
+    out += row;
+  }
+  return out;
+}
+
+std::string Profile::chrome_trace_json(int pid) const {
+  nlohmann::ordered_json events = nlohmann::ordered_json::array();
+  const std::vector<std::string> names = thread_names();
+  std::vector<bool> used(names.size(), false);
+  for (const Span& s : spans_) {
+    if (s.event.thread < used.size()) used[s.event.thread] = true;
+    events.push_back({{"name", s.event.name},
+                      {"cat", category_name(s.event.category)},
+                      {"ph", "X"},
+                      {"ts", static_cast<double>(s.event.start_ns - origin_ns_) / 1e3},
+                      {"dur", static_cast<double>(s.event.end_ns - s.event.start_ns) / 1e3},
+                      {"pid", pid},
+                      {"tid", s.event.thread},
+                      {"args", {{"step", s.step}}}});
+  }
+  for (size_t t = 0; t < names.size(); ++t)
+    if (used[t])
+      events.push_back(
+          {{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", t}, {"args", {{"name", names[t]}}}});
+  events.push_back({{"name", "process_name"},
+                    {"ph", "M"},
+                    {"pid", pid},
+                    {"tid", 0},
+                    {"args", {{"name", "rank " + std::to_string(pid)}}}});
+  nlohmann::ordered_json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+  return doc.dump(1) + "\n";
+}
+
+void Profile::write_chrome_trace(const std::string& path, int pid) const {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  EMBER_CHECK(f.good(), "Profile::write_chrome_trace: cannot open '", path, "' for writing");
+  f << chrome_trace_json(pid);
+  f.close();
+  EMBER_CHECK(f.good(), "Profile::write_chrome_trace: writing '", path, "' failed (disk full?)");
+}
+
+}  // namespace ember::profiler

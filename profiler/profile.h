@@ -1,0 +1,90 @@
+#pragma once
+// Profile: a profiling session over the recording hook of core/record.h (PyTorch's
+// torch.profiler.profile), with torch.profiler.schedule's wait / warmup / active / repeat steps.
+//
+//   profiler::Profile p({.schedule = {.wait = 1, .warmup = 1, .active = 3}});
+//   for (...) { train_step(); p.step(); }      // steps 2-4 (0-based) are kept
+//   p.stop();
+//   std::puts(p.table().c_str());              // per span name: calls, total and self time
+//   p.write_chrome_trace("trace.json");        // Perfetto, chrome://tracing
+//
+// Without a schedule (active 0) everything from construction to stop() is kept. Each step is
+// itself a span ("step N", category step) on the thread that calls step(). Self time: a span's
+// total less the totals of the spans directly inside it on the same thread.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ember/core/record.h>
+
+namespace ember::profiler {
+
+struct Schedule {
+  int64_t wait = 0;  // steps not recorded at the start of each cycle
+  int64_t warmup = 0;  // steps recorded and thrown away (first-call costs)
+  int64_t active = 0;  // steps kept; 0: no schedule, keep everything until stop()
+  int64_t repeat = 1;  // cycles of wait + warmup + active; 0: until stop()
+};
+
+struct ProfileOptions {
+  Schedule schedule;
+};
+
+/// One span kept by a Profile.
+struct Span {
+  Event event;
+  int64_t step = 0;  // the step it ended in (0-based)
+  uint64_t self_ns = 0;
+};
+
+/// Per span name: what key_averages() gives.
+struct SpanStats {
+  std::string name;
+  Category category = Category::user;
+  int64_t calls = 0;
+  uint64_t total_ns = 0, self_ns = 0;
+};
+
+class Profile {
+ public:
+  /// Starts the session (recording at once unless the schedule begins with wait steps). One
+  /// Profile records at a time.
+  explicit Profile(ProfileOptions options = {});
+  /// Stops it if running.
+  ~Profile();
+  Profile(const Profile&) = delete;
+  Profile& operator=(const Profile&) = delete;
+
+  /// Ends step N (0-based) and begins step N + 1, moving through the schedule.
+  void step();
+  /// Ends the session: recording off, the last active step's spans kept.
+  void stop();
+
+  /// The kept spans, in order of their start, with self times.
+  const std::vector<Span>& spans() const { return spans_; }
+  /// Per span name (and category), sorted by total time, descending.
+  std::vector<SpanStats> key_averages() const;
+  /// key_averages() as a Markdown table, the top `top` rows (0: all).
+  std::string table(size_t top = 0) const;
+  /// The spans in Trace Event Format (complete "X" events, "M" thread names; ts and dur in
+  /// microseconds from the session's start; pid `pid`).
+  std::string chrome_trace_json(int pid = 0) const;
+  /// Writes chrome_trace_json() to `path` (an error naming it when that fails).
+  void write_chrome_trace(const std::string& path, int pid = 0) const;
+
+ private:
+  enum class Phase { wait, warmup, active, done };
+  Phase phase_at(int64_t step) const;
+  void enter(Phase phase);
+  void keep(std::vector<Event> events, bool discard);
+
+  ProfileOptions options_;
+  int64_t step_ = 0;
+  Phase phase_ = Phase::done;
+  bool running_ = false;
+  uint64_t origin_ns_ = 0;
+  uint64_t step_start_ns_ = 0;
+  std::vector<Span> spans_;
+};
+
+}  // namespace ember::profiler

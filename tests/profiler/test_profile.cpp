@@ -1,0 +1,167 @@
+// profiler::Profile over core/record.h: nested spans' self times add up to the root's total
+// exactly; spans of another thread land on its own named row; the schedule keeps only its active
+// steps; nothing is recorded without a profile; the Chrome trace is valid Trace Event Format
+// whose complete events nest on each thread.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ember/core/record.h>
+#include <ember/profiler/profile.h>
+
+#include "support/error_of.h"
+
+using namespace ember;
+using namespace ember::profiler;
+using ember::testing::error_of;
+
+namespace {
+
+void busy_for(std::chrono::microseconds d) {
+  const auto until = std::chrono::steady_clock::now() + d;
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
+const Span& only(const Profile& p, const std::string& name) {
+  const Span* found = nullptr;
+  for (const Span& s : p.spans())
+    if (s.event.name == name) {
+      REQUIRE(found == nullptr);
+      found = &s;
+    }
+  REQUIRE(found != nullptr);
+  return *found;
+}
+
+}  // namespace
+
+TEST_CASE("profiler: self times of nested spans add up to the root's total", "[cpu][profiler]") {
+  Profile p;
+  {
+    EMBER_PROFILE_SCOPE("root");
+    busy_for(std::chrono::microseconds(300));
+    {
+      RecordScope a("child a", Category::op);
+      busy_for(std::chrono::microseconds(500));
+      {
+        EMBER_PROFILE_SCOPE("grandchild");
+        busy_for(std::chrono::microseconds(200));
+      }
+    }
+    {
+      EMBER_PROFILE_SCOPE("child b");
+      busy_for(std::chrono::microseconds(400));
+    }
+  }
+  p.stop();
+  REQUIRE(p.spans().size() == 4);
+  const Span& root = only(p, "root");
+  uint64_t self_sum = 0;
+  for (const Span& s : p.spans()) self_sum += s.self_ns;
+  CHECK(self_sum == root.event.end_ns - root.event.start_ns);  // exact: integer nanoseconds
+  CHECK(root.self_ns >= 300'000);  // its own busy loop
+  CHECK(root.self_ns < root.event.end_ns - root.event.start_ns - 1'100'000);  // excludes the children's 1.1 ms
+  const Span& a = only(p, "child a");
+  CHECK(a.event.category == Category::op);
+  CHECK(a.event.depth == 1);
+  CHECK(only(p, "grandchild").event.depth == 2);
+  CHECK(a.self_ns == a.event.end_ns - a.event.start_ns -
+                         (only(p, "grandchild").event.end_ns - only(p, "grandchild").event.start_ns));
+  const std::vector<SpanStats> stats = p.key_averages();
+  REQUIRE(stats.size() == 4);
+  CHECK(stats.front().name == "root");  // sorted by total time
+  CHECK(p.table().find("| child a | op | 1 |") != std::string::npos);
+}
+
+TEST_CASE("profiler: spans of other threads on their own named rows", "[cpu][profiler]") {
+  Profile p;
+  std::thread worker([] {
+    set_thread_name("worker for the test");
+    for (int i = 0; i < 3; ++i) EMBER_PROFILE_SCOPE("work item");
+  });
+  worker.join();
+  { EMBER_PROFILE_SCOPE("on main"); }
+  p.stop();
+  std::map<std::string, std::set<uint32_t>> threads_of;
+  for (const Span& s : p.spans()) threads_of[s.event.name].insert(s.event.thread);
+  REQUIRE(threads_of["work item"].size() == 1);
+  REQUIRE(threads_of["on main"].size() == 1);
+  CHECK(*threads_of["work item"].begin() != *threads_of["on main"].begin());
+  CHECK(thread_names().at(*threads_of["work item"].begin()) == "worker for the test");
+  CHECK(p.key_averages().size() == 2);
+}
+
+TEST_CASE("profiler: the schedule keeps its active steps only; nothing is recorded without a profile",
+          "[cpu][profiler]") {
+  { EMBER_PROFILE_SCOPE("before any profile"); }
+  CHECK_FALSE(recording());
+  CHECK(take_events().empty());
+
+  Profile p({.schedule = {.wait = 1, .warmup = 1, .active = 2, .repeat = 1}});
+  for (int step = 0; step < 6; ++step) {
+    { RecordScope s("work of step " + std::to_string(step), Category::user); }
+    p.step();
+  }
+  p.stop();
+  std::set<std::string> names;
+  std::set<int64_t> steps;
+  for (const Span& s : p.spans()) {
+    names.insert(s.event.name);
+    steps.insert(s.step);
+  }
+  // Steps 0 (wait) and 1 (warmup) are gone, 2 and 3 kept (with their step spans), 4 and 5 after
+  // the one cycle: not recorded.
+  CHECK(names == std::set<std::string>{"work of step 2", "work of step 3", "step 2", "step 3"});
+  CHECK(steps == std::set<int64_t>{2, 3});
+  CHECK_FALSE(recording());
+  CHECK(error_of([] { Profile bad({.schedule = {.wait = -1}}); }).find("must be >= 0") != std::string::npos);
+}
+
+TEST_CASE("profiler: the Chrome trace is Trace Event Format with nested complete events", "[cpu][profiler]") {
+  Profile p;
+  for (int i = 0; i < 3; ++i) {
+    EMBER_PROFILE_SCOPE("outer");
+    {
+      RecordScope inner("inner", Category::op);
+      busy_for(std::chrono::microseconds(50));
+    }
+  }
+  p.stop();
+  const nlohmann::json doc = nlohmann::json::parse(p.chrome_trace_json(3));
+  REQUIRE(doc.contains("traceEvents"));
+  std::map<int64_t, std::vector<std::pair<double, double>>> by_thread;
+  bool named_thread = false, named_process = false;
+  for (const auto& e : doc["traceEvents"]) {
+    REQUIRE(e.contains("ph"));
+    CHECK(e["pid"] == 3);
+    if (e["ph"] == "M") {
+      named_thread = named_thread || e["name"] == "thread_name";
+      named_process = named_process || (e["name"] == "process_name" && e["args"]["name"] == "rank 3");
+      continue;
+    }
+    REQUIRE(e["ph"] == "X");
+    for (const char* key : {"name", "cat", "ts", "dur", "tid"}) CHECK(e.contains(key));
+    CHECK(e["dur"].get<double>() >= 0);
+    by_thread[e["tid"].get<int64_t>()].push_back(
+        {e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()});
+  }
+  CHECK(named_thread);
+  CHECK(named_process);
+  // On one thread two events are disjoint or one holds the other: never a partial overlap.
+  for (auto& [tid, spans] : by_thread)
+    for (const auto& a : spans)
+      for (const auto& b : spans) {
+        const bool disjoint = a.second <= b.first || b.second <= a.first;
+        const bool a_holds_b = a.first <= b.first && b.second <= a.second;
+        const bool b_holds_a = b.first <= a.first && a.second <= b.second;
+        CHECK((disjoint || a_holds_b || b_holds_a));
+      }
+  CHECK(by_thread.begin()->second.size() == 6);
+}

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include <ember/autograd/grad_mode.h>
+#include <ember/core/record.h>
 #include <ember/kernels/elementwise.h>
 
 namespace ember::autograd {
@@ -111,6 +112,7 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> grads, boo
 
     TensorList out;
     if (any) {
+      profiler::RecordScope profile_scope(node->name(), profiler::Category::backward);
       out = node->apply(std::move(in));
       EMBER_CHECK(node->is_accumulator() || out.size() == node->next_edges.size(), "backward: node ", node->name(),
                   " returned ", out.size(), " gradients for ", node->next_edges.size(), " inputs");

@@ -5,6 +5,7 @@
 // GradSink. Closures run with grad mode off, so the operators used inside them record nothing.
 #include <ember/autograd/ops.h>
 #include <ember/autograd/ops_util.h>
+#include <ember/core/record.h>
 #include <ember/kernels/elementwise.h>
 #include <ember/kernels/factory.h>
 
@@ -60,6 +61,7 @@ Tensor extremum(BinaryOp op, const char* name, const Tensor& a, const Tensor& b)
 // ---- tensor with tensor ----
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  profiler::RecordScope profile_scope("add", profiler::Category::op);
   Tensor out = binary_checked(BinaryOp::Add, a, b);
   if (needs_grad(a, b)) {
     record(
@@ -73,6 +75,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
+  profiler::RecordScope profile_scope("sub", profiler::Category::op);
   Tensor out = binary_checked(BinaryOp::Sub, a, b);
   if (needs_grad(a, b)) {
     record(
@@ -86,6 +89,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  profiler::RecordScope profile_scope("mul", profiler::Category::op);
   Tensor out = binary_checked(BinaryOp::Mul, a, b);
   if (needs_grad(a, b)) {
     record(
@@ -99,6 +103,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
+  profiler::RecordScope profile_scope("div", profiler::Category::op);
   Tensor out = binary_checked(BinaryOp::Div, a, b);
   if (needs_grad(a, b)) {
     // d(a/b)/db = -a/b^2 = -out/b.
@@ -119,6 +124,7 @@ Tensor minimum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Min
 // ---- tensor with scalar ----
 
 Tensor add(const Tensor& a, double s) {
+  profiler::RecordScope profile_scope("add", profiler::Category::op);
   Tensor out = scalar_checked(BinaryOp::Add, a, s, false);
   if (needs_grad(a))
     record(
@@ -130,6 +136,7 @@ Tensor add(double s, const Tensor& a) { return add(a, s); }
 Tensor sub(const Tensor& a, double s) { return add(a, -s); }
 
 Tensor sub(double s, const Tensor& a) {
+  profiler::RecordScope profile_scope("sub", profiler::Category::op);
   Tensor out = scalar_checked(BinaryOp::Sub, a, s, true);
   if (needs_grad(a))
     record(
@@ -138,6 +145,7 @@ Tensor sub(double s, const Tensor& a) {
 }
 
 Tensor mul(const Tensor& a, double s) {
+  profiler::RecordScope profile_scope("mul", profiler::Category::op);
   Tensor out = scalar_checked(BinaryOp::Mul, a, s, false);
   if (needs_grad(a))
     record(
@@ -148,6 +156,7 @@ Tensor mul(const Tensor& a, double s) {
 Tensor mul(double s, const Tensor& a) { return mul(a, s); }
 
 Tensor div(const Tensor& a, double s) {
+  profiler::RecordScope profile_scope("div", profiler::Category::op);
   Tensor out = scalar_checked(BinaryOp::Div, a, s, false);
   if (needs_grad(a))
     record(
@@ -157,6 +166,7 @@ Tensor div(const Tensor& a, double s) {
 }
 
 Tensor div(double s, const Tensor& a) {
+  profiler::RecordScope profile_scope("div", profiler::Category::op);
   Tensor out = scalar_checked(BinaryOp::Div, a, s, true);
   if (needs_grad(a)) {
     // d(s/a)/da = -s/a^2 = -out/a.
@@ -173,6 +183,7 @@ Tensor div(double s, const Tensor& a) {
 // ---- where ----
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  profiler::RecordScope profile_scope("where", profiler::Category::op);
   check_defined("where", cond, "cond");
   check_defined("where", a, "a");
   check_defined("where", b, "b");

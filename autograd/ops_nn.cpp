@@ -5,6 +5,7 @@
 #include <ember/autograd/grad_mode.h>
 #include <ember/autograd/ops.h>
 #include <ember/autograd/ops_util.h>
+#include <ember/core/record.h>
 #include <ember/kernels/elementwise.h>
 #include <ember/kernels/factory.h>
 #include <ember/kernels/index.h>
@@ -58,6 +59,7 @@ Tensor mT(const Tensor& t) { return t.transpose(-1, -2); }
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  profiler::RecordScope profile_scope("matmul", profiler::Category::op);
   check_defined("matmul", a_in, "a");
   check_defined("matmul", b_in, "b");
   check_same_device("matmul", a_in, b_in);
@@ -109,6 +111,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 namespace {
 
 Tensor softmax_impl(const Tensor& x_in, int64_t dim, bool log) {
+  profiler::RecordScope profile_scope(log ? "log_softmax" : "softmax", profiler::Category::op);
   const char* name = log ? "log_softmax" : "softmax";
   check_defined(name, x_in, "x");
   const Tensor x = amp::cast_for(amp::OpClass::Float32, x_in);  // autocast: softmax runs in f32
@@ -133,6 +136,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_sm
 }
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in, const CrossEntropyOptions& options) {
+  profiler::RecordScope profile_scope("cross_entropy", profiler::Category::op);
   const double label_smoothing = options.label_smoothing;
   check_defined("cross_entropy", logits_in, "logits");
   const Tensor logits = amp::cast_for(amp::OpClass::Float32, logits_in);  // autocast: the loss runs in f32
@@ -167,6 +171,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in, const Cro
 }
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  profiler::RecordScope profile_scope("index_select", profiler::Category::op);
   check_defined("index_select", x, "x");
   check_defined("index_select", index, "index");
   check_same_device("index_select", x, index, "x", "index");

@@ -3,6 +3,7 @@
 #include <ember/autograd/autocast.h>
 #include <ember/autograd/ops.h>
 #include <ember/autograd/ops_util.h>
+#include <ember/core/record.h>
 #include <ember/kernels/elementwise.h>
 #include <ember/kernels/factory.h>
 #include <ember/kernels/reduce.h>
@@ -23,6 +24,7 @@ namespace {
 
 // sum/mean: the gradient (result shape) is broadcast back over the reduced dims, scaled by `scale`.
 Tensor sum_like(ReduceOp op, const char* name, const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
+  profiler::RecordScope profile_scope(name, profiler::Category::op);
   autograd::detail::check_defined(name, x_in, "x");
   const Tensor x = amp::cast_for(amp::OpClass::Float32, x_in);  // autocast: sums and means accumulate in f32
   Tensor out = kernels::reduce(op, x, dims, keepdim);

@@ -4,6 +4,7 @@
 // autograd/function.h); Neg reads neither.
 #include <ember/autograd/ops.h>
 #include <ember/autograd/ops_util.h>
+#include <ember/core/record.h>
 #include <ember/kernels/elementwise.h>
 
 namespace ember {
@@ -17,6 +18,7 @@ using kernels::UnaryOp;
 namespace {
 
 Tensor unary_op(UnaryOp op, const char* backward_name, const Tensor& x) {
+  profiler::RecordScope profile_scope(kernels::op_name(op), profiler::Category::op);
   autograd::detail::check_defined(kernels::op_name(op), x, "x");
   Tensor out = kernels::unary(op, x);
   if (!needs_grad(x)) return out;

@@ -14,6 +14,7 @@
 #include <ember/core/device_check.h>
 #include <ember/core/error.h>
 #include <ember/core/pinned.h>
+#include <ember/core/record.h>
 #include <ember/core/rng.h>
 #include <ember/core/stream.h>
 #include <ember/data/transfer.h>
@@ -59,7 +60,7 @@ class DataLoader::Run {
     }
     if (dev.is_cuda()) copy_stream_ = new_stream(dev);
     capacity_ = static_cast<int64_t>(std::max(opts_.workers, 1)) * opts_.prefetch;
-    for (int w = 0; w < opts_.workers; ++w) threads_.emplace_back([this] { worker(); });
+    for (int w = 0; w < opts_.workers; ++w) threads_.emplace_back([this, w] { worker(w); });
   }
 
   ~Run() {
@@ -169,7 +170,8 @@ class DataLoader::Run {
     return hb;
   }
 
-  void worker() {
+  void worker(int index) {
+    profiler::set_thread_name("loader worker " + std::to_string(index));
     int64_t cpu_before = thread_cpu_ns();
     for (;;) {
       int64_t k;
@@ -181,6 +183,7 @@ class DataLoader::Run {
       }
       Slot slot;
       try {
+        profiler::RecordScope profile_scope("collate batch", profiler::Category::data);
         slot.batch = collate(k);
       } catch (...) {
         slot.error = std::current_exception();
@@ -197,7 +200,11 @@ class DataLoader::Run {
   }
 
   HostBatch take(int64_t k) {
-    if (opts_.workers == 0) return collate(k);
+    if (opts_.workers == 0) {
+      profiler::RecordScope profile_scope("collate batch", profiler::Category::data);
+      return collate(k);
+    }
+    profiler::RecordScope profile_scope("wait for batch", profiler::Category::data);
     Slot slot;
     {
       std::unique_lock<std::mutex> lock(mu_);

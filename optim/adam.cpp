@@ -2,6 +2,7 @@
 #include <ember/optim/adam.h>
 
 #include <ember/autograd/grad_mode.h>
+#include <ember/core/record.h>
 #include <ember/kernels/optim.h>
 
 namespace ember::optim {
@@ -33,6 +34,7 @@ AdamOptions Adam::options() const {
 }
 
 void Adam::step() {
+  profiler::RecordScope profile_scope("optimizer step", profiler::Category::optimizer);
   NoGradGuard guard;
   const AdamOptions o = options();
   check_options(name().c_str(), o.lr, o.betas.first, o.betas.second, o.eps, o.weight_decay);

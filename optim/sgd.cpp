@@ -2,6 +2,7 @@
 #include <ember/optim/sgd.h>
 
 #include <ember/autograd/grad_mode.h>
+#include <ember/core/record.h>
 #include <ember/kernels/optim.h>
 
 namespace ember::optim {
@@ -31,6 +32,7 @@ SGDOptions SGD::options() const {
 }
 
 void SGD::step() {
+  profiler::RecordScope profile_scope("optimizer step", profiler::Category::optimizer);
   NoGradGuard guard;
   const SGDOptions o = options();
   check_options(o);  // a loaded state dict may have changed them

@@ -9,6 +9,7 @@
 #include <ember/autograd/engine.h>
 #include <ember/autograd/grad_mode.h>
 #include <ember/core/error.h>
+#include <ember/core/record.h>
 #include <ember/kernels/factory.h>
 
 namespace ember::parallel {
@@ -164,7 +165,10 @@ void Reducer::finish_pass() {
 
   // Wait in launch order; the time spent here is communication that backward did not hide.
   const auto t0 = std::chrono::steady_clock::now();
-  for (Bucket& b : buckets_) b.work->wait();
+  {
+    profiler::RecordScope span("wait for gradient all-reduce", profiler::Category::comm);
+    for (Bucket& b : buckets_) b.work->wait();
+  }
   stats_.exposed_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   NoGradGuard no_grad;

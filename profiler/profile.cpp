@@ -49,7 +49,7 @@ Profile::Profile(ProfileOptions options) : options_(options) {
               ", repeat ", s.repeat);
   EMBER_CHECK(!g_session.exchange(true), "Profile: another Profile is running; one records at a time");
   running_ = true;
-  origin_ns_ = step_start_ns_ = now_ns();
+  origin_ns_ = now_ns();
   take_events();  // spans of an earlier session that ended while recording are not this one's
   enter(phase_at(0));
 }
@@ -69,7 +69,11 @@ Profile::Phase Profile::phase_at(int64_t step) const {
 
 void Profile::enter(Phase phase) {
   phase_ = phase;
-  set_recording(phase == Phase::warmup || phase == Phase::active);
+  const bool on = phase == Phase::warmup || phase == Phase::active;
+  set_recording(on);
+  // The step as a span of its own around everything this thread records in it.
+  step_open_ = on && options_.schedule.active > 0;  // steps as spans under a schedule
+  if (step_open_) detail::begin("step " + std::to_string(step_), Category::step);
 }
 
 void Profile::keep(std::vector<Event> events, bool discard) {
@@ -79,28 +83,16 @@ void Profile::keep(std::vector<Event> events, bool discard) {
 
 void Profile::step() {
   EMBER_CHECK(running_, "Profile::step: the profile has stopped");
-  // The step itself as a span, on this thread, when it was recorded.
-  if (phase_ == Phase::active) {
-    Event e;
-    e.name = "step " + std::to_string(step_);
-    e.category = Category::step;
-    e.start_ns = step_start_ns_;
-    e.end_ns = now_ns();
-    e.depth = 0;
-    std::vector<Event> events = take_events();
-    if (!events.empty()) e.thread = events.front().thread;
-    events.push_back(std::move(e));
-    keep(std::move(events), false);
-  } else {
-    keep(take_events(), true);  // warmup: recorded, thrown away; wait: nothing
-  }
+  if (step_open_) detail::end();
+  keep(take_events(), phase_ != Phase::active);  // warmup: recorded, thrown away
   ++step_;
-  step_start_ns_ = now_ns();
   enter(phase_at(step_));
 }
 
 void Profile::stop() {
   if (!running_) return;
+  if (step_open_) detail::end();
+  step_open_ = false;
   set_recording(false);
   keep(take_events(), phase_ != Phase::active);
   running_ = false;

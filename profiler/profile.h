@@ -8,9 +8,10 @@
 //   std::puts(p.table().c_str());              // per span name: calls, total and self time
 //   p.write_chrome_trace("trace.json");        // Perfetto, chrome://tracing
 //
-// Without a schedule (active 0) everything from construction to stop() is kept. Each step is
-// itself a span ("step N", category step) on the thread that calls step(). Self time: a span's
-// total less the totals of the spans directly inside it on the same thread.
+// Without a schedule (active 0) everything from construction to stop() is kept. Under a schedule
+// each recorded step is itself a span ("step N", category step) on the thread that started the
+// profile, around what that thread records in it. Self time: a span's total less the totals of
+// the spans directly inside it on the same thread.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -83,7 +84,7 @@ class Profile {
   Phase phase_ = Phase::done;
   bool running_ = false;
   uint64_t origin_ns_ = 0;
-  uint64_t step_start_ns_ = 0;
+  bool step_open_ = false;  // this step's span is open on the thread that started the profile
   std::vector<Span> spans_;
 };
 

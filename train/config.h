@@ -231,6 +231,16 @@ struct ParallelConfig {
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 
+/// profile.*: profiler::Profile over a few training steps (docs/profiling.md).
+struct ProfileConfig {
+  /// Profile the run: <run dir>/profile/trace.json (Chrome trace) and ops.md (per-span table).
+  bool enabled = false;
+  /// Steps (batches) skipped, then recorded and dropped, then kept: torch.profiler.schedule's
+  /// wait, warmup and active, once from the start of the run.
+  int64_t wait = 1, warmup = 1, active = 3;
+  friend bool operator==(const ProfileConfig&, const ProfileConfig&) = default;
+};
+
 struct ExperimentConfig {
   /// What the experiment shows (free text; configs/ files carry one).
   std::string description;
@@ -255,6 +265,7 @@ struct ExperimentConfig {
   OutputConfig output;
   LoopConfig train;
   ParallelConfig parallel;
+  ProfileConfig profile;
   friend bool operator==(const ExperimentConfig&, const ExperimentConfig&) = default;
 };
 

@@ -458,6 +458,30 @@ std::vector<KeySpec> build_schema() {
               "on the wire; each gradient rounded to 11 or 8 significant bits, divided by the world size before the "
               "sum); none all-reduces the buckets as they are.",
        .field = EMBER_CONFIG_FIELD(std::string, parallel.comm_hook)},
+      {.path = "profile.enabled",
+       .kind = K::Bool,
+       .default_json = "false",
+       .doc = "Profile the run (profiler::Profile): profile/trace.json (Chrome trace: Perfetto, chrome://tracing) and "
+              "profile/ops.md (calls, total and self time per op and span) in the run directory.",
+       .field = EMBER_CONFIG_FIELD(bool, profile.enabled)},
+      {.path = "profile.wait",
+       .kind = K::Int,
+       .lo = ge(0),
+       .default_json = "1",
+       .doc = "Training steps (batches) not recorded at the start.",
+       .field = EMBER_CONFIG_FIELD(int64_t, profile.wait)},
+      {.path = "profile.warmup",
+       .kind = K::Int,
+       .lo = ge(0),
+       .default_json = "1",
+       .doc = "Steps then recorded and dropped (first-call costs).",
+       .field = EMBER_CONFIG_FIELD(int64_t, profile.warmup)},
+      {.path = "profile.active",
+       .kind = K::Int,
+       .lo = ge(1),
+       .default_json = "3",
+       .doc = "Steps then kept in the profile.",
+       .field = EMBER_CONFIG_FIELD(int64_t, profile.active)},
   };
 }
 

@@ -37,6 +37,7 @@
 #include <ember/parallel/sharded_eval.h>
 #include <ember/parallel/sync_batchnorm.h>
 #include <ember/parallel/zero.h>
+#include <ember/profiler/profile.h>
 #include <ember/serialize/checkpoint.h>
 #include <ember/train/early_stop.h>
 #include <ember/train/factories.h>
@@ -158,6 +159,8 @@ class Session {
     return channels_last() && x.dim() == 4 ? x.contiguous(MemoryFormat::channels_last) : x;
   }
   TrainOutcome stop_for_signal(int64_t epoch, int64_t step, int sig);
+  void start_profile();
+  void finish_profile();
   /// Runs rank 0's file writes; under ddp every rank learns whether they failed (run_on_root).
   void on_root(const std::function<void()>& fn) const {
     if (!par_.distributed()) return fn();
@@ -201,6 +204,7 @@ class Session {
   std::unique_ptr<PhaseTimers> timers_;
   std::unique_ptr<StepRunner> stepper_;
   std::unique_ptr<Progress> progress_;
+  std::unique_ptr<profiler::Profile> profile_;  // profile.enabled: a few steps of this session
   RunState st_;
   std::vector<std::string> metric_lines_;
   std::string stop_reason_ = "completed", stop_detail_;
@@ -437,6 +441,7 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
       NoGradGuard no_grad;
       loss_sum = loss_sum + loss.detach().to(DType::f64) * static_cast<double>(batch.size());
     }
+    if (profile_) profile_->step();
     if (o_.on_step)
       o_.on_step({.epoch = epoch,
                   .batch = step,
@@ -657,6 +662,7 @@ RunSummary Session::summary() const {
 TrainOutcome Session::stop_for_signal(int64_t epoch, int64_t step, int sig) {
   stop_reason_ = "signal";
   stop_detail_ = std::string(signal_name(sig)) + " received: stopped after step " + std::to_string(st_.global_step);
+  finish_profile();
   const RunSummary s = summary();
   StateDict opt_state = checkpoints() ? optimizer_state() : StateDict{};
   on_root([&] {
@@ -675,6 +681,41 @@ TrainOutcome Session::stop_for_signal(int64_t epoch, int64_t step, int sig) {
         (checkpoints() ? "; wrote " + paths_.last_ckpt : std::string("; no checkpoint directory, none written")));
   }
   return {paths_.dir, s, 128 + sig};
+}
+
+// profile.enabled: steps wait + warmup + 1 ... of this session are kept (each batch a step).
+void Session::start_profile() {
+  if (!o_.profile.enabled) return;
+  if (!o_.write_run_dir) {
+    say("profile.enabled needs a run directory to write profile/ into: not profiling");
+    return;
+  }
+  const ProfileConfig& c = o_.profile;
+  profile_ = std::make_unique<profiler::Profile>(
+      profiler::ProfileOptions{.schedule = {.wait = c.wait, .warmup = c.warmup, .active = c.active, .repeat = 1}});
+  say(format("profile: batches %lld to %lld of this session (profile.wait %lld, warmup %lld, active %lld)",
+             static_cast<long long>(c.wait + c.warmup + 1), static_cast<long long>(c.wait + c.warmup + c.active),
+             static_cast<long long>(c.wait), static_cast<long long>(c.warmup), static_cast<long long>(c.active)));
+}
+
+// Rank 0 writes its spans: profile/trace.json (pid = rank) and profile/ops.md.
+void Session::finish_profile() {
+  if (!profile_) return;
+  profile_->stop();
+  const profiler::Profile& p = *profile_;
+  on_root([&] {
+    const fs::path dir = fs::path(paths_.dir) / "profile";
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    EMBER_CHECK(!ec, "cannot create '", dir.string(), "': ", ec.message());
+    p.write_chrome_trace((dir / "trace.json").string(), par_.rank);
+    write_file_atomic((dir / "ops.md").string(), "# Profile of " + o_.name + " (rank " + std::to_string(par_.rank) +
+                                                     ")\n\nEvery op and span of the kept steps, by total time (ms); " +
+                                                     "self time leaves out the spans inside.\n\n" + p.table(40));
+  });
+  say("profile: " + std::to_string(p.spans().size()) + " spans in profile/trace.json (open it in ui.perfetto.dev), " +
+      "the table in profile/ops.md");
+  profile_.reset();
 }
 
 void Session::log_final(const RunSummary& s) {
@@ -711,6 +752,7 @@ TrainOutcome Session::train() {
   build();
   resume();
   session_start_ = Clock::now();
+  start_profile();
 
   if (!st_.early_stop_rule.empty()) {
     stop_reason_ = st_.early_stop_rule == "target" ? "target_accuracy" : "patience";
@@ -734,6 +776,7 @@ TrainOutcome Session::train() {
     end_epoch(m);
     if (o_.on_epoch) o_.on_epoch(m);
   }
+  finish_profile();
   const RunSummary s = summary();
   on_root([&] {
     if (o_.write_run_dir) write_file_atomic(paths_.summary, to_json(s));

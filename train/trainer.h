@@ -119,6 +119,8 @@ struct TrainerOptions {
   OutputConfig output;
   /// bucket_cap_mb under ddp (the mode and devices are in TrainerParts::parallel).
   ParallelConfig parallel;
+  /// With enabled and a run directory: profile/trace.json and profile/ops.md (docs/profiling.md).
+  ProfileConfig profile;
   /// Recorded in checkpoints; a resume from a checkpoint of another model or dataset is an error.
   std::string model_name = "model", dataset_name = "data";
   /// What config.json holds, given the checkpoint the run resumes from ("" when none). Empty:

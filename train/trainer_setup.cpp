@@ -35,6 +35,7 @@ ExperimentConfig config_of_options(const TrainerOptions& o) {
   c.early_stop = o.early_stop;
   c.checkpoint = o.checkpoint;
   c.output = o.output;
+  c.profile = o.profile;
   c.train.accumulation_steps = o.accumulation_steps;
   c.train.on_nonfinite = o.on_nonfinite;
   c.parallel = o.parallel;
@@ -108,6 +109,7 @@ TrainerOptions trainer_options(const ExperimentConfig& c, const std::vector<std:
   o.early_stop = c.early_stop;
   o.checkpoint = c.checkpoint;
   o.output = c.output;
+  o.profile = c.profile;
   o.parallel = c.parallel;
   o.model_name = config_name(c.model.name);
   o.dataset_name = config_name(c.data.dataset);

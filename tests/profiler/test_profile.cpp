@@ -1,7 +1,8 @@
 // profiler::Profile over core/record.h: nested spans' self times add up to the root's total
 // exactly; spans of another thread land on its own named row; the schedule keeps only its active
 // steps; nothing is recorded without a profile; the Chrome trace is valid Trace Event Format
-// whose complete events nest on each thread.
+// whose complete events nest on each thread; a mnist_cnn step records each forward op once per
+// layer that runs it, and its backward node.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include <ember/core/record.h>
+#include <ember/ember.h>
 #include <ember/profiler/profile.h>
 
 #include "support/error_of.h"
@@ -164,4 +166,38 @@ TEST_CASE("profiler: the Chrome trace is Trace Event Format with nested complete
         CHECK((disjoint || a_holds_b || b_holds_a));
       }
   CHECK(by_thread.begin()->second.size() == 6);
+}
+
+TEST_CASE("profiler: a mnist_cnn step records each op of the model once per layer and its backward",
+          "[cpu][profiler]") {
+  auto model = models::mnist_cnn();
+  optim::SGD opt(model->parameters(), {.lr = 0.01});
+  Generator gen(1);
+  const Tensor x = randn({2, 1, 28, 28}, {}, gen);
+  const Tensor y = from_vector(std::vector<int64_t>{3, 7}, {2});
+  constexpr int kSteps = 2;
+  Profile p({.schedule = {.active = kSteps}});
+  for (int step = 0; step < kSteps; ++step) {
+    opt.zero_grad();
+    layers::cross_entropy(model->forward(x), y).backward();
+    opt.step();
+    p.step();
+  }
+  p.stop();
+  std::map<std::string, int64_t> calls;
+  for (const SpanStats& s : p.key_averages()) calls[s.name] += s.calls;
+  INFO(p.table());
+  // mnist_cnn: conv, relu, conv, relu, max-pool, dropout, linear (matmul + bias add), relu,
+  // dropout, linear; then the loss.
+  const std::map<std::string, int64_t> per_step = {
+      {"conv2d", 2},          {"relu", 3},           {"max_pool2d", 1},     {"dropout", 2},
+      {"matmul", 2},          {"cross_entropy", 1},  {"Conv2dBackward", 2}, {"MaxPool2dBackward", 1},
+      {"DropoutBackward", 2}, {"MatmulBackward", 2}, {"ReluBackward", 3},   {"CrossEntropyBackward", 1},
+      {"optimizer step", 1}};
+  for (const auto& [name, n] : per_step) {
+    INFO(name);
+    CHECK(calls[name] == n * kSteps);
+  }
+  CHECK(calls["step 0"] == 1);
+  CHECK(calls["step 1"] == 1);
 }

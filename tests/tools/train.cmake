@@ -7,6 +7,7 @@
 #   tools/train/sigterm       SIGTERM -> exit 143 + last.ckpt; resume=auto = the uninterrupted run
 #   tools/train/dp            parallel.mode=dp over cpu,cpu
 #   tools/train/nonfinite     a loss that overflows: train.on_nonfinite stop (exit 1, nothing written) / skip
+#   tools/train/profile       profile.enabled=true: profile/trace.json and profile/ops.md
 #   tools/train/amp_accuracy  precision bf16 and fp16 within 1% of fp32 (Fashion-MNIST slice)
 #   tools/train/ddp_sigterm   the same with parallel.mode=ddp on 2 processes under ember-run
 #   tools/train/ddp_nonfinite the same on 2 processes: the ranks agree on stopping or skipping
@@ -22,7 +23,7 @@ if(NOT EMBER_BASH)
   message(STATUS "ember: bash not found; tools/train/* tests not added")
   return()
 endif()
-foreach(_case usage bad_config rerun print_config sigterm dp nonfinite amp_accuracy)
+foreach(_case usage bad_config rerun print_config sigterm dp nonfinite amp_accuracy profile)
   add_test(NAME tools/train/${_case}
            COMMAND ${EMBER_BASH} ${CMAKE_CURRENT_LIST_DIR}/train_cli.sh ${_case} $<TARGET_FILE:ember-train>
                    ${CMAKE_CURRENT_BINARY_DIR}/train-cli/${_case})

@@ -28,6 +28,8 @@
 #                metrics.jsonl; parallel.sync_batchnorm=true says how many BatchNorm2d layers it syncs;
 #                that config.json runs again (on one process, where SyncBatchNorm does nothing, saying
 #                so); 33 is refused (exit 2) naming the numbers
+# profile        profile.enabled=true: profile/trace.json holds ember's own spans (ops, backward
+#                nodes, the optimizer step) of batches 3-5 only, and profile/ops.md their table
 # ddp_zero       parallel.zero=1 on 2 processes: the same metrics as plain DDP bit for bit, also after a
 #                resume from epoch 1 (the checkpoint holds the whole, consolidated optimizer state)
 # dp             parallel.mode=dp over cpu,cpu: trains, says how the batch is split, world_size 2;
@@ -324,6 +326,26 @@ PY
   expect 2 'data.global_batch_size 33 does not divide into 2 processes x train.accumulation_steps 1 = 2 batches of equal size: choose a multiple of 2 \(32 or 34\)' \
     "$ember_run" --nproc-per-node 2 "$prog" c.json parallel.mode=ddp data.global_batch_size=33 output.run_dir=bad
   [ ! -e bad ] || fail "the refused run wrote bad/"
+  ;;
+profile)
+  # profile.enabled: batches 3-5 (wait 1, warmup 1, active 3) of ember's own spans, as a trace
+  # Perfetto reads and a table.
+  write_tiny_config c.json
+  expect 0 'ember-train: profile: [0-9]+ spans in profile/trace.json' "$prog" c.json epochs=1 profile.enabled=true \
+    output.run_dir=run
+  python3 - run/profile/trace.json <<'PY' || fail "profile/trace.json: not the spans expected"
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+spans = [e for e in events if e["ph"] == "X"]
+names = {e["name"] for e in spans}
+for want in ("conv2d", "Conv2dBackward", "batch_norm", "optimizer step", "step 2", "step 3", "step 4"):
+    assert want in names, (want, sorted(names))
+assert not {"step 0", "step 1", "step 5"} & names, sorted(names)
+convs = [e for e in spans if e["name"] == "conv2d"]
+assert len(convs) % 3 == 0 and convs, len(convs)  # the same convolutions in each of 3 steps
+assert any(e["ph"] == "M" and e["name"] == "thread_name" and e["args"]["name"] == "main" for e in events)
+PY
+  grep -qE '^\| conv2d \| op \| [0-9]+ \|' run/profile/ops.md || fail "profile/ops.md: $(cat run/profile/ops.md)"
   ;;
 ddp_zero)
   # ZeRO-1 steps as the plain optimizer does: the same numbers, bit for bit; its checkpoints hold the

@@ -88,6 +88,10 @@ ExperimentConfig all_non_default() {
   c.parallel.timeout_s = 60;
   c.parallel.sync_batchnorm = true;
   c.parallel.zero = 1;
+  c.profile.enabled = true;
+  c.profile.wait = 2;
+  c.profile.warmup = 0;
+  c.profile.active = 5;
   c.parallel.comm_hook = "fp16";
   return c;
 }
@@ -121,7 +125,7 @@ TEST_CASE("config: bad configs name the source, the key path, what was expected 
        {},
        {"runs.json: zzz: unknown key; valid top-level keys: description, name, seed, device, epochs, precision, "
         "memory_format, "
-        "model, data, optim, schedule, early_stop, checkpoint, output, train, parallel"}},
+        "model, data, optim, schedule, early_stop, checkpoint, output, train, parallel, profile"}},
       {R"({"optim.lr": 0.1})", {}, {"runs.json: \"optim.lr\": unknown key", "{\"optim\": {...}}"}},
       {"{}", {"optim.lrr=0.1"}, {"override 'optim.lrr=0.1': optim.lrr: unknown key; did you mean optim.lr?"}},
       {"{}", {"optm.lr=0.1"}, {"override 'optm.lr=0.1': optm.lr: unknown key; did you mean optim.lr?"}},

@@ -21,6 +21,7 @@
 #include <exception>
 
 #include <ember/core/error.h>
+#include <ember/core/record.h>
 
 namespace ember {
 
@@ -198,6 +199,8 @@ DataPtr CachingAllocator::allocate(size_t nbytes, void* stream) {
   block->requested = nbytes;
   stats_.allocated += block->size;
   stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+  if (profiler::recording())
+    profiler::record_counter("memory " + backend_->name(), static_cast<double>(stats_.allocated));
   stats_.requested += nbytes;
   stats_.peak_requested = std::max(stats_.peak_requested, stats_.requested);
   ++stats_.num_allocs;
@@ -263,6 +266,8 @@ void CachingAllocator::return_block(Block* b) {
   b->allocated = false;
   b->stream_uses.clear();
   stats_.allocated -= b->size;
+  if (profiler::recording())
+    profiler::record_counter("memory " + backend_->name(), static_cast<double>(stats_.allocated));
   stats_.requested -= b->requested;
   b->requested = 0;
   auto& pool = b->small ? small_free_ : large_free_;

@@ -108,6 +108,29 @@ void end() {
 
 }  // namespace detail
 
+namespace {
+struct Counters {
+  std::mutex mu;
+  std::vector<CounterSample> samples;
+};
+Counters& counters() {
+  static Counters* c = new Counters();  // never destroyed, as the registry
+  return *c;
+}
+}  // namespace
+
+void record_counter(const std::string& name, double value) {
+  Counters& c = counters();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.samples.push_back({name, now_ns(), value});
+}
+
+std::vector<CounterSample> take_counters() {
+  Counters& c = counters();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return std::exchange(c.samples, {});
+}
+
 void set_thread_name(const std::string& name) {
   const uint32_t index = this_thread().index;
   Registry& r = registry();

@@ -59,6 +59,18 @@ class RecordScope {
   bool active_;
 };
 
+/// One sample of a value over time (bytes in use by an allocator).
+struct CounterSample {
+  std::string name;  // "memory cpu", "memory cuda:0"
+  uint64_t time_ns = 0;
+  double value = 0;
+};
+/// While recording: a sample of counter `name` now (the caching allocators call it with the
+/// bytes they have handed out after each allocation and free).
+void record_counter(const std::string& name, double value);
+/// Takes the samples recorded so far, in order.
+std::vector<CounterSample> take_counters();
+
 /// Nanoseconds on the clock events use (std::chrono::steady_clock).
 uint64_t now_ns();
 /// Names the calling thread's row in traces ("loader worker 0", "comm"); default "thread N", and

@@ -51,6 +51,7 @@ Profile::Profile(ProfileOptions options) : options_(options) {
   running_ = true;
   origin_ns_ = now_ns();
   take_events();  // spans of an earlier session that ended while recording are not this one's
+  take_counters();
   enter(phase_at(0));
 }
 
@@ -77,7 +78,9 @@ void Profile::enter(Phase phase) {
 }
 
 void Profile::keep(std::vector<Event> events, bool discard) {
+  std::vector<CounterSample> samples = take_counters();
   if (discard) return;
+  counters_.insert(counters_.end(), samples.begin(), samples.end());
   for (Event& e : events) spans_.push_back({std::move(e), step_, 0});
 }
 
@@ -149,6 +152,12 @@ std::string Profile::chrome_trace_json(int pid) const {
                       {"tid", s.event.thread},
                       {"args", {{"step", s.step}}}});
   }
+  for (const CounterSample& c : counters_)
+    events.push_back({{"name", c.name},
+                      {"ph", "C"},
+                      {"ts", static_cast<double>(c.time_ns - origin_ns_) / 1e3},
+                      {"pid", pid},
+                      {"args", {{"bytes", c.value}}}});
   for (size_t t = 0; t < names.size(); ++t)
     if (used[t])
       events.push_back(

@@ -63,6 +63,8 @@ class Profile {
 
   /// The kept spans, in order of their start, with self times.
   const std::vector<Span>& spans() const { return spans_; }
+  /// The kept counter samples (bytes in use per allocator), in order.
+  const std::vector<CounterSample>& counters() const { return counters_; }
   /// Per span name (and category), sorted by total time, descending.
   std::vector<SpanStats> key_averages() const;
   /// key_averages() as a Markdown table, the top `top` rows (0: all).
@@ -86,6 +88,7 @@ class Profile {
   uint64_t origin_ns_ = 0;
   bool step_open_ = false;  // this step's span is open on the thread that started the profile
   std::vector<Span> spans_;
+  std::vector<CounterSample> counters_;
 };
 
 }  // namespace ember::profiler

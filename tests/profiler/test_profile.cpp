@@ -2,9 +2,10 @@
 // exactly; spans of another thread land on its own named row; the schedule keeps only its active
 // steps; nothing is recorded without a profile; the Chrome trace is valid Trace Event Format
 // whose complete events nest on each thread; a mnist_cnn step records each forward op once per
-// layer that runs it, and its backward node.
+// layer that runs it, and its backward node; the memory counter's peak is the allocator's.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include <ember/core/caching_allocator.h>
 #include <ember/core/record.h>
 #include <ember/ember.h>
 #include <ember/profiler/profile.h>
@@ -200,4 +202,38 @@ TEST_CASE("profiler: a mnist_cnn step records each op of the model once per laye
   }
   CHECK(calls["step 0"] == 1);
   CHECK(calls["step 1"] == 1);
+}
+
+TEST_CASE("profiler: the memory counter follows the CPU allocator, and its peak is the allocator's",
+          "[cpu][profiler]") {
+  auto& alloc = dynamic_cast<CachingAllocator&>(cpu_allocator());
+  Profile p;
+  alloc.reset_peak();
+  const size_t before = alloc.stats().allocated;
+  {
+    Tensor a = zeros({1000, 1000});  // 4 MB
+    Tensor b = zeros({500, 500});
+    Tensor c = a + 1.0;  // a third live tensor: the peak
+  }
+  Tensor d = zeros({10});
+  p.stop();
+  double peak = 0;
+  int64_t samples = 0;
+  for (const CounterSample& s : p.counters()) {
+    if (s.name != "memory cpu") continue;
+    ++samples;
+    CHECK(s.value >= 0);
+    peak = std::max(peak, s.value);
+  }
+  CHECK(samples == 7);  // 4 allocations (a, b, c, d) and 3 frees, one sample each
+  CHECK(peak == static_cast<double>(alloc.stats().peak_allocated));
+  CHECK(peak >= static_cast<double>(before + 2 * 4'000'000));
+  const nlohmann::json doc = nlohmann::json::parse(p.chrome_trace_json());
+  int64_t counters = 0;
+  for (const auto& e : doc["traceEvents"])
+    if (e["ph"] == "C") {
+      ++counters;
+      CHECK(e["args"]["bytes"].get<double>() >= 0);
+    }
+  CHECK(counters == samples);
 }

@@ -111,8 +111,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 namespace {
 
 Tensor softmax_impl(const Tensor& x_in, int64_t dim, bool log) {
-  profiler::RecordScope profile_scope(log ? "log_softmax" : "softmax", profiler::Category::op);
   const char* name = log ? "log_softmax" : "softmax";
+  profiler::RecordScope profile_scope(name, profiler::Category::op);
   check_defined(name, x_in, "x");
   const Tensor x = amp::cast_for(amp::OpClass::Float32, x_in);  // autocast: softmax runs in f32
   const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), name);

@@ -85,6 +85,7 @@ bool CachingAllocator::BlockLess::operator()(const Block* a, const Block* b) con
 
 CachingAllocator::CachingAllocator(std::unique_ptr<Backend> backend) : backend_(std::move(backend)) {
   EMBER_CHECK(backend_ != nullptr, "CachingAllocator: a backend is required");
+  counter_name_ = "memory " + backend_->name();
 }
 
 CachingAllocator::~CachingAllocator() {
@@ -199,8 +200,7 @@ DataPtr CachingAllocator::allocate(size_t nbytes, void* stream) {
   block->requested = nbytes;
   stats_.allocated += block->size;
   stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
-  if (profiler::recording())
-    profiler::record_counter("memory " + backend_->name(), static_cast<double>(stats_.allocated));
+  if (profiler::recording()) profiler::record_counter(counter_name_, static_cast<double>(stats_.allocated));
   stats_.requested += nbytes;
   stats_.peak_requested = std::max(stats_.peak_requested, stats_.requested);
   ++stats_.num_allocs;
@@ -266,8 +266,7 @@ void CachingAllocator::return_block(Block* b) {
   b->allocated = false;
   b->stream_uses.clear();
   stats_.allocated -= b->size;
-  if (profiler::recording())
-    profiler::record_counter("memory " + backend_->name(), static_cast<double>(stats_.allocated));
+  if (profiler::recording()) profiler::record_counter(counter_name_, static_cast<double>(stats_.allocated));
   stats_.requested -= b->requested;
   b->requested = 0;
   auto& pool = b->small ? small_free_ : large_free_;

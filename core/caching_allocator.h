@@ -129,6 +129,7 @@ class CachingAllocator : public Allocator {
 
   mutable std::mutex mu_;
   std::unique_ptr<Backend> backend_;
+  std::string counter_name_;  // "memory cpu": its bytes-in-use track in a profile (core/record.h)
   std::set<Block*, BlockLess> small_free_, large_free_;
   std::unordered_map<void*, Block*> active_;
   std::vector<DeferredFree> deferred_;

@@ -73,8 +73,6 @@ const char* category_name(Category c) {
       return "backward";
     case Category::data:
       return "data";
-    case Category::copy:
-      return "copy";
     case Category::optimizer:
       return "optimizer";
     case Category::comm:

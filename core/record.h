@@ -17,8 +17,8 @@
 namespace ember::profiler {
 
 /// What a span is, for the trace's colours and the table's grouping.
-enum class Category : uint8_t { user, op, backward, data, copy, optimizer, comm, step };
-/// "user", "op", "backward", "data", "copy", "optimizer", "comm", "step".
+enum class Category : uint8_t { user, op, backward, data, optimizer, comm, step };
+/// "user", "op", "backward", "data", "optimizer", "comm", "step".
 const char* category_name(Category c);
 
 /// One closed span of one thread.

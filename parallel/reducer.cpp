@@ -121,8 +121,10 @@ void Reducer::mark_ready(size_t index, const Tensor& grad) {
 
 void Reducer::shadow_backward() {
   EMBER_CHECK(!in_pass_, "Join: a rank that has run out of inputs is still inside a backward pass");
-  for (Bucket& b : buckets_) b.flat.zero_();
-  for (Bucket& b : buckets_) b.pending = 0;
+  for (Bucket& b : buckets_) {
+    b.flat.zero_();
+    b.pending = 0;
+  }
   next_launch_ = 0;
   launch_ready_buckets();
   for (Bucket& b : buckets_) b.work->wait();

@@ -86,6 +86,10 @@ void Profile::keep(std::vector<Event> events, bool discard) {
 
 void Profile::step() {
   EMBER_CHECK(running_, "Profile::step: the profile has stopped");
+  if (phase_ == Phase::done) {  // the schedule is over: a long run's later steps cost a branch
+    ++step_;
+    return;
+  }
   if (step_open_) detail::end();
   keep(take_events(), phase_ != Phase::active);  // warmup: recorded, thrown away
   ++step_;

@@ -74,6 +74,8 @@ class Profile {
   std::string chrome_trace_json(int pid = 0) const;
   /// Writes chrome_trace_json() to `path` (an error naming it when that fails).
   void write_chrome_trace(const std::string& path, int pid = 0) const;
+  /// When the session started, on now_ns()'s clock: the trace's time 0.
+  uint64_t origin_ns() const { return origin_ns_; }
 
  private:
   enum class Phase { wait, warmup, active, done };

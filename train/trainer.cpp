@@ -37,6 +37,7 @@
 #include <ember/parallel/sharded_eval.h>
 #include <ember/parallel/sync_batchnorm.h>
 #include <ember/parallel/zero.h>
+#include <ember/profiler/gather.h>
 #include <ember/profiler/profile.h>
 #include <ember/serialize/checkpoint.h>
 #include <ember/train/early_stop.h>
@@ -205,6 +206,7 @@ class Session {
   std::unique_ptr<StepRunner> stepper_;
   std::unique_ptr<Progress> progress_;
   std::unique_ptr<profiler::Profile> profile_;  // profile.enabled: a few steps of this session
+  profiler::ClockOffset clock_;  // ddp with a profile: this rank's clock against rank 0's
   RunState st_;
   std::vector<std::string> metric_lines_;
   std::string stop_reason_ = "completed", stop_detail_;
@@ -691,6 +693,8 @@ void Session::start_profile() {
     return;
   }
   const ProfileConfig& c = o_.profile;
+  // Every rank records; their clocks are measured against rank 0's now, next to the steps kept.
+  if (par_.distributed()) clock_ = profiler::measure_clock_offset(*par_.group);
   profile_ = std::make_unique<profiler::Profile>(
       profiler::ProfileOptions{.schedule = {.wait = c.wait, .warmup = c.warmup, .active = c.active, .repeat = 1}});
   say(format("profile: batches %lld to %lld of this session (profile.wait %lld, warmup %lld, active %lld)",
@@ -698,23 +702,36 @@ void Session::start_profile() {
              static_cast<long long>(c.wait), static_cast<long long>(c.warmup), static_cast<long long>(c.active)));
 }
 
-// Rank 0 writes its spans: profile/trace.json (pid = rank) and profile/ops.md.
+// Rank 0 writes profile/trace.json (under ddp every rank's spans, gathered, pid = rank, on rank
+// 0's clock) and profile/ops.md (its own spans' table).
 void Session::finish_profile() {
   if (!profile_) return;
   profile_->stop();
   const profiler::Profile& p = *profile_;
+  profiler::GatheredTrace trace;  // rank 0's (every rank takes part)
+  if (par_.distributed()) trace = profiler::gather_chrome_trace(p, *par_.group, clock_);
   on_root([&] {
     const fs::path dir = fs::path(paths_.dir) / "profile";
     std::error_code ec;
     fs::create_directories(dir, ec);
     EMBER_CHECK(!ec, "cannot create '", dir.string(), "': ", ec.message());
-    p.write_chrome_trace((dir / "trace.json").string(), par_.rank);
+    write_file_atomic((dir / "trace.json").string(), par_.distributed() ? trace.json : p.chrome_trace_json(par_.rank));
     write_file_atomic((dir / "ops.md").string(), "# Profile of " + o_.name + " (rank " + std::to_string(par_.rank) +
                                                      ")\n\nEvery op and span of the kept steps, by total time (ms); " +
                                                      "self time leaves out the spans inside.\n\n" + p.table(40));
   });
-  say("profile: " + std::to_string(p.spans().size()) + " spans in profile/trace.json (open it in ui.perfetto.dev), " +
-      "the table in profile/ops.md");
+  if (par_.distributed()) {
+    int64_t worst = 0;
+    for (const profiler::ClockOffset& c : trace.offsets) worst = std::max(worst, c.residual_ns);
+    const double within_us = static_cast<double>(worst) / 1e3;
+    say(
+        format("profile: %lld spans of %d ranks in profile/trace.json (clocks aligned to rank 0's within %.0f us; open "
+               "it in ui.perfetto.dev), rank 0's table in profile/ops.md",
+               static_cast<long long>(trace.spans), par_.world_size, within_us));
+  } else {
+    say("profile: " + std::to_string(p.spans().size()) + " spans in profile/trace.json (open it in ui.perfetto.dev), " +
+        "the table in profile/ops.md");
+  }
   profile_.reset();
 }
 

@@ -15,6 +15,7 @@
 #   tools/train/ddp_zero      parallel.zero=1: bitwise the plain DDP run's metrics, also resumed
 #   tools/train/ddp_restart   ember-run --max-restarts 1: rank 1 SIGKILLed, the job resumes and ends like an uninterrupted run
 #   tools/train/ddp_accuracy  DDP on 2 processes within 1% of one process (Fashion-MNIST slice)
+#   tools/train/profile_ddp   profile.enabled=true on 2 processes: one profile/trace.json with both ranks' rows
 if(NOT TARGET ember-train)
   return()
 endif()
@@ -30,7 +31,7 @@ foreach(_case usage bad_config rerun print_config sigterm dp nonfinite amp_accur
   set_tests_properties(tools/train/${_case} PROPERTIES LABELS "cpu;tools" TIMEOUT 300 SKIP_RETURN_CODE 77)
 endforeach()
 if(TARGET ember-run)
-  foreach(_case ddp_sigterm ddp_nonfinite ddp_global_batch ddp_zero ddp_restart ddp_accuracy)
+  foreach(_case ddp_sigterm ddp_nonfinite ddp_global_batch ddp_zero ddp_restart ddp_accuracy profile_ddp)
     add_test(NAME tools/train/${_case}
              COMMAND ${EMBER_BASH} ${CMAKE_CURRENT_LIST_DIR}/train_cli.sh ${_case} $<TARGET_FILE:ember-train>
                      ${CMAKE_CURRENT_BINARY_DIR}/train-cli/${_case} $<TARGET_FILE:ember-run>)

@@ -30,6 +30,9 @@
 #                so); 33 is refused (exit 2) naming the numbers
 # profile        profile.enabled=true: profile/trace.json holds ember's own spans (ops, backward
 #                nodes, the optimizer step) of batches 3-5 only, and profile/ops.md their table
+# profile_ddp    the same on 2 processes under ember-run: one profile/trace.json, written by rank 0, with
+#                a process row per rank (pid 0 and 1, "rank 0" and "rank 1"), each with its ops, backward
+#                nodes and all-reduces, and rank 1's clock offset within its residual of 0 (one machine)
 # ddp_zero       parallel.zero=1 on 2 processes: the same metrics as plain DDP bit for bit, also after a
 #                resume from epoch 1 (the checkpoint holds the whole, consolidated optimizer state)
 # dp             parallel.mode=dp over cpu,cpu: trains, says how the batch is split, world_size 2;
@@ -344,6 +347,36 @@ assert not {"step 0", "step 1", "step 5"} & names, sorted(names)
 convs = [e for e in spans if e["name"] == "conv2d"]
 assert len(convs) % 3 == 0 and convs, len(convs)  # the same convolutions in each of 3 steps
 assert any(e["ph"] == "M" and e["name"] == "thread_name" and e["args"]["name"] == "main" for e in events)
+PY
+  grep -qE '^\| conv2d \| op \| [0-9]+ \|' run/profile/ops.md || fail "profile/ops.md: $(cat run/profile/ops.md)"
+  ;;
+profile_ddp)
+  # Batches of 8: 6 per rank in the epoch, so batches 3-5 are kept on both ranks.
+  write_tiny_config c.json
+  out=$(timeout -k 5 180 "$ember_run" --nproc-per-node 2 "$prog" c.json parallel.mode=ddp epochs=1 data.batch_size=8 \
+    profile.enabled=true output.run_dir=run 2>&1)
+  rc=$?
+  printf '%s\n' "$out" | head -n 20
+  [ "$rc" -eq 0 ] || fail "ember-run exited with $rc (124: a hang)"
+  grep -qE "ember-train: profile: [0-9]+ spans of 2 ranks in profile/trace.json \(clocks aligned to rank 0's within [0-9]+ us" \
+    <<<"$out" || fail "no line saying the trace holds both ranks"
+  [ "$(find run -name 'trace*.json' | wc -l)" -eq 1 ] || fail "not one trace file: $(find run -name 'trace*.json')"
+  python3 - run/profile/trace.json <<'PY' || fail "profile/trace.json: not one trace of both ranks"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+events = doc["traceEvents"]
+spans = [e for e in events if e["ph"] == "X"]
+assert {e["pid"] for e in spans} == {0, 1}, {e["pid"] for e in spans}
+rows = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+assert rows == {0: "rank 0", 1: "rank 1"}, rows
+for pid in (0, 1):
+    names = {e["name"] for e in spans if e["pid"] == pid}
+    for want in ("conv2d", "Conv2dBackward", "optimizer step", "step 2", "step 4"):
+        assert want in names, (pid, want, sorted(names))
+    assert any(n.startswith("all_reduce #") for n in names), (pid, sorted(names))
+offsets = doc["otherData"]["clock_offsets"]
+assert [o["rank"] for o in offsets] == [0, 1], offsets
+assert offsets[1]["round_trips"] > 0 and abs(offsets[1]["offset_us"]) <= offsets[1]["residual_us"], offsets
 PY
   grep -qE '^\| conv2d \| op \| [0-9]+ \|' run/profile/ops.md || fail "profile/ops.md: $(cat run/profile/ops.md)"
   ;;

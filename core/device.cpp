@@ -2,7 +2,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
+#include <system_error>
 
 #include <ember/core/cuda/runtime.h>
 #include <ember/core/error.h>
@@ -30,13 +32,30 @@ Device::Device(const std::string& spec) {
   EMBER_FAIL("invalid device '", spec, "' (expected cpu, cuda or cuda:N)");
 }
 
+int detail::nvidia_gpus_listed(const std::string& dir) {
+  std::error_code ec;
+  int n = 0;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) ++n;
+  return n;
+}
+
 Device Device::best() {
   if (cuda_device_count() > 0) return cuda(0);
-  // A driver that is there but unusable is worth a word: the user expected the GPU. No driver at
-  // all (a CPU machine) is the normal case and stays silent.
+  // A driver that is there but unusable is worth a word: the user expected the GPU. So is a GPU
+  // that this build cannot use (built without CUDA, e.g. on a login node with no GPU, where
+  // scripts/setup.sh builds the CPU backend only). No GPU at all stays silent.
   static std::once_flag told;
   std::call_once(told, [] {
-    if (!cuda_compiled() || detail::cuda_driver_version() == 0) return;
+    if (!cuda_compiled()) {
+      const int gpus = detail::nvidia_gpus_listed();
+      if (gpus > 0)
+        std::fprintf(stderr,
+                     "ember: this machine has %d NVIDIA GPU(s), but this ember build has no CUDA backend: "
+                     "running on the CPU (rebuild with EMBER_CUDA=ON scripts/setup.sh)\n",
+                     gpus);
+      return;
+    }
+    if (detail::cuda_driver_version() == 0) return;
     std::fprintf(stderr, "ember: CUDA is installed but unusable, running on the CPU: %s\n",
                  cuda_unavailable_reason().c_str());
   });

@@ -3,7 +3,14 @@
 // core/stream.cpp compiles in every build. core/cuda/runtime.cpp defines them in CUDA builds;
 // core/no_cuda.cpp defines them to throw "no CUDA support" otherwise. Not part of the public API.
 // Handles are cudaStream_t / cudaEvent_t passed as void*; `device` is a CUDA device index.
+#include <string>
+
 namespace ember::detail {
+
+/// The NVIDIA GPUs the kernel driver lists (entries of /proc/driver/nvidia/gpus, whatever this build
+/// can use); 0 when the directory is missing. Device::best() names them when this build cannot
+/// (core/device.cpp: every build).
+int nvidia_gpus_listed(const std::string& dir = "/proc/driver/nvidia/gpus");
 
 /// cudaDriverGetVersion: the CUDA version the installed driver supports (e.g. 12020 for 12.2), 0
 /// when no driver is installed or the build has no CUDA. Never throws.

@@ -1,9 +1,11 @@
 // Device parsing and validation; without a usable GPU, best() is the CPU.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <string>
 
 #include <ember/core/allocator.h>
+#include <ember/core/cuda/runtime.h>
 #include <ember/core/device.h>
 #include <ember/core/error.h>
 
@@ -100,4 +102,16 @@ TEST_CASE("cuda_unavailable_reason names the CUDA error and the driver and runti
   } catch (const ember::Error& e) {
     CHECK(std::string(e.what()).find(ember::cuda_compiled() ? why : "no CUDA support") != std::string::npos);
   }
+}
+
+TEST_CASE("nvidia_gpus_listed counts the driver's GPU entries, 0 without the directory", "[cpu]") {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "ember_test_nvidia_gpus";
+  std::filesystem::remove_all(dir);
+  CHECK(ember::detail::nvidia_gpus_listed(dir.string()) == 0);  // no driver: no directory
+  std::filesystem::create_directories(dir);
+  CHECK(ember::detail::nvidia_gpus_listed(dir.string()) == 0);
+  std::filesystem::create_directories(dir / "0000:17:00.0");
+  std::filesystem::create_directories(dir / "0000:65:00.0");
+  CHECK(ember::detail::nvidia_gpus_listed(dir.string()) == 2);
+  std::filesystem::remove_all(dir);
 }

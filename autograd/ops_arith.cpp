@@ -62,6 +62,7 @@ Tensor extremum(BinaryOp op, const char* name, const Tensor& a, const Tensor& b)
 
 Tensor add(const Tensor& a, const Tensor& b) {
   profiler::RecordScope profile_scope("add", profiler::Category::op);
+  profile_scope.inputs(a, b);
   Tensor out = binary_checked(BinaryOp::Add, a, b);
   if (needs_grad(a, b)) {
     record(
@@ -76,6 +77,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 
 Tensor sub(const Tensor& a, const Tensor& b) {
   profiler::RecordScope profile_scope("sub", profiler::Category::op);
+  profile_scope.inputs(a, b);
   Tensor out = binary_checked(BinaryOp::Sub, a, b);
   if (needs_grad(a, b)) {
     record(
@@ -90,6 +92,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   profiler::RecordScope profile_scope("mul", profiler::Category::op);
+  profile_scope.inputs(a, b);
   Tensor out = binary_checked(BinaryOp::Mul, a, b);
   if (needs_grad(a, b)) {
     record(
@@ -104,6 +107,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 
 Tensor div(const Tensor& a, const Tensor& b) {
   profiler::RecordScope profile_scope("div", profiler::Category::op);
+  profile_scope.inputs(a, b);
   Tensor out = binary_checked(BinaryOp::Div, a, b);
   if (needs_grad(a, b)) {
     // d(a/b)/db = -a/b^2 = -out/b.
@@ -125,6 +129,7 @@ Tensor minimum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Min
 
 Tensor add(const Tensor& a, double s) {
   profiler::RecordScope profile_scope("add", profiler::Category::op);
+  profile_scope.inputs(a);
   Tensor out = scalar_checked(BinaryOp::Add, a, s, false);
   if (needs_grad(a))
     record(
@@ -137,6 +142,7 @@ Tensor sub(const Tensor& a, double s) { return add(a, -s); }
 
 Tensor sub(double s, const Tensor& a) {
   profiler::RecordScope profile_scope("sub", profiler::Category::op);
+  profile_scope.inputs(a);
   Tensor out = scalar_checked(BinaryOp::Sub, a, s, true);
   if (needs_grad(a))
     record(
@@ -146,6 +152,7 @@ Tensor sub(double s, const Tensor& a) {
 
 Tensor mul(const Tensor& a, double s) {
   profiler::RecordScope profile_scope("mul", profiler::Category::op);
+  profile_scope.inputs(a);
   Tensor out = scalar_checked(BinaryOp::Mul, a, s, false);
   if (needs_grad(a))
     record(
@@ -157,6 +164,7 @@ Tensor mul(double s, const Tensor& a) { return mul(a, s); }
 
 Tensor div(const Tensor& a, double s) {
   profiler::RecordScope profile_scope("div", profiler::Category::op);
+  profile_scope.inputs(a);
   Tensor out = scalar_checked(BinaryOp::Div, a, s, false);
   if (needs_grad(a))
     record(
@@ -167,6 +175,7 @@ Tensor div(const Tensor& a, double s) {
 
 Tensor div(double s, const Tensor& a) {
   profiler::RecordScope profile_scope("div", profiler::Category::op);
+  profile_scope.inputs(a);
   Tensor out = scalar_checked(BinaryOp::Div, a, s, true);
   if (needs_grad(a)) {
     // d(s/a)/da = -s/a^2 = -out/a.
@@ -184,6 +193,7 @@ Tensor div(double s, const Tensor& a) {
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   profiler::RecordScope profile_scope("where", profiler::Category::op);
+  profile_scope.inputs(cond, a, b);
   check_defined("where", cond, "cond");
   check_defined("where", a, "a");
   check_defined("where", b, "b");

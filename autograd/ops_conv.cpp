@@ -19,6 +19,7 @@ using autograd::detail::check_defined;
 
 Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, const Conv2dFuncOptions& options) {
   profiler::RecordScope profile_scope("conv2d", profiler::Category::op);
+  profile_scope.inputs(x_in, w_in, bias_in);
   const kernels::Conv2dParams params = options.params();
   check_defined("conv2d", x_in, "x");
   check_defined("conv2d", w_in, "weight");
@@ -48,6 +49,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, con
 
 Tensor max_pool2d(const Tensor& x, const Pool2dFuncOptions& options) {
   profiler::RecordScope profile_scope("max_pool2d", profiler::Category::op);
+  profile_scope.inputs(x);
   const kernels::Pool2dParams params = options.params();
   check_defined("max_pool2d", x, "x");
   kernels::MaxPoolResult r = kernels::max_pool2d(x, params);
@@ -68,6 +70,7 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
 
 Tensor avg_pool2d(const Tensor& x, const Pool2dFuncOptions& options) {
   profiler::RecordScope profile_scope("avg_pool2d", profiler::Category::op);
+  profile_scope.inputs(x);
   const kernels::Pool2dParams params = options.params();
   check_defined("avg_pool2d", x, "x");
   Tensor out = kernels::avg_pool2d(x, params);
@@ -88,6 +91,7 @@ Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
 
 Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
   profiler::RecordScope profile_scope("adaptive_avg_pool2d", profiler::Category::op);
+  profile_scope.inputs(x);
   check_defined("adaptive_avg_pool2d", x, "x");
   Tensor out = kernels::adaptive_avg_pool2d(x, out_h, out_w);
   if (needs_grad(x)) {

@@ -60,6 +60,7 @@ Tensor mT(const Tensor& t) { return t.transpose(-1, -2); }
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   profiler::RecordScope profile_scope("matmul", profiler::Category::op);
+  profile_scope.inputs(a_in, b_in);
   check_defined("matmul", a_in, "a");
   check_defined("matmul", b_in, "b");
   check_same_device("matmul", a_in, b_in);
@@ -113,6 +114,7 @@ namespace {
 Tensor softmax_impl(const Tensor& x_in, int64_t dim, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
   profiler::RecordScope profile_scope(name, profiler::Category::op);
+  profile_scope.inputs(x_in);
   check_defined(name, x_in, "x");
   const Tensor x = amp::cast_for(amp::OpClass::Float32, x_in);  // autocast: softmax runs in f32
   const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), name);
@@ -137,6 +139,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_sm
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in, const CrossEntropyOptions& options) {
   profiler::RecordScope profile_scope("cross_entropy", profiler::Category::op);
+  profile_scope.inputs(logits_in, target_in);
   const double label_smoothing = options.label_smoothing;
   check_defined("cross_entropy", logits_in, "logits");
   const Tensor logits = amp::cast_for(amp::OpClass::Float32, logits_in);  // autocast: the loss runs in f32
@@ -172,6 +175,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in, const Cro
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   profiler::RecordScope profile_scope("index_select", profiler::Category::op);
+  profile_scope.inputs(x, index);
   check_defined("index_select", x, "x");
   check_defined("index_select", index, "index");
   check_same_device("index_select", x, index, "x", "index");

@@ -17,6 +17,7 @@ using autograd::detail::check_defined;
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                   const Tensor& running_var, bool training, double momentum, double eps) {
   profiler::RecordScope profile_scope("batch_norm", profiler::Category::op);
+  profile_scope.inputs(x, weight, bias, running_mean, running_var);
   check_defined("batch_norm", x, "x");
   // Autocast leaves x in its dtype: the kernels compute the statistics and the normalization in f32
   // with f32 parameters and round the output once (as PyTorch's autocast leaves batch norm to
@@ -49,6 +50,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
 
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
   profiler::RecordScope profile_scope("dropout", profiler::Category::op);
+  profile_scope.inputs(x);
   check_defined("dropout", x, "x");
   Tensor out = kernels::dropout(x, p, seed, offset);
   if (needs_grad(x)) {

@@ -25,6 +25,7 @@ namespace {
 // sum/mean: the gradient (result shape) is broadcast back over the reduced dims, scaled by `scale`.
 Tensor sum_like(ReduceOp op, const char* name, const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
   profiler::RecordScope profile_scope(name, profiler::Category::op);
+  profile_scope.inputs(x_in);
   autograd::detail::check_defined(name, x_in, "x");
   const Tensor x = amp::cast_for(amp::OpClass::Float32, x_in);  // autocast: sums and means accumulate in f32
   Tensor out = kernels::reduce(op, x, dims, keepdim);

@@ -19,6 +19,7 @@ namespace {
 
 Tensor unary_op(UnaryOp op, const char* backward_name, const Tensor& x) {
   profiler::RecordScope profile_scope(kernels::op_name(op), profiler::Category::op);
+  profile_scope.inputs(x);
   autograd::detail::check_defined(kernels::op_name(op), x, "x");
   Tensor out = kernels::unary(op, x);
   if (!needs_grad(x)) return out;

@@ -3,16 +3,24 @@
 #include <ember/core/record.h>
 
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <ember/core/tensor.h>
+
 namespace ember::profiler {
 
 namespace detail {
 std::atomic<bool> g_recording{false};
+std::atomic<bool> g_recording_shapes{false};
+}  // namespace detail
+
+namespace {
+std::atomic<bool> g_recording_memory{true};
 }
 
 namespace {
@@ -104,7 +112,34 @@ void end() {
   b.events.push_back(std::move(e));
 }
 
+void set_input_shapes(std::initializer_list<const Tensor*> inputs) {
+  std::string shapes = format_input_shapes(inputs);
+  ThreadBuffer& b = this_thread();
+  std::lock_guard<std::mutex> lock(b.mu);
+  if (!b.open.empty()) b.open.back().input_shapes = std::move(shapes);
+}
+
 }  // namespace detail
+
+std::string format_input_shapes(std::initializer_list<const Tensor*> inputs) {
+  std::string out;
+  for (const Tensor* t : inputs) {
+    if (!out.empty()) out += ", ";
+    if (t == nullptr || !t->defined()) {
+      out += "none";
+      continue;
+    }
+    out += '[';
+    const Shape& sizes = t->sizes();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (i > 0) out += ", ";
+      out += std::to_string(sizes[i]);
+    }
+    out += "] ";
+    out += dtype_name(t->dtype());
+  }
+  return out;
+}
 
 namespace {
 struct Counters {
@@ -118,6 +153,7 @@ Counters& counters() {
 }  // namespace
 
 void record_counter(const std::string& name, double value) {
+  if (!g_recording_memory.load(std::memory_order_relaxed)) return;
   Counters& c = counters();
   std::lock_guard<std::mutex> lock(c.mu);
   c.samples.push_back({name, now_ns(), value});
@@ -151,6 +187,11 @@ void set_recording(bool on) {
     r.main_named = true;
   }
   detail::g_recording.store(on, std::memory_order_relaxed);
+}
+
+void set_recording_options(bool shapes, bool memory) {
+  detail::g_recording_shapes.store(shapes, std::memory_order_relaxed);
+  g_recording_memory.store(memory, std::memory_order_relaxed);
 }
 
 std::vector<Event> take_events() {

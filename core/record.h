@@ -8,11 +8,17 @@
 // When no profile is recording, a scope costs one relaxed atomic load and a predictable branch,
 // and allocates nothing (PyTorch's RecordFunction works the same way). When one is, each scope
 // appends one Event to its thread's buffer: name, category, start and end on one steady clock,
-// and its nesting depth on that thread.
+// and its nesting depth on that thread. An op's scope may also carry its inputs' shapes and dtypes
+// (scope.inputs(x, w)), formatted only while a profile records with shapes (record_shapes).
 #include <atomic>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
+
+namespace ember {
+class Tensor;
+}
 
 namespace ember::profiler {
 
@@ -28,17 +34,27 @@ struct Event {
   uint64_t start_ns = 0, end_ns = 0;  // steady clock (now_ns)
   uint32_t thread = 0;  // the recording thread's index (thread_names())
   uint32_t depth = 0;  // open spans of that thread around it when it began
+  /// An op's inputs when recorded with shapes: "[32, 1, 28, 28] f32, [16, 1, 3, 3] f32" (an
+  /// undefined tensor is "none"); "" otherwise.
+  std::string input_shapes;
 };
 
 namespace detail {
 extern std::atomic<bool> g_recording;
+extern std::atomic<bool> g_recording_shapes;
 void begin(const char* name, Category category);
 void begin(std::string name, Category category);
 void end();
+/// Sets the innermost open span's input_shapes from `inputs` (recording with shapes only).
+void set_input_shapes(std::initializer_list<const Tensor*> inputs);
 }  // namespace detail
 
 /// Whether a profile is recording now.
 inline bool recording() noexcept { return detail::g_recording.load(std::memory_order_relaxed); }
+/// Whether it records ops' input shapes too (ProfileOptions::record_shapes).
+inline bool recording_shapes() noexcept { return detail::g_recording_shapes.load(std::memory_order_relaxed); }
+/// "[32, 1, 28, 28] f32, [16, 1, 3, 3] f32": what an op span's input_shapes holds.
+std::string format_input_shapes(std::initializer_list<const Tensor*> inputs);
 
 /// A span from construction to destruction, recorded when a profile is recording at its start.
 class RecordScope {
@@ -51,6 +67,12 @@ class RecordScope {
   }
   ~RecordScope() {
     if (active_) detail::end();
+  }
+  /// The op's input tensors, right after construction (before any span inside it begins): their
+  /// shapes and dtypes go into the span when the profile records shapes. Not recording, this is a
+  /// branch on a member (no load, no string).
+  template <class... Tensors> void inputs(const Tensors&... tensors) {
+    if (active_ && recording_shapes()) detail::set_input_shapes({&tensors...});
   }
   RecordScope(const RecordScope&) = delete;
   RecordScope& operator=(const RecordScope&) = delete;
@@ -82,6 +104,10 @@ std::vector<std::string> thread_names();
 /// Starts or stops recording (profiler::Profile does this). Spans open when recording stops are
 /// closed by their scopes as usual and kept.
 void set_recording(bool on);
+/// What a recording holds besides spans (profiler::Profile sets them before it records): ops'
+/// input shapes (off by default) and the allocators' counter samples (on by default; off,
+/// record_counter keeps nothing).
+void set_recording_options(bool shapes, bool memory);
 /// Takes every thread's closed events recorded so far (each thread's in order of their end).
 std::vector<Event> take_events();
 

@@ -17,6 +17,8 @@ namespace {
 
 std::atomic<bool> g_session{false};
 
+}  // namespace
+
 // Self time of each span: its total less the totals of the spans directly inside it on the same
 // thread (spans of one thread nest: each closes before its parent does).
 void compute_self_times(std::vector<Span>& spans) {
@@ -40,7 +42,65 @@ void compute_self_times(std::vector<Span>& spans) {
                    [](const Span& a, const Span& b) { return a.event.start_ns < b.event.start_ns; });
 }
 
+namespace {
+
+bool sorted_before(const SpanStats& a, const SpanStats& b, SortBy by) {
+  const auto key = [by](const SpanStats& s) -> uint64_t {
+    switch (by) {
+      case SortBy::self:
+        return s.self_ns;
+      case SortBy::calls:
+        return static_cast<uint64_t>(s.calls);
+      case SortBy::total:
+        break;
+    }
+    return s.total_ns;
+  };
+  if (key(a) != key(b)) return key(a) > key(b);
+  return std::tie(a.name, a.input_shapes) < std::tie(b.name, b.input_shapes);
+}
+
 }  // namespace
+
+std::vector<SpanStats> key_averages(const std::vector<Span>& spans, const TableOptions& options) {
+  std::map<std::tuple<std::string, Category, std::string>, SpanStats> by;
+  for (const Span& s : spans) {
+    const std::string& shapes = options.group_by_shapes ? s.event.input_shapes : std::string();
+    SpanStats& st = by[{s.event.name, s.event.category, shapes}];
+    st.name = s.event.name;
+    st.category = s.event.category;
+    st.input_shapes = shapes;
+    ++st.calls;
+    st.total_ns += s.event.end_ns - s.event.start_ns;
+    st.self_ns += s.self_ns;
+  }
+  std::vector<SpanStats> out;
+  out.reserve(by.size());
+  for (auto& [k, v] : by) out.push_back(std::move(v));
+  std::stable_sort(out.begin(), out.end(),
+                   [&](const SpanStats& a, const SpanStats& b) { return sorted_before(a, b, options.sort); });
+  return out;
+}
+
+std::string table(const std::vector<Span>& spans, const TableOptions& options) {
+  std::string out = options.group_by_shapes
+                        ? "| span | category | input shapes | calls | total (ms) | self (ms) | self "
+                          "per call (us) |\n|---|---|---|--:|--:|--:|--:|\n"
+                        : "| span | category | calls | total (ms) | self (ms) | self per call (us) "
+                          "|\n|---|---|--:|--:|--:|--:|\n";
+  size_t n = 0;
+  for (const SpanStats& s : key_averages(spans, options)) {
+    if (options.top > 0 && n++ >= options.top) break;
+    char numbers[160];
+    std::snprintf(numbers, sizeof numbers, "%lld | %.3f | %.3f | %.1f |\n", static_cast<long long>(s.calls),
+                  static_cast<double>(s.total_ns) / 1e6, static_cast<double>(s.self_ns) / 1e6,
+                  static_cast<double>(s.self_ns) / 1e3 / static_cast<double>(std::max<int64_t>(s.calls, 1)));
+    out += "| " + s.name + " | " + category_name(s.category) + " | ";
+    if (options.group_by_shapes) out += (s.input_shapes.empty() ? std::string("-") : s.input_shapes) + " | ";
+    out += numbers;
+  }
+  return out;
+}
 
 Profile::Profile(ProfileOptions options) : options_(options) {
   const Schedule& s = options_.schedule;
@@ -52,6 +112,7 @@ Profile::Profile(ProfileOptions options) : options_(options) {
   origin_ns_ = now_ns();
   take_events();  // spans of an earlier session that ended while recording are not this one's
   take_counters();
+  set_recording_options(options_.record_shapes, options_.memory);
   enter(phase_at(0));
 }
 
@@ -102,44 +163,22 @@ void Profile::stop() {
   step_open_ = false;
   set_recording(false);
   keep(take_events(), phase_ != Phase::active);
+  set_recording_options(false, true);
   running_ = false;
   phase_ = Phase::done;
   compute_self_times(spans_);
   g_session.store(false);
 }
 
-std::vector<SpanStats> Profile::key_averages() const {
-  std::map<std::pair<std::string, Category>, SpanStats> by;
-  for (const Span& s : spans_) {
-    SpanStats& st = by[{s.event.name, s.event.category}];
-    st.name = s.event.name;
-    st.category = s.event.category;
-    ++st.calls;
-    st.total_ns += s.event.end_ns - s.event.start_ns;
-    st.self_ns += s.self_ns;
-  }
-  std::vector<SpanStats> out;
-  for (auto& [k, v] : by) out.push_back(v);
-  std::stable_sort(out.begin(), out.end(),
-                   [](const SpanStats& a, const SpanStats& b) { return a.total_ns > b.total_ns; });
-  return out;
+std::vector<SpanStats> Profile::key_averages() const { return profiler::key_averages(spans_); }
+
+std::vector<SpanStats> Profile::key_averages(const TableOptions& options) const {
+  return profiler::key_averages(spans_, options);
 }
 
-std::string Profile::table(size_t top) const {
-  std::string out =
-      "| span | category | calls | total (ms) | self (ms) | self per call (us) |\n|---|---|--:|--:|--:|--:|\n";
-  size_t n = 0;
-  for (const SpanStats& s : key_averages()) {
-    if (top > 0 && n++ >= top) break;
-    char row[512];
-    std::snprintf(row, sizeof row, "| %s | %s | %lld | %.3f | %.3f | %.1f |\n", s.name.c_str(),
-                  category_name(s.category), static_cast<long long>(s.calls), static_cast<double>(s.total_ns) / 1e6,
-                  static_cast<double>(s.self_ns) / 1e6,
-                  static_cast<double>(s.self_ns) / 1e3 / static_cast<double>(std::max<int64_t>(s.calls, 1)));
-    out += row;
-  }
-  return out;
-}
+std::string Profile::table(size_t top) const { return profiler::table(spans_, {.top = top}); }
+
+std::string Profile::table(const TableOptions& options) const { return profiler::table(spans_, options); }
 
 std::string Profile::chrome_trace_json(int pid) const {
   nlohmann::ordered_json events = nlohmann::ordered_json::array();
@@ -155,6 +194,7 @@ std::string Profile::chrome_trace_json(int pid) const {
                       {"pid", pid},
                       {"tid", s.event.thread},
                       {"args", {{"step", s.step}}}});
+    if (!s.event.input_shapes.empty()) events.back()["args"]["Input Dims"] = s.event.input_shapes;
   }
   for (const CounterSample& c : counters_)
     events.push_back({{"name", c.name},

@@ -6,6 +6,7 @@
 //   for (...) { train_step(); p.step(); }      // steps 2-4 (0-based) are kept
 //   p.stop();
 //   std::puts(p.table().c_str());              // per span name: calls, total and self time
+//   std::puts(p.table({.sort = SortBy::self, .top = 10}).c_str());
 //   p.write_chrome_trace("trace.json");        // Perfetto, chrome://tracing
 //
 // Without a schedule (active 0) everything from construction to stop() is kept. Under a schedule
@@ -28,7 +29,12 @@ struct Schedule {
 };
 
 struct ProfileOptions {
-  Schedule schedule;
+  Schedule schedule = {};
+  /// Ops' spans carry their inputs' shapes and dtypes (Event::input_shapes; the trace's "Input
+  /// Dims"; the table can group by them). Off: the ops format nothing.
+  bool record_shapes = false;
+  /// The allocators' bytes-in-use counters (counters(), the trace's "ph": "C" events).
+  bool memory = true;
 };
 
 /// One span kept by a Profile.
@@ -44,7 +50,30 @@ struct SpanStats {
   Category category = Category::user;
   int64_t calls = 0;
   uint64_t total_ns = 0, self_ns = 0;
+  std::string input_shapes;  // with TableOptions::group_by_shapes: this row's (may be "")
 };
+
+/// The column key_averages() and the table sort by, descending (ties: by name).
+enum class SortBy { total, self, calls };
+
+/// What the table shows.
+struct TableOptions {
+  SortBy sort = SortBy::total;
+  size_t top = 0;  // the first `top` rows; 0: all
+  /// One row per span name and input shapes (record_shapes), with an "input shapes" column.
+  bool group_by_shapes = false;
+};
+
+/// Per span name (and category; and input shapes when grouped by them), sorted by options.sort.
+/// options.top is not applied (the table applies it).
+std::vector<SpanStats> key_averages(const std::vector<Span>& spans, const TableOptions& options = {});
+/// key_averages() as a Markdown table: span, category, [input shapes,] calls, total (ms), self
+/// (ms), self per call (us); the first options.top rows.
+std::string table(const std::vector<Span>& spans, const TableOptions& options = {});
+/// Sets each span's self_ns from the spans directly inside it on its thread (spans of one thread
+/// nest; Event::depth tells a child from a sibling that starts at the same time) and sorts them by
+/// start. Profile::stop() and the trace reader call it.
+void compute_self_times(std::vector<Span>& spans);
 
 class Profile {
  public:
@@ -67,10 +96,16 @@ class Profile {
   const std::vector<CounterSample>& counters() const { return counters_; }
   /// Per span name (and category), sorted by total time, descending.
   std::vector<SpanStats> key_averages() const;
+  /// Per span name, sorted and grouped as `options` say (profiler::key_averages over spans()).
+  std::vector<SpanStats> key_averages(const TableOptions& options) const;
   /// key_averages() as a Markdown table, the top `top` rows (0: all).
   std::string table(size_t top = 0) const;
+  /// The table as `options` say: sort column, top rows, grouped by input shapes.
+  std::string table(const TableOptions& options) const;
+  const ProfileOptions& options() const { return options_; }
   /// The spans in Trace Event Format (complete "X" events, "M" thread names; ts and dur in
-  /// microseconds from the session's start; pid `pid`).
+  /// microseconds from the session's start; pid `pid`; an op recorded with shapes has them in
+  /// its "args" as "Input Dims").
   std::string chrome_trace_json(int pid = 0) const;
   /// Writes chrome_trace_json() to `path` (an error naming it when that fails).
   void write_chrome_trace(const std::string& path, int pid = 0) const;

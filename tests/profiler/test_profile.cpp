@@ -237,3 +237,87 @@ TEST_CASE("profiler: the memory counter follows the CPU allocator, and its peak 
     }
   CHECK(counters == samples);
 }
+
+TEST_CASE("profiler: the table sorts by total, self time or calls, keeps the top N, groups by input shapes",
+          "[cpu][profiler]") {
+  Profile p;
+  for (int i = 0; i < 3; ++i) {
+    RecordScope many("many calls", Category::op);  // 3 calls, short
+  }
+  {
+    RecordScope outer("long outer", Category::user);  // the longest total, little self time
+    RecordScope inner("long inner", Category::op);
+    busy_for(std::chrono::microseconds(2000));
+  }
+  p.stop();
+  const auto names = [](const std::vector<SpanStats>& stats) {
+    std::vector<std::string> out;
+    for (const SpanStats& s : stats) out.push_back(s.name);
+    return out;
+  };
+  CHECK(names(p.key_averages({.sort = SortBy::total})).front() == "long outer");
+  CHECK(names(p.key_averages({.sort = SortBy::self})).front() == "long inner");
+  CHECK(names(p.key_averages({.sort = SortBy::calls})).front() == "many calls");
+  const std::string top1 = p.table({.sort = SortBy::calls, .top = 1});
+  INFO(top1);
+  CHECK(top1.find("| many calls | op | 3 |") != std::string::npos);
+  CHECK(top1.find("long") == std::string::npos);
+  CHECK(std::count(top1.begin(), top1.end(), '\n') == 3);  // header, separator, one row
+  CHECK(p.table(2) == p.table({.top = 2}));
+}
+
+TEST_CASE("profiler: record_shapes puts ops' input shapes and dtypes in their spans and the trace", "[cpu][profiler]") {
+  const Tensor x = randn({2, 1, 8, 8}), w = randn({4, 1, 3, 3}), b = randn({4});
+  const Tensor x5 = randn({5, 1, 8, 8});
+  {
+    Profile p({.record_shapes = true});
+    conv2d(x, w, b);
+    conv2d(x5, w, b);
+    conv2d(x, w, b);
+    add(x, 1.0);
+    p.stop();
+    std::map<std::string, int> shapes;
+    for (const Span& s : p.spans())
+      if (s.event.name == "conv2d") ++shapes[s.event.input_shapes];
+    CHECK(shapes == std::map<std::string, int>{{"[2, 1, 8, 8] f32, [4, 1, 3, 3] f32, [4] f32", 2},
+                                               {"[5, 1, 8, 8] f32, [4, 1, 3, 3] f32, [4] f32", 1}});
+    CHECK(only(p, "add").event.input_shapes == "[2, 1, 8, 8] f32");
+    // Grouped by shapes: a row per conv2d shape, with the shapes column.
+    const std::string t = p.table({.group_by_shapes = true});
+    INFO(t);
+    CHECK(t.find("| span | category | input shapes | calls |") != std::string::npos);
+    CHECK(t.find("| conv2d | op | [2, 1, 8, 8] f32, [4, 1, 3, 3] f32, [4] f32 | 2 |") != std::string::npos);
+    CHECK(t.find("| conv2d | op | [5, 1, 8, 8] f32, [4, 1, 3, 3] f32, [4] f32 | 1 |") != std::string::npos);
+    CHECK(p.table().find("| conv2d | op | 3 |") != std::string::npos);  // not grouped: one row
+    const nlohmann::json doc = nlohmann::json::parse(p.chrome_trace_json());
+    int with_dims = 0;
+    for (const auto& e : doc["traceEvents"])
+      if (e["ph"] == "X" && e["name"] == "conv2d") {
+        REQUIRE(e["args"].contains("Input Dims"));
+        ++with_dims;
+      }
+    CHECK(with_dims == 3);
+  }
+  {
+    Profile p;  // record_shapes off by default: nothing formatted
+    conv2d(x, w, Tensor());
+    p.stop();
+    CHECK(only(p, "conv2d").event.input_shapes.empty());
+    CHECK(p.chrome_trace_json().find("Input Dims") == std::string::npos);
+    CHECK_FALSE(recording_shapes());
+  }
+  CHECK(format_input_shapes({&x, nullptr}) == "[2, 1, 8, 8] f32, none");
+}
+
+TEST_CASE("profiler: memory false records no allocator counters", "[cpu][profiler]") {
+  {
+    Profile p({.memory = false});
+    Tensor a = zeros({1000});
+    p.stop();
+    CHECK(p.counters().empty());
+  }
+  Profile p;  // the default keeps them
+  Tensor a = zeros({1000});
+  p.stop();
+  CHECK_FALSE(p.counters().empty());
+}

@@ -1,0 +1,213 @@
+// profiler/verdict.h on synthetic spans whose shares are known: each finding (input-, communication-,
+// compute-, launch-bound, optimizer) fires past its threshold with the measured share, the rank and
+// its knobs; a profile below every threshold says "No bottleneck found"; only the thread that ran
+// the steps counts; and a real mnist_cnn profile gives shares that add up within its steps.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include <ember/ember.h>
+#include <ember/profiler/profile.h>
+#include <ember/profiler/verdict.h>
+
+using namespace ember;
+using namespace ember::profiler;
+
+namespace {
+
+// Spans in microseconds on thread `thread`; depth from the caller (the spans of a case nest).
+struct RankBuilder {
+  RankProfile r;
+  explicit RankBuilder(int rank = 0, bool cuda = false) {
+    r.rank = rank;
+    r.cuda = cuda;
+    r.thread_names = {"main", "loader worker 0"};
+  }
+  RankBuilder& span(const std::string& name, Category c, uint64_t start_us, uint64_t end_us, uint32_t depth,
+                    uint32_t thread = 0) {
+    Span s;
+    s.event.name = name;
+    s.event.category = c;
+    s.event.start_ns = start_us * 1000;
+    s.event.end_ns = end_us * 1000;
+    s.event.depth = depth;
+    s.event.thread = thread;
+    r.spans.push_back(s);
+    return *this;
+  }
+  RankProfile done() {
+    compute_self_times(r.spans);
+    return r;
+  }
+};
+
+bool contains(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("verdict: waiting for batches past a fifth of the step is input-bound", "[cpu][profiler]") {
+  RankBuilder b;
+  b.span("step 2", Category::step, 0, 1000, 0)
+      .span("wait for batch", Category::data, 0, 400, 1)
+      .span("conv2d", Category::op, 400, 850, 1)
+      // The loader worker's collating is not the training thread's time.
+      .span("collate batch", Category::data, 0, 1000, 0, 1);
+  const Verdict v = verdict({b.done()});
+  REQUIRE(v.ranks.size() == 1);
+  CHECK(v.ranks[0].steps == 1);
+  CHECK(v.ranks[0].input == Approx(0.4));
+  CHECK(v.ranks[0].compute == Approx(0.45));
+  REQUIRE(v.findings.size() == 1);
+  CHECK(v.findings[0].kind == "input-bound");
+  CHECK(v.findings[0].share == Approx(0.4));
+  const std::string md = v.markdown();
+  INFO(md);
+  CHECK(contains(md, "**input-bound**"));
+  CHECK(contains(md, "40.0% of step time (threshold 20.0%)"));
+  CHECK(contains(md, "`data.workers`"));
+  CHECK(contains(md, "`data.resident`"));
+  CHECK_FALSE(contains(md, "on rank"));  // one rank: no rank named
+}
+
+TEST_CASE("verdict: exposed all-reduce on the slowest rank is communication-bound", "[cpu][profiler]") {
+  RankBuilder r0(0), r1(1);
+  r0.span("step 3", Category::step, 0, 1000, 0).span("wait for gradient all-reduce", Category::comm, 800, 900, 1);
+  r1.span("step 3", Category::step, 0, 1000, 0).span("wait for gradient all-reduce", Category::comm, 600, 900, 1);
+  const Verdict v = verdict({r0.done(), r1.done()});
+  CHECK(v.ranks[0].comm == Approx(0.1));
+  CHECK(v.ranks[1].comm == Approx(0.3));
+  REQUIRE(v.findings.size() == 1);
+  CHECK(v.findings[0].kind == "communication-bound");
+  CHECK(v.findings[0].rank == 1);
+  const std::string md = v.markdown();
+  INFO(md);
+  CHECK(contains(md, "30.0% of step time on rank 1"));
+  CHECK(contains(md, "`parallel.bucket_cap_mb`"));
+  CHECK(contains(md, "`data.batch_size`"));
+  CHECK(contains(md, "`parallel.comm_hook`"));
+  CHECK(contains(md, "| 1 | 1 | 1.000 | 0.0% | 30.0% |"));  // the table row of rank 1
+}
+
+TEST_CASE("verdict: convolutions and matrix products past half the step are compute-bound", "[cpu][profiler]") {
+  for (const bool cuda : {false, true}) {
+    RankBuilder b(0, cuda);
+    b.span("step 5", Category::step, 0, 1000, 0)
+        .span("conv2d", Category::op, 0, 300, 1)
+        .span("add", Category::op, 250, 300, 2)  // inside conv2d: not its own time
+        .span("matmul", Category::op, 300, 400, 1)
+        .span("Conv2dBackward", Category::backward, 400, 800, 1)
+        .span("MatmulBackward", Category::backward, 800, 850, 1);
+    const Verdict v = verdict({b.done()});
+    CHECK(v.ranks[0].compute == Approx(0.8));  // 250 + 100 + 400 + 50 of 1000
+    REQUIRE(v.findings.size() == 1);
+    CHECK(v.findings[0].kind == "compute-bound");
+    const std::string md = v.markdown();
+    INFO(md);
+    CHECK(contains(md, "80.0% of step time"));
+    if (cuda) {
+      CHECK(contains(md, "`precision` bf16 or fp16"));
+      CHECK(contains(md, "`memory_format` channels_last"));
+    } else {
+      CHECK(contains(md, "On a CPU this is the arithmetic itself"));
+    }
+    CHECK(contains(md, "`data.batch_size`"));
+  }
+}
+
+TEST_CASE("verdict: many tiny ops are launch-bound (per-op overhead on a CPU), naming the ops", "[cpu][profiler]") {
+  for (const bool cuda : {false, true}) {
+    RankBuilder b(0, cuda);
+    b.span("step 1", Category::step, 0, 1000, 0);
+    for (uint64_t i = 0; i < 60; ++i) b.span("add", Category::op, 10 * i, 10 * i + 5, 1);  // 5 us each
+    for (uint64_t i = 0; i < 20; ++i) b.span("ReluBackward", Category::backward, 600 + 10 * i, 600 + 10 * i + 8, 1);
+    b.span("conv2d", Category::op, 850, 950, 1);  // 100 us: not tiny
+    const Verdict v = verdict({b.done()});
+    CHECK(v.ranks[0].launch == Approx(0.46));  // 300 + 160 of 1000
+    REQUIRE(v.ranks[0].tiny_ops.size() == 2);
+    CHECK(v.ranks[0].tiny_ops[0] == "`add` (60 calls, 5.0 us)");  // the larger total first
+    CHECK(v.ranks[0].tiny_ops[1] == "`ReluBackward` (20 calls, 8.0 us)");
+    REQUIRE(v.findings.size() == 1);
+    CHECK(v.findings[0].kind == "launch-bound");
+    const std::string md = v.markdown();
+    INFO(md);
+    CHECK(contains(md, "46.0% of step time"));
+    CHECK(contains(md, cuda ? "kernel launch" : "per-op overhead"));
+    CHECK(contains(md, "`add` (60 calls, 5.0 us)"));
+  }
+}
+
+TEST_CASE("verdict: an optimizer step past its threshold is a finding; several findings by share", "[cpu][profiler]") {
+  RankBuilder b;
+  b.span("step 0", Category::step, 0, 1000, 0)
+      .span("wait for batch", Category::data, 0, 250, 1)
+      .span("optimizer step", Category::optimizer, 700, 1000, 1)
+      .span("mul", Category::op, 750, 900, 2);  // an op inside the step: the optimizer's time still
+  const Verdict v = verdict({b.done()});
+  CHECK(v.ranks[0].optimizer == Approx(0.3));
+  REQUIRE(v.findings.size() == 2);
+  CHECK(v.findings[0].kind == "optimizer");  // 30% before the input's 25%
+  CHECK(v.findings[1].kind == "input-bound");
+  const std::string md = v.markdown();
+  INFO(md);
+  CHECK(contains(md, "`train.accumulation_steps`"));
+  CHECK(md.find("**optimizer**") < md.find("**input-bound**"));
+}
+
+TEST_CASE("verdict: below every threshold there is no bottleneck, and the closest share is named", "[cpu][profiler]") {
+  RankBuilder b;
+  b.span("step 4", Category::step, 0, 2000, 0)
+      .span("wait for batch", Category::data, 0, 200, 1)  // 10%
+      .span("conv2d", Category::op, 200, 800, 1)  // 30%
+      .span("Conv2dBackward", Category::backward, 800, 1000, 1)  // 10%: conv/matmul 40%
+      .span("optimizer step", Category::optimizer, 1800, 1900, 1);  // 5%
+  const Verdict v = verdict({b.done()});
+  CHECK(v.findings.empty());
+  const std::string md = v.markdown();
+  INFO(md);
+  CHECK(contains(md, "No bottleneck found"));
+  CHECK(contains(md, "the closest is conv/matmul at 40.0% (threshold 50.0%)"));
+  // No spans at all: nothing to judge.
+  CHECK(contains(verdict({}).markdown(), "No spans to judge"));
+}
+
+TEST_CASE("verdict: without step spans the shares are of the main thread's recorded time", "[cpu][profiler]") {
+  RankBuilder b;
+  b.span("wait for batch", Category::data, 100, 400, 0)
+      .span("matmul", Category::op, 400, 500, 0)
+      .span("collate batch", Category::data, 0, 2000, 0, 1);  // longer, but on the loader's thread
+  const RankShares s = rank_shares(b.done());
+  CHECK(s.thread == 0);
+  CHECK(s.steps == 0);
+  CHECK(s.step_ns == 400'000);  // 100 to 500 us
+  CHECK(s.input == Approx(0.75));
+}
+
+TEST_CASE("verdict: a real mnist_cnn profile; ops_markdown holds the table and the verdict", "[cpu][profiler]") {
+  auto model = models::mnist_cnn();
+  optim::SGD opt(model->parameters(), {.lr = 0.01});
+  Generator gen(1);
+  const Tensor x = randn({8, 1, 28, 28}, {}, gen);
+  const Tensor y = from_vector(std::vector<int64_t>{3, 7, 1, 0, 2, 2, 9, 5}, {8});
+  Profile p({.schedule = {.active = 2}});
+  for (int step = 0; step < 2; ++step) {
+    opt.zero_grad();
+    layers::cross_entropy(model->forward(x), y).backward();
+    opt.step();
+    p.step();
+  }
+  p.stop();
+  const RankProfile r = rank_profile(p, 0, false);
+  const RankShares s = rank_shares(r);
+  CHECK(s.steps == 2);
+  CHECK(s.compute > 0);
+  CHECK(s.optimizer > 0);
+  CHECK(s.input == 0);  // no loader
+  CHECK(s.compute + s.launch + s.optimizer <= 1.0 + 1e-9);  // disjoint parts of the steps
+  const std::string md = ops_markdown({r});
+  INFO(md);
+  CHECK(contains(md, "| span | category | calls |"));
+  CHECK(contains(md, "| conv2d | op | 4 |"));
+  CHECK(contains(md, "## Verdict"));
+  CHECK(contains(md, "| 0 | 2 |"));
+}

@@ -238,6 +238,10 @@ struct ProfileConfig {
   /// Steps (batches) skipped, then recorded and dropped, then kept: torch.profiler.schedule's
   /// wait, warmup and active, once from the start of the run.
   int64_t wait = 1, warmup = 1, active = 3;
+  /// Ops' spans carry their inputs' shapes and dtypes (profiler::ProfileOptions::record_shapes).
+  bool record_shapes = false;
+  /// The allocators' bytes-in-use counters in the trace (profiler::ProfileOptions::memory).
+  bool memory = true;
   friend bool operator==(const ProfileConfig&, const ProfileConfig&) = default;
 };
 

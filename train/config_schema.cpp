@@ -482,6 +482,18 @@ std::vector<KeySpec> build_schema() {
        .default_json = "3",
        .doc = "Steps then kept in the profile.",
        .field = EMBER_CONFIG_FIELD(int64_t, profile.active)},
+      {.path = "profile.record_shapes",
+       .kind = K::Bool,
+       .default_json = "false",
+       .doc = "Each op's span carries its inputs' shapes and dtypes (\"[32, 1, 28, 28] f32, [16, 1, 3, 3] f32\"; the "
+              "trace's \"Input Dims\"); off, the ops format nothing.",
+       .field = EMBER_CONFIG_FIELD(bool, profile.record_shapes)},
+      {.path = "profile.memory",
+       .kind = K::Bool,
+       .default_json = "true",
+       .doc = "The allocators' bytes in use after each allocation and free, as counters in the trace (a memory track "
+              "in Perfetto).",
+       .field = EMBER_CONFIG_FIELD(bool, profile.memory)},
   };
 }
 

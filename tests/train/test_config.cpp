@@ -92,6 +92,8 @@ ExperimentConfig all_non_default() {
   c.profile.wait = 2;
   c.profile.warmup = 0;
   c.profile.active = 5;
+  c.profile.record_shapes = true;
+  c.profile.memory = false;
   c.parallel.comm_hook = "fp16";
   return c;
 }

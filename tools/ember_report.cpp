@@ -2,6 +2,7 @@
 //
 //   ember-report RUN_DIR... [--out DIR]
 //   ember-report --scaling RUN_DIR... [--out DIR]
+//   ember-report --profile RUN_DIR [--out DIR]
 //
 // Writes DIR/report.md (the table, one line per run, the plots linked), DIR/loss.svg (train and
 // test loss per epoch), DIR/accuracy.svg (test accuracy per epoch), DIR/throughput.svg (images/s
@@ -10,10 +11,15 @@
 // With --scaling: DIR/scaling.md (runs by world size: epoch time, images/s, speedup, efficiency,
 // exposed communication, accuracy, a verdict per run; report/scaling.h), DIR/scaling.svg and
 // DIR/scaling-efficiency.svg; prints the table, its notes and the verdicts.
+// With --profile: RUN_DIR/profile/trace.json (or a trace file given instead of the directory), one
+// or several ranks: DIR/profile.md (the per-span table and the verdict, report/profile.h) and
+// DIR/profile_timeline.svg (the last kept step, ranks as rows); prints the table and the verdict.
 //
 // Exit status: 0 done, 1 a run directory could not be read (the message names the file), the
 // report could not be written, or --scaling runs that cannot be compared (all of one world size,
-// or one without summary.json), 2 bad command line (including --scaling with fewer than two runs).
+// or one without summary.json), or a trace that cannot be read (the message names the file and the
+// JSON path), 2 bad command line (including --scaling with fewer than two runs, --profile with
+// other than one run directory, --profile with --scaling).
 #include <ember/ember.h>
 
 #include <cstdio>
@@ -21,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "report/profile.h"
 #include "report/report.h"
 #include "report/scaling.h"
 
@@ -32,6 +39,7 @@ constexpr int kExitUsage = 2;
 const char* const kUsage =
     "usage: ember-report RUN_DIR... [--out DIR]\n"
     "       ember-report --scaling RUN_DIR... [--out DIR]\n"
+    "       ember-report --profile RUN_DIR [--out DIR]\n"
     "\n"
     "Reads each run directory (summary.json and metrics.jsonl, as ember-train writes them; a run\n"
     "without summary.json is read from metrics.jsonl alone) and writes into DIR:\n"
@@ -54,8 +62,16 @@ const char* const kUsage =
     "  scaling-efficiency.svg  parallel efficiency over world size\n"
     "docs/scaling.md explains how to read it.\n"
     "\n"
+    "With --profile, for one run profiled with profile.enabled=true (or an example's --profile DIR):\n"
+    "  profile.md              the table of spans (calls, total and self time) of RUN_DIR/profile/trace.json\n"
+    "                          (or of a trace file given instead), all ranks together, and the verdict:\n"
+    "                          input-, communication-, compute- or launch-bound, or the optimizer, with\n"
+    "                          the measured shares and the config keys to try (docs/profiling.md)\n"
+    "  profile_timeline.svg    the last kept step: ranks as rows, a row per thread, spans by category\n"
+    "\n"
     "options:\n"
     "  --scaling   the scaling report instead of the run report\n"
+    "  --profile   the profile report of one run\n"
     "  --out DIR   output directory (default: report)\n"
     "  -h, --help  this text\n";
 
@@ -69,7 +85,7 @@ int usage_error(const std::string& message) {
 int main(int argc, char** argv) {
   std::vector<std::string> run_dirs;
   std::string out_dir = "report";
-  bool scaling = false;
+  bool scaling = false, profile = false;
   bool flags_done = false;  // after "--" every argument is a run directory
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -82,6 +98,8 @@ int main(int argc, char** argv) {
       return 0;
     } else if (arg == "--scaling") {
       scaling = true;
+    } else if (arg == "--profile") {
+      profile = true;
     } else if (arg == "--out") {
       if (i + 1 >= argc) return usage_error("--out needs a directory");
       out_dir = argv[++i];
@@ -93,10 +111,20 @@ int main(int argc, char** argv) {
   }
   if (run_dirs.empty()) return usage_error("no run directories given");
   if (out_dir.empty()) return usage_error("--out needs a non-empty directory");
+  if (profile && scaling) return usage_error("--profile and --scaling are separate reports: give one of them");
+  if (profile && run_dirs.size() != 1)
+    return usage_error("--profile reads one run directory (its profile/trace.json holds every rank), got " +
+                       std::to_string(run_dirs.size()));
   if (scaling && run_dirs.size() < 2)
     return usage_error("--scaling compares runs on different world sizes: give two or more run directories");
 
   try {
+    if (profile) {
+      const std::string d = out_dir.back() == '/' ? out_dir : out_dir + "/";
+      std::fputs(ember::report::write_profile_report(run_dirs[0], out_dir).c_str(), stdout);
+      std::printf("wrote %sprofile.md, %sprofile_timeline.svg\n", d.c_str(), d.c_str());
+      return 0;
+    }
     const std::vector<ember::report::RunRecord> runs = ember::report::read_runs(run_dirs);
     const std::string d = out_dir.back() == '/' ? out_dir : out_dir + "/";
     if (scaling) {
@@ -110,7 +138,7 @@ int main(int argc, char** argv) {
     std::string wrote;
     for (const std::string& f : ember::report::report_files(runs)) wrote += (wrote.empty() ? "" : ", ") + d + f;
     std::printf("wrote %s\n", wrote.c_str());
-  } catch (const std::exception& e) {  // a bad run directory, a filesystem error from the OS
+  } catch (const std::exception& e) {  // a bad run directory or trace, a filesystem error from the OS
     std::fprintf(stderr, "ember-report: %s\n", ember::error_text(e).c_str());
     return kExitError;
   }

@@ -6,8 +6,8 @@
 //   cifar [--data DIR] [--dataset cifar10|cifar100|synthetic] [--model cifar_cnn|resnet18|wide_resnet]
 //         [--depth N] [--widen N] [--epochs N] [--batch-size N] [--lr X] [--device D] [--seed N]
 //         [--limit-train N] [--limit-test N] [--workers N] [--checkpoint-dir DIR] [--resume FILE]
-//         [--metrics-out FILE] [--precision fp32|bf16|fp16] [--channels-last] [--accumulation-steps N]
-//         [--data-parallel [--devices LIST]]
+//         [--metrics-out FILE] [--profile DIR] [--precision fp32|bf16|fp16] [--channels-last]
+//         [--accumulation-steps N] [--data-parallel [--devices LIST]]
 //
 // The recipe is the common CIFAR one: random crop 32 with 4 pixels of zero padding and random
 // horizontal flips on the training images (CIFAR only), per-channel normalization; SGD with Nesterov momentum

@@ -49,6 +49,7 @@ struct RunFlags {
   uint64_t seed = 1;
   int64_t limit_train = 0, limit_test = 0;  // 0: the whole split
   std::string checkpoint_dir = {}, resume = {}, metrics_out = {};
+  std::string profile_dir = {};  // --profile DIR: a run directory with profile/ (empty: none)
   ember::train::Precision precision = ember::train::Precision::fp32;
   bool channels_last = false;
   bool data_parallel = false;
@@ -88,6 +89,7 @@ inline void add_run_flags(std::vector<Flag>& flags, RunFlags& r) {
       {"--checkpoint-dir", [&r](auto&, auto& v) { r.checkpoint_dir = v; }},
       {"--resume", [&r](auto&, auto& v) { r.resume = v; }},
       {"--metrics-out", [&r](auto&, auto& v) { r.metrics_out = v; }},
+      {"--profile", [&r](auto&, auto& v) { r.profile_dir = v; }},
       {"--precision",
        [&r](auto& f, auto& v) {
          if (v == "fp32") r.precision = Precision::fp32;
@@ -119,6 +121,11 @@ inline std::string run_usage(const std::string& program, const RunFlags& r) {
          "                        last.ckpt mid-epoch on SIGTERM or SIGINT)\n"
          "  --resume FILE         continue from a checkpoint written by --checkpoint-dir\n"
          "  --metrics-out FILE    append one JSON line per epoch to FILE\n"
+         "  --profile DIR         profile batches 3-5 (ember-train's profile.* defaults) and write DIR as a\n"
+         "                        run directory, as ember-train does: DIR/profile/trace.json (Chrome trace),\n"
+         "                        DIR/profile/ops.md (per-span table), config.json, metrics.jsonl, log.txt,\n"
+         "                        checkpoints/ (unless --checkpoint-dir); build/bin/ember-report --profile DIR\n"
+         "                        prints the table and the verdict and draws the last kept step\n"
          "  --precision P         fp32 | bf16 | fp16 (default fp32): bf16 and fp16 run the forward and the\n"
          "                        loss under amp::Autocast, fp16 with a dynamic loss scale (amp::GradScaler)\n"
          "  --channels-last       lay the model's weights and every input batch out channels-last (NHWC in\n"
@@ -279,7 +286,8 @@ inline void check_metrics_out(const std::string& file) {
 // ---------------------------------------------------------------------------------------------
 // The Trainer's options
 
-/// train::Trainer's options for PROGRAM from R: no run directory, the lines on stdout prefixed
+/// train::Trainer's options for PROGRAM from R: no run directory (with --profile DIR: DIR is the run
+/// directory, profiled as ember-train's profile.enabled does), the lines on stdout prefixed
 /// "PROGRAM: ", checkpoints (every epoch_N.ckpt kept, and last.ckpt) in --checkpoint-dir, --resume,
 /// and on rank 0 one --metrics-out line per epoch. MODEL and DATASET name what checkpoints hold
 /// (a resume from another model's is refused).
@@ -288,7 +296,9 @@ inline ember::train::TrainerOptions trainer_options(const std::string& program, 
                                                     const std::string& dataset) {
   ember::train::TrainerOptions o;
   o.name = o.program = program;
-  o.write_run_dir = false;
+  o.write_run_dir = !r.profile_dir.empty();
+  o.output.run_dir = r.profile_dir;
+  o.profile.enabled = !r.profile_dir.empty();
   o.checkpoint_dir = r.checkpoint_dir;
   o.checkpoint.keep_last = 0;
   o.checkpoint.keep_best = false;

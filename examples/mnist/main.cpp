@@ -5,8 +5,8 @@
 //
 //   mnist [--data DIR] [--lr X] [--epochs N] [--batch-size N] [--device auto|cpu|cuda|cuda:N]
 //         [--seed N] [--limit-train N] [--limit-test N] [--checkpoint-dir DIR] [--resume FILE]
-//         [--metrics-out FILE] [--precision fp32|bf16|fp16] [--channels-last] [--accumulation-steps N]
-//         [--data-parallel [--devices LIST]]
+//         [--metrics-out FILE] [--profile DIR] [--precision fp32|bf16|fp16] [--channels-last]
+//         [--accumulation-steps N] [--data-parallel [--devices LIST]]
 //
 // On several devices (examples/common/example_run.h): --data-parallel splits each batch over the
 // GPUs (or --devices cpu,cpu) of this process; started by a launcher as one rank of several

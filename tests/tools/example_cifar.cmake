@@ -90,3 +90,29 @@ strip() { sed -E 's/, \"(epoch_seconds|images_per_second|eval_seconds)\": [0-9.]
 expect 1 \"$1\" --dataset synthetic --model resnet18 --device cpu --resume \"$2/ck/last.ckpt\"
 has 'holds model .cifar_cnn., but this run.s is .resnet18.'")
 set_tests_properties(example_cifar/synthetic_learns_and_resumes PROPERTIES LABELS "tools;slow")
+
+# --profile DIR (issue 29): DIR becomes a run directory with profile/trace.json (batches 3-5 kept:
+# 6 batches of 64) and profile/ops.md (table); ember-report --profile DIR reads it
+# back: the table, the verdict and the timeline of the last kept step (step 4); a run directory
+# without a trace is an error that says so.
+if(TARGET ember-report)
+  set(_work ${CMAKE_CURRENT_BINARY_DIR}/example_cifar/profile)
+  add_test(NAME example_cifar/profile
+           COMMAND bash -c "set -u; rm -rf \"$2\" && mkdir -p \"$2\" || exit 1; ${_cifar_expect}
+expect 0 \"$1\" --dataset synthetic --limit-train 384 --limit-test 64 --epochs 1 --batch-size 64 --model cifar_cnn \
+  --device cpu --profile \"$2/run\"
+has 'profile: batches 3 to 5 of this session'
+[ -s \"$2/run/profile/trace.json\" ] || { echo 'FAIL: no profile/trace.json'; exit 1; }
+grep -q '\"name\": \"conv2d\"' \"$2/run/profile/trace.json\" || { echo 'FAIL: no conv2d span in the trace'; exit 1; }
+grep -q '| conv2d | op |' \"$2/run/profile/ops.md\" || { echo 'FAIL: ops.md:'; cat \"$2/run/profile/ops.md\"; exit 1; }
+expect 0 \"$3\" --profile \"$2/run\" --out \"$2/report\"
+has '[|] conv2d [|] op [|] 18 [|]'  # cifar_cnn: 6 convolutions a step
+has '## Verdict'
+has \"wrote $2/report/profile.md, $2/report/profile_timeline.svg\"
+grep -q 'Timeline of step 4' \"$2/report/profile_timeline.svg\" || { echo 'FAIL: timeline'; exit 1; }
+mkdir -p \"$2/unprofiled\"
+expect 1 \"$3\" --profile \"$2/unprofiled\" --out \"$2/report2\"
+has \"'$2/unprofiled/profile/trace.json' does not exist: was the run profiled\"" cifar-test
+                   $<TARGET_FILE:cifar> ${_work} $<TARGET_FILE:ember-report>)
+  set_tests_properties(example_cifar/profile PROPERTIES LABELS tools TIMEOUT 300)
+endif()

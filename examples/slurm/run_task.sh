@@ -28,6 +28,6 @@ if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then
   export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$SLURM_CPUS_PER_TASK}
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$SLURM_CPUS_PER_TASK}
 fi
-echo "run_task.sh: task $SLURM_PROCID of $SLURM_NTASKS on ${HOSTNAME:-$(uname -n)} (local id ${SLURM_LOCALID:-?}," \
+echo "run_task.sh: task $SLURM_PROCID of $SLURM_NTASKS on ${SLURMD_NODENAME:-$(uname -n)} (local id ${SLURM_LOCALID:-?}," \
   "GPUs ${CUDA_VISIBLE_DEVICES:-all visible}, master ${MASTER_ADDR:-from SLURM_JOB_NODELIST}:${MASTER_PORT:-from SLURM_JOB_ID})"
 exec "$@"

@@ -20,8 +20,13 @@
 # preempt_resume  ember_train over 2 tasks, scancel while it trains (Slurm's SIGTERM, as preemption
 #                 sends it): each rank stops, last.ckpt is written, the job ends CANCELLED; the same
 #                 file submitted again continues from last.ckpt (checkpoint.resume=auto) to the end
+# two_nodes       a cluster of two nodes, each a network namespace with its own address (node1
+#                 10.215.<n>.2, node2 .3) behind a bridge in a third namespace that holds slurmctld
+#                 (.1): mnist_2nodes and mnist_2nodes_ember_run with --nodes=2 end COMPLETED, task 1
+#                 runs on node2 and the ranks meet at node1's address
 #
-# Skipped (exit 77) when not root, without the Slurm or munge programs, or without Fashion-MNIST.
+# Skipped (exit 77) when not root, without the Slurm or munge programs, or without Fashion-MNIST;
+# two_nodes also where network namespaces cannot be made.
 set -uo pipefail
 case_name=$1
 bin=$2
@@ -58,26 +63,75 @@ free_port() {
 # ---- the cluster ----
 node=$(hostname)
 mkdir -p munge state spool log jobs
+in_cluster=()  # the prefix that runs a command where slurmctld is reachable (two_nodes: its namespace)
+slurm() { "${in_cluster[@]}" "$@"; }
+namespaces=()
 stop_cluster() {
   export SLURM_CONF=$work/slurm.conf
-  scancel --quiet --full --signal=KILL --partition=cpu 2>/dev/null
-  local f pid
-  for f in slurmd.pid slurmctld.pid munge/pid; do
+  slurm scancel --quiet --full --signal=KILL --partition=cpu 2>/dev/null
+  local f pid ns
+  for f in slurmd*.pid slurmctld.pid munge/pid; do
     pid=$(cat "$f" 2>/dev/null) || continue
     kill "$pid" 2>/dev/null
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$pid" 2>/dev/null
   done
+  for ns in "${namespaces[@]}"; do
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
+  done
 }
 show_logs() {
   local f
-  for f in log/slurmctld.log log/slurmd.log jobs/*.out; do
+  for f in log/*.log jobs/*.out; do
     [ -f "$f" ] || continue
     echo "--- $f (last 30 lines)"
     tail -n 30 "$f"
   done
 }
 trap 'rc=$?; [ $rc -eq 0 ] || [ $rc -eq 77 ] || show_logs; stop_cluster; exit $rc' EXIT
+
+# nodes: NAME=ADDRESS of each slurmd to start; ctld_addr: slurmctld's address.
+nodes=("$node=127.0.0.1")
+ctld_addr=127.0.0.1
+if [ "$case_name" = two_nodes ]; then
+  command -v ip >/dev/null || skip "no 'ip' command (Debian package iproute2)"
+  { command -v nsenter && command -v unshare; } >/dev/null || skip "no nsenter/unshare (util-linux)"
+  tag=$(($$ % 10000))
+  net=10.215.$((tag % 250)).
+  ns_ctl=ember_slurm_ctl_$tag
+  ip netns add "$ns_ctl" 2>/dev/null || skip "cannot create a network namespace here (ip netns add failed)"
+  namespaces+=("$ns_ctl")
+  ip -n "$ns_ctl" link set lo up
+  ip -n "$ns_ctl" link add br0 type bridge 2>/dev/null || skip "cannot create a bridge in a namespace here"
+  ip -n "$ns_ctl" addr add "${net}1/24" dev br0
+  ip -n "$ns_ctl" link set br0 up
+  printf '127.0.0.1 localhost\n%s %s\n' "${net}1" "$node" >hosts
+  nodes=()
+  for i in 1 2; do
+    ns=ember_slurm_n${i}_$tag
+    ip netns add "$ns" || fail "ip netns add $ns"
+    namespaces+=("$ns")
+    ip link add "sw${i}_$tag" netns "$ns_ctl" type veth peer name eth0 netns "$ns" 2>/dev/null ||
+      skip "cannot create a veth pair here (ip link add ... type veth failed)"
+    ip -n "$ns_ctl" link set "sw${i}_$tag" master br0 up
+    ip -n "$ns" addr add "${net}$((i + 1))/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" link set lo up
+    nodes+=("node$i=${net}$((i + 1))")
+    echo "${net}$((i + 1)) node$i" >>hosts
+  done
+  ctld_addr=${net}1
+fi
+# in_ns NS CMD...: CMD in network namespace NS, with this cluster's host names (./hosts bound over
+# /etc/hosts in a mount namespace of its own; `ip netns exec` would also remount /sys, which hides
+# the cgroup filesystem slurmd reads).
+in_ns() {
+  local ns=$1
+  shift
+  nsenter --net="/run/netns/$ns" unshare -m --propagation private \
+    bash -c 'mount --bind "$0" /etc/hosts && exec "$@"' "$work/hosts" "$@"
+}
 
 head -c 1024 /dev/urandom >munge/munge.key
 chmod 600 munge/munge.key
@@ -89,51 +143,61 @@ slurmd_port=$(free_port)
 # Jobs get ids from a random start: the job files derive MASTER_PORT from the id (15000 + id % 20000),
 # so two cases (or a second run) do not meet on one port.
 first_id=$((RANDOM % 15000 + 1000))
-cat >slurm.conf <<EOF
-ClusterName=embertest
-SlurmctldHost=$node(127.0.0.1)
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=socket=$work/munge/sock
-CredType=cred/munge
-SlurmctldPort=$ctld_port
-SlurmdPort=$slurmd_port
-StateSaveLocation=$work/state
-SlurmdSpoolDir=$work/spool
-SlurmctldPidFile=$work/slurmctld.pid
-SlurmdPidFile=$work/slurmd.pid
-SlurmctldLogFile=$work/log/slurmctld.log
-SlurmdLogFile=$work/log/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-JobCompType=jobcomp/filetxt
-JobCompLoc=$work/log/jobcomp.txt
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-MpiDefault=none
-ReturnToService=2
-MinJobAge=3600
-KillWait=30
-FirstJobId=$first_id
-NodeName=$node NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
-PartitionName=cpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
-EOF
+{
+  echo "ClusterName=embertest"
+  echo "SlurmctldHost=$node($ctld_addr)"
+  echo "SlurmUser=root"
+  echo "SlurmdUser=root"
+  echo "AuthType=auth/munge"
+  echo "AuthInfo=socket=$work/munge/sock"
+  echo "CredType=cred/munge"
+  echo "SlurmctldPort=$ctld_port"
+  echo "SlurmdPort=$slurmd_port"
+  echo "StateSaveLocation=$work/state"
+  echo "SlurmdSpoolDir=$work/spool/%n"
+  echo "SlurmctldPidFile=$work/slurmctld.pid"
+  echo "SlurmdPidFile=$work/slurmd-%n.pid"
+  echo "SlurmctldLogFile=$work/log/slurmctld.log"
+  echo "SlurmdLogFile=$work/log/slurmd-%n.log"
+  echo "ProctrackType=proctrack/linuxproc"
+  echo "TaskPlugin=task/none"
+  echo "SelectType=select/cons_tres"
+  echo "SelectTypeParameters=CR_Core"
+  echo "JobCompType=jobcomp/filetxt"
+  echo "JobCompLoc=$work/log/jobcomp.txt"
+  echo "AccountingStorageType=accounting_storage/none"
+  echo "JobAcctGatherType=jobacct_gather/none"
+  echo "MpiDefault=none"
+  echo "ReturnToService=2"
+  echo "MinJobAge=3600"
+  echo "KillWait=30"
+  echo "FirstJobId=$first_id"
+  for n in "${nodes[@]}"; do
+    echo "NodeName=${n%%=*} NodeAddr=${n#*=} CPUs=$(nproc) State=UNKNOWN"
+  done
+  echo "PartitionName=cpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+} >slurm.conf
 export SLURM_CONF=$work/slurm.conf
-slurmctld -f "$SLURM_CONF" -i || fail "slurmctld did not start"
-slurmd -f "$SLURM_CONF" || fail "slurmd did not start"
+if [ "$case_name" = two_nodes ]; then
+  in_cluster=(in_ns "$ns_ctl")
+  in_ns "$ns_ctl" slurmctld -f "$SLURM_CONF" -i || fail "slurmctld did not start"
+  for i in 1 2; do
+    in_ns "ember_slurm_n${i}_$tag" slurmd -f "$SLURM_CONF" -N "node$i" || fail "slurmd of node$i did not start"
+  done
+else
+  slurmctld -f "$SLURM_CONF" -i || fail "slurmctld did not start"
+  slurmd -f "$SLURM_CONF" || fail "slurmd did not start"
+fi
 up=0
 for _ in $(seq 100); do
-  if sinfo -h -o '%T' 2>/dev/null | grep -qx idle; then
+  if [ "$(slurm sinfo -h -o '%D %T' 2>/dev/null)" = "${#nodes[@]} idle" ]; then
     up=1
     break
   fi
   sleep 0.2
 done
-[ $up -eq 1 ] || fail "the node never became idle: $(sinfo 2>&1)"
-echo "slurm: one node ($node, $(nproc) CPUs), slurmctld port $ctld_port, slurmd port $slurmd_port"
+[ $up -eq 1 ] || fail "the nodes never became idle: $(slurm sinfo 2>&1)"
+echo "slurm: nodes ${nodes[*]} ($(nproc) CPUs each), slurmctld at $ctld_addr:$ctld_port, slurmd port $slurmd_port"
 
 # ---- jobs ----
 cpu_overrides=(--partition=cpu --cpus-per-task=1 --gpus-per-node=0)
@@ -143,12 +207,12 @@ mnist_args=(--data "$data" --epochs 1 --limit-train 512 --limit-test 500 --batch
 submit() {
   local name=$1 id
   shift
-  id=$(cd "$src" && sbatch --parsable --job-name="$name" --output="$work/jobs/$name.out" "$@") ||
+  id=$(cd "$src" && slurm sbatch --parsable --job-name="$name" --output="$work/jobs/$name.out" "$@") ||
     fail "sbatch $* was refused"
   echo "${id%%;*}"
 }
 # state_of ID: the job's state (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, ...).
-state_of() { scontrol show job "$1" 2>/dev/null | grep -oE 'JobState=[A-Z_]+' | cut -d= -f2; }
+state_of() { slurm scontrol show job "$1" 2>/dev/null | grep -oE 'JobState=[A-Z_]+' | cut -d= -f2; }
 # wait_done ID SECONDS: until the job has ended (at most SECONDS); prints its final state.
 wait_done() {
   local s
@@ -162,7 +226,7 @@ wait_done() {
         ;;
     esac
   done
-  scancel "$1"
+  slurm scancel "$1"
   fail "job $1 still $(state_of "$1") after $2 s"
 }
 # expect_state ID STATE: scontrol's state and the jobcomp record agree on STATE.
@@ -259,7 +323,7 @@ EOF
     done
     [ -s run/p/metrics.jsonl ] || fail "no epoch recorded in 120 s"
     sleep 1
-    scancel "$a"
+    slurm scancel "$a"
     s=$(wait_done "$a" 120)
     [ "$s" = CANCELLED ] || fail "job $a ended $s after scancel, expected CANCELLED"
     cat jobs/preempted.out
@@ -273,6 +337,24 @@ EOF
     has 'resumed from .*last[.]ckpt' jobs/resumed.out
     one_metrics_line run/p 2
     grep -qE '"epoch": ?2,' run/p/metrics.jsonl || fail "no epoch 2 in metrics.jsonl: $(cat run/p/metrics.jsonl)"
+    ;;
+
+  two_nodes)
+    a=$(submit two_nodes "${cpu_overrides[@]}" --nodes=2 --ntasks-per-node=1 \
+      --export="ALL,EMBER_BUILD=$build_dir,RUN_DIR=$work/run/two_nodes" examples/slurm/mnist_2nodes.sbatch "${mnist_args[@]}")
+    expect_state "$a" COMPLETED
+    b=$(submit two_nodes_ember_run "${cpu_overrides[@]}" --nodes=2 --ntasks-per-node=1 \
+      --export="ALL,EMBER_BUILD=$build_dir,RUN_DIR=$work/run/two_nodes_ember_run,NPROC_PER_NODE=1" \
+      examples/slurm/mnist_2nodes_ember_run.sbatch "${mnist_args[@]}")
+    expect_state "$b" COMPLETED
+    for n in two_nodes two_nodes_ember_run; do
+      has "^(\[rank 0\] )?$epoch_line" "jobs/$n.out"
+      has "world size 2 .*master node1:" "jobs/$n.out"
+      one_metrics_line "run/$n"
+    done
+    has 'run_task.sh: task 0 of 2 on node1 ' jobs/two_nodes.out
+    has 'run_task.sh: task 1 of 2 on node2 ' jobs/two_nodes.out
+    has '^\[rank 1\] mnist: rank 1 of 2 ' jobs/two_nodes_ember_run.out
     ;;
 
   *)

@@ -60,14 +60,26 @@ bool sorted_before(const SpanStats& a, const SpanStats& b, SortBy by) {
   return std::tie(a.name, a.input_shapes) < std::tie(b.name, b.input_shapes);
 }
 
+// A collective's span names its call ("all_reduce #12 on (1181066,) f32", so that the trace pairs
+// the ranks' halves); the table counts the calls of one kind and size together.
+std::string table_name(const Event& e) {
+  if (e.category != Category::comm) return e.name;
+  const size_t at = e.name.find(" #");
+  if (at == std::string::npos) return e.name;
+  size_t end = at + 2;
+  while (end < e.name.size() && e.name[end] >= '0' && e.name[end] <= '9') ++end;
+  return end == at + 2 ? e.name : e.name.substr(0, at) + e.name.substr(end);
+}
+
 }  // namespace
 
 std::vector<SpanStats> key_averages(const std::vector<Span>& spans, const TableOptions& options) {
   std::map<std::tuple<std::string, Category, std::string>, SpanStats> by;
   for (const Span& s : spans) {
     const std::string& shapes = options.group_by_shapes ? s.event.input_shapes : std::string();
-    SpanStats& st = by[{s.event.name, s.event.category, shapes}];
-    st.name = s.event.name;
+    std::string name = table_name(s.event);
+    SpanStats& st = by[{name, s.event.category, shapes}];
+    st.name = std::move(name);
     st.category = s.event.category;
     st.input_shapes = shapes;
     ++st.calls;

@@ -39,6 +39,7 @@
 #include <ember/parallel/zero.h>
 #include <ember/profiler/gather.h>
 #include <ember/profiler/profile.h>
+#include <ember/profiler/trace_reader.h>
 #include <ember/serialize/checkpoint.h>
 #include <ember/train/early_stop.h>
 #include <ember/train/factories.h>
@@ -696,7 +697,9 @@ void Session::start_profile() {
   // Every rank records; their clocks are measured against rank 0's now, next to the steps kept.
   if (par_.distributed()) clock_ = profiler::measure_clock_offset(*par_.group);
   profile_ = std::make_unique<profiler::Profile>(
-      profiler::ProfileOptions{.schedule = {.wait = c.wait, .warmup = c.warmup, .active = c.active, .repeat = 1}});
+      profiler::ProfileOptions{.schedule = {.wait = c.wait, .warmup = c.warmup, .active = c.active, .repeat = 1},
+                               .record_shapes = c.record_shapes,
+                               .memory = c.memory});
   say(format("profile: batches %lld to %lld of this session (profile.wait %lld, warmup %lld, active %lld)",
              static_cast<long long>(c.wait + c.warmup + 1), static_cast<long long>(c.wait + c.warmup + c.active),
              static_cast<long long>(c.wait), static_cast<long long>(c.warmup), static_cast<long long>(c.active)));
@@ -716,9 +719,13 @@ void Session::finish_profile() {
     fs::create_directories(dir, ec);
     EMBER_CHECK(!ec, "cannot create '", dir.string(), "': ", ec.message());
     write_file_atomic((dir / "trace.json").string(), par_.distributed() ? trace.json : p.chrome_trace_json(par_.rank));
-    write_file_atomic((dir / "ops.md").string(), "# Profile of " + o_.name + " (rank " + std::to_string(par_.rank) +
-                                                     ")\n\nEvery op and span of the kept steps, by total time (ms); " +
-                                                     "self time leaves out the spans inside.\n\n" + p.table(40));
+    // ops.md: the table of every rank's spans and the verdict under it (profiler/verdict.h).
+    std::vector<profiler::RankProfile> ranks;
+    if (par_.distributed()) ranks = profiler::parse_chrome_trace(trace.json, (dir / "trace.json").string());
+    else ranks.push_back(profiler::rank_profile(p, par_.rank, par_.device.is_cuda()));
+    for (profiler::RankProfile& r : ranks) r.cuda = par_.device.is_cuda();  // also with profile.memory false
+    write_file_atomic((dir / "ops.md").string(),
+                      "# Profile of " + o_.name + "\n\n" + profiler::ops_markdown(ranks, 40));
   });
   if (par_.distributed()) {
     int64_t worst = 0;

@@ -266,6 +266,19 @@ TEST_CASE("profiler: the table sorts by total, self time or calls, keeps the top
   CHECK(p.table(2) == p.table({.top = 2}));
 }
 
+TEST_CASE("profiler: the table counts a collective's calls together, whatever their sequence numbers",
+          "[cpu][profiler]") {
+  Profile p;
+  for (int seq : {7, 8, 12}) RecordScope c("all_reduce #" + std::to_string(seq) + " on (6,) f32", Category::comm);
+  { RecordScope c("broadcast #9 on (6,) f32", Category::comm); }
+  { RecordScope u("block #3", Category::user); }  // a user's own name stays as written
+  p.stop();
+  std::map<std::string, int64_t> calls;
+  for (const SpanStats& s : p.key_averages()) calls[s.name] = s.calls;
+  CHECK(calls ==
+        std::map<std::string, int64_t>{{"all_reduce on (6,) f32", 3}, {"broadcast on (6,) f32", 1}, {"block #3", 1}});
+}
+
 TEST_CASE("profiler: record_shapes puts ops' input shapes and dtypes in their spans and the trace", "[cpu][profiler]") {
   const Tensor x = randn({2, 1, 8, 8}), w = randn({4, 1, 3, 3}), b = randn({4});
   const Tensor x5 = randn({5, 1, 8, 8});

@@ -349,6 +349,7 @@ assert len(convs) % 3 == 0 and convs, len(convs)  # the same convolutions in eac
 assert any(e["ph"] == "M" and e["name"] == "thread_name" and e["args"]["name"] == "main" for e in events)
 PY
   grep -qE '^\| conv2d \| op \| [0-9]+ \|' run/profile/ops.md || fail "profile/ops.md: $(cat run/profile/ops.md)"
+  grep -qE '^## Verdict' run/profile/ops.md || fail "profile/ops.md has no verdict: $(cat run/profile/ops.md)"
   ;;
 profile_ddp)
   # Batches of 8: 6 per rank in the epoch, so batches 3-5 are kept on both ranks.
@@ -379,6 +380,8 @@ assert [o["rank"] for o in offsets] == [0, 1], offsets
 assert offsets[1]["round_trips"] > 0 and abs(offsets[1]["offset_us"]) <= offsets[1]["residual_us"], offsets
 PY
   grep -qE '^\| conv2d \| op \| [0-9]+ \|' run/profile/ops.md || fail "profile/ops.md: $(cat run/profile/ops.md)"
+  grep -qE '^## Verdict' run/profile/ops.md || fail "profile/ops.md has no verdict: $(cat run/profile/ops.md)"
+  grep -qE 'rank 1' run/profile/ops.md || fail "profile/ops.md does not cover rank 1: $(cat run/profile/ops.md)"
   ;;
 ddp_zero)
   # ZeRO-1 steps as the plain optimizer does: the same numbers, bit for bit; its checkpoints hold the

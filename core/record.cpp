@@ -112,6 +112,15 @@ void end() {
   b.events.push_back(std::move(e));
 }
 
+bool innermost_open(std::string& name, Category& category) {
+  ThreadBuffer& b = this_thread();
+  std::lock_guard<std::mutex> lock(b.mu);
+  if (b.open.empty()) return false;
+  name = b.open.back().name;
+  category = b.open.back().category;
+  return true;
+}
+
 void set_input_shapes(std::initializer_list<const Tensor*> inputs) {
   std::string shapes = format_input_shapes(inputs);
   ThreadBuffer& b = this_thread();

@@ -47,6 +47,8 @@ void begin(std::string name, Category category);
 void end();
 /// Sets the innermost open span's input_shapes from `inputs` (recording with shapes only).
 void set_input_shapes(std::initializer_list<const Tensor*> inputs);
+/// The calling thread's innermost open span, if any (Profile::step checks it is the step's own).
+bool innermost_open(std::string& name, Category& category);
 }  // namespace detail
 
 /// Whether a profile is recording now.

@@ -163,7 +163,17 @@ void Profile::step() {
     ++step_;
     return;
   }
-  if (step_open_) detail::end();
+  if (step_open_) {
+    // The step's span must be this thread's innermost: a scope opened in the step and still open
+    // would end after it, and the trace's spans on this thread would overlap partly.
+    std::string open;
+    Category category = Category::step;
+    const bool any = detail::innermost_open(open, category);
+    EMBER_CHECK(any && category == Category::step, "Profile::step: called inside the span '", open,
+                "', which began in step ", step_, " and is still open: call step() outside every scope this ",
+                "thread opens while profiling (after the block of its EMBER_PROFILE_SCOPE)");
+    detail::end();
+  }
   keep(take_events(), phase_ != Phase::active);  // warmup: recorded, thrown away
   ++step_;
   enter(phase_at(step_));

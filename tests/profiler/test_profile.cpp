@@ -128,6 +128,19 @@ TEST_CASE("profiler: the schedule keeps its active steps only; nothing is record
   CHECK(error_of([] { Profile bad({.schedule = {.wait = -1}}); }).find("must be >= 0") != std::string::npos);
 }
 
+TEST_CASE("profiler: step() inside a scope opened in the step is an error naming the scope", "[cpu][profiler]") {
+  Profile p({.schedule = {.wait = 0, .warmup = 0, .active = 2, .repeat = 1}});
+  {
+    RecordScope epoch("epoch 1", Category::user);  // opened in step 0, still open at step()
+    const std::string what = error_of([&] { p.step(); });
+    CHECK(what.find("Profile::step: called inside the span 'epoch 1', which began in step 0") != std::string::npos);
+  }
+  p.step();  // once the scope is closed, the step ends as usual
+  p.stop();
+  CHECK(only(p, "step 0").event.depth == 0);
+  CHECK(only(p, "epoch 1").event.depth == 1);  // inside step 0's span, not around it
+}
+
 TEST_CASE("profiler: the Chrome trace is Trace Event Format with nested complete events", "[cpu][profiler]") {
   Profile p;
   for (int i = 0; i < 3; ++i) {

@@ -6,8 +6,14 @@
 //
 // Layout: the front (kernels/conv.cpp) hands over every operand dense in one layout, which it names:
 // row-major, or channels-last (NHWC in memory). The graph-API tensors take that layout's strides,
-// so cuDNN reads and writes NHWC directly (no transposes); the legacy fallback's descriptors are
-// NCHW only, so a channels-last problem the graph API has no engine for is an error.
+// so cuDNN reads and writes NHWC directly (no transposes). The legacy fallback runs a channels-last
+// problem row-major, as the front does for f64: the operands cuDNN reads are copied to NCHW, the
+// one it writes is computed in an NCHW buffer (a copy of it when beta = 1) and copied back. Not
+// legacy descriptors in CUDNN_TENSOR_NHWC: cuDNN 9 runs its legacy calls on the engines its graph
+// API offers, so a problem whose NHWC graph search found nothing usable (strict f32 without the
+// tensor-core engines, no workspace under memory pressure, every candidate failing) could find
+// nothing there for the same reason, while NCHW has FMA engines for every direction and dtype.
+// The copies cost three transposes per call, on a path only taken when the graph API fails.
 //
 // Why it is shaped this way:
 //  * Plans: the first call for a (device, direction, dtype, shapes, params, TF32 switch, pointer
@@ -18,7 +24,8 @@
 //    pack and cudnnBackendExecute. cuDNN 9 implements the legacy calls (cudnnConvolution*) by
 //    building and finalizing a plan inside every call, a host cost that made a ResNet-18 step
 //    host-bound; they remain the fallback for a problem the graph API offers no engine for, with
-//    cudnnFind*AlgorithmEx's fastest algorithm and descriptors kept in the plan. Either search
+//    cudnnFind*AlgorithmEx's fastest algorithm and descriptors kept in the plan. The outcome is
+//    kept either way (graph plan or fallback), so a key is searched once. Either search
 //    writes into a scratch output, never into the caller's tensor, because the filter gradient of
 //    a batch split into chunks accumulates (beta = 1) into the real one. The scratch has the real
 //    output's address alignment, and the alignment is part of the key (as in PyTorch): a kernel
@@ -54,6 +61,7 @@
 //    the separate add it replaces).
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <initializer_list>
@@ -70,9 +78,11 @@
 #include <ember/core/error.h>
 #include <ember/core/stream.h>
 #include <ember/kernels/conv.h>
+#include <ember/kernels/copy.h>
 #include <ember/kernels/cuda/conv_plan.h>
 #include <ember/kernels/cuda/cuda_kernels.h>
 #include <ember/kernels/cuda/cudnn_handle.h>
+#include <ember/kernels/factory.h>
 #include <ember/kernels/precision.h>
 #include <ember/kernels/cuda/common.cuh>
 #include <ember/kernels/cuda/reduce_utils.cuh>
@@ -128,15 +138,28 @@ Tensor make_workspace(size_t bytes, Device dev) {
 
 /// What a call of one key needs, built on the key's first call and kept (see the top comment);
 /// immutable afterwards, so calls on other threads share it: a graph-API execution plan, or (when
-/// the graph API offers no engine) the legacy descriptors with the found algorithm.
+/// the graph API offers no engine) the legacy descriptors with the found algorithm, NCHW ones for
+/// a channels-last problem too (run on row-major copies: see the top comment).
 struct Plan {
   GraphPlan graph;  // graph.exec empty: legacy
   std::unique_ptr<const LegacyPlan> legacy;
+  bool via_row_major = false;  // legacy plan of a channels-last problem
   size_t ws_bytes() const { return graph.exec ? graph.ws_bytes : legacy->ws_bytes; }
 };
 
+/// detail::set_conv_graph_search_disabled_for_testing: new plans skip the graph API's search, as
+/// if it had found no usable engine, so that tests reach the fallback on any GPU.
+std::atomic<bool> g_graph_search_disabled{false};
+
+/// g as the row-major problem the legacy descriptors describe.
+Geometry row_major(Geometry g) {
+  g.channels_last = false;
+  return g;
+}
+
 /// The plan of `key`, made on its first call (outside the lock: two threads racing on one new key
-/// both make one, harmlessly, and the first stored wins).
+/// both make one, harmlessly, and the first stored wins). A fallback is kept like a graph plan, so
+/// a key whose graph search finds nothing is searched once; a search that throws keeps nothing.
 const Plan& plan_for(const AlgoKey& key, cudnnHandle_t h, cudaStream_t stream, Direction dir, const Geometry& g,
                      bool tf32, Device dev, const void* x, const void* w, const void* y) {
   PlanCache& c = plan_cache();
@@ -144,20 +167,47 @@ const Plan& plan_for(const AlgoKey& key, cudnnHandle_t h, cudaStream_t stream, D
     std::lock_guard<std::mutex> lock(c.mu);
     auto it = c.map.find(key);
     if (it != c.map.end()) return *it->second;
+    ++c.counts.searches;
   }
   auto plan = std::make_unique<Plan>();
-  plan->graph = make_graph_plan(h, stream, dir, g, key.align, key.accumulate, tf32, dev, x, w, y);
+  if (!g_graph_search_disabled.load(std::memory_order_relaxed))
+    plan->graph = make_graph_plan(h, stream, dir, g, key.align, key.accumulate, tf32, dev, x, w, y);
   if (!plan->graph.exec) {
-    // The legacy descriptors here are NCHW only.
-    EMBER_CHECK(!g.channels_last, "conv2d (cuda): cuDNN's graph API offers no ", dir_name(dir),
-                " engine for channels-last ", geometry_str(g), "; convert the operands with contiguous()");
-    plan->legacy = make_legacy_plan(h, dir, g, tf32, dev, x, w, y);
+    // NCHW descriptors; a channels-last problem runs on row-major copies (run_legacy_row_major).
+    // The search times the algorithms on the operands' bytes read as NCHW: other values of the
+    // same sizes and alignment, which is all the timing needs (the output is a scratch).
+    plan->via_row_major = g.channels_last;
+    plan->legacy = make_legacy_plan(h, dir, row_major(g), tf32, dev, x, w, y);
   }
-  const bool graph = static_cast<bool>(plan->graph.exec);
+  const bool graph = static_cast<bool>(plan->graph.exec), via_row_major = plan->via_row_major;
   std::lock_guard<std::mutex> lock(c.mu);
   const auto [it, inserted] = c.map.emplace(key, std::move(plan));
-  if (inserted) ++(graph ? c.counts.graph : c.counts.legacy);
+  if (inserted) {
+    ++(graph ? c.counts.graph : c.counts.legacy);
+    if (via_row_major) ++c.counts.legacy_channels_last;
+  }
   return *it->second;
+}
+
+/// The legacy call of a channels-last problem (see the top comment): the two operands `dir` reads
+/// copied to row-major, the one it writes computed in a row-major buffer (a copy of it when beta
+/// is 1, as it is blended onto) and copied back. Everything runs on the caller's current stream,
+/// `stream` (launch_on made it so), and the buffers go back to the caching allocator in its order.
+void run_legacy_row_major(cudnnHandle_t h, Direction dir, const Geometry& g, const LegacyPlan& plan, Device dev,
+                          const void* x, const void* w, const void* y, double beta, void* ws_ptr) {
+  const std::array<Shape, 3> shapes{Shape{g.n, g.c, g.h, g.w}, Shape{g.o, g.cg, g.kh, g.kw},
+                                    Shape{g.n, g.o, g.ho, g.wo}};
+  const std::array<const void*, 3> ptrs{x, w, y};
+  const size_t out = dir == Direction::Forward ? 2 : dir == Direction::BackwardData ? 0 : 1;
+  std::array<Tensor, 3> nhwc, rm;
+  for (size_t i = 0; i < 3; ++i) {
+    nhwc[i] = from_blob(const_cast<void*>(ptrs[i]), shapes[i], {.dtype = g.dtype, .device = dev},
+                        strides_for(shapes[i], MemoryFormat::channels_last));
+    rm[i] = i != out || beta != 0.0 ? copy_in_layout(nhwc[i], MemoryFormat::contiguous)
+                                    : empty(shapes[i], {.dtype = g.dtype, .device = dev});
+  }
+  run_legacy(h, dir, row_major(g), plan, rm[0].data_ptr(), rm[1].data_ptr(), rm[2].data_ptr(), beta, ws_ptr);
+  copy(nhwc[out], rm[out]);
 }
 
 /// Runs direction `dir` on one problem: looks up (or makes) its plan, then runs it with
@@ -177,6 +227,8 @@ void run(Direction dir, const Geometry& g, Device dev, cudaStream_t stream, cons
     const cudnnStatus_t st = run_graph(h, plan.graph, x, w, y, ws_ptr);
     EMBER_CHECK(st == CUDNN_STATUS_SUCCESS, "conv2d (cuda): cuDNN ", dir_name(dir), " plan failed (",
                 cudnnGetErrorString(st), ") for ", geometry_str(g));
+  } else if (plan.via_row_major) {
+    run_legacy_row_major(h, dir, g, *plan.legacy, dev, x, w, y, beta, ws_ptr);
   } else {
     run_legacy(h, dir, g, *plan.legacy, x, w, y, beta, ws_ptr);
   }
@@ -321,6 +373,10 @@ ConvPlanCounts conv_plan_counts() {
   PlanCache& c = plan_cache();
   std::lock_guard<std::mutex> lock(c.mu);
   return c.counts;
+}
+
+void detail::set_conv_graph_search_disabled_for_testing(bool disabled) {
+  g_graph_search_disabled.store(disabled, std::memory_order_relaxed);
 }
 
 void register_conv() {

@@ -144,6 +144,7 @@ AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs
 
 std::unique_ptr<const LegacyPlan> make_legacy_plan(cudnnHandle_t h, Direction dir, const Geometry& g, bool tf32,
                                                    Device dev, const void* x, const void* w, const void* y) {
+  EMBER_ASSERT(!g.channels_last, "conv2d (cuda): the legacy descriptors are NCHW, got ", geometry_str(g));
   AlgoChoice choice{};
   {
     const Descs search_descs(g, requested_math(g.dtype, tf32));

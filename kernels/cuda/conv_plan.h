@@ -122,7 +122,8 @@ struct LegacyPlan {
   size_t ws_bytes = 0;
 };
 /// Searches the legacy algorithms of `dir` on the real operands (the written one replaced by a
-/// scratch) and keeps the fastest. Row-major operands only (the descriptors are NCHW).
+/// scratch) and keeps the fastest. Row-major geometry only (the descriptors are NCHW; conv.cu runs
+/// a channels-last problem on row-major copies).
 std::unique_ptr<const LegacyPlan> make_legacy_plan(cudnnHandle_t h, Direction dir, const Geometry& g, bool tf32,
                                                    Device dev, const void* x, const void* w, const void* y);
 /// The legacy call of `dir` with the plan's descriptors and algorithm: out = op + beta * out.

@@ -271,6 +271,60 @@ TEST_CASE("cuda conv2d plans each problem once, on cuDNN's graph API for f32, f1
     CHECK(again.legacy == first.legacy);
   }
 }
+
+TEST_CASE("cuda conv2d without a graph-API plan falls back to the legacy calls, row-major and channels-last, once",
+          "[cuda]") {
+  // The fallback for a problem whose graph search finds no usable engine (strict f32 without the
+  // tensor-core engines, no workspace for any candidate, every candidate failing): the legacy
+  // calls on NCHW descriptors, a channels-last problem on row-major copies of its operands
+  // (conv.cu). The hook makes the search find nothing on any GPU. Values against float64 and the
+  // CPU (the bounds of the cases above), the bias-filled forward (beta = 1: the output is copied
+  // in, blended onto and copied back), and each key planned once: the second round of calls
+  // makes no search. A shape no other test uses, so that its keys are new here.
+  struct Disabled {
+    Disabled() { kernels::cuda::detail::set_conv_graph_search_disabled_for_testing(true); }
+    ~Disabled() { kernels::cuda::detail::set_conv_graph_search_disabled_for_testing(false); }
+  } disabled;
+  const Case k{3, 6, 10, 9, 5, 3, 3, params(1, 1, 1, 1, 1, 1, 1), true};
+  const Shape xs{k.n, k.c, k.h, k.w}, ws{k.o, k.c, k.kh, k.kw}, ys{k.n, k.o, out_h(k), out_w(k)};
+  uint64_t seed = 1300;
+  for (const MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+    for (DType dt : {DType::f32, DType::bf16}) {
+      const bool cl = f == MemoryFormat::channels_last;
+      INFO(case_str(k) << ", " << dtype_name(dt) << (cl ? ", channels-last" : ", row-major"));
+      const Tensor x = random_tensor(xs, dt, ++seed, -1.0, 1.0, Layout::Contiguous, kGpu).contiguous(f);
+      const Tensor w = random_tensor(ws, dt, ++seed, -1.0, 1.0, Layout::Contiguous, kGpu).contiguous(f);
+      const Tensor b = random_tensor({k.o}, dt, ++seed, -1.0, 1.0, Layout::Contiguous, kGpu);
+      const Tensor gy = random_tensor(ys, dt, ++seed, -1.0, 1.0, Layout::Contiguous, kGpu).contiguous(f);
+      const std::vector<double> xv = to_f64(x), wv = to_f64(w), gv = to_f64(gy);
+      const Expect ey = ref_forward(k, xv, wv, to_f64(b), dt), ex = ref_backward_input(k, gv, wv, dt),
+                   ew = ref_backward_weight(k, gv, xv, dt);
+      const Tensor xc = x.to(Device::cpu()), wc = w.to(Device::cpu()), gc = gy.to(Device::cpu());
+      const Tensor yc = kernels::conv2d(xc, wc, b.to(Device::cpu()), k.p),
+                   gxc = kernels::conv2d_backward_input(gc, wc, xs, f, k.p),
+                   gwc = kernels::conv2d_backward_weight(gc, xc, ws, k.p);
+      for (int round = 0; round < 2; ++round) {
+        INFO("round " << round);
+        const kernels::cuda::ConvPlanCounts before = kernels::cuda::conv_plan_counts();
+        const Tensor y = kernels::conv2d(x, w, b, k.p);
+        const Tensor gx = kernels::conv2d_backward_input(gy, w, xs, f, k.p);
+        const Tensor gw = kernels::conv2d_backward_weight(gy, x, ws, k.p);
+        const kernels::cuda::ConvPlanCounts after = kernels::cuda::conv_plan_counts();
+        CHECK(after.searches - before.searches == (round == 0 ? 3 : 0));
+        CHECK(after.legacy - before.legacy == (round == 0 ? 3 : 0));
+        CHECK(after.legacy_channels_last - before.legacy_channels_last == (round == 0 && cl ? 3 : 0));
+        CHECK(after.graph == before.graph);
+        for (const Tensor* t : {&y, &gx, &gw}) CHECK(t->suggest_memory_format() == f);
+        check_expect(y, ey);
+        check_expect(y, doubled(ey, yc));
+        check_expect(gx, ex);
+        check_expect(gx, doubled(ex, gxc));
+        check_expect(gw, ew);
+        check_expect(gw, doubled(ew, gwc));
+      }
+    }
+  }
+}
 #endif
 
 TEST_CASE("cuda conv2d: the algorithm search's workspace does not stay in the caching allocator", "[cuda]") {

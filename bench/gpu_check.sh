@@ -32,8 +32,11 @@ phases
                      on the GPU, tests/peer/) and a 2-epoch ember-train on cuda:0.
   sanitize [GROUP...] compute-sanitizer over the groups' [cuda] tests, [slow] ones left out:
                      memcheck on each group, racecheck too on the groups whose kernels use shared
-                     memory (softmax reduce norm pool). No GROUP: softmax reduce norm pool conv.
-                     A row per group and tool with the tool's error summary.
+                     memory (softmax reduce norm pool pool_layout_device). No GROUP: softmax
+                     reduce norm pool conv memory_format_device pool_layout_device (the
+                     channels-last paths: NHWC pooling, conv, batch norm's (N*H*W, C, 1) view).
+                     A row per group and tool with the tool's error summary; groups the budget
+                     leaves out get a NOT RUN row (run them in the next call).
   profile            Nsight Compute (ncu --clock-control none) on bench_cuda_ops --quick (its peer
                      off): one launch of each of the sum, softmax and cross-entropy kernels, with
                      duration, DRAM throughput, occupancy and registers in the table.
@@ -341,14 +344,14 @@ run_sanitizer() {
 phase_sanitize() {
   build_targets build-tests ember_cuda_tests || return
   local groups=("$@") g tool
-  [ ${#groups[@]} -eq 0 ] && groups=(softmax reduce norm pool conv)
+  [ ${#groups[@]} -eq 0 ] && groups=(softmax reduce norm pool conv memory_format_device pool_layout_device)
   if ! command -v compute-sanitizer >/dev/null; then
     add_row sanitize "NOT RUN" "compute-sanitizer is not on PATH" 0
     return
   fi
   for g in "${groups[@]}"; do
     for tool in memcheck racecheck; do
-      [ $tool = racecheck ] && ! grep -qwE 'softmax|reduce|norm|pool' <<<"$g" && continue
+      [ $tool = racecheck ] && ! grep -qwE 'softmax|reduce|norm|pool|pool_layout_device' <<<"$g" && continue
       if [ "$(left)" -lt 30 ]; then add_row "$tool $g" "NOT RUN" "time budget spent" 0; continue; fi
       run_sanitizer $tool "$g"
     done

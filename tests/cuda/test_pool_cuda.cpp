@@ -16,11 +16,14 @@
 #include <string>
 #include <vector>
 
+#include <ember/core/caching_allocator.h>
 #include <ember/core/device.h>
+#include <ember/core/error.h>
 #include <ember/kernels/factory.h>
 #include <ember/kernels/pool.h>
 #include "cuda/expect.h"
 #include "support/reference.h"
+#include "support/skip.h"
 
 using namespace ember;
 using namespace ember::testing;
@@ -314,6 +317,65 @@ TEST_CASE("cuda pooling on a 2^31+ element plane takes the 64-bit index path", "
     Tensor gfull = zeros(y.sizes(), {.dtype = DType::f16, .device = kGpu});
     gfull.narrow(2, H / 2 - 2, 2).copy_(gy);
     const Tensor gx = kernels::avg_pool2d_backward(gfull, x.sizes(), MemoryFormat::contiguous, p);
+    check_expect(gx.narrow(2, H - 4, 4), ref_avg_backward(to_f64(gy), d, &p, DType::f16));
+  }
+}
+
+TEST_CASE("cuda pooling of a channels_last tensor of 2^31+ elements takes the NHWC 64-bit index path", "[cuda][slow]") {
+  // pool.cu indexes in 64 bits once a tensor's element count plus the grid-stride and window
+  // slack reaches 2^31 (use_32bit). x (1, 6, 16384, 21880) f16 channels-last has 2^31 + 3.4e6
+  // elements, NHWC in memory (the channel fastest, C = 6 not a power of two), so its last 4 rows
+  // (and the last output row of each channel, and the input gradients' last rows) lie past 2^31
+  // in memory; they are compared with references computed from those rows. About 16 GB at the peak.
+  constexpr MemoryFormat kCL = MemoryFormat::channels_last;
+  const int64_t C = 6, H = 16384, W = 21880;
+  const int64_t kNeed = int64_t(18) << 30;
+  {
+    CachingAllocator& alloc = cuda_caching_allocator(kGpu.index());
+    try {
+      const Tensor probe = empty({kNeed}, {.dtype = DType::u8, .device = kGpu});
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("out of memory") == std::string::npos) throw;
+      alloc.empty_cache();
+      EMBER_SKIP("the test needs about " << (kNeed >> 30) << " GiB of device memory: " << e.message());
+    }
+    alloc.empty_cache();  // the probe's block goes back to the driver
+  }
+  const Pool2dParams p = pp(2, 2, 2, 2, 0, 0, false);
+  Generator gen(7);
+  // Made NHWC and viewed as (N, C, H, W): no second copy of x.
+  const Tensor x = rand({1, H, W, C}, {.dtype = DType::f16, .device = kGpu}, gen).permute({0, 3, 1, 2});
+  REQUIRE(x.suggest_memory_format() == kCL);
+  REQUIRE(x.numel() > (int64_t(1) << 31));
+  const std::vector<double> tv = to_f64(x.narrow(2, H - 4, 4));  // (C, 4, W), logical order
+  const Dims d{C, 4, W, 2, W / 2};
+  {
+    const kernels::MaxPoolResult r = kernels::max_pool2d(x, p);
+    CHECK(r.out.suggest_memory_format() == kCL);
+    std::vector<double> out, idx;
+    ref_max(tv, d, p, out, idx);
+    std::vector<double> expect(tv.size(), 0.0);  // the input gradient of ones: 1 at each arg-max
+    for (size_t j = 0; j < idx.size(); ++j) {
+      const int64_t c = static_cast<int64_t>(j) / (2 * (W / 2));
+      expect[static_cast<size_t>(c * 4 * W + static_cast<int64_t>(idx[j]))] = 1.0;
+      idx[j] += static_cast<double>((H - 4) * W);  // tail-local -> plane index
+    }
+    check_close(r.out.narrow(2, H / 2 - 2, 2), out, 0.0, 0.0);
+    check_close(r.indices.narrow(2, H / 2 - 2, 2), idx, 0.0, 0.0);
+    const Tensor gy = ones({1, H / 2, W / 2, C}, {.dtype = DType::f16, .device = kGpu}).permute({0, 3, 1, 2});
+    const Tensor gx = kernels::max_pool2d_backward(gy, r.indices, x.sizes(), kCL);
+    CHECK(gx.suggest_memory_format() == kCL);
+    check_close(gx.narrow(2, H - 4, 4), expect, 0.0, 0.0);
+  }
+  {
+    const Tensor y = kernels::avg_pool2d(x, p);
+    CHECK(y.suggest_memory_format() == kCL);
+    check_expect(y.narrow(2, H / 2 - 2, 2), ref_avg(tv, d, &p, DType::f16));
+    const Tensor gy = random_tensor({1, C, 2, W / 2}, DType::f16, 8, -1.0, 1.0, Layout::Contiguous, kGpu);
+    const Tensor gfull = zeros({1, H / 2, W / 2, C}, {.dtype = DType::f16, .device = kGpu}).permute({0, 3, 1, 2});
+    gfull.narrow(2, H / 2 - 2, 2).copy_(gy);
+    const Tensor gx = kernels::avg_pool2d_backward(gfull, x.sizes(), kCL, p);
+    CHECK(gx.suggest_memory_format() == kCL);
     check_expect(gx.narrow(2, H - 4, 4), ref_avg_backward(to_f64(gy), d, &p, DType::f16));
   }
 }

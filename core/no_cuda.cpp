@@ -38,6 +38,8 @@ Tensor pinned_empty(const Shape& sizes, DType dtype, Device) { return empty(size
 bool is_pinned(const Tensor&) { return false; }
 
 int cuda_driver_version() noexcept { return 0; }
+void nvtx_push(const char*) noexcept {}
+void nvtx_pop() noexcept {}
 bool cuda_runtime_unloading() noexcept { return false; }
 int cuda_get_device() { no_cuda("cuda_get_device"); }
 void cuda_set_device(int) { no_cuda("DeviceGuard(cuda)"); }

@@ -2,6 +2,7 @@
 // mutex so that take_events() from another thread never races a thread that is recording.
 #include <ember/core/record.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -10,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include <ember/core/cuda/runtime.h>
+#include <ember/core/stream.h>
 #include <ember/core/tensor.h>
 
 namespace ember::profiler {
@@ -17,6 +20,7 @@ namespace ember::profiler {
 namespace detail {
 std::atomic<bool> g_recording{false};
 std::atomic<bool> g_recording_shapes{false};
+std::atomic<bool> g_recording_gpu{false};
 }  // namespace detail
 
 namespace {
@@ -66,6 +70,7 @@ void push(std::string name, Category category) {
   e.thread = b.index;
   e.depth = static_cast<uint32_t>(b.open.size());
   e.start_ns = now_ns();
+  if (detail::g_recording_gpu.load(std::memory_order_relaxed)) ember::detail::nvtx_push(e.name.c_str());
   b.open.push_back(std::move(e));
 }
 
@@ -108,8 +113,37 @@ void end() {
   if (b.open.empty()) return;
   Event e = std::move(b.open.back());
   b.open.pop_back();
+  if (e.gpu_events[0] != nullptr) {  // after the op's kernels were queued on the device's stream
+    e.gpu_events[1] = ember::detail::cuda_event_create(e.gpu_device);
+    ember::detail::cuda_event_record(e.gpu_device, e.gpu_events[1],
+                                     current_stream(Device::cuda(e.gpu_device)).handle());
+  }
   e.end_ns = now_ns();
+  if (detail::g_recording_gpu.load(std::memory_order_relaxed)) ember::detail::nvtx_pop();
   b.events.push_back(std::move(e));
+}
+
+void op_inputs(std::initializer_list<const Tensor*> inputs) {
+  if (recording_shapes()) set_input_shapes(inputs);
+  if (!g_recording_gpu.load(std::memory_order_relaxed)) return;
+  const Tensor* first = nullptr;
+  for (const Tensor* t : inputs)
+    if (t != nullptr && t->defined()) {
+      first = t;
+      break;
+    }
+  if (first == nullptr || !first->device().is_cuda()) return;
+  const int device = first->device().index();
+  void* start = ember::detail::cuda_event_create(device);
+  ember::detail::cuda_event_record(device, start, current_stream(first->device()).handle());
+  ThreadBuffer& b = this_thread();
+  std::lock_guard<std::mutex> lock(b.mu);
+  if (b.open.empty() || b.open.back().gpu_events[0] != nullptr) {
+    ember::detail::cuda_event_destroy(device, start);
+    return;
+  }
+  b.open.back().gpu_device = device;
+  b.open.back().gpu_events[0] = start;
 }
 
 bool innermost_open(std::string& name, Category& category) {
@@ -196,6 +230,27 @@ void set_recording(bool on) {
     r.main_named = true;
   }
   detail::g_recording.store(on, std::memory_order_relaxed);
+}
+
+void set_recording_gpu(bool on) { detail::g_recording_gpu.store(on, std::memory_order_relaxed); }
+
+void resolve_gpu_time(Event& e, void* ref_event, uint64_t ref_ns) {
+  if (e.gpu_events[0] == nullptr) return;
+  const int device = e.gpu_device;
+  if (e.gpu_events[1] != nullptr) {
+    ember::detail::cuda_event_synchronize(e.gpu_events[1]);
+    const auto at = [&](void* ev) {
+      const double ms = ember::detail::cuda_event_elapsed_ms(ref_event, ev);
+      return ref_ns + static_cast<uint64_t>(ms > 0 ? ms * 1e6 : 0.0);
+    };
+    e.gpu_start_ns = at(e.gpu_events[0]);
+    e.gpu_end_ns = std::max(e.gpu_start_ns, at(e.gpu_events[1]));
+    ember::detail::cuda_event_destroy(device, e.gpu_events[1]);
+  } else {
+    e.gpu_device = -1;  // the span never ended on its device (recording stopped inside it)
+  }
+  ember::detail::cuda_event_destroy(device, e.gpu_events[0]);
+  e.gpu_events[0] = e.gpu_events[1] = nullptr;
 }
 
 void set_recording_options(bool shapes, bool memory) {

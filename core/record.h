@@ -10,6 +10,11 @@
 // appends one Event to its thread's buffer: name, category, start and end on one steady clock,
 // and its nesting depth on that thread. An op's scope may also carry its inputs' shapes and dtypes
 // (scope.inputs(x, w)), formatted only while a profile records with shapes (record_shapes).
+// Profiling where a GPU is usable, an op whose first input is on a GPU also gets that GPU's time:
+// a timing event recorded on the device's current stream when the op is handed its inputs and
+// another when its scope ends, resolved when the profile keeps the step (docs/profiling.md says
+// why events and not CUPTI); and every span is an NVTX range too, so Nsight Systems shows the
+// same names.
 #include <atomic>
 #include <cstdint>
 #include <initializer_list>
@@ -37,6 +42,13 @@ struct Event {
   /// An op's inputs when recorded with shapes: "[32, 1, 28, 28] f32, [16, 1, 3, 3] f32" (an
   /// undefined tensor is "none"); "" otherwise.
   std::string input_shapes;
+  /// An op on a GPU: the device and its kernels' time, from the timing event recorded before they
+  /// were queued to the one after, on the steady clock (aligned with the device at the profile's
+  /// start); gpu_device -1 otherwise.
+  int gpu_device = -1;
+  uint64_t gpu_start_ns = 0, gpu_end_ns = 0;
+  /// Internal: the two CUDA events until the profile resolves them (then null).
+  void* gpu_events[2] = {nullptr, nullptr};
 };
 
 namespace detail {
@@ -47,6 +59,10 @@ void begin(std::string name, Category category);
 void end();
 /// Sets the innermost open span's input_shapes from `inputs` (recording with shapes only).
 void set_input_shapes(std::initializer_list<const Tensor*> inputs);
+/// An op's inputs (RecordScope::inputs while recording): their shapes when recording shapes, and
+/// the start of its GPU time when recording GPU time and the first defined input is on a GPU.
+void op_inputs(std::initializer_list<const Tensor*> inputs);
+extern std::atomic<bool> g_recording_gpu;
 /// The calling thread's innermost open span, if any (Profile::step checks it is the step's own).
 bool innermost_open(std::string& name, Category& category);
 }  // namespace detail
@@ -74,7 +90,8 @@ class RecordScope {
   /// shapes and dtypes go into the span when the profile records shapes. Not recording, this is a
   /// branch on a member (no load, no string).
   template <class... Tensors> void inputs(const Tensors&... tensors) {
-    if (active_ && recording_shapes()) detail::set_input_shapes({&tensors...});
+    if (active_ && (recording_shapes() || detail::g_recording_gpu.load(std::memory_order_relaxed)))
+      detail::op_inputs({&tensors...});
   }
   RecordScope(const RecordScope&) = delete;
   RecordScope& operator=(const RecordScope&) = delete;
@@ -110,6 +127,12 @@ void set_recording(bool on);
 /// input shapes (off by default) and the allocators' counter samples (on by default; off,
 /// record_counter keeps nothing).
 void set_recording_options(bool shapes, bool memory);
+/// GPU time of ops and NVTX ranges while recording (profiler::Profile turns it on where a GPU is
+/// usable; Profile::gpu_time false leaves it off).
+void set_recording_gpu(bool on);
+/// Gives `e` its GPU time once its kernels are done (waits for them), and releases its events.
+/// `ref_event`/`ref_ns`: an event recorded on e's device with the device idle, and now_ns() then.
+void resolve_gpu_time(Event& e, void* ref_event, uint64_t ref_ns);
 /// Takes every thread's closed events recorded so far (each thread's in order of their end).
 std::vector<Event> take_events();
 

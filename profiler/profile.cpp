@@ -6,10 +6,14 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <tuple>
 #include <utility>
 
+#include <ember/core/cuda/runtime.h>
+#include <ember/core/device.h>
 #include <ember/core/error.h>
+#include <ember/core/stream.h>
 
 namespace ember::profiler {
 
@@ -85,6 +89,7 @@ std::vector<SpanStats> key_averages(const std::vector<Span>& spans, const TableO
     ++st.calls;
     st.total_ns += s.event.end_ns - s.event.start_ns;
     st.self_ns += s.self_ns;
+    if (s.event.gpu_device >= 0) st.gpu_ns += s.event.gpu_end_ns - s.event.gpu_start_ns;
   }
   std::vector<SpanStats> out;
   out.reserve(by.size());
@@ -95,21 +100,31 @@ std::vector<SpanStats> key_averages(const std::vector<Span>& spans, const TableO
 }
 
 std::string table(const std::vector<Span>& spans, const TableOptions& options) {
+  const std::vector<SpanStats> stats = key_averages(spans, options);
+  // A GPU column when any op ran on a GPU under gpu_time.
+  const bool gpu = std::any_of(stats.begin(), stats.end(), [](const SpanStats& s) { return s.gpu_ns > 0; });
   std::string out = options.group_by_shapes
-                        ? "| span | category | input shapes | calls | total (ms) | self (ms) | self "
-                          "per call (us) |\n|---|---|---|--:|--:|--:|--:|\n"
-                        : "| span | category | calls | total (ms) | self (ms) | self per call (us) "
-                          "|\n|---|---|--:|--:|--:|--:|\n";
+                        ? "| span | category | input shapes | calls | total (ms) | self (ms) | "
+                          "self per call (us) |"
+                        : "| span | category | calls | total (ms) | self (ms) | self per call (us) |";
+  out += gpu ? " GPU total (ms) |\n" : "\n";
+  out += options.group_by_shapes ? "|---|---|---|--:|--:|--:|--:|" : "|---|---|--:|--:|--:|--:|";
+  out += gpu ? "--:|\n" : "\n";
   size_t n = 0;
-  for (const SpanStats& s : key_averages(spans, options)) {
+  for (const SpanStats& s : stats) {
     if (options.top > 0 && n++ >= options.top) break;
-    char numbers[160];
-    std::snprintf(numbers, sizeof numbers, "%lld | %.3f | %.3f | %.1f |\n", static_cast<long long>(s.calls),
+    char numbers[200];
+    std::snprintf(numbers, sizeof numbers, "%lld | %.3f | %.3f | %.1f |", static_cast<long long>(s.calls),
                   static_cast<double>(s.total_ns) / 1e6, static_cast<double>(s.self_ns) / 1e6,
                   static_cast<double>(s.self_ns) / 1e3 / static_cast<double>(std::max<int64_t>(s.calls, 1)));
     out += "| " + s.name + " | " + category_name(s.category) + " | ";
     if (options.group_by_shapes) out += (s.input_shapes.empty() ? std::string("-") : s.input_shapes) + " | ";
     out += numbers;
+    if (gpu) {
+      std::snprintf(numbers, sizeof numbers, " %.3f |", static_cast<double>(s.gpu_ns) / 1e6);
+      out += s.gpu_ns > 0 ? std::string(numbers) : std::string(" - |");
+    }
+    out += "\n";
   }
   return out;
 }
@@ -125,7 +140,29 @@ Profile::Profile(ProfileOptions options) : options_(options) {
   take_events();  // spans of an earlier session that ended while recording are not this one's
   take_counters();
   set_recording_options(options_.record_shapes, options_.memory);
+  if (options_.gpu_time && cuda_available()) start_gpu_clock();
   enter(phase_at(0));
+}
+
+// Each visible GPU's clock on the host's: an event recorded once the device is idle, so that it
+// completes at once, beside now_ns(). One synchronisation per profile, before any step it keeps.
+void Profile::start_gpu_clock() {
+  for (int d = 0; d < cuda_device_count(); ++d) {
+    ember::detail::cuda_device_synchronize(d);
+    void* ref = ember::detail::cuda_event_create(d);
+    ember::detail::cuda_event_record(d, ref, current_stream(Device::cuda(d)).handle());
+    ember::detail::cuda_event_synchronize(ref);
+    gpu_ref_.push_back(ref);
+    gpu_ref_ns_.push_back(now_ns());
+  }
+  set_recording_gpu(true);
+}
+
+void Profile::stop_gpu_clock() {
+  set_recording_gpu(false);
+  for (size_t d = 0; d < gpu_ref_.size(); ++d) ember::detail::cuda_event_destroy(static_cast<int>(d), gpu_ref_[d]);
+  gpu_ref_.clear();
+  gpu_ref_ns_.clear();
 }
 
 Profile::~Profile() {
@@ -152,6 +189,12 @@ void Profile::enter(Phase phase) {
 
 void Profile::keep(std::vector<Event> events, bool discard) {
   std::vector<CounterSample> samples = take_counters();
+  // Every op's GPU events are released, also in steps thrown away (waits for their kernels).
+  for (Event& e : events)
+    if (e.gpu_events[0] != nullptr) {
+      const auto d = static_cast<size_t>(e.gpu_device);
+      if (d < gpu_ref_.size()) resolve_gpu_time(e, gpu_ref_[d], gpu_ref_ns_[d]);
+    }
   if (discard) return;
   counters_.insert(counters_.end(), samples.begin(), samples.end());
   for (Event& e : events) spans_.push_back({std::move(e), step_, 0});
@@ -185,6 +228,7 @@ void Profile::stop() {
   step_open_ = false;
   set_recording(false);
   keep(take_events(), phase_ != Phase::active);
+  stop_gpu_clock();
   set_recording_options(false, true);
   running_ = false;
   phase_ = Phase::done;
@@ -206,6 +250,7 @@ std::string Profile::chrome_trace_json(int pid) const {
   nlohmann::ordered_json events = nlohmann::ordered_json::array();
   const std::vector<std::string> names = thread_names();
   std::vector<bool> used(names.size(), false);
+  std::set<int> gpu_rows;
   for (const Span& s : spans_) {
     if (s.event.thread < used.size()) used[s.event.thread] = true;
     events.push_back({{"name", s.event.name},
@@ -217,7 +262,28 @@ std::string Profile::chrome_trace_json(int pid) const {
                       {"tid", s.event.thread},
                       {"args", {{"step", s.step}}}});
     if (!s.event.input_shapes.empty()) events.back()["args"]["Input Dims"] = s.event.input_shapes;
+    if (s.event.gpu_device >= 0) {  // its kernels: in its args (what a reader reads), and on the GPU's row
+      const double gpu_ts = (static_cast<double>(s.event.gpu_start_ns) - static_cast<double>(origin_ns_)) / 1e3;
+      events.back()["args"]["gpu"] = {{"device", s.event.gpu_device},
+                                      {"ts", gpu_ts},
+                                      {"dur", static_cast<double>(s.event.gpu_end_ns - s.event.gpu_start_ns) / 1e3}};
+      gpu_rows.insert(s.event.gpu_device);
+      events.push_back({{"name", s.event.name},
+                        {"cat", "gpu"},
+                        {"ph", "X"},
+                        {"ts", (static_cast<double>(s.event.gpu_start_ns) - static_cast<double>(origin_ns_)) / 1e3},
+                        {"dur", static_cast<double>(s.event.gpu_end_ns - s.event.gpu_start_ns) / 1e3},
+                        {"pid", pid},
+                        {"tid", kGpuRowTid + s.event.gpu_device},
+                        {"args", {{"step", s.step}}}});
+    }
   }
+  for (int d : gpu_rows)
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", pid},
+                      {"tid", kGpuRowTid + d},
+                      {"args", {{"name", "GPU cuda:" + std::to_string(d) + " (each op's kernels)"}}}});
   for (const CounterSample& c : counters_)
     events.push_back({{"name", c.name},
                       {"ph", "C"},

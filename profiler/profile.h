@@ -35,7 +35,13 @@ struct ProfileOptions {
   bool record_shapes = false;
   /// The allocators' bytes-in-use counters (counters(), the trace's "ph": "C" events).
   bool memory = true;
+  /// Where a GPU is usable: each op on a GPU gets its kernels' time (CUDA events on its stream)
+  /// and every span is an NVTX range. No effect without a GPU.
+  bool gpu_time = true;
 };
+
+/// The trace's thread id of GPU cuda:N's row is kGpuRowTid + N.
+inline constexpr int kGpuRowTid = 1000000;
 
 /// One span kept by a Profile.
 struct Span {
@@ -50,6 +56,7 @@ struct SpanStats {
   Category category = Category::user;
   int64_t calls = 0;
   uint64_t total_ns = 0, self_ns = 0;
+  uint64_t gpu_ns = 0;  // its ops' GPU time (ProfileOptions::gpu_time), 0 on the CPU
   std::string input_shapes;  // with TableOptions::group_by_shapes: this row's (may be "")
 };
 
@@ -105,7 +112,8 @@ class Profile {
   const ProfileOptions& options() const { return options_; }
   /// The spans in Trace Event Format (complete "X" events, "M" thread names; ts and dur in
   /// microseconds from the session's start; pid `pid`; an op recorded with shapes has them in
-  /// its "args" as "Input Dims").
+  /// its "args" as "Input Dims"; an op's GPU time is a span of the same name on the row
+  /// "GPU cuda:N", tid kGpuRowTid + N).
   std::string chrome_trace_json(int pid = 0) const;
   /// Writes chrome_trace_json() to `path` (an error naming it when that fails).
   void write_chrome_trace(const std::string& path, int pid = 0) const;
@@ -117,6 +125,8 @@ class Profile {
   Phase phase_at(int64_t step) const;
   void enter(Phase phase);
   void keep(std::vector<Event> events, bool discard);
+  void start_gpu_clock();
+  void stop_gpu_clock();
 
   ProfileOptions options_;
   int64_t step_ = 0;
@@ -126,6 +136,10 @@ class Profile {
   bool step_open_ = false;  // this step's span is open on the thread that started the profile
   std::vector<Span> spans_;
   std::vector<CounterSample> counters_;
+  // Per visible GPU (gpu_time): an event recorded with the device idle at the start, and now_ns()
+  // then: the GPU's clock on the host's.
+  std::vector<void*> gpu_ref_;
+  std::vector<uint64_t> gpu_ref_ns_;
 };
 
 }  // namespace ember::profiler

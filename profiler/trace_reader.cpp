@@ -56,6 +56,7 @@ struct RawSpan {
   Span span;
   int64_t pid = 0, tid = 0;
   int64_t start_ns = 0, dur_ns = 0;
+  int64_t gpu_ts_ns = 0, gpu_dur_ns = 0;  // args.gpu, when the op ran on a GPU
 };
 
 }  // namespace
@@ -101,6 +102,8 @@ std::vector<RankProfile> parse_chrome_trace(const std::string& text, const std::
     if (!e.is_object()) r.fail(where, "an object (a trace event)", &e);
     const std::string ph = r.string(e, where, "ph");
     if (ph == "X") {
+      // A GPU row's copy of an op's kernels: the op's own event carries them in args.gpu.
+      if (const auto c = e.find("cat"); c != e.end() && c->is_string() && *c == "gpu") continue;
       RawSpan s;
       s.span.event.name = r.string(e, where, "name");
       const double ts = r.number(e, where, "ts"), dur = r.number(e, where, "dur", true);
@@ -118,6 +121,13 @@ std::vector<RankProfile> parse_chrome_trace(const std::string& text, const std::
         }
         if (const auto d = a->find("Input Dims"); d != a->end())
           s.span.event.input_shapes = d->is_string() ? d->get<std::string>() : d->dump();
+        if (const auto g = a->find("gpu"); g != a->end()) {
+          const std::string at = where + ".args.gpu";
+          if (!g->is_object()) r.fail(at, "an object with the op's GPU device, ts and dur", &*g);
+          s.span.event.gpu_device = static_cast<int>(r.id(*g, at, "device"));
+          s.gpu_ts_ns = std::llround(r.number(*g, at, "ts") * 1e3);
+          s.gpu_dur_ns = std::llround(r.number(*g, at, "dur", true) * 1e3);
+        }
       }
       origin = std::min(origin, s.start_ns);
       raw.push_back(std::move(s));
@@ -178,6 +188,10 @@ std::vector<RankProfile> parse_chrome_trace(const std::string& text, const std::
     open_ends.push_back(s.start_ns + s.dur_ns);
     s.span.event.start_ns = static_cast<uint64_t>(s.start_ns - origin);
     s.span.event.end_ns = s.span.event.start_ns + static_cast<uint64_t>(s.dur_ns);
+    if (s.span.event.gpu_device >= 0) {
+      s.span.event.gpu_start_ns = static_cast<uint64_t>(std::max<int64_t>(s.gpu_ts_ns - origin, 0));
+      s.span.event.gpu_end_ns = s.span.event.gpu_start_ns + static_cast<uint64_t>(std::max<int64_t>(s.gpu_dur_ns, 0));
+    }
     s.span.event.thread = threads[s.pid][s.tid];
     out[rank_of[s.pid]].spans.push_back(std::move(s.span));
   }

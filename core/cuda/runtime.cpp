@@ -1,6 +1,7 @@
 // CUDA runtime glue for core/: device discovery, the per-device stream pool, events, and the
 // device switch used by DeviceGuard. Plain C++ against the CUDA runtime API.
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
 
 #include <array>
 #include <atomic>
@@ -72,6 +73,8 @@ std::string cuda_unavailable_reason() {
 namespace detail {
 
 int cuda_driver_version() noexcept { return probe().driver; }
+void nvtx_push(const char* name) noexcept { nvtxRangePushA(name); }
+void nvtx_pop() noexcept { nvtxRangePop(); }
 
 namespace {
 

@@ -22,6 +22,11 @@ int cuda_driver_version() noexcept;
 /// which then stop quietly instead of reporting an error. Never throws.
 bool cuda_runtime_unloading() noexcept;
 
+/// NVTX ranges (nvtxRangePushA / nvtxRangePop, NVTX 3: header-only) while a profile records on a
+/// GPU machine, so Nsight Systems shows ember's span names; nothing in builds without CUDA.
+void nvtx_push(const char* name) noexcept;
+void nvtx_pop() noexcept;
+
 /// cudaGetDevice / cudaSetDevice (set is skipped when already current).
 int cuda_get_device();
 void cuda_set_device(int device);

@@ -335,6 +335,19 @@ TEST_CASE("profiler: record_shapes puts ops' input shapes and dtypes in their sp
   CHECK(format_input_shapes({&x, nullptr}) == "[2, 1, 8, 8] f32, none");
 }
 
+TEST_CASE("profiler: ops on the CPU carry no GPU time; the table and trace have no GPU column or row",
+          "[cpu][profiler]") {
+  const Tensor x = randn({16});
+  Profile p;
+  const Tensor y = add(x, x);
+  p.stop();
+  CHECK(only(p, "add").event.gpu_device == -1);
+  CHECK(only(p, "add").event.gpu_events[0] == nullptr);
+  CHECK(p.table().find("GPU") == std::string::npos);
+  CHECK(p.chrome_trace_json(0).find("GPU cuda:") == std::string::npos);
+  (void)y;
+}
+
 TEST_CASE("profiler: memory false records no allocator counters", "[cpu][profiler]") {
   {
     Profile p({.memory = false});

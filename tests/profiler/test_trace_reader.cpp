@@ -103,6 +103,33 @@ TEST_CASE("trace reader: several pids are ranks on one clock", "[cpu][profiler]"
   CHECK(ranks[0].thread_names == std::vector<std::string>{"thread 0"});
 }
 
+TEST_CASE("trace reader: an op's GPU time comes from its args; the GPU row's copy is not a span", "[cpu][profiler]") {
+  const std::string text = R"({"traceEvents": [
+    {"name": "matmul", "cat": "op", "ph": "X", "ts": 1000.0, "dur": 20.0, "pid": 0, "tid": 0,
+     "args": {"step": 2, "gpu": {"device": 0, "ts": 1015.0, "dur": 800.0}}},
+    {"name": "matmul", "cat": "gpu", "ph": "X", "ts": 1015.0, "dur": 800.0, "pid": 0, "tid": 1000000, "args": {"step": 2}},
+    {"name": "add", "cat": "op", "ph": "X", "ts": 1030.0, "dur": 5.0, "pid": 0, "tid": 0, "args": {"step": 2}}
+  ]})";
+  const std::vector<RankProfile> ranks = parse_chrome_trace(text, "gpu.json");
+  REQUIRE(ranks.size() == 1);
+  REQUIRE(ranks[0].spans.size() == 2);  // matmul and add, not the GPU row's copy
+  const profiler::Event& mm = ranks[0].spans[0].event;
+  CHECK(mm.name == "matmul");
+  CHECK(mm.gpu_device == 0);
+  CHECK(mm.gpu_start_ns == 15'000);
+  CHECK(mm.gpu_end_ns == 815'000);
+  CHECK(ranks[0].spans[1].event.gpu_device == -1);
+  const std::string table = profiler::table(ranks[0].spans, {});
+  INFO(table);
+  CHECK(table.find("| matmul | op | 1 | 0.020 | 0.020 | 20.0 | 0.800 |") != std::string::npos);
+  CHECK(table.find("| add | op | 1 | 0.005 | 0.005 | 5.0 | - |") != std::string::npos);
+  CHECK(error_of([] {
+          parse_chrome_trace(R"({"traceEvents": [{"name": "m", "ph": "X", "ts": 1, "dur": 1, "pid": 0, "tid": 0,
+                                 "args": {"gpu": 3}}]})",
+                             "bad.json");
+        }).find("bad.json: traceEvents[0].args.gpu: expected an object") != std::string::npos);
+}
+
 TEST_CASE("trace reader: errors name the file, the JSON path and what was expected", "[cpu][profiler]") {
   const auto err = [](const std::string& text) { return error_of([&] { parse_chrome_trace(text, "t.json"); }); };
   CHECK(contains(err("{\"traceEvents\": ["), "t.json: not valid JSON"));

@@ -1,0 +1,78 @@
+// The profiler on a GPU: each op on a GPU gets its kernels' time from CUDA events on its stream,
+// on the host's clock; a long matmul's GPU time is the matmul's, not a neighbour's; the trace has
+// a row per GPU and the table a GPU column. Runs only where a GPU is usable (main_cuda.cpp skips
+// otherwise); unrun until the next GPU session.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include <ember/ember.h>
+#include <ember/profiler/profile.h>
+
+using namespace ember;
+using namespace ember::profiler;
+
+namespace {
+const Span& only(const Profile& p, const std::string& name) {
+  const Span* found = nullptr;
+  for (const Span& s : p.spans())
+    if (s.event.name == name) {
+      REQUIRE(found == nullptr);
+      found = &s;
+    }
+  REQUIRE(found != nullptr);
+  return *found;
+}
+}  // namespace
+
+TEST_CASE("profiler on a GPU: each op's kernels timed on its stream, a GPU row in the trace", "[cuda][profiler]") {
+  const Device gpu = Device::cuda(0);
+  const Tensor big = randn({2048, 2048}).to(gpu);
+  const Tensor small = randn({4}).to(gpu);
+  synchronize(gpu);
+  Profile p;
+  const Tensor prod = matmul(big, big);  // ~17 GFLOP: milliseconds of kernels
+  const Tensor sum = add(small, small);  // one tiny kernel
+  p.stop();
+
+  const Span& mm = only(p, "matmul");
+  const Span& ad = only(p, "add");
+  for (const Span* s : {&mm, &ad}) {
+    INFO(s->event.name);
+    CHECK(s->event.gpu_device == 0);
+    CHECK(s->event.gpu_end_ns >= s->event.gpu_start_ns);
+    // On the host's clock: its kernels ran after the op began queueing them and before stop()
+    // returned (stop waits for them).
+    CHECK(s->event.gpu_start_ns + 1000 >= s->event.start_ns);
+    CHECK(s->event.gpu_end_ns <= now_ns());
+    CHECK(s->event.gpu_events[0] == nullptr);  // resolved and released
+  }
+  // The matmul's kernels are attributed to it: far longer than the add's one tiny kernel, and the
+  // add's began after the matmul's ended (one stream).
+  CHECK(mm.event.gpu_end_ns - mm.event.gpu_start_ns > 10 * (ad.event.gpu_end_ns - ad.event.gpu_start_ns));
+  CHECK(ad.event.gpu_start_ns + 1000 >= mm.event.gpu_end_ns);
+
+  const nlohmann::json trace = nlohmann::json::parse(p.chrome_trace_json(0));
+  bool row = false, gpu_span = false;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name" && e["tid"] == kGpuRowTid)
+      row = e["args"]["name"].get<std::string>().find("GPU cuda:0") != std::string::npos;
+    if (e["ph"] == "X" && e["tid"] == kGpuRowTid && e["name"] == "matmul") gpu_span = true;
+  }
+  CHECK(row);
+  CHECK(gpu_span);
+  CHECK(p.table().find("GPU total (ms)") != std::string::npos);
+  (void)prod;
+  (void)sum;
+}
+
+TEST_CASE("profiler on a GPU: gpu_time false records no GPU time", "[cuda][profiler]") {
+  const Tensor x = randn({64}).to(Device::cuda(0));
+  Profile p({.gpu_time = false});
+  const Tensor y = add(x, x);
+  p.stop();
+  CHECK(only(p, "add").event.gpu_device == -1);
+  CHECK(p.table().find("GPU total") == std::string::npos);
+  (void)y;
+}

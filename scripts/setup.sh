@@ -57,7 +57,9 @@ cuda=${EMBER_CUDA:-AUTO}
 cuda=${cuda^^}
 cuda_args=()
 if [ "$cuda" = AUTO ] && command -v nvcc >/dev/null 2>&1 && [ "$gpus" -eq 0 ]; then
-  echo "setup: nvcc is here but no GPU is visible (nvidia-smi lists none): building the CPU backend only." \
+  why="nvidia-smi lists none"
+  command -v nvidia-smi >/dev/null 2>&1 || why="no nvidia-smi: no NVIDIA driver"
+  echo "setup: nvcc is here but no GPU is visible ($why): building the CPU backend only." \
     "To compile the CUDA backend anyway (a login node building for GPU nodes), run EMBER_CUDA=ON $0"
   cuda=OFF
 fi

@@ -188,6 +188,9 @@ struct OutputConfig {
   std::string run_dir;
   /// Seconds between progress lines written to log.txt (and to stdout when it is not a terminal).
   double log_interval = 10.0;
+  /// Also write the epochs' metrics (and the config as hyperparameters) as a TensorBoard event file
+  /// in the run directory (train/tensorboard.h; rank 0 only): `tensorboard --logdir <output.dir>`.
+  bool tensorboard = false;
   friend bool operator==(const OutputConfig&, const OutputConfig&) = default;
 };
 

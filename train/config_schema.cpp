@@ -381,6 +381,12 @@ std::vector<KeySpec> build_schema() {
        .default_json = "10.0",
        .doc = "Seconds between progress lines in log.txt.",
        .field = EMBER_CONFIG_FIELD(double, output.log_interval)},
+      {.path = "output.tensorboard",
+       .kind = K::Bool,
+       .default_json = "false",
+       .doc = "Also write a TensorBoard event file (every metrics.jsonl number per epoch at the global step, the "
+              "config as HParams) into the run directory, from rank 0.",
+       .field = EMBER_CONFIG_FIELD(bool, output.tensorboard)},
 
       {.path = "train.accumulation_steps",
        .kind = K::Int,

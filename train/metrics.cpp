@@ -138,13 +138,32 @@ constexpr NumberField kEpochFields[] = {
     {"pool_wait_seconds", &EpochMetrics::pool_wait_seconds, true},
 };
 
+/// The measured-or-absent fields after them (EpochMetrics::gpu_*).
+struct OptionalField {
+  const char* key;
+  std::optional<double> EpochMetrics::*member;
+};
+constexpr OptionalField kOptionalFields[] = {
+    {"gpu_util_percent", &EpochMetrics::gpu_util_percent},
+    {"gpu_memory_used_mb", &EpochMetrics::gpu_memory_used_mb},
+    {"gpu_power_watts", &EpochMetrics::gpu_power_watts},
+};
+
 }  // namespace
+
+std::vector<std::pair<const char*, double>> metric_values(const EpochMetrics& m) {
+  std::vector<std::pair<const char*, double>> out;
+  for (const NumberField& f : kEpochFields)
+    if (f.member != &EpochMetrics::h2d_seconds || m.h2d_copied) out.emplace_back(f.key, m.*f.member);
+  for (const OptionalField& f : kOptionalFields)
+    if (m.*f.member) out.emplace_back(f.key, *(m.*f.member));
+  return out;
+}
 
 std::string to_json_line(const EpochMetrics& m) {
   OrderedJson j;
   j["epoch"] = m.epoch;
-  for (const NumberField& f : kEpochFields)
-    if (f.member != &EpochMetrics::h2d_seconds || m.h2d_copied) j[f.key] = m.*f.member;
+  for (const auto& [key, value] : metric_values(m)) j[key] = value;
   return j.dump();  // compact: one line
 }
 
@@ -156,6 +175,8 @@ EpochMetrics parse_epoch_metrics(const std::string& line, const std::string& sou
   for (const NumberField& f : kEpochFields)
     m.*f.member = f.phase ? get_phase_seconds(j, f.key, where) : get_double(j, f.key, where);
   m.h2d_copied = j.contains("h2d_seconds");
+  for (const OptionalField& f : kOptionalFields)
+    if (j.contains(f.key)) m.*f.member = get_double(j, f.key, where);
   return m;
 }
 

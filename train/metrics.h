@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ember::train {
@@ -36,6 +37,11 @@ struct EpochMetrics {
   // training"): CPU time of the whole process, of it the data loader's worker threads, and the time
   // parallel_for callers waited for the thread pool's workers to finish their chunks.
   double cpu_seconds = 0, loader_cpu_seconds = 0, pool_wait_seconds = 0;
+  // The GPU over the training pass, sampled by NVML at 10 Hz (train/gpu_monitor.h): mean
+  // utilisation in percent (the share of time a kernel ran), the most memory in use (MB, 1e6
+  // bytes; every process's), mean power in watts. Unset, and absent from the line, where nothing
+  // measured them (a CPU run, a machine without NVML, a GPU that does not report power).
+  std::optional<double> gpu_util_percent, gpu_memory_used_mb, gpu_power_watts;
   friend bool operator==(const EpochMetrics&, const EpochMetrics&) = default;
 };
 
@@ -70,6 +76,9 @@ struct RunSummary {
 
 /// One JSON object on one line (no newline), keys in the order of the struct.
 std::string to_json_line(const EpochMetrics& m);
+/// The numbers of that line after "epoch", as (key, value) in the line's order: what it holds, no
+/// more (no h2d_seconds without h2d_copied, no unset gpu_* key).
+std::vector<std::pair<const char*, double>> metric_values(const EpochMetrics& m);
 /// Parses one metrics.jsonl line; errors name `source`, the line number, and the missing or
 /// mistyped key. Unknown keys are ignored (newer writers may add some).
 EpochMetrics parse_epoch_metrics(const std::string& line, const std::string& source, int64_t line_no);

@@ -13,7 +13,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -43,12 +45,14 @@
 #include <ember/serialize/checkpoint.h>
 #include <ember/train/early_stop.h>
 #include <ember/train/factories.h>
+#include <ember/train/gpu_monitor.h>
 #include <ember/train/parallel_setup.h>
 #include <ember/train/phase_timer.h>
 #include <ember/train/progress.h>
 #include <ember/train/run_dir.h>
 #include <ember/train/run_log.h>
 #include <ember/train/signals.h>
+#include <ember/train/tensorboard.h>
 #include <ember/train/train_step.h>
 #include <ember/train/trainer_state.h>
 
@@ -163,6 +167,7 @@ class Session {
   TrainOutcome stop_for_signal(int64_t epoch, int64_t step, int sig);
   void start_profile();
   void finish_profile();
+  void start_tensorboard();
   /// Runs rank 0's file writes; under ddp every rank learns whether they failed (run_on_root).
   void on_root(const std::function<void()>& fn) const {
     if (!par_.distributed()) return fn();
@@ -207,6 +212,8 @@ class Session {
   std::unique_ptr<StepRunner> stepper_;
   std::unique_ptr<Progress> progress_;
   std::unique_ptr<profiler::Profile> profile_;  // profile.enabled: a few steps of this session
+  std::unique_ptr<TensorBoardWriter> tb_;  // output.tensorboard, rank 0
+  std::unique_ptr<GpuMonitor> gpu_;  // rank 0 on a GPU where NVML loads: the epoch's gpu_* metrics
   profiler::ClockOffset clock_;  // ddp with a profile: this rank's clock against rank 0's
   RunState st_;
   std::vector<std::string> metric_lines_;
@@ -257,6 +264,15 @@ void Session::build() {
           .precision = o_.precision, .accumulation_steps = o_.accumulation_steps, .clip_grad_norm = o_.clip_grad_norm},
       loss_fn_);
   progress_ = std::make_unique<Progress>(*log_, log_->console_is_terminal(), o_.output.log_interval);
+  if (dev_.is_cuda() && par_.is_root()) {
+    std::string why;
+    if (std::unique_ptr<GpuSource> source = nvml_source(dev_, &why)) {
+      gpu_ = std::make_unique<GpuMonitor>(std::move(source));
+      log_->file_line("GPU monitor: " + gpu_->describe() + ", sampled at 10 Hz");
+    } else {
+      log_->file_line("GPU monitor: none (" + why + "): metrics.jsonl has no gpu_* fields");
+    }
+  }
   int64_t n_params = 0;
   for (const Tensor& p : model_->parameters()) n_params += p.numel();
   say((o_.name == o_.program ? "" : o_.name + ": ") + o_.model_name + " (" + std::to_string(n_params) +
@@ -404,6 +420,7 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
   progress_->begin_epoch(epoch, o_.epochs, steps);
   const auto t0 = Clock::now();
   const CpuUse cpu0 = CpuUse::now(train_loader_);
+  if (gpu_) gpu_->take();  // the readings since the last epoch's training pass (its evaluation) are not this epoch's
   bool interrupted = false;
   NonFiniteWatch nonfinite(o_.on_nonfinite, par_, dev_);
   bool h2d_copied = part.phases[Phase::HostToDevice] > 0;  // a resumed epoch's earlier copies
@@ -519,7 +536,9 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
   st_.train_images += all.count;
   part = {};
   if (sched_ && sched_per_epoch_) sched_->step();
-  if (const std::string v = phases.verdict(); !v.empty()) log_->line("epoch " + std::to_string(epoch) + ": " + v);
+  if (gpu_) set_gpu_fields(m, gpu_->take());
+  const std::string v = m.gpu_util_percent ? gpu_verdict(*m.gpu_util_percent, phases) : phases.verdict();
+  if (!v.empty()) log_->line("epoch " + std::to_string(epoch) + ": " + v);
   return true;
 }
 
@@ -610,6 +629,10 @@ void Session::end_epoch(EpochMetrics& m) {
       metric_lines_.push_back(to_json_line(m));
       write_file_atomic(paths_.metrics, join_lines(metric_lines_));
     }
+    if (tb_) {  // flushed each epoch: a killed run's event file reads up to its last epoch
+      tb_->add_epoch(m, st_.global_step);
+      tb_->flush();
+    }
     if (checkpoints()) {
       const Checkpoint ck = checkpoint(std::move(opt_state));
       if (o_.checkpoint.every_epochs > 0 && epoch % o_.checkpoint.every_epochs == 0) {
@@ -637,7 +660,10 @@ void Session::end_epoch(EpochMetrics& m) {
              static_cast<long long>(epoch), m.data_wait_seconds,
              m.h2d_copied ? format(" h2d %.3f s,", m.h2d_seconds).c_str() : "", m.forward_seconds, m.backward_seconds,
              m.optimizer_seconds, m.comm_seconds, m.comm_exposed_seconds, m.cpu_seconds, m.loader_cpu_seconds,
-             m.pool_wait_seconds));
+             m.pool_wait_seconds) +
+      (m.gpu_util_percent ? format("; GPU busy %.0f%%, %.0f MB used", *m.gpu_util_percent, *m.gpu_memory_used_mb) +
+                                (m.gpu_power_watts ? format(", %.0f W", *m.gpu_power_watts) : std::string())
+                          : std::string()));
 }
 
 RunSummary Session::summary() const {
@@ -671,6 +697,7 @@ TrainOutcome Session::stop_for_signal(int64_t epoch, int64_t step, int sig) {
   on_root([&] {
     if (checkpoints()) save_checkpoint(checkpoint(std::move(opt_state)), paths_.last_ckpt);
     if (o_.write_run_dir) write_file_atomic(paths_.summary, to_json(s));
+    if (tb_) tb_->flush();
   });
   const std::string at = " at epoch " + std::to_string(epoch) + " step " + std::to_string(step);
   if (o_.write_run_dir) {
@@ -703,6 +730,26 @@ void Session::start_profile() {
   say(format("profile: batches %lld to %lld of this session (profile.wait %lld, warmup %lld, active %lld)",
              static_cast<long long>(c.wait + c.warmup + 1), static_cast<long long>(c.wait + c.warmup + c.active),
              static_cast<long long>(c.wait), static_cast<long long>(c.warmup), static_cast<long long>(c.active)));
+}
+
+// output.tensorboard: rank 0's event file in the run directory, opened with the hyperparameters
+// (config.json as written, "resolved" included; provenance and description left out). A resumed run
+// adds a new file beside the earlier session's; TensorBoard reads them as one run.
+void Session::start_tensorboard() {
+  if (!o_.output.tensorboard) return;
+  if (!o_.write_run_dir) {
+    say("output.tensorboard needs a run directory to write the event file into: not writing one");
+    return;
+  }
+  on_root([&] {
+    tb_ = std::make_unique<TensorBoardWriter>(paths_.dir);
+    std::ifstream f(paths_.config);
+    const std::string config((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    tb_->add_hparams(flatten_hparams(config, {"provenance", "description"}));
+    tb_->flush();
+    say("TensorBoard: " + fs::path(tb_->path()).filename().string() + " in the run directory (tensorboard --logdir " +
+        fs::path(paths_.dir).parent_path().string() + ")");
+  });
 }
 
 // Rank 0 writes profile/trace.json (under ddp every rank's spans, gathered, pid = rank, on rank
@@ -777,6 +824,7 @@ TrainOutcome Session::train() {
   resume();
   session_start_ = Clock::now();
   start_profile();
+  start_tensorboard();
 
   if (!st_.early_stop_rule.empty()) {
     stop_reason_ = st_.early_stop_rule == "target" ? "target_accuracy" : "patience";

@@ -2,7 +2,7 @@
 // example_run.h: what ember's example programs (examples/mnist, examples/cifar) share around
 // train::Trainer: the flags of every run, how the process trains (one device, DataParallel, or
 // one DDP rank under a launcher), each rank's share of the data, the Trainer's options from the
-// flags, and the --metrics-out file. One program, three ways to run it:
+// flags, the --metrics-out file and the --tensorboard event file. One program, three ways to run it:
 //
 //   build/bin/mnist                                          one device (the first GPU, else the CPU)
 //   build/bin/mnist --data-parallel [--devices cpu,cpu]      one process, the batch split over devices
@@ -17,6 +17,7 @@
 // Header-only, against ember's installed public headers, like example_cli.h.
 #include <ember/ember.h>
 #include <ember/parallel/env.h>
+#include <ember/train/tensorboard.h>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -50,6 +51,7 @@ struct RunFlags {
   int64_t limit_train = 0, limit_test = 0;  // 0: the whole split
   std::string checkpoint_dir = {}, resume = {}, metrics_out = {};
   std::string profile_dir = {};  // --profile DIR: a run directory with profile/ (empty: none)
+  std::string tensorboard_dir = {};  // --tensorboard DIR: a TensorBoard event file there (empty: none)
   ember::train::Precision precision = ember::train::Precision::fp32;
   bool channels_last = false;
   bool data_parallel = false;
@@ -90,6 +92,7 @@ inline void add_run_flags(std::vector<Flag>& flags, RunFlags& r) {
       {"--resume", [&r](auto&, auto& v) { r.resume = v; }},
       {"--metrics-out", [&r](auto&, auto& v) { r.metrics_out = v; }},
       {"--profile", [&r](auto&, auto& v) { r.profile_dir = v; }},
+      {"--tensorboard", [&r](auto&, auto& v) { r.tensorboard_dir = v; }},
       {"--precision",
        [&r](auto& f, auto& v) {
          if (v == "fp32") r.precision = Precision::fp32;
@@ -121,6 +124,9 @@ inline std::string run_usage(const std::string& program, const RunFlags& r) {
          "                        last.ckpt mid-epoch on SIGTERM or SIGINT)\n"
          "  --resume FILE         continue from a checkpoint written by --checkpoint-dir\n"
          "  --metrics-out FILE    append one JSON line per epoch to FILE\n"
+         "  --tensorboard DIR     write a TensorBoard event file into DIR: every number of the epoch's\n"
+         "                        metrics at the global step, the flags as hyperparameters (tensorboard\n"
+         "                        --logdir DIR; docs/experiments.md)\n"
          "  --profile DIR         profile batches 3-5 (ember-train's profile.* defaults) and write DIR as a\n"
          "                        run directory, as ember-train does: DIR/profile/trace.json (Chrome trace),\n"
          "                        DIR/profile/ops.md (per-span table), config.json, metrics.jsonl, log.txt,\n"
@@ -286,6 +292,27 @@ inline void check_metrics_out(const std::string& file) {
 // ---------------------------------------------------------------------------------------------
 // The Trainer's options
 
+// ---------------------------------------------------------------------------------------------
+// --tensorboard
+
+/// The hyperparameters of a run from its flags (and MODEL and DATASET), for TensorBoard's HPARAMS tab.
+inline std::vector<std::pair<std::string, ember::train::HParamValue>> run_hparams(const RunFlags& r,
+                                                                                  const std::string& model,
+                                                                                  const std::string& dataset) {
+  return {{"model", model},
+          {"dataset", dataset},
+          {"epochs", static_cast<double>(r.epochs)},
+          {"batch_size", static_cast<double>(r.batch_size)},
+          {"device", r.device},
+          {"seed", static_cast<double>(r.seed)},
+          {"limit_train", static_cast<double>(r.limit_train)},
+          {"limit_test", static_cast<double>(r.limit_test)},
+          {"precision", std::string(ember::train::config_name(r.precision))},
+          {"channels_last", r.channels_last},
+          {"accumulation_steps", static_cast<double>(r.accumulation_steps)},
+          {"data_parallel", r.data_parallel}};
+}
+
 /// train::Trainer's options for PROGRAM from R: no run directory (with --profile DIR: DIR is the run
 /// directory, profiled as ember-train's profile.enabled does), the lines on stdout prefixed
 /// "PROGRAM: ", checkpoints (every epoch_N.ckpt kept, and last.ckpt) in --checkpoint-dir, --resume,
@@ -313,6 +340,21 @@ inline ember::train::TrainerOptions trainer_options(const std::string& program, 
     check_metrics_out(r.metrics_out);
     o.on_epoch = [file = r.metrics_out](const ember::train::EpochMetrics& m) {
       append_metrics_line(file, json_line(m));
+    };
+  }
+  if (!r.tensorboard_dir.empty() && run.is_root()) {
+    // Created before training (a bad DIR fails at once); the step is the optimizer steps so far, as
+    // on_step last saw it; each epoch's scalars are written and flushed at once, so a run stopped by
+    // SIGTERM (or killed) leaves a file that reads up to its last epoch.
+    auto tb = std::make_shared<ember::train::TensorBoardWriter>(r.tensorboard_dir);
+    tb->add_hparams(run_hparams(r, model, dataset));
+    tb->flush();
+    auto step = std::make_shared<int64_t>(0);
+    o.on_step = [step](const ember::train::StepInfo& i) { *step = i.global_step; };
+    o.on_epoch = [tb, step, metrics = o.on_epoch](const ember::train::EpochMetrics& m) {
+      if (metrics) metrics(m);
+      tb->add_epoch(m, *step);
+      tb->flush();
     };
   }
   return o;

@@ -75,6 +75,7 @@ ExperimentConfig all_non_default() {
   c.output.dir = "out/runs";
   c.output.run_dir = "out/runs/wrn";
   c.output.log_interval = 2.5;
+  c.output.tensorboard = true;
   c.train.accumulation_steps = 4;
   c.train.on_nonfinite = NonFinitePolicy::skip;
   c.precision = Precision::fp16;

@@ -1,0 +1,170 @@
+// GPU monitor (train/gpu_monitor.h) with an injected fake source: the epoch aggregate (mean
+// utilisation, most memory, mean power), take() starting over, failed readings left out, the
+// sampling thread; the metrics line's gpu_* fields absent without readings; NVML absent (or a
+// library that is not NVML) gives no source and says why; the verdict with the utilisation.
+#include <catch2/catch.hpp>
+
+#include <stdlib.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ember/train/gpu_monitor.h>
+#include <ember/train/metrics.h>
+
+using namespace ember;
+using namespace ember::train;
+
+namespace {
+
+// Hands out the readings it was given, in order (an empty one: a failed reading), then repeats the last.
+class FakeSource final : public GpuSource {
+ public:
+  explicit FakeSource(std::vector<std::optional<GpuSample>> s, std::atomic<int>* calls = nullptr)
+      : s_(std::move(s)), calls_(calls) {}
+  std::optional<GpuSample> sample() override {
+    if (calls_) ++*calls_;
+    const std::optional<GpuSample> out = s_[std::min(i_, s_.size() - 1)];
+    ++i_;
+    return out;
+  }
+  std::string describe() const override { return "fake"; }
+
+ private:
+  std::vector<std::optional<GpuSample>> s_;
+  size_t i_ = 0;
+  std::atomic<int>* calls_;
+};
+
+GpuSample reading(double util, double mem_bytes, std::optional<double> watts) {
+  return GpuSample{.util_percent = util, .memory_used_bytes = mem_bytes, .power_watts = watts};
+}
+
+// Sets an environment variable for the scope.
+struct ScopedEnv {
+  std::string name;
+  std::optional<std::string> old;
+  ScopedEnv(const char* n, const char* v) : name(n) {
+    if (const char* o = ::getenv(n)) old = o;
+    ::setenv(n, v, 1);
+  }
+  ~ScopedEnv() { old ? ::setenv(name.c_str(), old->c_str(), 1) : ::unsetenv(name.c_str()); }
+};
+
+}  // namespace
+
+TEST_CASE("gpu monitor: an epoch's mean utilisation, most memory and mean power", "[cpu]") {
+  GpuMonitor mon(std::make_unique<FakeSource>(std::vector<std::optional<GpuSample>>{
+                     reading(10, 2e9, 100), reading(20, 5e9, 200), std::nullopt, reading(60, 3e9, 300)}),
+                 /*hz=*/0);
+  CHECK_FALSE(mon.take().has_value());  // nothing sampled yet: nothing, not zeros
+  for (int i = 0; i < 4; ++i) mon.sample_now();
+  const std::optional<GpuStats> s = mon.take();
+  REQUIRE(s.has_value());
+  CHECK(s->samples == 3);  // the failed reading is left out
+  CHECK(s->util_percent == Approx(30));
+  CHECK(s->memory_used_mb == Approx(5000));
+  REQUIRE(s->power_watts.has_value());
+  CHECK(*s->power_watts == Approx(200));
+  // take() starts over: the next epoch's aggregate holds only its own readings.
+  mon.sample_now();  // the source repeats its last reading
+  const std::optional<GpuStats> next = mon.take();
+  REQUIRE(next.has_value());
+  CHECK(next->samples == 1);
+  CHECK(next->util_percent == 60);
+  CHECK(next->memory_used_mb == Approx(3000));
+}
+
+TEST_CASE("gpu monitor: a device without power readings leaves power unset", "[cpu]") {
+  GpuAggregate a;
+  a.add(reading(50, 1e6, std::nullopt));
+  a.add(reading(70, 2e6, std::nullopt));
+  const std::optional<GpuStats> s = a.take();
+  REQUIRE(s.has_value());
+  CHECK(s->util_percent == 60);
+  CHECK_FALSE(s->power_watts.has_value());
+  EpochMetrics m;
+  set_gpu_fields(m, s);
+  CHECK(m.gpu_util_percent == 60.0);
+  CHECK(m.gpu_memory_used_mb == 2.0);
+  CHECK_FALSE(m.gpu_power_watts.has_value());
+  const std::string line = to_json_line(m);
+  CHECK(line.find("\"gpu_util_percent\":60.0") != std::string::npos);
+  CHECK(line.find("gpu_power_watts") == std::string::npos);
+  CHECK(parse_epoch_metrics(line, "m", 1) == m);
+}
+
+TEST_CASE("gpu monitor: the thread samples until it is destroyed", "[cpu]") {
+  std::atomic<int> calls{0};
+  {
+    GpuMonitor mon(std::make_unique<FakeSource>(std::vector<std::optional<GpuSample>>{reading(40, 1e9, 50)}, &calls),
+                   /*hz=*/1000);
+    // Wait for a few readings (no bound on how long they take: no timing assertion).
+    while (calls.load() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const std::optional<GpuStats> s = mon.take();
+    REQUIRE(s.has_value());
+    CHECK(s->samples >= 2);
+    CHECK(s->util_percent == 40);
+  }
+  const int after = calls.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(calls.load() == after);  // joined: no reading after the destructor
+}
+
+TEST_CASE("gpu monitor: without readings no gpu_* field appears in the metrics line", "[cpu]") {
+  EpochMetrics m;
+  m.epoch = 1;
+  set_gpu_fields(m, std::nullopt);
+  const std::string line = to_json_line(m);
+  CHECK(line.find("gpu_") == std::string::npos);
+  const EpochMetrics back = parse_epoch_metrics(line, "m", 1);
+  CHECK_FALSE(back.gpu_util_percent.has_value());
+  CHECK_FALSE(back.gpu_memory_used_mb.has_value());
+  CHECK_FALSE(back.gpu_power_watts.has_value());
+  for (const auto& [key, value] : metric_values(m)) CHECK(std::string(key).rfind("gpu_", 0) != 0);
+  // All three present: written after pool_wait_seconds and read back.
+  m.gpu_util_percent = 34.5;
+  m.gpu_memory_used_mb = 1234.5;
+  m.gpu_power_watts = 250.25;
+  const std::string with = to_json_line(m);
+  CHECK(with.find("\"pool_wait_seconds\":0.0,\"gpu_util_percent\":34.5,\"gpu_memory_used_mb\":1234.5,"
+                  "\"gpu_power_watts\":250.25}") != std::string::npos);
+  CHECK(parse_epoch_metrics(with, "m", 1) == m);
+}
+
+TEST_CASE("gpu monitor: no NVML source on the CPU, or when the library cannot be loaded", "[cpu]") {
+  std::string why;
+  CHECK(nvml_source(Device::cpu(), &why) == nullptr);
+  CHECK(why == "cpu is not a GPU");
+  {
+    ScopedEnv env("EMBER_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1");
+    why.clear();
+    CHECK(nvml_source(Device("cuda:0"), &why) == nullptr);
+    CHECK(why.find("cannot load /nonexistent/libnvidia-ml.so.1") == 0);
+  }
+  {
+    // A library that loads but is not NVML (the C library).
+    ScopedEnv env("EMBER_NVML_LIBRARY", "libc.so.6");
+    why.clear();
+    CHECK(nvml_source(Device("cuda:0"), &why) == nullptr);
+    CHECK(why == "libc.so.6 lacks the NVML functions ember calls");
+  }
+}
+
+TEST_CASE("gpu monitor: the verdict puts the GPU's utilisation in front of the phases'", "[cpu]") {
+  PhaseTotals input_bound;
+  input_bound.seconds = {4, 0, 3, 2, 1};  // data wait 40% of the step
+  PhaseTotals compute;
+  compute.seconds = {0.1, 0, 5, 4, 1};
+  CHECK(gpu_verdict(34, input_bound) ==
+        "GPU busy 34% of the epoch: input-bound: data wait is 40% of the step; raise data.workers or set "
+        "data.resident");
+  CHECK(gpu_verdict(34, compute).rfind("GPU busy 34% of the epoch: the GPU waits on the host", 0) == 0);
+  CHECK(gpu_verdict(95, compute).empty());
+  CHECK(gpu_verdict(90, input_bound).rfind("GPU busy 90% of the epoch; input-bound", 0) == 0);
+}

@@ -1,13 +1,16 @@
 // ember-report: turns run directories (written by ember-train) into a Markdown table and SVG plots.
 //
-//   ember-report RUN_DIR... [--out DIR]
+//   ember-report RUN_DIR... [--out DIR] [--by KEY]
 //   ember-report --scaling RUN_DIR... [--out DIR]
 //   ember-report --profile RUN_DIR [--out DIR]
 //
 // Writes DIR/report.md (the table, one line per run, the plots linked), DIR/loss.svg (train and
 // test loss per epoch), DIR/accuracy.svg (test accuracy per epoch), DIR/throughput.svg (images/s
-// per run) and, when a run trained in fp16, DIR/loss_scale.svg (log2 of the loss scale per epoch);
-// DIR defaults to report/ in the current directory. Prints the table.
+// per run), DIR/accuracy_time.svg (test accuracy over wall time, per run) and, when a run trained
+// in fp16, DIR/loss_scale.svg (log2 of the loss scale per epoch), when a run measured its GPU,
+// DIR/gpu.svg (utilisation per epoch); DIR defaults to report/ in the current directory. Prints the
+// table. --by KEY groups the runs by a config key of their config.json (a column of it, the runs
+// in group order, and a table per group's value: runs, best accuracy, images/s).
 // With --scaling: DIR/scaling.md (runs by world size: epoch time, images/s, speedup, efficiency,
 // exposed communication, accuracy, a verdict per run; report/scaling.h), DIR/scaling.svg and
 // DIR/scaling-efficiency.svg; prints the table, its notes and the verdicts.
@@ -37,7 +40,7 @@ constexpr int kExitError = 1;
 constexpr int kExitUsage = 2;
 
 const char* const kUsage =
-    "usage: ember-report RUN_DIR... [--out DIR]\n"
+    "usage: ember-report RUN_DIR... [--out DIR] [--by KEY]\n"
     "       ember-report --scaling RUN_DIR... [--out DIR]\n"
     "       ember-report --profile RUN_DIR [--out DIR]\n"
     "\n"
@@ -50,7 +53,13 @@ const char* const kUsage =
     "  accuracy.svg     test accuracy per epoch\n"
     "  throughput.svg   images/s per run\n"
     "  loss_scale.svg   the fp16 loss scale per epoch (only when a run trained in fp16)\n"
-    "The table is also printed.\n"
+    "  accuracy_time.svg  test accuracy over wall time (training + evaluation seconds), per run\n"
+    "  gpu.svg          GPU utilisation per epoch (only when a run measured its GPU through NVML;\n"
+    "                   the table then has a GPU busy column)\n"
+    "The table is also printed. With --by KEY (a config key, e.g. precision, optim.lr,\n"
+    "resolved.global_batch_size) the table gets a KEY column, the runs are ordered by its value,\n"
+    "and a second table gives each value's runs: count, mean and range of best accuracy,\n"
+    "mean images/s and epoch time.\n"
     "\n"
     "With --scaling, for runs of one experiment on different world sizes (processes or devices):\n"
     "  scaling.md              runs sorted by world size: mean epoch time and images/s (epoch 1 left\n"
@@ -72,6 +81,7 @@ const char* const kUsage =
     "options:\n"
     "  --scaling   the scaling report instead of the run report\n"
     "  --profile   the profile report of one run\n"
+    "  --by KEY    group the runs by config key KEY (run report only)\n"
     "  --out DIR   output directory (default: report)\n"
     "  -h, --help  this text\n";
 
@@ -84,7 +94,7 @@ int usage_error(const std::string& message) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> run_dirs;
-  std::string out_dir = "report";
+  std::string out_dir = "report", by;
   bool scaling = false, profile = false;
   bool flags_done = false;  // after "--" every argument is a run directory
   for (int i = 1; i < argc; ++i) {
@@ -105,12 +115,19 @@ int main(int argc, char** argv) {
       out_dir = argv[++i];
     } else if (arg.rfind("--out=", 0) == 0) {
       out_dir = arg.substr(6);
+    } else if (arg == "--by") {
+      if (i + 1 >= argc) return usage_error("--by needs a config key (e.g. precision)");
+      by = argv[++i];
+    } else if (arg.rfind("--by=", 0) == 0) {
+      by = arg.substr(5);
     } else {
       return usage_error("unknown flag '" + arg + "'");
     }
   }
   if (run_dirs.empty()) return usage_error("no run directories given");
   if (out_dir.empty()) return usage_error("--out needs a non-empty directory");
+  if (!by.empty() && (profile || scaling))
+    return usage_error("--by groups the runs of the run report: not with --profile or --scaling");
   if (profile && scaling) return usage_error("--profile and --scaling are separate reports: give one of them");
   if (profile && run_dirs.size() != 1)
     return usage_error("--profile reads one run directory (its profile/trace.json holds every rank), got " +
@@ -133,7 +150,7 @@ int main(int argc, char** argv) {
       std::printf("wrote %sscaling.md, %sscaling.svg, %sscaling-efficiency.svg\n", d.c_str(), d.c_str(), d.c_str());
       return 0;
     }
-    const std::string table = ember::report::write_report(runs, out_dir);
+    const std::string table = ember::report::write_report(runs, out_dir, by);
     std::fputs(table.c_str(), stdout);
     std::string wrote;
     for (const std::string& f : ember::report::report_files(runs)) wrote += (wrote.empty() ? "" : ", ") + d + f;

@@ -529,7 +529,7 @@ TEST_CASE("write_report writes the table, the plots and links them", "[cpu]") {
 
 TEST_CASE("write_report plots the fp16 loss scale and counts skipped steps", "[cpu]") {
   TempDir tmp;
-  RunRecord fp16{"runs/a", "fp16", {}, {}}, fp32{"runs/b", "fp32", {}, {}};
+  RunRecord fp16{"runs/a", "fp16", {}, {}, {}}, fp32{"runs/b", "fp32", {}, {}, {}};
   fp16.summary.name = "fp16";
   fp32.summary.name = "fp32";
   for (int e = 1; e <= 3; ++e) {
@@ -549,15 +549,17 @@ TEST_CASE("write_report plots the fp16 loss scale and counts skipped steps", "[c
   CHECK(count_of(svg, "<polyline") == 1);  // the fp32 run has no loss scale
   CHECK_THAT(svg, Catch::Contains(">log2(loss scale)</text>") && Catch::Contains(">fp16</text>"));
   // report_files() lists what was written, the loss-scale plot included (ember-report's "wrote" line).
-  CHECK(report_files({fp16, fp32}) ==
-        std::vector<std::string>{"report.md", "loss.svg", "accuracy.svg", "throughput.svg", "loss_scale.svg"});
+  CHECK(report_files({fp16, fp32}) == std::vector<std::string>{"report.md", "loss.svg", "accuracy.svg",
+                                                               "throughput.svg", "loss_scale.svg",
+                                                               "accuracy_time.svg"});
   for (const std::string& f : report_files({fp16, fp32})) CHECK(fs::exists(tmp.path() / f));
   // Without fp16 runs there is no loss-scale plot.
   TempDir none;
   write_report({fp32}, none.str());
   CHECK_FALSE(fs::exists(none.path() / "loss_scale.svg"));
   CHECK_THAT(read_text(none.path() / "report.md"), !Catch::Contains("loss_scale.svg"));
-  CHECK(report_files({fp32}) == std::vector<std::string>{"report.md", "loss.svg", "accuracy.svg", "throughput.svg"});
+  CHECK(report_files({fp32}) ==
+        std::vector<std::string>{"report.md", "loss.svg", "accuracy.svg", "throughput.svg", "accuracy_time.svg"});
   // One skipped step is one "step".
   fp16.epochs[0].skipped_steps = 0;
   fp16.epochs[2].skipped_steps = 1;

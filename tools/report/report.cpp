@@ -6,13 +6,16 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <variant>
 
 #include <ember/core/error.h>
+#include <ember/train/tensorboard.h>  // flatten_hparams: config.json as key paths
 
 namespace fs = std::filesystem;
 
@@ -26,6 +29,7 @@ namespace {
 constexpr const char* kSummaryFile = "summary.json";
 constexpr const char* kMetricsFile = "metrics.jsonl";
 constexpr const char* kIncomplete = "incomplete";
+constexpr const char* kConfigFile = "config.json";
 
 std::string read_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -149,7 +153,135 @@ RunRecord read_run(const std::string& dir) {
   r.epochs = read_metrics_file(metrics_path);
   r.summary = has_summary ? parse_run_summary(read_text(summary_path), summary_path) : derive_summary(dir, r.epochs);
   r.label = r.summary.name.empty() ? dir_name(dir) : r.summary.name;
+  const std::string config_path = (fs::path(dir) / kConfigFile).string();
+  if (fs::exists(config_path, ec)) {
+    try {
+      for (const auto& [key, value] : train::flatten_hparams(read_text(config_path), {"provenance"})) {
+        if (const double* d = std::get_if<double>(&value)) {
+          char buf[64];
+          std::snprintf(buf, sizeof buf, "%.17g", *d);
+          double shorter = 0;
+          for (int digits = 1; digits <= 17; ++digits) {  // the shortest text that reads back the same
+            std::snprintf(buf, sizeof buf, "%.*g", digits, *d);
+            if (std::sscanf(buf, "%lf", &shorter) == 1 && shorter == *d) break;
+          }
+          r.config[key] = buf;
+        } else if (const bool* b = std::get_if<bool>(&value)) {
+          r.config[key] = *b ? "true" : "false";
+        } else {
+          r.config[key] = std::get<std::string>(value);
+        }
+      }
+    } catch (const Error& e) {
+      EMBER_FAIL("'", config_path, "': ", e.message());
+    }
+  }
   return r;
+}
+
+std::string config_value(const RunRecord& r, const std::string& key) {
+  auto it = r.config.find(key);
+  return it == r.config.end() ? "?" : it->second;
+}
+
+double mean_gpu_util(const RunRecord& r) {
+  double sum = 0;
+  int n = 0;
+  for (const EpochMetrics& e : r.epochs)
+    if (e.gpu_util_percent) {
+      sum += *e.gpu_util_percent;
+      ++n;
+    }
+  return n > 0 ? sum / n : NAN;
+}
+
+namespace {
+
+bool any_gpu(const std::vector<RunRecord>& runs) {
+  return std::any_of(runs.begin(), runs.end(), [](const RunRecord& r) { return std::isfinite(mean_gpu_util(r)); });
+}
+
+// A whole decimal or floating-point number, as config values print.
+bool numeric(const std::string& s, double& out) {
+  char* end = nullptr;
+  out = std::strtod(s.c_str(), &end);
+  return !s.empty() && end == s.c_str() + s.size();
+}
+
+}  // namespace
+
+std::vector<RunGroup> group_runs(const std::vector<RunRecord>& runs, const std::string& key) {
+  const bool known = std::any_of(runs.begin(), runs.end(), [&](const RunRecord& r) { return r.config.count(key) > 0; });
+  if (!known) {
+    std::string keys;
+    for (const RunRecord& r : runs) {
+      if (r.config.empty()) continue;
+      int n = 0;
+      for (const auto& [k, v] : r.config) {
+        if (k.find('.') != std::string::npos && n++ >= 12) continue;  // the top-level keys, and a few paths
+        keys += (keys.empty() ? "" : ", ") + k;
+      }
+      break;
+    }
+    EMBER_FAIL("--by ", key, ": no run's config.json has this key",
+               keys.empty() ? std::string(" (none of the runs has a config.json)") : " (keys include " + keys + ")");
+  }
+  std::vector<RunGroup> groups;
+  for (const RunRecord& r : runs) {
+    const std::string v = config_value(r, key);
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const RunGroup& g) { return g.value == v; });
+    if (it == groups.end()) groups.push_back({v, {&r}});
+    else it->runs.push_back(&r);
+  }
+  bool all_numeric = true;
+  for (const RunGroup& g : groups) {
+    double d = 0;
+    all_numeric = all_numeric && (g.value == "?" || numeric(g.value, d));
+  }
+  std::stable_sort(groups.begin(), groups.end(), [&](const RunGroup& a, const RunGroup& b) {
+    if ((a.value == "?") != (b.value == "?")) return b.value == "?";  // unknown last
+    double x = 0, y = 0;
+    if (all_numeric && numeric(a.value, x) && numeric(b.value, y)) return x < y;
+    return a.value < b.value;
+  });
+  return groups;
+}
+
+std::string group_table(const std::vector<RunRecord>& runs, const std::string& key) {
+  const bool gpu = any_gpu(runs);
+  std::vector<std::string> header = {
+      key, "runs", "best acc (mean)", "best acc (min-max)", "images/s (mean)", "epoch time (s, mean)"};
+  if (gpu) header.push_back("GPU busy (mean)");
+  std::vector<bool> right(header.size(), true);
+  right[0] = false;
+  std::vector<std::vector<std::string>> rows;
+  for (const RunGroup& g : group_runs(runs, key)) {
+    double acc = 0, lo = INFINITY, hi = -INFINITY, ips = 0, epoch = 0, util = 0;
+    int epoch_runs = 0, util_runs = 0;
+    for (const RunRecord* r : g.runs) {
+      acc += r->summary.best_test_acc;
+      lo = std::min(lo, r->summary.best_test_acc);
+      hi = std::max(hi, r->summary.best_test_acc);
+      ips += r->summary.images_per_second;
+      if (!r->epochs.empty()) {
+        double t = 0;
+        for (const EpochMetrics& e : r->epochs) t += e.epoch_seconds;
+        epoch += t / static_cast<double>(r->epochs.size());
+        ++epoch_runs;
+      }
+      if (const double u = mean_gpu_util(*r); std::isfinite(u)) {
+        util += u;
+        ++util_runs;
+      }
+    }
+    const double n = static_cast<double>(g.runs.size());
+    std::vector<std::string> row = {cell_text(g.value), std::to_string(g.runs.size()),
+                                    fixed(acc / n, 4),  fixed(lo, 4) + "-" + fixed(hi, 4),
+                                    fixed(ips / n, 0),  epoch_runs > 0 ? fixed(epoch / epoch_runs, 2) : "-"};
+    if (gpu) row.push_back(util_runs > 0 ? fixed(util / util_runs, 0) + "%" : "-");
+    rows.push_back(std::move(row));
+  }
+  return render_table(header, right, rows);
 }
 
 std::vector<RunRecord> read_runs(const std::vector<std::string>& dirs) {
@@ -178,7 +310,8 @@ std::vector<RunRecord> read_runs(const std::vector<std::string>& dirs) {
   return runs;
 }
 
-std::string markdown_table(const std::vector<RunRecord>& runs) {
+std::string markdown_table(const std::vector<RunRecord>& runs, const std::string& by) {
+  const bool gpu = any_gpu(runs);
   // Baseline: the fewest devices among runs whose device count is known (ties: the first given).
   const RunRecord* base = nullptr;
   bool mixed = false;
@@ -187,9 +320,17 @@ std::string markdown_table(const std::vector<RunRecord>& runs) {
     if (base && r.summary.world_size != base->summary.world_size) mixed = true;
     if (!base || r.summary.world_size < base->summary.world_size) base = &r;
   }
-  const std::vector<std::string> header = {"run",      "device",  "devices",   "epochs", "best acc", "epoch time (s)",
-                                           "images/s", "speedup", "efficiency"};
-  const std::vector<bool> right_aligned = {false, false, true, true, true, true, true, true, true};
+  std::vector<std::string> header = {"run",      "device",  "devices",   "epochs", "best acc", "epoch time (s)",
+                                     "images/s", "speedup", "efficiency"};
+  std::vector<bool> right_aligned = {false, false, true, true, true, true, true, true, true};
+  if (gpu) {
+    header.insert(header.begin() + 7, "GPU busy");
+    right_aligned.insert(right_aligned.begin() + 7, true);
+  }
+  if (!by.empty()) {
+    header.insert(header.begin() + 1, by);
+    right_aligned.insert(right_aligned.begin() + 1, false);
+  }
   std::vector<std::vector<std::string>> rows;
   for (const RunRecord& r : runs) {
     const RunSummary& s = r.summary;
@@ -206,22 +347,60 @@ std::string markdown_table(const std::vector<RunRecord>& runs) {
       speedup = fixed(sp, 2) + "x";
       efficiency = fixed(100 * eff, 1) + "%";
     }
-    rows.push_back({cell_text(r.label), cell_text(s.device), device_count_known(r) ? std::to_string(s.world_size) : "?",
-                    std::to_string(s.epochs_run) + (s.stop_reason == kIncomplete ? " (incomplete)" : ""),
-                    fixed(s.best_test_acc, 4), fixed(epoch_time, 2), fixed(s.images_per_second, 0), speedup,
-                    efficiency});
+    std::vector<std::string> row = {
+        cell_text(r.label),
+        cell_text(s.device),
+        device_count_known(r) ? std::to_string(s.world_size) : "?",
+        std::to_string(s.epochs_run) + (s.stop_reason == kIncomplete ? " (incomplete)" : ""),
+        fixed(s.best_test_acc, 4),
+        fixed(epoch_time, 2),
+        fixed(s.images_per_second, 0),
+        speedup,
+        efficiency};
+    if (gpu) row.insert(row.begin() + 7, std::isfinite(mean_gpu_util(r)) ? fixed(mean_gpu_util(r), 0) + "%" : "-");
+    if (!by.empty()) row.insert(row.begin() + 1, cell_text(config_value(r, by)));
+    rows.push_back(std::move(row));
   }
   return render_table(header, right_aligned, rows);
 }
 
-std::string write_report(const std::vector<RunRecord>& runs, const std::string& out_dir) {
+std::string write_report(const std::vector<RunRecord>& runs_given, const std::string& out_dir, const std::string& by) {
+  // --by: the runs in group order (group_runs checks the key before anything is written), each
+  // label with its group's value.
+  std::vector<RunRecord> runs;
+  std::string groups;
+  if (by.empty()) {
+    runs = runs_given;
+  } else {
+    for (const RunGroup& g : group_runs(runs_given, by))
+      for (const RunRecord* r : g.runs) runs.push_back(*r);
+    groups = group_table(runs, by);
+  }
   make_report_dir(out_dir);
+  auto plot_label = [&](const RunRecord& r) {
+    return by.empty() ? r.label : r.label + " [" + by + "=" + config_value(r, by) + "]";
+  };
 
   std::vector<Series> loss, accuracy, scale;  // scale: fp16 runs' log2(loss scale) per epoch
+  std::vector<Series> acc_time, gpu;  // test accuracy over wall time; GPU utilisation per epoch
   std::vector<std::string> labels;
   std::vector<double> throughput;
   for (const RunRecord& r : runs) {
-    Series train{r.label + " train", {}, {}}, test{r.label + " test", {}, {}}, acc{r.label, {}, {}};
+    const std::string label = plot_label(r);
+    Series train{label + " train", {}, {}}, test{label + " test", {}, {}}, acc{label, {}, {}};
+    Series at{label, {}, {}}, util{label, {}, {}};
+    double wall = 0;
+    for (const EpochMetrics& e : r.epochs) {
+      wall += e.epoch_seconds + e.eval_seconds;
+      at.x.push_back(wall);
+      at.y.push_back(e.test_acc);
+      if (e.gpu_util_percent) {
+        util.x.push_back(static_cast<double>(e.epoch));
+        util.y.push_back(*e.gpu_util_percent);
+      }
+    }
+    acc_time.push_back(std::move(at));
+    if (!util.x.empty()) gpu.push_back(std::move(util));
     for (const EpochMetrics& e : r.epochs) {
       const double x = static_cast<double>(e.epoch);
       train.x.push_back(x);
@@ -231,7 +410,7 @@ std::string write_report(const std::vector<RunRecord>& runs, const std::string& 
       acc.x.push_back(x);
       acc.y.push_back(e.test_acc);
     }
-    Series s{r.label, {}, {}};
+    Series s{label, {}, {}};
     for (const EpochMetrics& e : r.epochs) {
       if (e.loss_scale <= 0) continue;
       s.x.push_back(static_cast<double>(e.epoch));
@@ -241,15 +420,18 @@ std::string write_report(const std::vector<RunRecord>& runs, const std::string& 
     loss.push_back(std::move(train));
     loss.push_back(std::move(test));
     accuracy.push_back(std::move(acc));
-    labels.push_back(r.label);
+    labels.push_back(label);
     throughput.push_back(r.summary.images_per_second);
   }
 
-  const std::string table = markdown_table(runs);
+  const std::string table = markdown_table(runs, by);
   std::ostringstream md;
   md << "# ember report\n\n" << table << "\n";
   md << "Epoch time: mean training pass per epoch. Speedup and efficiency: images/s relative to the run with the "
-        "fewest devices, efficiency = speedup / device ratio.\n\n";
+        "fewest devices, efficiency = speedup / device ratio.";
+  if (!gpu.empty()) md << " GPU busy: mean NVML utilisation over the training passes (train/gpu_monitor.h).";
+  md << "\n\n";
+  if (!by.empty()) md << "## By " << cell_text(by) << "\n\n" << groups << "\n";
   md << "## Runs\n\n";
   for (const RunRecord& r : runs) {
     md << "- **" << cell_text(r.label) << "**: `" << r.dir << "`, " << r.summary.stop_reason;
@@ -268,8 +450,9 @@ std::string write_report(const std::vector<RunRecord>& runs, const std::string& 
     md << "\n";
   }
   md << "\n## Plots\n\n![loss per epoch](loss.svg)\n\n![test accuracy per epoch](accuracy.svg)\n\n"
-        "![throughput per run](throughput.svg)\n";
+        "![throughput per run](throughput.svg)\n\n![test accuracy over wall time](accuracy_time.svg)\n";
   if (!scale.empty()) md << "\n![fp16 loss scale per epoch](loss_scale.svg)\n";
+  if (!gpu.empty()) md << "\n![GPU utilisation per epoch](gpu.svg)\n";
 
   const fs::path out(out_dir);
   write_file_atomic((out / "loss.svg").string(), svg_line_chart("Loss per epoch", "epoch", "loss", loss));
@@ -280,8 +463,15 @@ std::string write_report(const std::vector<RunRecord>& runs, const std::string& 
   if (!scale.empty())  // report_files() lists it under the same condition
     write_file_atomic((out / "loss_scale.svg").string(),
                       svg_line_chart("fp16 loss scale at the end of each epoch", "epoch", "log2(loss scale)", scale));
+  write_file_atomic(
+      (out / "accuracy_time.svg").string(),
+      svg_line_chart("Test accuracy over wall time (training + evaluation)", "seconds", "test accuracy", acc_time));
+  if (!gpu.empty())  // report_files() lists it under the same condition
+    write_file_atomic(
+        (out / "gpu.svg").string(),
+        svg_line_chart("GPU utilisation per epoch (mean of 10 Hz NVML readings)", "epoch", "GPU busy (%)", gpu));
   write_file_atomic((out / "report.md").string(), md.str());
-  return table;
+  return by.empty() ? table : table + "\n" + groups;
 }
 
 std::vector<std::string> report_files(const std::vector<RunRecord>& runs) {
@@ -290,6 +480,8 @@ std::vector<std::string> report_files(const std::vector<RunRecord>& runs) {
     return std::any_of(r.epochs.begin(), r.epochs.end(), [](const EpochMetrics& e) { return e.loss_scale > 0; });
   });
   if (fp16) files.push_back("loss_scale.svg");
+  files.push_back("accuracy_time.svg");
+  if (any_gpu(runs)) files.push_back("gpu.svg");
   return files;
 }
 

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include <ember/core/determinism.h>
 #include <ember/core/error.h>
 #include <ember/core/rng.h>
 #include <ember/core/stream.h>
@@ -38,6 +39,7 @@ ExperimentConfig config_of_options(const TrainerOptions& o) {
   c.profile = o.profile;
   c.train.accumulation_steps = o.accumulation_steps;
   c.train.on_nonfinite = o.on_nonfinite;
+  c.train.deterministic = ember::deterministic();  // the program's setting of the process-wide switch
   c.parallel = o.parallel;
   return c;
 }
@@ -61,6 +63,12 @@ TrainerParts make_trainer_parts(const ExperimentConfig& c) {
   parts.parallel = start_parallel(c);
   const ParallelRun& par = parts.parallel;
   DeviceGuard device_guard(par.device);
+  // train.deterministic: the process-wide switch, before anything runs an op (the start lines say so).
+  ember::set_deterministic(c.train.deterministic);
+  if (c.train.deterministic)
+    parts.notes.push_back(
+        "deterministic algorithms on (train.deterministic): cuDNN engines not noted "
+        "nondeterministic, sorted scatter-adds; docs/determinism.md");
   manual_seed(c.seed);
   const Datasets data = make_datasets(c.data, c.seed);
   std::shared_ptr<data::Sampler> train_shard, test_shard;

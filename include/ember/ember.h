@@ -6,6 +6,7 @@
 #include <ember/autograd/ops_conv.h>
 #include <ember/autograd/ops_norm.h>
 #include <ember/core/build_info.h>
+#include <ember/core/determinism.h>
 #include <ember/core/device.h>
 #include <ember/core/dtype.h>
 #include <ember/core/error.h>

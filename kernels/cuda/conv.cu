@@ -16,8 +16,8 @@
 // The copies cost three transposes per call, on a path only taken when the graph API fails.
 //
 // Why it is shaped this way:
-//  * Plans: the first call for a (device, direction, dtype, shapes, params, TF32 switch, pointer
-//    alignment, beta) makes a plan and keeps it in a process-wide map; later calls of that key
+//  * Plans: the first call for a (device, direction, dtype, shapes, params, TF32 switch, determinism
+//    switch, pointer alignment, beta) makes a plan and keeps it in a process-wide map; later calls of that key
 //    only look it up and run it. The plan is a cuDNN graph-API execution plan (cudnn_graph.h): the
 //    operation is built once, up to kMaxCandidates of the heuristics' engine configurations are
 //    finalized and timed on the real inputs, and the fastest is kept; a call then costs one variant
@@ -53,6 +53,15 @@
 //    test derives its tolerance from it: tests/support/low_precision_cases.h); without a bias it
 //    is one. (docs/amp.md has what was seen, and an f16 Winograd algorithm the search does not
 //    exclude yet.)
+//  * Determinism (ember::set_deterministic, docs/determinism.md): while it is on, the graph search
+//    leaves out engines noted CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC and the legacy search takes only
+//    algorithms reported CUDNN_DETERMINISTIC; when neither has one, the call is an error naming the
+//    direction and the problem. The switch is part of the key, so a plan chosen without it is never
+//    reused with it. Deterministic candidates are not chosen by speed: timings vary from run to run,
+//    and two deterministic engines give different (each reproducible) sums, so the graph plan is
+//    the first candidate in the heuristics' order that runs, and the legacy one the usable
+//    algorithm of lowest number. Another process on the same GPU model, cuDNN and free memory then
+//    picks the same plan, and gives bitwise the same result.
 //  * cuDNN's legacy descriptors take int sizes and strides, and its kernels index in 32 bits. A
 //    batch whose input or output has 2^31 elements or more is split along N into chunks below
 //    that (the per-sample sizes must fit); the filter gradient sums over the chunks with beta = 1.
@@ -75,11 +84,13 @@
 #include <vector>
 
 #include <ember/core/caching_allocator.h>
+#include <ember/core/determinism.h>
 #include <ember/core/error.h>
 #include <ember/core/stream.h>
 #include <ember/kernels/conv.h>
 #include <ember/kernels/copy.h>
 #include <ember/kernels/cuda/conv_plan.h>
+#include <ember/kernels/cuda/conv_testing.h>
 #include <ember/kernels/cuda/cuda_kernels.h>
 #include <ember/kernels/cuda/cudnn_handle.h>
 #include <ember/kernels/factory.h>
@@ -99,13 +110,14 @@ struct AlgoKey {
   Direction dir;
   DType dtype;
   bool tf32;
+  bool deterministic;  // ember::deterministic(): a plan searched without it must not serve a call with it
   int align;  // alignment_of the three operands (see the top comment)
   bool accumulate;  // beta = 1 (blend onto the output) rather than 0: part of a graph-API plan
   bool channels_last;
   int64_t n, c, h, w, o, cg, kh, kw, sh, sw, ph, pw, dh, dw, g;
   auto tie() const {
-    return std::tie(device, dir, dtype, tf32, align, accumulate, channels_last, n, c, h, w, o, cg, kh, kw, sh, sw, ph,
-                    pw, dh, dw, g);
+    return std::tie(device, dir, dtype, tf32, deterministic, align, accumulate, channels_last, n, c, h, w, o, cg, kh,
+                    kw, sh, sw, ph, pw, dh, dw, g);
   }
   bool operator<(const AlgoKey& b) const { return tie() < b.tie(); }
 };
@@ -121,10 +133,30 @@ PlanCache& plan_cache() {
   return *c;
 }
 
-AlgoKey key_of(Device dev, Direction dir, const Geometry& g, bool tf32, int align, bool accumulate) {
-  return AlgoKey{dev.index(), dir,          g.dtype,      tf32,      align,     accumulate,     g.channels_last,
-                 g.n,         g.c,          g.h,          g.w,       g.o,       g.cg,           g.kh,
-                 g.kw,        g.p.stride_h, g.p.stride_w, g.p.pad_h, g.p.pad_w, g.p.dilation_h, g.p.dilation_w,
+AlgoKey key_of(Device dev, Direction dir, const Geometry& g, bool tf32, bool deterministic, int align,
+               bool accumulate) {
+  return AlgoKey{dev.index(),
+                 dir,
+                 g.dtype,
+                 tf32,
+                 deterministic,
+                 align,
+                 accumulate,
+                 g.channels_last,
+                 g.n,
+                 g.c,
+                 g.h,
+                 g.w,
+                 g.o,
+                 g.cg,
+                 g.kh,
+                 g.kw,
+                 g.p.stride_h,
+                 g.p.stride_w,
+                 g.p.pad_h,
+                 g.p.pad_w,
+                 g.p.dilation_h,
+                 g.p.dilation_w,
                  g.p.groups};
 }
 
@@ -150,6 +182,8 @@ struct Plan {
 /// detail::set_conv_graph_search_disabled_for_testing: new plans skip the graph API's search, as
 /// if it had found no usable engine, so that tests reach the fallback on any GPU.
 std::atomic<bool> g_graph_search_disabled{false};
+/// detail::set_conv_nondeterministic_only_for_testing.
+std::atomic<bool> g_nondeterministic_only{false};
 
 /// g as the row-major problem the legacy descriptors describe.
 Geometry row_major(Geometry g) {
@@ -171,13 +205,13 @@ const Plan& plan_for(const AlgoKey& key, cudnnHandle_t h, cudaStream_t stream, D
   }
   auto plan = std::make_unique<Plan>();
   if (!g_graph_search_disabled.load(std::memory_order_relaxed))
-    plan->graph = make_graph_plan(h, stream, dir, g, key.align, key.accumulate, tf32, dev, x, w, y);
+    plan->graph = make_graph_plan(h, stream, dir, g, key.align, key.accumulate, tf32, key.deterministic, dev, x, w, y);
   if (!plan->graph.exec) {
     // NCHW descriptors; a channels-last problem runs on row-major copies (run_legacy_row_major).
     // The search times the algorithms on the operands' bytes read as NCHW: other values of the
     // same sizes and alignment, which is all the timing needs (the output is a scratch).
     plan->via_row_major = g.channels_last;
-    plan->legacy = make_legacy_plan(h, dir, row_major(g), tf32, dev, x, w, y);
+    plan->legacy = make_legacy_plan(h, dir, row_major(g), tf32, key.deterministic, dev, x, w, y);
   }
   const bool graph = static_cast<bool>(plan->graph.exec), via_row_major = plan->via_row_major;
   std::lock_guard<std::mutex> lock(c.mu);
@@ -219,7 +253,7 @@ void run(Direction dir, const Geometry& g, Device dev, cudaStream_t stream, cons
   const bool tf32 = g.dtype == DType::f32 && ember::allow_tf32();
   const CudnnHandleLease lease = cudnn_handle(dev, stream);
   cudnnHandle_t h = lease.get();
-  const AlgoKey key = key_of(dev, dir, g, tf32, alignment_of({x, w, y}), beta != 0.0);
+  const AlgoKey key = key_of(dev, dir, g, tf32, ember::deterministic(), alignment_of({x, w, y}), beta != 0.0);
   const Plan& plan = plan_for(key, h, stream, dir, g, tf32, dev, x, w, y);
   Tensor ws = make_workspace(plan.ws_bytes(), dev);
   void* ws_ptr = ws.defined() ? ws.data_ptr() : nullptr;
@@ -377,6 +411,14 @@ ConvPlanCounts conv_plan_counts() {
 
 void detail::set_conv_graph_search_disabled_for_testing(bool disabled) {
   g_graph_search_disabled.store(disabled, std::memory_order_relaxed);
+}
+
+void detail::set_conv_nondeterministic_only_for_testing(bool on) {
+  g_nondeterministic_only.store(on, std::memory_order_relaxed);
+}
+
+bool conv_detail::nondeterministic_only_for_testing() {
+  return g_nondeterministic_only.load(std::memory_order_relaxed);
 }
 
 void register_conv() {

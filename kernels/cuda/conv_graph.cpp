@@ -130,8 +130,12 @@ graph::Graph build_graph(cudnnHandle_t h, Direction dir, const Geometry& g, int 
 /// Whether an engine's numerics suit the dtype: strict f32 (no TF32) and f64 exclude tensor-core
 /// engines, as CUDNN_FMA_MATH does for the legacy calls; no dtype takes engines that convert the
 /// inputs down or reduce in reduced precision (f16/bf16 accumulate in f32, see conv.cu's top comment).
-bool numerics_allowed(const std::vector<cudnnBackendNumericalNote_t>& notes, DType dt, bool tf32) {
+/// Under the determinism switch, no engine noted NONDETERMINISTIC (cuDNN's own classification: e.g.
+/// split-K reductions finished with atomics) is taken.
+bool numerics_allowed(const std::vector<cudnnBackendNumericalNote_t>& notes, DType dt, bool tf32, bool deterministic) {
+  if (deterministic && nondeterministic_only_for_testing()) return false;
   for (cudnnBackendNumericalNote_t n : notes) {
+    if (deterministic && n == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) return false;
     if (n == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS || n == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
       return false;
     if (n == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && (dt == DType::f64 || (dt == DType::f32 && !tf32))) return false;
@@ -164,8 +168,8 @@ template <typename Fn> float time_on(cudaStream_t stream, Fn&& fn, cudnnStatus_t
 /// (mode A's, then FALLBACK's) whose numerics suit the dtype, up to kMaxCandidates that finalize; each
 /// runs on the real inputs into a scratch output (as the legacy search does) and the fastest wins.
 graph::Descriptor tune_graph(cudnnHandle_t h, cudaStream_t stream, Direction dir, const Geometry& g,
-                             const graph::Graph& gr, bool tf32, Device dev, const void* x, const void* w, const void* y,
-                             int64_t& ws_bytes) {
+                             const graph::Graph& gr, bool tf32, bool deterministic, Device dev, const void* x,
+                             const void* w, const void* y, int64_t& ws_bytes) {
   std::vector<graph::Descriptor> plans;
   std::vector<int64_t> sizes;
   // Mode A's list is ordered by predicted speed but, for strict f32, may lack engines the legacy
@@ -173,7 +177,7 @@ graph::Descriptor tune_graph(cudnnHandle_t h, cudaStream_t stream, Direction dir
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     for (const graph::Descriptor& cfg : graph::heuristic_configs(gr.graph, mode)) {
       if (plans.size() == kMaxCandidates) break;
-      if (!numerics_allowed(graph::numerical_notes(cfg), g.dtype, tf32)) continue;
+      if (!numerics_allowed(graph::numerical_notes(cfg), g.dtype, tf32, deterministic)) continue;
       cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
       graph::Descriptor p = graph::plan(h, cfg, st);
       if (!p) continue;
@@ -196,6 +200,9 @@ graph::Descriptor tune_graph(cudnnHandle_t h, cudaStream_t stream, Direction dir
     const float ms = time_on(
         stream, [&] { return graph::execute(h, plans[i], kUids, ptrs, ws.ptr()); }, st);
     if (ms >= 0 && (best == plans.size() || ms < best_ms)) best = i, best_ms = ms;
+    // Deterministic: the first candidate in the heuristics' order that runs, not the fastest, so
+    // that another process picks the same engine (timings vary from run to run; see conv.cu).
+    if (deterministic && best != plans.size()) break;
   }
   if (best == plans.size()) return {};
   ws_bytes = sizes[best];
@@ -205,11 +212,12 @@ graph::Descriptor tune_graph(cudnnHandle_t h, cudaStream_t stream, Direction dir
 }  // namespace
 
 GraphPlan make_graph_plan(cudnnHandle_t h, cudaStream_t stream, Direction dir, const Geometry& g, int align,
-                          bool accumulate, bool tf32, Device dev, const void* x, const void* w, const void* y) {
+                          bool accumulate, bool tf32, bool deterministic, Device dev, const void* x, const void* w,
+                          const void* y) {
   GraphPlan plan;
   plan.graph = build_graph(h, dir, g, align, accumulate);
   int64_t ws_bytes = 0;
-  plan.exec = tune_graph(h, stream, dir, g, plan.graph, tf32, dev, x, w, y, ws_bytes);
+  plan.exec = tune_graph(h, stream, dir, g, plan.graph, tf32, deterministic, dev, x, w, y, ws_bytes);
   if (plan.exec) plan.ws_bytes = static_cast<size_t>(ws_bytes);
   return plan;
 }

@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <ember/core/cuda_check.h>
+#include <ember/core/determinism.h>
 #include <ember/core/error.h>
 #include <ember/kernels/cuda/conv_plan.h>
 
@@ -80,22 +83,33 @@ int algo_count(Direction dir) {
       return CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
   }
 }
-/// First (fastest) usable entry of a perf array sorted by time.
-template <typename Perf> bool pick(const std::vector<Perf>& perfs, int returned, size_t ws_bytes, AlgoChoice& out) {
+/// First (fastest) usable entry of a perf array sorted by time; `deterministic`: the one of lowest
+/// algorithm number among those cuDNN reports CUDNN_DETERMINISTIC (e.g. not backward-data /
+/// backward-filter ALGO_0, which sum with atomics).
+template <typename Perf>
+bool pick(const std::vector<Perf>& perfs, int returned, size_t ws_bytes, bool deterministic, AlgoChoice& out) {
+  bool found = false;
   for (int i = 0; i < returned; ++i) {
     const Perf& pf = perfs[static_cast<size_t>(i)];
-    if (pf.status == CUDNN_STATUS_SUCCESS && pf.memory <= ws_bytes) {
-      out = AlgoChoice{static_cast<int>(pf.algo), pf.mathType};
-      return true;
-    }
+    if (deterministic && (pf.determinism != CUDNN_DETERMINISTIC || nondeterministic_only_for_testing())) continue;
+    if (pf.status != CUDNN_STATUS_SUCCESS || pf.memory > ws_bytes) continue;
+    // Deterministic: the usable (algorithm, math type) of lowest numbers rather than the fastest (the timing
+    // order varies from run to run; see conv.cu), so that another process picks the same one.
+    if (deterministic && found &&
+        std::pair(static_cast<int>(pf.algo), static_cast<int>(pf.mathType)) >=
+            std::pair(out.algo, static_cast<int>(out.math)))
+      continue;
+    out = AlgoChoice{static_cast<int>(pf.algo), pf.mathType};
+    found = true;
+    if (!deterministic) return true;
   }
-  return false;
+  return found;
 }
 
 /// Times the algorithms of `dir` on the given operands (the output is a scratch tensor) and
 /// returns the fastest. x/w/y are device pointers of the problem's three tensors.
-AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs& d, Device dev, const void* x,
-                  const void* w, const void* y) {
+AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs& d, bool deterministic, Device dev,
+                  const void* x, const void* w, const void* y) {
   size_t want = 0;
   for (int a = 0; a < algo_count(dir); ++a) {
     const size_t s = workspace_size(h, dir, d, a);
@@ -115,7 +129,7 @@ AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs
       std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(static_cast<size_t>(count));
       CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, d.x.get(), x, d.w.get(), w, d.conv.get(), d.y.get(),
                                                          scratch, count, &returned, perfs.data(), ws_ptr, ws_bytes));
-      ok = pick(perfs, returned, ws_bytes, choice);
+      ok = pick(perfs, returned, ws_bytes, deterministic, choice);
       break;
     }
     case Direction::BackwardData: {
@@ -123,7 +137,7 @@ AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs
       CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w.get(), w, d.y.get(), y, d.conv.get(), d.x.get(),
                                                               scratch, count, &returned, perfs.data(), ws_ptr,
                                                               ws_bytes));
-      ok = pick(perfs, returned, ws_bytes, choice);
+      ok = pick(perfs, returned, ws_bytes, deterministic, choice);
       break;
     }
     case Direction::BackwardFilter: {
@@ -131,10 +145,14 @@ AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs
       CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x.get(), x, d.y.get(), y, d.conv.get(), d.w.get(),
                                                                 scratch, count, &returned, perfs.data(), ws_ptr,
                                                                 ws_bytes));
-      ok = pick(perfs, returned, ws_bytes, choice);
+      ok = pick(perfs, returned, ws_bytes, deterministic, choice);
       break;
     }
   }
+  if (!ok && deterministic)
+    throw Error(ember::detail::nondeterministic_message(
+        std::string("conv2d ") + dir_name(dir) + " (cuda)",
+        "neither cuDNN's graph API nor its legacy calls offer a deterministic engine usable for " + geometry_str(g)));
   EMBER_CHECK(ok, "conv2d (cuda): cuDNN found no ", dir_name(dir), " algorithm for ", geometry_str(g), " (", returned,
               " candidates, search workspace ", ws_bytes, " bytes)");
   return choice;
@@ -143,12 +161,13 @@ AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs
 }  // namespace
 
 std::unique_ptr<const LegacyPlan> make_legacy_plan(cudnnHandle_t h, Direction dir, const Geometry& g, bool tf32,
-                                                   Device dev, const void* x, const void* w, const void* y) {
+                                                   bool deterministic, Device dev, const void* x, const void* w,
+                                                   const void* y) {
   EMBER_ASSERT(!g.channels_last, "conv2d (cuda): the legacy descriptors are NCHW, got ", geometry_str(g));
   AlgoChoice choice{};
   {
     const Descs search_descs(g, requested_math(g.dtype, tf32));
-    choice = search(h, dir, g, search_descs, dev, x, w, y);
+    choice = search(h, dir, g, search_descs, deterministic, dev, x, w, y);
   }
   auto plan = std::make_unique<LegacyPlan>(g, run_math(g.dtype, tf32, choice.math));
   plan->choice = choice;

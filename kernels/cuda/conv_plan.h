@@ -92,8 +92,11 @@ struct GraphPlan {
 /// Builds the operation of `dir` (tensors with alignment `align`, alpha 1, beta 1 when `accumulate`
 /// else 0), times up to kMaxCandidates of the heuristics' engine configurations whose numerics suit
 /// the dtype on the real operands (the written one replaced by a scratch) and keeps the fastest.
+/// `deterministic` (ember::deterministic() when the key was made) leaves out the engines noted
+/// CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC.
 GraphPlan make_graph_plan(cudnnHandle_t h, cudaStream_t stream, Direction dir, const Geometry& g, int align,
-                          bool accumulate, bool tf32, Device dev, const void* x, const void* w, const void* y);
+                          bool accumulate, bool tf32, bool deterministic, Device dev, const void* x, const void* w,
+                          const void* y);
 /// One execution of a plan whose `exec` is set, on the three tensors' device pointers.
 cudnnStatus_t run_graph(cudnnHandle_t h, const GraphPlan& plan, const void* x, const void* w, const void* y,
                         void* ws_ptr);
@@ -123,9 +126,14 @@ struct LegacyPlan {
 };
 /// Searches the legacy algorithms of `dir` on the real operands (the written one replaced by a
 /// scratch) and keeps the fastest. Row-major geometry only (the descriptors are NCHW; conv.cu runs
-/// a channels-last problem on row-major copies).
+/// a channels-last problem on row-major copies). `deterministic`: only algorithms whose
+/// `determinism` is CUDNN_DETERMINISTIC; none found is the error of ember::detail::nondeterministic_message.
 std::unique_ptr<const LegacyPlan> make_legacy_plan(cudnnHandle_t h, Direction dir, const Geometry& g, bool tf32,
-                                                   Device dev, const void* x, const void* w, const void* y);
+                                                   bool deterministic, Device dev, const void* x, const void* w,
+                                                   const void* y);
+/// detail::set_conv_nondeterministic_only_for_testing: while set, every candidate engine and
+/// algorithm counts as nondeterministic (the deterministic searches then find none).
+bool nondeterministic_only_for_testing();
 /// The legacy call of `dir` with the plan's descriptors and algorithm: out = op + beta * out.
 void run_legacy(cudnnHandle_t h, Direction dir, const Geometry& g, const LegacyPlan& plan, const void* x, const void* w,
                 const void* y, double beta, void* ws_ptr);

@@ -15,7 +15,11 @@
 //    in whatever order the atomics land). f16/bf16 use the native atomics (f16 from sm_70, bf16
 //    from sm_80) with a 32-bit compare-and-swap fallback for older architectures; u8/bool (no byte
 //    atomics) go through a compare-and-swap on the enclosing 32-bit word. Rounding happens after every addition in the
-//    tensor's dtype, as on the CPU, so with duplicates the f16/bf16 results depend on the order of the additions.
+//    tensor's dtype, as on the CPU, so with duplicates the floating results depend on the order of the additions.
+//    Under ember::set_deterministic(true) the floating dtypes take det_scatter.cuh's sorted
+//    scatter-add instead: duplicates add in ascending k, the CPU's order and rounding, so the result
+//    is the same on every run (and for f32/f64 bitwise the CPU's). Integers and bool keep the atomics:
+//    their adds are exact, so the order does not matter.
 //  * Index bounds: the GPU cannot throw, and checking on the host first would copy the index
 //    back and stall the stream (the resident DataLoader gathers every batch with index_select).
 //    The kernels validate each index; an out-of-range one is skipped (index_select writes zeros
@@ -33,14 +37,21 @@
 #include <string>
 #include <type_traits>
 
+#include <ember/core/determinism.h>
 #include <ember/kernels/cuda/cuda_kernels.h>
 #include <ember/kernels/index.h>
 #include <ember/core/cuda/device_check.cuh>
 #include <ember/kernels/cuda/atomics.cuh>
+#include <ember/kernels/cuda/det_scatter.cuh>
 #include <ember/kernels/cuda/loops.cuh>
 
 namespace ember::kernels::cuda {
 namespace {
+
+/// Whether adds of T depend on their order (floating types): the ones the determinism switch reroutes.
+template <typename T>
+constexpr bool kFloatingAdd =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
 // Index arithmetic comes in two widths (loops.cuh): (int64_t, Div64) in general, (uint32_t,
 // FastDiv32) when every linear index and offset is below 2^31 (the usual case), where the two
@@ -53,6 +64,14 @@ template <typename I> __device__ inline I grid_stride() {
   return static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
 }
 
+/// Element i of a contiguous (outer, K, inner) tensor -> (b, k, j); `inner` and `K` divide as Dv.
+template <typename I> struct RowPos { I b, k, j; };
+template <typename I, typename Dv> __device__ inline RowPos<I> split_row(I i, const Dv& inner, const Dv& K) {
+  const I r = inner.div(i);  // row: b * K + k
+  const I b = K.div(r);
+  return {b, r - b * K.divisor, i - r * inner.divisor};
+}
+
 // out chunk i of (outer, K, inner_c) -> (b, k, j), read from x chunk (b, index[k], j) of
 // (outer, D, inner_c).
 template <typename I, typename Dv, typename U, typename Ix>
@@ -60,10 +79,7 @@ __global__ void __launch_bounds__(kBlock)
     index_select_kernel(const U* __restrict__ x, const Ix* __restrict__ index, U* __restrict__ out, I n, Dv inner_c,
                         Dv K, I D, DeviceErrorSlot err) {
   for (I i = grid_start<I>(); i < n; i += grid_stride<I>()) {
-    const I r = inner_c.div(i);  // row of out: b * K + k
-    const I j = i - r * inner_c.divisor;
-    const I b = K.div(r);
-    const I k = r - b * K.divisor;
+    const auto [b, k, j] = split_row<I>(i, inner_c, K);
     const int64_t id = static_cast<int64_t>(index[k]);
     if (id < 0 || id >= static_cast<int64_t>(D)) {
       raise_device_error(err, id, static_cast<int64_t>(k));
@@ -82,13 +98,27 @@ __global__ void __launch_bounds__(kBlock)
                      DeviceErrorSlot err) {
   if (device_error_raised(err)) return;
   for (I i = grid_start<I>(); i < n; i += grid_stride<I>()) {
-    const I r = inner.div(i);  // row of src: b * K + k
-    const I j = i - r * inner.divisor;
-    const I b = K.div(r);
-    const I k = r - b * K.divisor;
+    const auto [b, k, j] = split_row<I>(i, inner, K);
     const int64_t id = static_cast<int64_t>(index[k]);
     if (id < 0 || id >= static_cast<int64_t>(D)) continue;  // unreachable after the check; never write out of range
     atomic_add(out + (b * D + static_cast<I>(id)) * inner.divisor + j, src[i]);
+  }
+}
+
+// Deterministic index_add (det_scatter.cuh): the key of src element i of (outer, K, inner) is the
+// offset of out element (b, index[k], j) in (outer, D, inner); every key is `skip` when
+// check_index_kernel raised `err`, so nothing is added.
+template <typename I, typename Dv, typename Ix, typename Key>
+__global__ void __launch_bounds__(kBlock)
+    index_add_keys_kernel(Key* __restrict__ keys, const Ix* __restrict__ index, I n, Dv inner, Dv K, I D, Key skip,
+                          DeviceErrorSlot err) {
+  const bool raised = device_error_raised(err);
+  for (I i = grid_start<I>(); i < n; i += grid_stride<I>()) {
+    const auto [b, k, j] = split_row<I>(i, inner, K);
+    const int64_t id = static_cast<int64_t>(index[k]);
+    keys[i] = raised || id < 0 || id >= static_cast<int64_t>(D)
+                  ? skip
+                  : static_cast<Key>((b * D + static_cast<I>(id)) * inner.divisor + j);
   }
 }
 
@@ -208,6 +238,23 @@ void index_add_impl(const Tensor& out, const Tensor& index, const Tensor& src) {
   });
   dispatch_index(index, what, [&]<typename Ix>() {
     EMBER_DISPATCH_ALL(dt, what, [&]<typename T>() {
+      // Floating sums depend on the order of the additions: under the determinism switch they go
+      // through the sorted scatter-add. Integer and bool adds are exact (u8 wraps, bool ors), so
+      // atomics give the same result in any order.
+      if constexpr (kFloatingAdd<T>) {
+        if (ember::deterministic()) {
+          const Ix* ip = static_cast<const Ix*>(index.data_ptr());
+          det_scatter_add<T>(static_cast<T*>(out.data_ptr()), out.numel(), static_cast<const T*>(src.data_ptr()), n,
+                             out.device(), stream, [&]<typename Key>(Key* keys, Key skip) {
+                               with_index_width(n, out.numel(), [&]<typename I, typename Dv>() {
+                                 index_add_keys_kernel<I, Dv><<<grid_for(n), kBlock, 0, stream>>>(
+                                     keys, ip, static_cast<I>(n), Dv(static_cast<I>(inner)), Dv(static_cast<I>(K)),
+                                     static_cast<I>(D), skip, err.slot());
+                               });
+                             });
+          return;
+        }
+      }
       with_index_width(n, out.numel(), [&]<typename I, typename Dv>() {
         index_add_kernel<I, Dv><<<grid_for(n), kBlock, 0, stream>>>(
             static_cast<T*>(out.data_ptr()), static_cast<const Ix*>(index.data_ptr()),

@@ -12,7 +12,10 @@
 //  * The max backward only gets the arg-max indices (no window geometry), so it scatters: grad_x
 //    is zeroed, then one thread per output element atomicAdds its gradient at its index.
 //    Overlapping windows may pick the same position; the atomics accumulate those (f16/bf16 add
-//    in their own precision, as the hardware atomics do). The indices come from max_pool2d; one
+//    in their own precision, as the hardware atomics do), in whatever order they land: with three or
+//    more windows on one position (3x3 windows, stride 2) the sums differ from run to run. Under
+//    ember::set_deterministic(true) the backward takes det_scatter.cuh's sorted scatter-add instead
+//    (the gradients of one position add in grad_out's memory order). The indices come from max_pool2d; one
 //    outside its plane is skipped rather than written (a check would need a stream sync per step).
 //  * Threads take elements in memory order (a Layout4 says which): for NHWC, neighbouring threads
 //    are neighbouring channels of one position, so every load and store of a warp is coalesced.
@@ -24,10 +27,12 @@
 #include <initializer_list>
 #include <type_traits>
 
+#include <ember/core/determinism.h>
 #include <ember/kernels/cuda/cuda_kernels.h>
 #include <ember/kernels/pool.h>
 #include <ember/kernels/cuda/atomics.cuh>
 #include <ember/kernels/cuda/common.cuh>
+#include <ember/kernels/cuda/det_scatter.cuh>
 #include <ember/kernels/cuda/reduce_utils.cuh>
 
 namespace ember::kernels::cuda {
@@ -163,6 +168,23 @@ __global__ void __launch_bounds__(kBlock)
     if (k < 0 || k >= static_cast<int64_t>(xl.h) * xl.w) return;  // see the top comment
     const I at = static_cast<I>(k);
     atomic_add(gx + xl.offset(n, c, at / xl.w, at % xl.w), gout[i]);
+  });
+}
+
+/// Deterministic max backward (det_scatter.cuh): the key of grad_out element i (in memory order) is
+/// the offset in grad_x of its arg-max, `skip` for an index outside the plane.
+template <typename I, typename Key>
+__global__ void __launch_bounds__(kBlock)
+    max_pool_backward_keys_kernel(const int64_t* __restrict__ indices, Key* __restrict__ keys, I total, Layout4<I> gl,
+                                  Layout4<I> xl, Key skip) {
+  for_each_element(total, gl, [&](I i, I n, I c, I, I) {
+    const int64_t k = indices[i];
+    if (k < 0 || k >= static_cast<int64_t>(xl.h) * xl.w) {
+      keys[i] = skip;
+      return;
+    }
+    const I at = static_cast<I>(k);
+    keys[i] = static_cast<Key>(xl.offset(n, c, at / xl.w, at % xl.w));
   });
 }
 
@@ -325,6 +347,15 @@ void max_pool_backward_cuda(const Tensor& gout, const Tensor& indices, const Ten
     const int64_t total = gout.numel();
     if (total == 0) return;
     dispatch_pool(gx.dtype(), use_32bit({&gx, &gout}), op, [&]<typename T, typename I>() {
+      if (ember::deterministic()) {  // see the top comment
+        det_scatter_add<T>(static_cast<T*>(gx.data_ptr()), gx.numel(), static_cast<const T*>(gout.data_ptr()), total,
+                           gx.device(), stream, [&]<typename Key>(Key* keys, Key skip) {
+                             max_pool_backward_keys_kernel<I, Key><<<grid_for(total), kBlock, 0, stream>>>(
+                                 static_cast<const int64_t*>(indices.data_ptr()), keys, static_cast<I>(total),
+                                 layout_of<I>(gout, f), layout_of<I>(gx, f), skip);
+                           });
+        return;
+      }
       max_pool_backward_kernel<T, I><<<grid_for(total), kBlock, 0, stream>>>(
           static_cast<const T*>(gout.data_ptr()), static_cast<const int64_t*>(indices.data_ptr()),
           static_cast<T*>(gx.data_ptr()), static_cast<I>(total), layout_of<I>(gout, f), layout_of<I>(gx, f));

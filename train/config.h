@@ -202,6 +202,9 @@ struct LoopConfig {
   /// What a training loss that is NaN or inf does: "stop" (the run ends with an error naming the
   /// epoch and batch, before that epoch's checkpoint) or "skip" (that optimizer step is not taken).
   NonFinitePolicy on_nonfinite = NonFinitePolicy::stop;
+  /// Deterministic algorithms only (ember::set_deterministic(true) for the run, core/determinism.h):
+  /// bitwise-reproducible GPU steps, or an error naming an op that has no deterministic path.
+  bool deterministic = false;
   friend bool operator==(const LoopConfig&, const LoopConfig&) = default;
 };
 

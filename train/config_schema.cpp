@@ -402,6 +402,14 @@ std::vector<KeySpec> build_schema() {
               "epoch's checkpoint; no extra host synchronisation) or skip (that optimizer step is not taken "
               "on any rank; reads each loss, one host synchronisation per batch).",
        .field = EMBER_CONFIG_ENUM(train.on_nonfinite)},
+      {.path = "train.deterministic",
+       .kind = K::Bool,
+       .default_json = "false",
+       .doc = "Use deterministic algorithms only (ember::set_deterministic for the run): cuDNN engines not noted "
+              "nondeterministic, index_add and max-pool backward without atomics on CUDA; an op with no "
+              "deterministic path is an error naming it. The CPU is deterministic either way "
+              "(docs/determinism.md).",
+       .field = EMBER_CONFIG_FIELD(bool, train.deterministic)},
 
       {.path = "parallel.mode",
        .kind = K::Enum,

@@ -293,6 +293,7 @@ if [ "\${SLURM_PROCID:-}" = 1 ]; then
   echo "injected fault: rank 1 exits 3" >&2
   exit 3
 fi
+echo \$\$ >"$work/rank\${SLURM_PROCID:-x}.pid"  # rank 0's mnist keeps this pid
 exec "$bin/mnist" "\$@"
 EOF
     chmod +x fault/bin/mnist
@@ -308,7 +309,10 @@ EOF
     # Rank 0 was stopped by srun, not by its collective timeout (120 s) nor by finishing 50 epochs.
     [ "$took" -lt 100 ] || fail "the failed job took $took s: rank 0 was not stopped by --kill-on-bad-exit"
     hasnt 'completed 50 epochs' jobs/failing.out
-    pgrep -f "$bin/mnist" >/dev/null && fail "an mnist process is still running after the job ended"
+    # Rank 0's own process (not any mnist: other tests may run theirs meanwhile) is gone.
+    [ -s rank0.pid ] || fail "rank 0 never started (no rank0.pid)"
+    for _ in $(seq 50); do kill -0 "$(cat rank0.pid)" 2>/dev/null || break; sleep 0.1; done
+    ! kill -0 "$(cat rank0.pid)" 2>/dev/null || fail "rank 0 (pid $(cat rank0.pid)) still runs after the job ended"
     echo "failing rank: FAILED after $took s, task 1 named"
     ;;
 

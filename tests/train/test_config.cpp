@@ -78,6 +78,7 @@ ExperimentConfig all_non_default() {
   c.output.tensorboard = true;
   c.train.accumulation_steps = 4;
   c.train.on_nonfinite = NonFinitePolicy::skip;
+  c.train.deterministic = true;
   c.precision = Precision::fp16;
   c.memory_format = MemoryFormat::channels_last;
   c.optim.clip_grad_norm = 1.5;

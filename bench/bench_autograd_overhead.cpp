@@ -6,6 +6,9 @@
 //   add, requires_grad        forward plus graph node (target <= 2 us)
 //   add + backward            one op forward and its backward pass through the engine
 //   chain of 16 adds + backward, per op
+//   add, requires_grad, profiling  the same while a profiler::Profile records (a span per op and
+//                                  the allocator's memory counter per allocation): the profiler's
+//                                  cost per op when on (off, it is one relaxed load and a branch)
 // Each figure is the median over repetitions of a loop of many calls, divided by the call count.
 // Flags: --quick (fewer calls; used by the CTest smoke test).
 #include <vector>
@@ -14,6 +17,7 @@
 #include <ember/autograd/ops.h>
 #include <ember/kernels/elementwise.h>
 #include <ember/kernels/factory.h>
+#include <ember/profiler/profile.h>
 #include "bench_util.h"
 
 using namespace ember;
@@ -58,6 +62,15 @@ int main(int argc, char** argv) {
                              calls / kChain) /
                          kChain;
 
+  double t_profiled;
+  size_t spans = 0;
+  {
+    profiler::Profile p;  // no schedule: every span until stop() is kept
+    t_profiled = per_call_us([&] { sink = add(ga, gb); }, calls / 10);
+    p.stop();
+    spans = p.spans().size();
+  }
+
   // The graph must really have been built: every backward pass adds 1 to ga's gradient and 1 per
   // use to gb's, so after all of them (warm-up included) the gradients are exact use counts.
   const double passes_single = (reps + 1.0) * (calls / 4), passes_chain = (reps + 1.0) * (calls / kChain);
@@ -72,7 +85,14 @@ int main(int argc, char** argv) {
              fmt("<= %.0f us: %s", kTargetUs, t_grad <= kTargetUs ? "met" : "MISSED")});
   table.add({"add + backward", fmt("%.3f", t_backward), "-"});
   table.add({fmt("chain of %d adds + backward, per add", kChain), fmt("%.3f", t_chain), "-"});
+  table.add({"add, requires_grad, while a profile records", fmt("%.3f", t_profiled),
+             fmt("+%.3f us per op", t_profiled - t_grad)});
   table.print();
+  // Each profiled call was recorded: one "add" span per call (warm-up included).
+  if (spans < static_cast<size_t>((reps + 1) * (calls / 10))) {
+    std::printf("bench_autograd_overhead: the profile kept %zu spans for %d calls\n", spans, (reps + 1) * (calls / 10));
+    return 1;
+  }
   if (!graph_ok) {
     std::printf("bench_autograd_overhead: wrong graph: grads %.0f, %.0f (expected %.0f, %.0f)\n", got_ga, got_gb,
                 want_ga, want_gb);

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -124,26 +123,34 @@ void end() {
 }
 
 void op_inputs(std::initializer_list<const Tensor*> inputs) {
-  if (recording_shapes()) set_input_shapes(inputs);
-  if (!g_recording_gpu.load(std::memory_order_relaxed)) return;
+  std::string shapes = recording_shapes() ? format_input_shapes(inputs) : std::string();
+  // GPU time: a timing event on the first defined input's device, before the op queues kernels.
   const Tensor* first = nullptr;
-  for (const Tensor* t : inputs)
-    if (t != nullptr && t->defined()) {
-      first = t;
-      break;
-    }
-  if (first == nullptr || !first->device().is_cuda()) return;
-  const int device = first->device().index();
-  void* start = ember::detail::cuda_event_create(device);
-  ember::detail::cuda_event_record(device, start, current_stream(first->device()).handle());
-  ThreadBuffer& b = this_thread();
-  std::lock_guard<std::mutex> lock(b.mu);
-  if (b.open.empty() || b.open.back().gpu_events[0] != nullptr) {
-    ember::detail::cuda_event_destroy(device, start);
-    return;
+  if (g_recording_gpu.load(std::memory_order_relaxed))
+    for (const Tensor* t : inputs)
+      if (t != nullptr && t->defined()) {
+        first = t;
+        break;
+      }
+  const int device = first != nullptr && first->device().is_cuda() ? first->device().index() : -1;
+  void* start = nullptr;
+  if (device >= 0) {
+    start = ember::detail::cuda_event_create(device);
+    ember::detail::cuda_event_record(device, start, current_stream(first->device()).handle());
   }
-  b.open.back().gpu_device = device;
-  b.open.back().gpu_events[0] = start;
+  ThreadBuffer& b = this_thread();
+  std::unique_lock<std::mutex> lock(b.mu);
+  if (!b.open.empty()) {
+    Event& e = b.open.back();
+    if (!shapes.empty()) e.input_shapes = std::move(shapes);
+    if (start != nullptr && e.gpu_events[0] == nullptr) {
+      e.gpu_device = device;
+      e.gpu_events[0] = start;
+      start = nullptr;
+    }
+  }
+  lock.unlock();
+  if (start != nullptr) ember::detail::cuda_event_destroy(device, start);  // no span took it
 }
 
 bool innermost_open(std::string& name, Category& category) {
@@ -153,13 +160,6 @@ bool innermost_open(std::string& name, Category& category) {
   name = b.open.back().name;
   category = b.open.back().category;
   return true;
-}
-
-void set_input_shapes(std::initializer_list<const Tensor*> inputs) {
-  std::string shapes = format_input_shapes(inputs);
-  ThreadBuffer& b = this_thread();
-  std::lock_guard<std::mutex> lock(b.mu);
-  if (!b.open.empty()) b.open.back().input_shapes = std::move(shapes);
 }
 
 }  // namespace detail

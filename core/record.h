@@ -57,8 +57,6 @@ extern std::atomic<bool> g_recording_shapes;
 void begin(const char* name, Category category);
 void begin(std::string name, Category category);
 void end();
-/// Sets the innermost open span's input_shapes from `inputs` (recording with shapes only).
-void set_input_shapes(std::initializer_list<const Tensor*> inputs);
 /// An op's inputs (RecordScope::inputs while recording): their shapes when recording shapes, and
 /// the start of its GPU time when recording GPU time and the first defined input is on a GPU.
 void op_inputs(std::initializer_list<const Tensor*> inputs);

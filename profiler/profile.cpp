@@ -236,8 +236,6 @@ void Profile::stop() {
   g_session.store(false);
 }
 
-std::vector<SpanStats> Profile::key_averages() const { return profiler::key_averages(spans_); }
-
 std::vector<SpanStats> Profile::key_averages(const TableOptions& options) const {
   return profiler::key_averages(spans_, options);
 }
@@ -264,15 +262,14 @@ std::string Profile::chrome_trace_json(int pid) const {
     if (!s.event.input_shapes.empty()) events.back()["args"]["Input Dims"] = s.event.input_shapes;
     if (s.event.gpu_device >= 0) {  // its kernels: in its args (what a reader reads), and on the GPU's row
       const double gpu_ts = (static_cast<double>(s.event.gpu_start_ns) - static_cast<double>(origin_ns_)) / 1e3;
-      events.back()["args"]["gpu"] = {{"device", s.event.gpu_device},
-                                      {"ts", gpu_ts},
-                                      {"dur", static_cast<double>(s.event.gpu_end_ns - s.event.gpu_start_ns) / 1e3}};
+      const double gpu_dur = static_cast<double>(s.event.gpu_end_ns - s.event.gpu_start_ns) / 1e3;
+      events.back()["args"]["gpu"] = {{"device", s.event.gpu_device}, {"ts", gpu_ts}, {"dur", gpu_dur}};
       gpu_rows.insert(s.event.gpu_device);
       events.push_back({{"name", s.event.name},
                         {"cat", "gpu"},
                         {"ph", "X"},
-                        {"ts", (static_cast<double>(s.event.gpu_start_ns) - static_cast<double>(origin_ns_)) / 1e3},
-                        {"dur", static_cast<double>(s.event.gpu_end_ns - s.event.gpu_start_ns) / 1e3},
+                        {"ts", gpu_ts},
+                        {"dur", gpu_dur},
                         {"pid", pid},
                         {"tid", kGpuRowTid + s.event.gpu_device},
                         {"args", {{"step", s.step}}}});

@@ -101,10 +101,9 @@ class Profile {
   const std::vector<Span>& spans() const { return spans_; }
   /// The kept counter samples (bytes in use per allocator), in order.
   const std::vector<CounterSample>& counters() const { return counters_; }
-  /// Per span name (and category), sorted by total time, descending.
-  std::vector<SpanStats> key_averages() const;
-  /// Per span name, sorted and grouped as `options` say (profiler::key_averages over spans()).
-  std::vector<SpanStats> key_averages(const TableOptions& options) const;
+  /// Per span name (and category), sorted and grouped as `options` say (by default: by total
+  /// time, descending; profiler::key_averages over spans()).
+  std::vector<SpanStats> key_averages(const TableOptions& options = {}) const;
   /// key_averages() as a Markdown table, the top `top` rows (0: all).
   std::string table(size_t top = 0) const;
   /// The table as `options` say: sort column, top rows, grouped by input shapes.

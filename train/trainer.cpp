@@ -753,7 +753,7 @@ void Session::start_tensorboard() {
 }
 
 // Rank 0 writes profile/trace.json (under ddp every rank's spans, gathered, pid = rank, on rank
-// 0's clock) and profile/ops.md (its own spans' table).
+// 0's clock) and profile/ops.md (the table of every rank's spans and the verdict).
 void Session::finish_profile() {
   if (!profile_) return;
   profile_->stop();
@@ -780,11 +780,11 @@ void Session::finish_profile() {
     const double within_us = static_cast<double>(worst) / 1e3;
     say(
         format("profile: %lld spans of %d ranks in profile/trace.json (clocks aligned to rank 0's within %.0f us; open "
-               "it in ui.perfetto.dev), rank 0's table in profile/ops.md",
+               "it in ui.perfetto.dev), their table and verdict in profile/ops.md",
                static_cast<long long>(trace.spans), par_.world_size, within_us));
   } else {
     say("profile: " + std::to_string(p.spans().size()) + " spans in profile/trace.json (open it in ui.perfetto.dev), " +
-        "the table in profile/ops.md");
+        "the table and verdict in profile/ops.md");
   }
   profile_.reset();
 }

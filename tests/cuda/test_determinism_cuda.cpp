@@ -24,8 +24,8 @@
 #include <ember/layers/loss.h>
 #include <ember/models/mnist_cnn.h>
 #include <ember/optim/sgd.h>
+#include "support/bitwise.h"
 #include "support/reference.h"
-#include "support/same_bytes.h"
 
 using namespace ember;
 using ember::testing::check_same;

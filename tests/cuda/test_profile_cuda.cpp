@@ -9,22 +9,11 @@
 
 #include <ember/ember.h>
 #include <ember/profiler/profile.h>
+#include "support/only_span.h"
 
 using namespace ember;
 using namespace ember::profiler;
-
-namespace {
-const Span& only(const Profile& p, const std::string& name) {
-  const Span* found = nullptr;
-  for (const Span& s : p.spans())
-    if (s.event.name == name) {
-      REQUIRE(found == nullptr);
-      found = &s;
-    }
-  REQUIRE(found != nullptr);
-  return *found;
-}
-}  // namespace
+using ember::testing::only_span;
 
 TEST_CASE("profiler on a GPU: each op's kernels timed on its stream, a GPU row in the trace", "[cuda][profiler]") {
   const Device gpu = Device::cuda(0);
@@ -36,8 +25,8 @@ TEST_CASE("profiler on a GPU: each op's kernels timed on its stream, a GPU row i
   const Tensor sum = add(small, small);  // one tiny kernel
   p.stop();
 
-  const Span& mm = only(p, "matmul");
-  const Span& ad = only(p, "add");
+  const Span& mm = only_span(p, "matmul");
+  const Span& ad = only_span(p, "add");
   for (const Span* s : {&mm, &ad}) {
     INFO(s->event.name);
     CHECK(s->event.gpu_device == 0);
@@ -72,7 +61,7 @@ TEST_CASE("profiler on a GPU: gpu_time false records no GPU time", "[cuda][profi
   Profile p({.gpu_time = false});
   const Tensor y = add(x, x);
   p.stop();
-  CHECK(only(p, "add").event.gpu_device == -1);
+  CHECK(only_span(p, "add").event.gpu_device == -1);
   CHECK(p.table().find("GPU total") == std::string::npos);
   (void)y;
 }

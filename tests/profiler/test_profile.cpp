@@ -20,10 +20,12 @@
 #include <ember/profiler/profile.h>
 
 #include "support/error_of.h"
+#include "support/only_span.h"
 
 using namespace ember;
 using namespace ember::profiler;
 using ember::testing::error_of;
+using ember::testing::only_span;
 
 namespace {
 
@@ -31,17 +33,6 @@ void busy_for(std::chrono::microseconds d) {
   const auto until = std::chrono::steady_clock::now() + d;
   while (std::chrono::steady_clock::now() < until) {
   }
-}
-
-const Span& only(const Profile& p, const std::string& name) {
-  const Span* found = nullptr;
-  for (const Span& s : p.spans())
-    if (s.event.name == name) {
-      REQUIRE(found == nullptr);
-      found = &s;
-    }
-  REQUIRE(found != nullptr);
-  return *found;
 }
 
 }  // namespace
@@ -66,18 +57,18 @@ TEST_CASE("profiler: self times of nested spans add up to the root's total", "[c
   }
   p.stop();
   REQUIRE(p.spans().size() == 4);
-  const Span& root = only(p, "root");
+  const Span& root = only_span(p, "root");
   uint64_t self_sum = 0;
   for (const Span& s : p.spans()) self_sum += s.self_ns;
   CHECK(self_sum == root.event.end_ns - root.event.start_ns);  // exact: integer nanoseconds
   CHECK(root.self_ns >= 300'000);  // its own busy loop
   CHECK(root.self_ns < root.event.end_ns - root.event.start_ns - 1'100'000);  // excludes the children's 1.1 ms
-  const Span& a = only(p, "child a");
+  const Span& a = only_span(p, "child a");
   CHECK(a.event.category == Category::op);
   CHECK(a.event.depth == 1);
-  CHECK(only(p, "grandchild").event.depth == 2);
+  CHECK(only_span(p, "grandchild").event.depth == 2);
   CHECK(a.self_ns == a.event.end_ns - a.event.start_ns -
-                         (only(p, "grandchild").event.end_ns - only(p, "grandchild").event.start_ns));
+                         (only_span(p, "grandchild").event.end_ns - only_span(p, "grandchild").event.start_ns));
   const std::vector<SpanStats> stats = p.key_averages();
   REQUIRE(stats.size() == 4);
   CHECK(stats.front().name == "root");  // sorted by total time
@@ -137,8 +128,8 @@ TEST_CASE("profiler: step() inside a scope opened in the step is an error naming
   }
   p.step();  // once the scope is closed, the step ends as usual
   p.stop();
-  CHECK(only(p, "step 0").event.depth == 0);
-  CHECK(only(p, "epoch 1").event.depth == 1);  // inside step 0's span, not around it
+  CHECK(only_span(p, "step 0").event.depth == 0);
+  CHECK(only_span(p, "epoch 1").event.depth == 1);  // inside step 0's span, not around it
 }
 
 TEST_CASE("profiler: the Chrome trace is Trace Event Format with nested complete events", "[cpu][profiler]") {
@@ -307,7 +298,7 @@ TEST_CASE("profiler: record_shapes puts ops' input shapes and dtypes in their sp
       if (s.event.name == "conv2d") ++shapes[s.event.input_shapes];
     CHECK(shapes == std::map<std::string, int>{{"[2, 1, 8, 8] f32, [4, 1, 3, 3] f32, [4] f32", 2},
                                                {"[5, 1, 8, 8] f32, [4, 1, 3, 3] f32, [4] f32", 1}});
-    CHECK(only(p, "add").event.input_shapes == "[2, 1, 8, 8] f32");
+    CHECK(only_span(p, "add").event.input_shapes == "[2, 1, 8, 8] f32");
     // Grouped by shapes: a row per conv2d shape, with the shapes column.
     const std::string t = p.table({.group_by_shapes = true});
     INFO(t);
@@ -328,7 +319,7 @@ TEST_CASE("profiler: record_shapes puts ops' input shapes and dtypes in their sp
     Profile p;  // record_shapes off by default: nothing formatted
     conv2d(x, w, Tensor());
     p.stop();
-    CHECK(only(p, "conv2d").event.input_shapes.empty());
+    CHECK(only_span(p, "conv2d").event.input_shapes.empty());
     CHECK(p.chrome_trace_json().find("Input Dims") == std::string::npos);
     CHECK_FALSE(recording_shapes());
   }
@@ -341,8 +332,8 @@ TEST_CASE("profiler: ops on the CPU carry no GPU time; the table and trace have 
   Profile p;
   const Tensor y = add(x, x);
   p.stop();
-  CHECK(only(p, "add").event.gpu_device == -1);
-  CHECK(only(p, "add").event.gpu_events[0] == nullptr);
+  CHECK(only_span(p, "add").event.gpu_device == -1);
+  CHECK(only_span(p, "add").event.gpu_events[0] == nullptr);
   CHECK(p.table().find("GPU") == std::string::npos);
   CHECK(p.chrome_trace_json(0).find("GPU cuda:") == std::string::npos);
   (void)y;

@@ -1,11 +1,14 @@
 #pragma once
 // Bit-exact comparisons for tests whose claim is "exactly the same numbers", not "close": resumed
-// vs uninterrupted training runs, checkpoints written by two runs.
+// vs uninterrupted training runs, checkpoints written by two runs, an op run twice or on another
+// number of threads (the determinism tests).
 //
 //   ember::testing::require_identical(a.model->state_dict(), b.model->state_dict(), "model");
+//   ember::testing::check_same({y, x.grad()}, {y2, x2.grad()}, "conv2d run twice");
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <ember/core/device.h>
@@ -33,6 +36,19 @@ inline void require_identical(const StateDict& a, const StateDict& b, const char
     CHECK(t.dtype() == u.dtype());
     CHECK(t.sizes() == u.sizes());
     const bool same_bytes = bytes_of(t) == bytes_of(u);  // a bool: Catch would print every byte
+    CHECK(same_bytes);
+  }
+}
+
+using Outputs = std::vector<Tensor>;
+
+/// CHECKs that a and b hold tensors of equal shapes and bytes; `what` labels the failures.
+inline void check_same(const Outputs& a, const Outputs& b, const std::string& what) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(what << ": output " << i << " of shape " << a[i].shape_str());
+    REQUIRE(a[i].sizes() == b[i].sizes());
+    const bool same_bytes = bytes_of(a[i]) == bytes_of(b[i]);  // a bool: Catch would print every byte
     CHECK(same_bytes);
   }
 }

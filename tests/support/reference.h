@@ -21,6 +21,7 @@
 //   random_tensor(sizes, dtype, seed, lo, hi, layout, device)   values U[lo, hi) from a fixed
 //                              seed; layout picks a contiguous, transposed or step-2 strided view
 //   random_values(n, seed, lo, hi)   the raw doubles behind random_tensor(..., Layout::Contiguous)
+//   seeded_indices(n, d, seed) n i64 indices in [0, d) from a fixed seed (duplicates when n >> d)
 //   round_to(dtype, v)         v rounded to dtype the way a store into that dtype rounds it
 //   check_close(actual, expected, rtol, atol)   CHECKs every element, reports the first misses
 //   check_bounded(actual, expected, bound)   CHECKs |actual - expected| <= kSecondOrder * bound[i]
@@ -219,6 +220,17 @@ enum class Layout {
   Transposed,  // last two dims swapped in memory (needs dim >= 2; else contiguous)
   Strided,  // every other element of a buffer twice as long in the last dim
 };
+
+/// n indices in [0, d) (i64, on the CPU) from a fixed seed: many duplicates when n >> d.
+inline Tensor seeded_indices(int64_t n, int64_t d, uint64_t seed) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  uint64_t state = seed * 6364136223846793005ull + 1442695040888963407ull;
+  for (int64_t& e : v) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    e = static_cast<int64_t>((state >> 33) % static_cast<uint64_t>(d));
+  }
+  return from_vector(v, {n});
+}
 
 /// A tensor of logical shape `sizes` with values U[lo, hi) cast to dtype (integers truncate), laid
 /// out as `layout` says. Its values in row-major order are random_values(numel, seed, lo, hi)

@@ -24,9 +24,7 @@
 #include <ember/core/device.h>
 #include <ember/core/stream.h>
 #include <ember/kernels/conv.h>
-#ifdef EMBER_WITH_CUDA
 #include <ember/kernels/cuda/cuda_kernels.h>
-#endif
 #include <ember/kernels/factory.h>
 #include "cuda/expect.h"
 #include "support/reference.h"
@@ -242,9 +240,6 @@ TEST_CASE("cuda conv2d gives identical results when the cached algorithm is reus
   }
 }
 
-// conv_plan_counts() exists only where the CUDA backend is built; a CPU-only build compiles this
-// program too (it then reports itself skipped).
-#ifdef EMBER_WITH_CUDA
 TEST_CASE("cuda conv2d plans each problem once, on cuDNN's graph API for f32, f16 and bf16", "[cuda]") {
   // The legacy calls rebuild an execution plan inside every call (60-190 us of host time each on
   // an H200); a plan made once on the graph API is what makes a step cheap on the host. A shape no
@@ -325,7 +320,6 @@ TEST_CASE("cuda conv2d without a graph-API plan falls back to the legacy calls, 
     }
   }
 }
-#endif
 
 TEST_CASE("cuda conv2d: the algorithm search's workspace does not stay in the caching allocator", "[cuda]") {
   // The first call on a shape searches cuDNN's algorithms with the most workspace any of them

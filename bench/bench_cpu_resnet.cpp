@@ -1,17 +1,25 @@
 // A ResNet-18 (CIFAR) f32 training step on the CPU (forward, cross-entropy, backward, SGD with
 // momentum and weight decay), row-major and channels-last, beside PyTorch's same step in the same
-// run (bench/peers/torch_cpu_resnet.py, as many threads as ember's pool). Medians of --steps steps
-// after --warmup untimed ones; ember's variants run first, then the peer's.
-// Flags: --batch N (default 32), --steps S (5), --warmup W (2), --quick (batch 4, 2 steps, 1 warm-up:
-// for CTest).
+// run (bench/peers/torch_cpu_resnet.py, as many threads as ember's pool). Each round runs ember's
+// two layouts, then the peer's, and takes the median of --steps steps after --warmup untimed ones;
+// the table gives the median of the rounds' medians (rounds interleave ember and the peer, so a
+// change in the machine's load falls on both) and their range.
+// --convs adds a table of ResNet-18's stride-1 3x3 convolutions, each direction timed through
+// kernels::conv2d with the Winograd rule on and off (kernels/cpu/winograd.h), alternating call by
+// call, and the largest difference between the two results.
+// Flags: --batch N (default 32), --steps S (5), --warmup W (2), --rounds R (3), --convs, --reps K
+// (per-convolution calls, 5), --quick (batch 4, 2 steps, 1 warm-up, 1 round: for CTest).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include <ember/ember.h>
+#include <ember/kernels/conv.h>
+#include <ember/kernels/cpu/winograd.h>
 #include "bench_util.h"
 #include "resnet_step.h"
 
@@ -20,11 +28,7 @@ using ember::bench::fmt;
 
 namespace {
 
-struct Timing {
-  double median_ms = 0, min_ms = 0, max_ms = 0;
-};
-
-Timing measure(int64_t batch, int steps, int warmup, MemoryFormat f) {
+double step_median_ms(int64_t batch, int steps, int warmup, MemoryFormat f) {
   bench::ResNetStep st = bench::resnet18_step(batch, f);
   std::vector<double> ms;
   for (int i = 0; i < warmup + steps; ++i) {
@@ -37,7 +41,61 @@ Timing measure(int64_t batch, int steps, int warmup, MemoryFormat f) {
     EMBER_CHECK(std::isfinite(loss.item<float>()), "bench_cpu_resnet: the loss is not finite at step ", i);
     if (i >= warmup) ms.push_back(t);
   }
-  return {bench::median(ms), *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end())};
+  return bench::median(ms);
+}
+
+std::string range_of(const std::vector<double>& v) {
+  return fmt("%.1f-%.1f", *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()));
+}
+
+/// max |a - b| / max |b| over the elements.
+double rel_diff(const Tensor& a, const Tensor& b) {
+  const Tensor ac = a.contiguous(), bc = b.contiguous();
+  const float* pa = ac.data<float>();
+  const float* pb = bc.data<float>();
+  double d = 0, m = 0;
+  for (int64_t i = 0; i < ac.numel(); ++i) {
+    d = std::max(d, std::fabs(static_cast<double>(pa[i]) - pb[i]));
+    m = std::max(m, std::fabs(static_cast<double>(pb[i])));
+  }
+  return m > 0 ? d / m : d;
+}
+
+/// ResNet-18's stride-1 3x3 convolutions (channels, plane) at this batch, each direction and layout,
+/// im2col + GEMM (the rule off) against Winograd (on), min of reps calls each, alternating.
+void conv_table(int64_t batch, int reps) {
+  namespace cd = kernels::cpu::conv_detail;
+  bench::Table t({"convolution", "layout", "direction", "im2col ms", "winograd ms", "speed-up", "max rel diff"});
+  const kernels::Conv2dParams p{1, 1, 1, 1, 1, 1, 1};
+  for (const auto& [C, HW] : {std::pair<int64_t, int64_t>{64, 32}, {128, 16}, {256, 8}, {512, 4}}) {
+    for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+      const Shape xs{batch, C, HW, HW}, ws{C, C, 3, 3};
+      const Tensor x = randn(xs).contiguous(f), w = randn(ws).contiguous(f), g = randn(xs).contiguous(f);
+      const std::vector<std::pair<const char*, std::function<Tensor()>>> dirs = {
+          {"forward", [&] { return kernels::conv2d(x, w, Tensor(), p); }},
+          {"grad input", [&] { return kernels::conv2d_backward_input(g, w, xs, f, p); }},
+          {"grad weight", [&] { return kernels::conv2d_backward_weight(g, x, ws, p); }},
+      };
+      for (const auto& [name, fn] : dirs) {
+        double best[2] = {1e30, 1e30};
+        Tensor out[2];
+        for (int r = 0; r < reps + 1; ++r)
+          for (int on = 0; on < 2; ++on) {
+            cd::set_winograd_enabled(on == 1);
+            const auto t0 = std::chrono::steady_clock::now();
+            out[on] = fn();
+            const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            if (r > 0) best[on] = std::min(best[on], ms);
+          }
+        cd::set_winograd_enabled(true);
+        t.add({fmt("3x3, %lld ch, %lldx%lld", static_cast<long long>(C), static_cast<long long>(HW),
+                   static_cast<long long>(HW)),
+               f == MemoryFormat::contiguous ? "row-major" : "channels-last", name, fmt("%.2f", best[0]),
+               fmt("%.2f", best[1]), fmt("%.2f", best[0] / best[1]), fmt("%.1e", rel_diff(out[1], out[0]))});
+      }
+    }
+  }
+  t.print();
 }
 
 }  // namespace
@@ -47,21 +105,37 @@ int main(int argc, char** argv) {
   const int64_t batch = bench::int_flag(argc, argv, "--batch", quick ? 4 : 32);
   const int steps = static_cast<int>(bench::int_flag(argc, argv, "--steps", quick ? 2 : 5));
   const int warmup = static_cast<int>(bench::int_flag(argc, argv, "--warmup", quick ? 1 : 2));
-  std::printf("bench_cpu_resnet: ResNet-18 (CIFAR) f32 training step, batch %lld, %d threads, median of %d steps\n",
-              static_cast<long long>(batch), num_threads(), steps);
-  const Timing rm = measure(batch, steps, warmup, MemoryFormat::contiguous);
-  const Timing cl = measure(batch, steps, warmup, MemoryFormat::channels_last);
-  const auto peer =
-      bench::run_peer_script("torch_cpu_resnet.py", fmt("--batch %lld --steps %d --warmup %d --threads %d",
-                                                        static_cast<long long>(batch), steps, warmup, num_threads()));
-  bench::Table t(
-      {"layout", "ember ms/step", "ember range", "ember images/s", "PyTorch ms/step", "ember speed / PyTorch's"});
-  for (const auto& [name, tm] : {std::pair{"contiguous", rm}, std::pair{"channels_last", cl}}) {
-    const auto it = peer.find(std::string("step_ms_") + name);
-    t.add({name, fmt("%.1f", tm.median_ms), fmt("%.1f-%.1f", tm.min_ms, tm.max_ms),
-           fmt("%.0f", 1000.0 * static_cast<double>(batch) / tm.median_ms),
-           bench::peer_figure(peer, std::string("step_ms_") + name, "%.1f"),
-           it == peer.end() || tm.median_ms <= 0 ? "-" : fmt("%.2f", it->second / tm.median_ms)});
+  const int rounds = static_cast<int>(std::max<int64_t>(1, bench::int_flag(argc, argv, "--rounds", quick ? 1 : 3)));
+  std::printf(
+      "bench_cpu_resnet: ResNet-18 (CIFAR) f32 training step, batch %lld, %d threads, median of %d steps, "
+      "%d rounds\n",
+      static_cast<long long>(batch), num_threads(), steps, rounds);
+  if (bench::has_flag(argc, argv, "--convs"))
+    conv_table(batch, static_cast<int>(bench::int_flag(argc, argv, "--reps", quick ? 1 : 5)));
+  const char* names[2] = {"contiguous", "channels_last"};
+  std::vector<double> ember_ms[2], peer_ms[2];
+  for (int r = 0; r < rounds; ++r) {
+    ember_ms[0].push_back(step_median_ms(batch, steps, warmup, MemoryFormat::contiguous));
+    ember_ms[1].push_back(step_median_ms(batch, steps, warmup, MemoryFormat::channels_last));
+    const auto peer =
+        bench::run_peer_script("torch_cpu_resnet.py", fmt("--batch %lld --steps %d --warmup %d --threads %d",
+                                                          static_cast<long long>(batch), steps, warmup, num_threads()));
+    for (int l = 0; l < 2; ++l) {
+      const auto it = peer.find(std::string("step_ms_") + names[l]);
+      if (it != peer.end()) peer_ms[l].push_back(it->second);
+    }
+    std::printf("round %d: ember %.1f / %.1f ms (contiguous / channels_last)\n", r + 1, ember_ms[0].back(),
+                ember_ms[1].back());
+  }
+  bench::Table t({"layout", "ember ms/step", "ember rounds", "ember images/s", "PyTorch ms/step", "PyTorch rounds",
+                  "ember speed / PyTorch's"});
+  for (int l = 0; l < 2; ++l) {
+    const double e = bench::median(ember_ms[l]);
+    const bool have_peer = !peer_ms[l].empty();
+    const double pm = have_peer ? bench::median(peer_ms[l]) : 0;
+    t.add({names[l], fmt("%.1f", e), range_of(ember_ms[l]), fmt("%.0f", 1000.0 * static_cast<double>(batch) / e),
+           have_peer ? fmt("%.1f", pm) : "-", have_peer ? range_of(peer_ms[l]) : "-",
+           have_peer && e > 0 ? fmt("%.2f", pm / e) : "-"});
   }
   t.print();
   return 0;

@@ -1,5 +1,7 @@
 // CPU 2-D convolution: im2col + GEMM, with groups, stride, padding and dilation. Row-major (NCHW)
 // operands here; channels-last ones in kernels/cpu/conv_nhwc.cpp.
+// The f32 3x3 stride-1 convolutions that winograd_applies() picks (kernels/cpu/winograd.h: padding
+// 1, at least 16 channels each way) go to Winograd F(4x4, 3x3) instead, in either layout.
 //
 // Why it is shaped like this: the GEMMs carry nearly all the FLOPs. Images go through in chunks
 // whose column buffer stays near kChunkBytes, so the buffers are reused while warm in cache and
@@ -43,6 +45,7 @@
 #include <ember/kernels/copy.h>
 #include <ember/kernels/cpu/conv_common.h>
 #include <ember/kernels/cpu/cpu_kernels.h>
+#include <ember/kernels/cpu/winograd.h>
 #include <ember/kernels/matmul.h>
 
 namespace ember::kernels::cpu {
@@ -279,6 +282,8 @@ void conv2d_forward_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, co
                        bias.defined() ? cast(bias, DType::f32) : Tensor(), p, of, f);
     return copy(out, of);
   }
+  if (winograd_applies(Geometry(x.sizes(), w.sizes(), out.sizes(), p), x.dtype(), WinogradPass::forward))
+    return winograd_forward(x, w, bias, p, out, f);
   if (f == MemoryFormat::channels_last) return forward_nhwc(x, w, bias, p, out);
   if (x.dtype() == DType::f64) return forward_impl<double>(x, w, bias, p, out);
   forward_impl<float>(x, w, bias, p, out);
@@ -293,6 +298,8 @@ void conv2d_backward_input_cpu(const Tensor& gout, const Tensor& w, const Conv2d
     conv2d_backward_input_cpu(cast(gout, DType::f32, f), cast(w, DType::f32, f), p, gf, f);
     return copy(gx, gf);
   }
+  if (winograd_applies(Geometry(gx.sizes(), w.sizes(), gout.sizes(), p), w.dtype(), WinogradPass::backward_input))
+    return winograd_backward_input(gout, w, p, gx, f);
   if (f == MemoryFormat::channels_last) return backward_input_nhwc(gout, w, p, gx);
   if (w.dtype() == DType::f64) return backward_input_impl<double>(gout, w, p, gx);
   backward_input_impl<float>(gout, w, p, gx);
@@ -307,6 +314,8 @@ void conv2d_backward_weight_cpu(const Tensor& gout, const Tensor& x, const Conv2
     conv2d_backward_weight_cpu(cast(gout, DType::f32, f), cast(x, DType::f32, f), p, gf, f);
     return copy(gw, gf);
   }
+  if (winograd_applies(Geometry(x.sizes(), gw.sizes(), gout.sizes(), p), x.dtype(), WinogradPass::backward_weight))
+    return winograd_backward_weight(gout, x, p, gw, f);
   if (f == MemoryFormat::channels_last) return backward_weight_nhwc(gout, x, p, gw);
   if (x.dtype() == DType::f64) return backward_weight_impl<double>(gout, x, p, gw);
   backward_weight_impl<float>(gout, x, p, gw);

@@ -1,7 +1,9 @@
 // GPU training throughput beside PyTorch eager on the same GPU, in one run:
 //   mnist_cnn training step (forward + cross-entropy + backward + SGD momentum) at batch 64 and 256;
 //   one epoch of mnist_cnn at batch 64 over Fashion-MNIST (or 60000 generated images when the
-//   files are missing) with the data resident on the GPU;
+//   files are missing) with the data resident on the GPU; the batch-64 step and the epoch again
+//   with the step captured as a CUDA graph and replayed (the examples' --cuda-graphs,
+//   train.cuda_graphs; ember only: the peer runs eager);
 //   ResNet-18 (CIFAR variant) training step at batch 128 in f32, under bf16 autocast, and under
 //   fp16 autocast with a GradScaler (scale -> backward -> step -> update), each also with the model
 //   and input channels-last: images/s and peak memory of each, beside PyTorch AMP (torch.autocast,
@@ -33,6 +35,7 @@
 #include <ember/ember.h>
 
 #include <ember/core/caching_allocator.h>
+#include <ember/core/cuda_graph.h>
 #ifdef EMBER_BENCH_HAVE_CUDART
 #include <cuda_profiler_api.h>
 #endif
@@ -50,6 +53,79 @@ void train_step(layers::Module& model, optim::Optimizer& opt, const Tensor& x, c
   opt.zero_grad();
   loss.backward();
   opt.step();
+}
+
+// mnist_cnn's step as a CUDA graph (core/cuda_graph.h, as train/graph_step.h does it): 3 eager
+// warm-up steps on the capture stream (its cuBLAS/cuDNN handles, cuDNN's engine choices, the
+// momentum buffers), one captured step with the gradients set to none first (they then live in the
+// graph's pool), and replays with each batch copied into the static input and target.
+class GraphedStep {
+ public:
+  GraphedStep(layers::Module& model, optim::Optimizer& opt, const Tensor& x, const Tensor& y)
+      : model_(model), opt_(opt), x_(x.clone()), y_(y.clone()) {
+    const Device dev = x.device();
+    side_ = new_stream(dev);
+    Event ready;
+    ready.record(current_stream(dev));
+    ready.wait(side_);
+    {
+      StreamGuard on_side(side_);
+      for (int i = 0; i < 3; ++i) train_step(model_, opt_, x_, y_);
+    }
+    opt_.zero_grad();
+    cuda::GraphCapture capture(graph_, side_);
+    Tensor loss = layers::cross_entropy(model_.forward(x_), y_);
+    loss.backward();
+    opt_.step();
+    capture.end();
+  }
+  /// One step on (x, y) of the captured shapes (x, y may be the statics themselves).
+  void run(const Tensor& x, const Tensor& y) {
+    if (!x.is_same(x_)) {
+      x_.copy_(x);
+      y_.copy_(y);
+    }
+    graph_.replay();
+  }
+  const Tensor& x() const { return x_; }
+  const Tensor& y() const { return y_; }
+
+ private:
+  layers::Module& model_;
+  optim::Optimizer& opt_;
+  Tensor x_, y_;
+  Stream side_;
+  cuda::Graph graph_;
+};
+
+// Seconds of one event-timed epoch of mnist_cnn at batch 64 over `set` (resident on `dev`), after a
+// warm-up epoch; `graphs`: full batches replayed as a CUDA graph (GraphedStep), the partial one eager.
+double mnist_epoch_seconds(const std::shared_ptr<const data::Dataset>& set, Device dev, bool graphs) {
+  manual_seed(3);
+  auto model = models::mnist_cnn();
+  model->to(dev);
+  optim::SGD opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
+  data::DataLoader loader(set, {.batch_size = 64,
+                                .shuffle = true,
+                                .device = dev,
+                                .seed = 1,
+                                .resident = true,
+                                .transform = data::Normalize({0.2860f}, {0.3530f})});
+  std::optional<GraphedStep> g;
+  const auto step = [&](const data::Batch& b) {
+    if (graphs && !g) g.emplace(*model, opt, b.input, b.target);
+    if (g && b.input.sizes() == g->x().sizes()) g->run(b.input, b.target);
+    else train_step(*model, opt, b.input, b.target);
+  };
+  for (auto& b : loader) step(b);  // warm-up epoch (and the capture)
+  synchronize(dev);
+  Stream s = current_stream(dev);
+  Event e0, e1;
+  e0.record(s);
+  for (auto& b : loader) step(b);
+  e1.record(s);
+  e1.synchronize();
+  return e0.elapsed_ms(e1) / 1e3;
 }
 
 // Median milliseconds per call of fn over `reps` event-timed windows of `iters` calls.
@@ -224,6 +300,19 @@ int main(int argc, char** argv) {
     mnist_ms[k] = median_ms(dev, steps, reps, [&] { train_step(*model, opt, x, y); });
   }
 
+  // The batch-64 step as a CUDA graph.
+  double graph_step_ms = 0;
+  try {
+    manual_seed(3);
+    auto model = models::mnist_cnn();
+    model->to(dev);
+    optim::SGD opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
+    GraphedStep g(*model, opt, randn({64, 1, 28, 28}, {.device = dev}), labels(64, dev));
+    graph_step_ms = median_ms(dev, steps, reps, [&] { g.run(g.x(), g.y()); });
+  } catch (const std::exception& e) {
+    std::printf("mnist_cnn step as a CUDA graph: FAILED: %s\n", e.what());
+  }
+
   // One resident epoch at batch 64.
   std::shared_ptr<const data::Dataset> set;
   std::string what = "Fashion-MNIST";
@@ -239,27 +328,14 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < first.size(); ++i) first[i] = static_cast<int64_t>(i);
     set = std::make_shared<data::Subset>(set, std::move(first));
   }
-  double epoch_s = 0;
-  {
-    manual_seed(3);
-    auto model = models::mnist_cnn();
-    model->to(dev);
-    optim::SGD opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
-    data::DataLoader loader(set, {.batch_size = 64,
-                                  .shuffle = true,
-                                  .device = dev,
-                                  .seed = 1,
-                                  .resident = true,
-                                  .transform = data::Normalize({0.2860f}, {0.3530f})});
-    for (auto& b : loader) train_step(*model, opt, b.input, b.target);  // warm-up epoch
-    synchronize(dev);
-    Stream s = current_stream(dev);
-    Event e0, e1;
-    e0.record(s);
-    for (auto& b : loader) train_step(*model, opt, b.input, b.target);
-    e1.record(s);
-    e1.synchronize();
-    epoch_s = e0.elapsed_ms(e1) / 1e3;
+  // One resident epoch at batch 64, eager; then with full batches replayed as a CUDA graph (the
+  // last, partial batch eager).
+  const double epoch_s = mnist_epoch_seconds(set, dev, false);
+  double graph_epoch_s = 0;
+  try {
+    graph_epoch_s = mnist_epoch_seconds(set, dev, true);
+  } catch (const std::exception& e) {
+    std::printf("mnist_cnn epoch as a CUDA graph: FAILED: %s\n", e.what());
   }
 
   // ResNet-18, batch 128, in each precision, row-major and then channels-last (model and input);
@@ -297,6 +373,13 @@ int main(int argc, char** argv) {
          ratio(mnist_ms[1], peer, "mnist_step_ms_b256", true), ">= 1"});
   t.add({"mnist_cnn epoch, " + std::to_string(set->size()) + " " + what + ", batch 64 (s)", fmt("%.3f", epoch_s),
          peer_figure(peer, "mnist_epoch_s_b64", "%.3f"), ratio(epoch_s, peer, "mnist_epoch_s_b64", true), "< 1 s"});
+  // --cuda-graphs rows: beside PyTorch eager (the peer does not capture).
+  t.add({"mnist_cnn step, batch 64, --cuda-graphs (ms)", graph_step_ms > 0 ? fmt("%.3f", graph_step_ms) : "-",
+         peer_figure(peer, "mnist_step_ms_b64", "%.3f"),
+         graph_step_ms > 0 ? ratio(graph_step_ms, peer, "mnist_step_ms_b64", true) : "-", ""});
+  t.add({"mnist_cnn epoch, batch 64, --cuda-graphs (s)", graph_epoch_s > 0 ? fmt("%.3f", graph_epoch_s) : "-",
+         peer_figure(peer, "mnist_epoch_s_b64", "%.3f"),
+         graph_epoch_s > 0 ? ratio(graph_epoch_s, peer, "mnist_epoch_s_b64", true) : "-", "< 1 s"});
   for (int k = 0; k < kVariants; ++k) {
     const ResnetRun& r = resnet[k];
     const std::string sfx = suffixes[k], name = labels_of[k];

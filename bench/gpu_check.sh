@@ -21,7 +21,7 @@ phases
   test [GROUP...]    the [cuda] tests, one process per group, so an illegal address or a hang in
                      one group leaves the others running. A group is a test file:
                      core stream copy elementwise reduce random index softmax matmul conv pool
-                     norm optim data models checkpoint train (ember_cuda_tests -# --list-tags
+                     norm optim data models checkpoint train cuda_graph (ember_cuda_tests -# --list-tags
                      shows them; a new file is a new group). No GROUP: every group. A GROUP
                      starting with '[' is a Catch2 tag expression run as one group. Catch2
                      arguments after `--` go to every group (e.g. -- "cuda softmax*" -s).
@@ -184,7 +184,7 @@ build_targets() {
 
 tests_bin=$build/bin/ember_cuda_tests
 default_order=(core stream copy elementwise reduce random index softmax matmul conv pool norm optim data models
-               checkpoint train)
+               checkpoint train cuda_graph)
 
 # The groups the binary knows: test files, as the tags Catch2's -# gives them ([#test_softmax_cuda]).
 known_groups() {

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <thread>
 
 #include <ember/core/error.h>
 #include <ember/core/record.h>
@@ -37,6 +38,7 @@ struct CachingAllocator::Block {
   void* last_use = nullptr;  // the stream of the last noted use (stream checks), when use_noted
   bool use_noted = false;
   size_t requested = 0;  // bytes asked for, while allocated
+  uint64_t pool = 0;  // the CUDA graph pool owning the segment (0: the general cache)
 };
 
 namespace {
@@ -78,6 +80,7 @@ bool stream_checks_enabled() { return g_stream_checks.load(std::memory_order_rel
 void set_stream_checks(bool on) { g_stream_checks.store(on, std::memory_order_relaxed); }
 
 bool CachingAllocator::BlockLess::operator()(const Block* a, const Block* b) const {
+  if (a->pool != b->pool) return a->pool < b->pool;
   if (a->stream != b->stream) return addr(a->stream) < addr(b->stream);
   if (a->size != b->size) return a->size < b->size;
   return addr(a->ptr) < addr(b->ptr);
@@ -147,17 +150,21 @@ DataPtr CachingAllocator::allocate(size_t nbytes, void* stream) {
   const bool small = size <= kSmallLimit;
 
   std::lock_guard<std::mutex> lock(mu_);
-  if (!deferred_.empty()) process_deferred(false);
-  Block* block = find_free(size, stream, small);
+  // A capturing thread's allocations for its capture stream come from the graph's pool; it must not
+  // query or wait for events (illegal during a stream capture), nor may anyone free segments.
+  const uint64_t pool = captures_.empty() ? 0 : capture_pool_locked(stream);
+  const bool may_poll = captures_.empty() || (pool == 0 && !thread_capturing_locked());
+  if (!deferred_.empty() && may_poll) process_deferred(false);
+  Block* block = find_free(size, stream, pool, small);
   const size_t seg = segment_size(size);
   void* p = nullptr;
   if (!block) {
     p = backend_->alloc(seg);
-    if (p == nullptr && !deferred_.empty()) {  // blocks waiting for other streams: wait, look again
+    if (p == nullptr && !deferred_.empty() && may_poll) {  // blocks waiting for other streams: wait, look again
       process_deferred(true);
-      block = find_free(size, stream, small);
+      block = find_free(size, stream, pool, small);
     }
-    if (!block && p == nullptr) {  // the cache may hold enough free segments: give them back, retry
+    if (!block && p == nullptr && captures_.empty()) {  // the cache may hold enough free segments: give them back
       release_free_segments();
       p = backend_->alloc(seg);
     }
@@ -167,10 +174,14 @@ DataPtr CachingAllocator::allocate(size_t nbytes, void* stream) {
   } else {
     if (p == nullptr) throw_out_of_memory(nbytes, seg);
     try {
-      block = new Block{seg, p, stream, small, false, nullptr, nullptr, {}, nullptr, false};
+      block = new Block{seg, p, stream, small, false, nullptr, nullptr, {}, nullptr, false, 0, pool};
     } catch (...) {
       backend_->free(p);
       throw;
+    }
+    if (pool != 0) {
+      pool_bytes_[pool] += seg;
+      stats_.private_pool_reserved += seg;
     }
     stats_.reserved += seg;
     stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
@@ -187,7 +198,9 @@ DataPtr CachingAllocator::allocate(size_t nbytes, void* stream) {
                             block->next,
                             {},
                             nullptr,
-                            false};
+                            false,
+                            0,
+                            pool};
     if (block->next) block->next->prev = rest;
     block->next = rest;
     block->size = size;
@@ -204,17 +217,107 @@ DataPtr CachingAllocator::allocate(size_t nbytes, void* stream) {
   stats_.requested += nbytes;
   stats_.peak_requested = std::max(stats_.peak_requested, stats_.requested);
   ++stats_.num_allocs;
+  if (pool != 0) ++stats_.private_pool_allocs;
   return DataPtr(block->ptr, this, &CachingAllocator::deleter);
 }
 
-CachingAllocator::Block* CachingAllocator::find_free(size_t size, void* stream, bool small) {
-  auto& pool = small ? small_free_ : large_free_;
-  Block key{size, nullptr, stream, small, false, nullptr, nullptr, {}, nullptr, false};
-  auto it = pool.lower_bound(&key);
-  if (it == pool.end() || (*it)->stream != stream) return nullptr;
+CachingAllocator::Block* CachingAllocator::find_free(size_t size, void* stream, uint64_t pool, bool small) {
+  auto& set = small ? small_free_ : large_free_;
+  Block key{size, nullptr, stream, small, false, nullptr, nullptr, {}, nullptr, false, 0, pool};
+  auto it = set.lower_bound(&key);
+  if (it == set.end() || (*it)->stream != stream || (*it)->pool != pool) return nullptr;
   Block* b = *it;
-  pool.erase(it);
+  set.erase(it);
   return b;
+}
+
+uint64_t CachingAllocator::new_pool_id() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool CachingAllocator::thread_capturing_locked() const {
+  const std::thread::id me = std::this_thread::get_id();
+  for (const auto& [s, c] : captures_)
+    if (c.thread == me) return true;
+  return false;
+}
+
+bool CachingAllocator::thread_capturing() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return thread_capturing_locked();
+}
+
+uint64_t CachingAllocator::capture_pool_locked(void* stream) {
+  const std::thread::id me = std::this_thread::get_id();
+  auto it = captures_.find(stream);
+  if (it != captures_.end() && it->second.thread == me) return it->second.pool;
+  for (const auto& [s, c] : captures_) {
+    if (c.thread != me) continue;
+    const std::string op = profiler::detail::innermost_capture_scope();
+    EMBER_FAIL("allocation outside the graph's pool on ", backend_->name(),
+               ": this thread is capturing a CUDA graph on ", "stream ", s, " and asked for memory for stream ", stream,
+               op.empty() ? std::string() : " in op " + op,
+               "; inside a capture, allocate on the capture stream (the current stream) only");
+  }
+  return 0;
+}
+
+void CachingAllocator::begin_capture(void* stream, uint64_t pool) {
+  EMBER_CHECK(pool != 0, "CachingAllocator::begin_capture: pool 0 is the general cache; use new_pool_id()");
+  std::lock_guard<std::mutex> lock(mu_);
+  EMBER_CHECK(captures_.find(stream) == captures_.end(), "CachingAllocator::begin_capture: stream ", stream, " of ",
+              backend_->name(), " is already being captured");
+  captures_.emplace(stream, Capture{pool, std::this_thread::get_id()});
+  live_pools_.insert(pool);
+}
+
+void CachingAllocator::end_capture(void* stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  captures_.erase(stream);
+}
+
+void CachingAllocator::release_pool(uint64_t pool) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (live_pools_.erase(pool) == 0) return;
+  // Free blocks of the pool join the general cache of their stream (whole segments stay together:
+  // a segment's blocks all belong to one pool).
+  for (auto* set : {&small_free_, &large_free_}) {
+    std::vector<Block*> moved;
+    for (auto it = set->begin(); it != set->end();) {
+      if ((*it)->pool == pool) {
+        moved.push_back(*it);
+        it = set->erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (Block* b : moved) {
+      b->pool = 0;
+      set->insert(b);
+    }
+  }
+  if (auto it = pool_bytes_.find(pool); it != pool_bytes_.end()) {
+    stats_.private_pool_reserved -= it->second;
+    pool_bytes_.erase(it);
+  }
+  auto held = held_.find(pool);
+  if (held == held_.end()) return;
+  std::vector<Block*> blocks = std::move(held->second);
+  held_.erase(held);
+  for (Block* b : blocks) {
+    b->pool = 0;
+    --stats_.pending_frees;
+    if (!b->stream_uses.empty()) {  // other streams: reusable once the work queued on them so far is done
+      DeferredFree d{b, {}};
+      for (void* s : b->stream_uses) d.events.push_back(backend_->record_event(s));
+      deferred_.push_back(std::move(d));
+      ++stats_.pending_frees;
+      ++stats_.deferred_frees;
+      continue;
+    }
+    return_block(b);
+  }
 }
 
 void CachingAllocator::deleter(void* ctx, void* ptr) { static_cast<CachingAllocator*>(ctx)->free_block(ptr); }
@@ -229,6 +332,30 @@ void CachingAllocator::free_block(void* ptr) {
   }
   Block* b = it->second;
   active_.erase(it);
+  if (b->pool != 0 && live_pools_.count(b->pool) == 0) b->pool = 0;  // its graph is gone: general cache
+  if (!captures_.empty() || b->pool != 0) {
+    // Held until the pool is released: a general block freed by a capturing thread (the graph's
+    // replays may still read it), and a pool block that other streams used (no events can be
+    // recorded or polled during a capture; they are recorded at release).
+    uint64_t hold = 0;
+    if (b->pool != 0) {
+      if (!b->stream_uses.empty()) hold = b->pool;
+    } else {
+      const std::thread::id me = std::this_thread::get_id();
+      for (const auto& [s, c] : captures_)
+        if (c.thread == me) hold = c.pool;
+    }
+    if (hold != 0) {
+      try {
+        held_[hold].push_back(b);
+        ++stats_.pending_frees;
+        return;
+      } catch (...) {  // no memory for the bookkeeping: leak the block rather than reuse it early
+        std::fprintf(stderr, "ember: a block of %zu bytes freed during a CUDA graph capture is leaked\n", b->size);
+        return;
+      }
+    }
+  }
   if (b->use_noted && b->last_use != b->stream && !contains(b->stream_uses, b->last_use) && stream_checks_enabled()) {
     ++stats_.unrecorded_cross_stream_frees;
     std::fprintf(stderr,
@@ -291,10 +418,11 @@ void CachingAllocator::return_block(Block* b) {
 }
 
 void CachingAllocator::release_free_segments() {
+  if (!captures_.empty()) return;  // no backend free during a stream capture
   for (auto* pool : {&small_free_, &large_free_}) {
     for (auto it = pool->begin(); it != pool->end();) {
       Block* b = *it;
-      if (b->prev || b->next) {  // part of a segment that still has blocks in use
+      if (b->prev || b->next || b->pool != 0) {  // a segment with blocks in use, or a live graph's
         ++it;
         continue;
       }
@@ -348,7 +476,7 @@ void CachingAllocator::note_use(void* ptr, void* stream) {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mu_);
-  process_deferred(false);
+  if (!thread_capturing_locked()) process_deferred(false);
   release_free_segments();
 }
 

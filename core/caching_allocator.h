@@ -18,6 +18,17 @@
 // EMBER_DEBUG_STREAMS=1, report a freed block whose last use noted by a kernel launch was on
 // another stream and that was not recorded (stderr, and AllocatorStats::unrecorded_cross_stream_frees).
 //
+// CUDA graphs (core/cuda_graph.h): between begin_capture(S, pool) and end_capture(S), what the
+// capturing thread allocates for stream S comes from private pool `pool` (blocks keyed by the pool
+// as well as the stream), and blocks of that pool freed meanwhile go back to it, to be reused
+// later in the same capture. After the capture, the pool's blocks, free or not, are handed to no
+// one else until release_pool(pool) (the graph's reset or destruction); then, once free, its
+// segments join S's general cache. A block of the general cache freed inside a capture may still
+// be read by the graph's replays: it is held back until its pool is released. During a capture the
+// allocator returns nothing to the backend, and the capturing thread neither polls nor waits for
+// the events of deferred frees (both are illegal in a stream capture). An allocation by the
+// capturing thread for another stream is an error naming both streams.
+//
 // The bookkeeping is independent of CUDA: the raw memory and the events come from a Backend: the
 // CUDA runtime for a GPU, aligned host memory for the CPU (core/allocator.cpp), a fake in the tests.
 #include <cstddef>
@@ -27,6 +38,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -51,6 +63,8 @@ struct AllocatorStats {
   uint64_t pending_frees = 0;  // freed blocks waiting for their recorded streams (still in `allocated`)
   uint64_t deferred_frees = 0;  // frees that had to wait for recorded streams, in all
   uint64_t unrecorded_cross_stream_frees = 0;  // debug check: last used on another stream, not recorded
+  size_t private_pool_reserved = 0;  // bytes of segments owned by CUDA graphs' private pools (in `reserved`)
+  uint64_t private_pool_allocs = 0;  // allocate() calls served from a private pool, in all
 };
 
 class CachingAllocator : public Allocator {
@@ -106,6 +120,18 @@ class CachingAllocator : public Allocator {
   void note_use(void* ptr, void* stream);
   AllocatorStats stats() const;
   void reset_peak();
+
+  /// A fresh private pool id (never 0, unique in the process).
+  static uint64_t new_pool_id();
+  /// From now on, allocations the calling thread makes for `stream` come from private pool
+  /// `pool`, until end_capture(stream). One capture per stream at a time.
+  void begin_capture(void* stream, uint64_t pool);
+  void end_capture(void* stream);
+  /// The pool's graph is gone: its free blocks, and its others once freed, return to the
+  /// general cache of their stream; the blocks held back during its capture are freed for reuse.
+  void release_pool(uint64_t pool);
+  /// Whether the calling thread is capturing into a pool of this allocator.
+  bool thread_capturing() const;
   /// Rounded size a request of `nbytes` occupies.
   static size_t round_size(size_t nbytes);
 
@@ -124,7 +150,13 @@ class CachingAllocator : public Allocator {
   void free_block(void* ptr);
   void return_block(Block* b);  // merges b with free neighbours into its pool
   void process_deferred(bool wait);  // returns the blocks whose events completed (all, if wait)
-  Block* find_free(size_t size, void* stream, bool small);
+  Block* find_free(size_t size, void* stream, uint64_t pool, bool small);
+  struct Capture {
+    uint64_t pool;
+    std::thread::id thread;
+  };
+  uint64_t capture_pool_locked(void* stream);  // the pool the calling thread allocates from (0: none)
+  bool thread_capturing_locked() const;
   void release_free_segments();
 
   mutable std::mutex mu_;
@@ -133,6 +165,10 @@ class CachingAllocator : public Allocator {
   std::set<Block*, BlockLess> small_free_, large_free_;
   std::unordered_map<void*, Block*> active_;
   std::vector<DeferredFree> deferred_;
+  std::unordered_map<void*, Capture> captures_;  // by capture stream
+  std::set<uint64_t> live_pools_;  // pools not yet released
+  std::map<uint64_t, size_t> pool_bytes_;  // segment bytes per live pool
+  std::map<uint64_t, std::vector<Block*>> held_;  // per pool: general blocks freed in its capture
   AllocatorStats stats_;
 };
 

@@ -12,6 +12,7 @@
 #include <exception>
 #include <utility>
 
+#include <ember/core/cuda_graph.h>
 #include <ember/core/error.h>
 
 namespace ember {
@@ -48,6 +49,7 @@ DeviceErrorSlot DeviceCheckRegistry::reserve(int device, int& slot) {
   EMBER_CHECK(backend_ != nullptr, "device checks need CUDA, which this ember build does not have");
   if (free_.empty()) poll_locked(false);
   if (free_.empty()) {
+    detail::check_not_capturing("a device check's wait for a free slot");
     // Every slot is pending on work not yet done: some stream has not been synchronized for
     // kSlots checks. Wait for the oldest one.
     backend_->event_wait(pending_.front().event);
@@ -84,6 +86,7 @@ void DeviceCheckRegistry::submit(int slot, const DeviceCheckInfo& info, int devi
   }
   pending_.push_back(Pending{slot, device, event, info, ++calls_[info.op], t_context});
   if (synchronous_) {
+    detail::check_not_capturing("a synchronous device check (EMBER_SYNC_DEVICE_CHECKS)");
     backend_->event_wait(event);
     detail::note_host_synchronization();
     poll_locked(false);
@@ -134,6 +137,7 @@ void DeviceCheckRegistry::throw_if_failed_locked() {
 }
 
 void DeviceCheckRegistry::poll() {
+  if (detail::capturing()) return;  // no event queries inside a capture; the next wait after it reads them
   std::lock_guard<std::mutex> lock(mu_);
   if (!backend_) return;
   poll_locked(false);
@@ -143,6 +147,7 @@ void DeviceCheckRegistry::poll() {
 }
 
 void DeviceCheckRegistry::wait_all() {
+  detail::check_not_capturing("flush_device_checks");
   std::lock_guard<std::mutex> lock(mu_);
   if (!backend_) return;
   poll_locked(true);
@@ -175,6 +180,10 @@ DeviceCheckRegistry& device_check_registry() {
 DeviceCheck::DeviceCheck(const DeviceCheckInfo& info, Stream stream) : info_(info), stream_(stream) {
   EMBER_CHECK(stream.device().is_cuda(), info.op, ": device checks are for CUDA streams, got one on ",
               stream.device().str());
+  // Inside a CUDA graph capture the check is not armed: its kernels get a null slot and skip
+  // reporting (a slot's ticket and event are host state that a replay would not renew; the
+  // values were checked by the eager warm-up steps). docs/cuda_graphs.md.
+  if (detail::capturing()) return;
   slot_ = device_check_registry().reserve(stream.device().index(), index_);
 }
 
@@ -183,6 +192,7 @@ DeviceCheck::~DeviceCheck() {
 }
 
 void DeviceCheck::launched() {
+  if (index_ < 0 && slot_.claim == nullptr) return;  // not armed (inside a capture)
   EMBER_ASSERT(index_ >= 0, info_.op, ": DeviceCheck::launched() called twice");
   const int slot = index_;
   index_ = -1;  // from here the registry owns the slot, whatever submit() does

@@ -6,6 +6,7 @@
 
 #include <ember/core/caching_allocator.h>
 #include <ember/core/cuda/runtime.h>
+#include <ember/core/cuda_graph.h>
 #include <ember/core/device.h>
 #include <ember/core/device_check.h>
 #include <ember/core/error.h>
@@ -55,6 +56,18 @@ bool cuda_event_query(void*) { no_cuda("Event::query(cuda)"); }
 float cuda_event_elapsed_ms(void*, void*) { no_cuda("Event::elapsed_ms(cuda)"); }
 void* cuda_pooled_event_record(int, void*) { no_cuda("recording a CUDA event"); }
 void cuda_pooled_event_release(int, void*) noexcept {}
+void cuda_stream_begin_capture(int, void*) { no_cuda("cuda::Graph::capture_begin"); }
+void* cuda_stream_end_capture(int, void*, std::string& error) noexcept {
+  error = "this ember build has no CUDA support";
+  return nullptr;
+}
+void* cuda_graph_instantiate(int, void*) { no_cuda("cuda::Graph::capture_end"); }
+void cuda_graph_launch(int, void*, void*) { no_cuda("cuda::Graph::replay"); }
+void cuda_graph_destroy(int, void*, void*) noexcept {}
+void* cuda_graph_rng_alloc(int) { no_cuda("cuda::Graph::capture_begin"); }
+void cuda_graph_rng_set(int, void*, uint64_t, uint64_t, uint64_t) { no_cuda("cuda::Graph::capture_begin"); }
+void cuda_graph_rng_advance(int, void*, void*) { no_cuda("cuda::Graph::capture_begin"); }
+void cuda_graph_rng_free(int, void*) noexcept {}
 
 }  // namespace detail
 }  // namespace ember

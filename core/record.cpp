@@ -17,7 +17,7 @@
 namespace ember::profiler {
 
 namespace detail {
-std::atomic<bool> g_recording{false};
+std::atomic<uint32_t> g_scope_flags{0};
 std::atomic<bool> g_recording_shapes{false};
 std::atomic<bool> g_recording_gpu{false};
 }  // namespace detail
@@ -153,6 +153,38 @@ void op_inputs(std::initializer_list<const Tensor*> inputs) {
   if (start != nullptr) ember::detail::cuda_event_destroy(device, start);  // no span took it
 }
 
+namespace {
+// The names of the scopes this thread opened while a capture was active, innermost last.
+thread_local std::vector<std::string> t_capture_scopes;
+}  // namespace
+
+void scope_begin(const char* name, Category category, uint32_t flags) {
+  if ((flags & kRecording) != 0) begin(name, category);
+  if ((flags & kCapturing) != 0) t_capture_scopes.emplace_back(name);
+}
+
+void scope_begin(const std::string& name, Category category, uint32_t flags) {
+  if ((flags & kRecording) != 0) begin(name, category);
+  if ((flags & kCapturing) != 0) t_capture_scopes.push_back(name);
+}
+
+void scope_end(uint32_t flags) noexcept {
+  if ((flags & kCapturing) != 0 && !t_capture_scopes.empty()) t_capture_scopes.pop_back();
+  if ((flags & kRecording) != 0) {
+    try {
+      end();
+    } catch (...) {  // a span's end event could not be recorded: the span is lost, nothing else
+    }
+  }
+}
+
+void set_capturing_flag(bool on) {
+  if (on) g_scope_flags.fetch_or(kCapturing, std::memory_order_relaxed);
+  else g_scope_flags.fetch_and(~kCapturing, std::memory_order_relaxed);
+}
+
+std::string innermost_capture_scope() { return t_capture_scopes.empty() ? std::string() : t_capture_scopes.back(); }
+
 bool innermost_open(std::string& name, Category& category) {
   ThreadBuffer& b = this_thread();
   std::lock_guard<std::mutex> lock(b.mu);
@@ -229,7 +261,8 @@ void set_recording(bool on) {
     if (!r.main_named && r.names[index] == "thread " + std::to_string(index)) r.names[index] = "main";
     r.main_named = true;
   }
-  detail::g_recording.store(on, std::memory_order_relaxed);
+  if (on) detail::g_scope_flags.fetch_or(detail::kRecording, std::memory_order_relaxed);
+  else detail::g_scope_flags.fetch_and(~detail::kRecording, std::memory_order_relaxed);
 }
 
 void set_recording_gpu(bool on) { detail::g_recording_gpu.store(on, std::memory_order_relaxed); }

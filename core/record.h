@@ -5,16 +5,14 @@
 //   EMBER_PROFILE_SCOPE("my block");                 // until the end of the enclosing block
 //   profiler::RecordScope scope("conv2d", profiler::Category::op);
 //
-// When no profile is recording, a scope costs one relaxed atomic load and a predictable branch,
-// and allocates nothing (PyTorch's RecordFunction works the same way). When one is, each scope
-// appends one Event to its thread's buffer: name, category, start and end on one steady clock,
-// and its nesting depth on that thread. An op's scope may also carry its inputs' shapes and dtypes
-// (scope.inputs(x, w)), formatted only while a profile records with shapes (record_shapes).
-// Profiling where a GPU is usable, an op whose first input is on a GPU also gets that GPU's time:
-// a timing event recorded on the device's current stream when the op is handed its inputs and
-// another when its scope ends, resolved when the profile keeps the step (docs/profiling.md says
-// why events and not CUPTI); and every span is an NVTX range too, so Nsight Systems shows the
-// same names.
+// When no profile is recording and no CUDA graph is being captured, a scope costs one relaxed
+// atomic load and a predictable branch, and allocates nothing (PyTorch's RecordFunction works the same way). When one
+// is, each scope appends one Event to its thread's buffer: name, category, start and end on one steady clock, and its
+// nesting depth on that thread. An op's scope may also carry its inputs' shapes and dtypes (scope.inputs(x, w)),
+// formatted only while a profile records with shapes (record_shapes). Profiling where a GPU is usable, an op whose
+// first input is on a GPU also gets that GPU's time: a timing event recorded on the device's current stream when the op
+// is handed its inputs and another when its scope ends, resolved when the profile keeps the step (docs/profiling.md
+// says why events and not CUPTI); and every span is an NVTX range too, so Nsight Systems shows the same names.
 #include <atomic>
 #include <cstdint>
 #include <initializer_list>
@@ -52,7 +50,10 @@ struct Event {
 };
 
 namespace detail {
-extern std::atomic<bool> g_recording;
+/// The scopes' one flag word: kRecording while a profile records, kCapturing while any thread
+/// captures a CUDA graph (core/cuda_graph.h), so that a scope off costs one relaxed load of it.
+inline constexpr uint32_t kRecording = 1u, kCapturing = 2u;
+extern std::atomic<uint32_t> g_scope_flags;
 extern std::atomic<bool> g_recording_shapes;
 void begin(const char* name, Category category);
 void begin(std::string name, Category category);
@@ -63,39 +64,54 @@ void op_inputs(std::initializer_list<const Tensor*> inputs);
 extern std::atomic<bool> g_recording_gpu;
 /// The calling thread's innermost open span, if any (Profile::step checks it is the step's own).
 bool innermost_open(std::string& name, Category& category);
+/// A scope's slow path: `flags` is what the flag word held at its start (recording: a span;
+/// capturing: its name on this thread's capture stack, for errors that name the op).
+void scope_begin(const char* name, Category category, uint32_t flags);
+void scope_begin(const std::string& name, Category category, uint32_t flags);
+void scope_end(uint32_t flags) noexcept;
+/// Turns kCapturing on or off in the flag word (core/cuda_graph.cpp counts the captures).
+void set_capturing_flag(bool on);
+/// The innermost scope this thread opened while a capture was active ("" when none).
+std::string innermost_capture_scope();
 }  // namespace detail
 
 /// Whether a profile is recording now.
-inline bool recording() noexcept { return detail::g_recording.load(std::memory_order_relaxed); }
+inline bool recording() noexcept {
+  return (detail::g_scope_flags.load(std::memory_order_relaxed) & detail::kRecording) != 0;
+}
 /// Whether it records ops' input shapes too (ProfileOptions::record_shapes).
 inline bool recording_shapes() noexcept { return detail::g_recording_shapes.load(std::memory_order_relaxed); }
 /// "[32, 1, 28, 28] f32, [16, 1, 3, 3] f32": what an op span's input_shapes holds.
 std::string format_input_shapes(std::initializer_list<const Tensor*> inputs);
 
 /// A span from construction to destruction, recorded when a profile is recording at its start.
+/// While a CUDA graph is being captured, its name is also the op that a forbidden host wait names.
 class RecordScope {
  public:
-  explicit RecordScope(const char* name, Category category = Category::user) : active_(recording()) {
-    if (active_) detail::begin(name, category);
+  explicit RecordScope(const char* name, Category category = Category::user)
+      : flags_(detail::g_scope_flags.load(std::memory_order_relaxed)) {
+    if (flags_ != 0) detail::scope_begin(name, category, flags_);
   }
-  RecordScope(const std::string& name, Category category) : active_(recording()) {
-    if (active_) detail::begin(name, category);
+  RecordScope(const std::string& name, Category category)
+      : flags_(detail::g_scope_flags.load(std::memory_order_relaxed)) {
+    if (flags_ != 0) detail::scope_begin(name, category, flags_);
   }
   ~RecordScope() {
-    if (active_) detail::end();
+    if (flags_ != 0) detail::scope_end(flags_);
   }
   /// The op's input tensors, right after construction (before any span inside it begins): their
   /// shapes and dtypes go into the span when the profile records shapes. Not recording, this is a
   /// branch on a member (no load, no string).
   template <class... Tensors> void inputs(const Tensors&... tensors) {
-    if (active_ && (recording_shapes() || detail::g_recording_gpu.load(std::memory_order_relaxed)))
+    if ((flags_ & detail::kRecording) != 0 &&
+        (recording_shapes() || detail::g_recording_gpu.load(std::memory_order_relaxed)))
       detail::op_inputs({&tensors...});
   }
   RecordScope(const RecordScope&) = delete;
   RecordScope& operator=(const RecordScope&) = delete;
 
  private:
-  bool active_;
+  uint32_t flags_;
 };
 
 /// One sample of a value over time (bytes in use by an allocator).

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <ember/core/cuda/runtime.h>
+#include <ember/core/cuda_graph.h>
 #include <ember/core/device_check.h>
 #include <ember/core/error.h>
 
@@ -39,7 +40,10 @@ void after_host_wait() {
 uint64_t host_synchronizations() { return g_host_syncs.load(std::memory_order_relaxed); }
 void detail::note_host_synchronization() { g_host_syncs.fetch_add(1, std::memory_order_relaxed); }
 
+// Every host wait checks first that no CUDA graph is being captured on this thread (waiting would
+// invalidate the capture): the check runs for CPU no-ops too, so that the CPU tests exercise it.
 void Stream::synchronize() const {
+  detail::check_not_capturing("Stream::synchronize");
   if (device_.is_cpu()) return;
   device_.validate();
   detail::cuda_stream_synchronize(device_.index(), handle_);
@@ -71,6 +75,7 @@ Stream new_stream(Device device) {
 }
 
 void synchronize(Device device) {
+  detail::check_not_capturing("synchronize(device)");
   if (device.is_cpu()) return;
   device.validate();
   detail::cuda_device_synchronize(device.index());
@@ -153,6 +158,7 @@ void Event::record(Stream s) {
 }
 
 void Event::wait(Stream s) const {
+  if (s.device().is_cpu()) detail::check_not_capturing("Event::wait on the CPU");
   if (!handle_) return;  // a CPU or never-recorded event: nothing outstanding to wait for
   if (s.device().is_cpu()) {
     detail::cuda_event_synchronize(handle_);  // the CPU "stream" waits by blocking the host
@@ -164,6 +170,7 @@ void Event::wait(Stream s) const {
 }
 
 void Event::synchronize() const {
+  detail::check_not_capturing("Event::synchronize");
   if (!handle_) return;
   detail::cuda_event_synchronize(handle_);
   after_host_wait();

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include <ember/core/cuda_graph.h>
 #include <ember/kernels/copy.h>
 
 namespace ember::kernels {
@@ -20,6 +21,11 @@ void sample(const char* name, Distribution dist, const Tensor& t, double a, doub
   if (n == 0) return;
   // Implementations fill contiguous memory in layout order; other views sample into a temporary.
   Tensor target = t.is_contiguous() ? t : empty(t.sizes(), t.options());
+  // A captured launch keeps its offset: every replay would draw the same numbers (dropout reads a
+  // per-replay offset from the device instead; these kernels do not).
+  ember::detail::check_capturable(name,
+                                  "its generator offset is baked into the launch, so every replay would draw "
+                                  "the same numbers");
   const uint64_t seed = gen.seed();
   const uint64_t offset = gen.reserve(static_cast<uint64_t>(n));
   sample_table(t.device(), dist, target, a, b, seed, offset);

@@ -2,6 +2,7 @@
 #include <ember/optim/adam.h>
 
 #include <ember/autograd/grad_mode.h>
+#include <ember/core/cuda_graph.h>
 #include <ember/core/record.h>
 #include <ember/kernels/optim.h>
 
@@ -62,6 +63,12 @@ void Adam::step() {
     throw;
   }
   for (size_t i : updated) ++*state_[i].at("step").data<int64_t>();
+  // Inside a CUDA graph capture the kernel adds the replay number to the captured step count
+  // (kernels/cuda/optim.cu); the host counts follow each replay after the first.
+  if (ember::detail::capturing())
+    ember::detail::on_replay([this, updated] {
+      for (size_t i : updated) ++*state_[i].at("step").data<int64_t>();
+    });
 }
 
 AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& o)

@@ -8,6 +8,7 @@
 
 #include <ember/autograd/grad_mode.h>
 #include <ember/autograd/ops.h>
+#include <ember/core/cuda_graph.h>
 #include <ember/kernels/amp.h>
 #include <ember/kernels/factory.h>
 
@@ -65,6 +66,8 @@ Tensor GradScaler::scale(const Tensor& loss) const {
 
 void GradScaler::unscale_(optim::Optimizer& optimizer) {
   if (!options_.enabled) return;
+  ember::detail::check_capturable("GradScaler (fp16)",
+                                  "it reads found_inf on the host to decide whether the step runs; use precision bf16");
   PerOptimizer& st = per_optimizer_[&optimizer];
   EMBER_CHECK(!st.stepped, "GradScaler::unscale_: step() already ran for this ", optimizer.name(),
               " optimizer since the last update()");

@@ -342,6 +342,30 @@ void check_cross_fields(const ExperimentConfig& c, const Origins& origins, Probl
                      "expected 0 with schedule.name = onecycle (it has its own warm-up), found " +
                          std::to_string(c.schedule.warmup_epochs));
   }
+  // train.cuda_graphs: what a captured step cannot hold (docs/cuda_graphs.md).
+  if (c.train.cuda_graphs) {
+    const std::string key = "train.cuda_graphs";
+    if (c.device == "cpu")
+      add_pair_problem(key, "device", "true needs a CUDA device (CUDA graphs capture GPU work), found device = cpu");
+    if (c.parallel.mode != ParallelMode::none)
+      add_pair_problem(key, "parallel.mode",
+                       std::string("true is not supported with parallel.mode = ") + config_name(c.parallel.mode) +
+                           " yet (the gradient reduction is not capturable); use parallel.mode none");
+    if (c.precision == Precision::fp16)
+      add_pair_problem(key, "precision",
+                       "true cannot be used with precision fp16: its GradScaler reads found_inf on the host every "
+                       "step; use precision bf16 or fp32");
+    if (c.train.accumulation_steps != 1)
+      add_pair_problem(key, "train.accumulation_steps",
+                       "true needs train.accumulation_steps = 1 (one captured step per batch), found " +
+                           std::to_string(c.train.accumulation_steps));
+    if (c.train.on_nonfinite != NonFinitePolicy::stop)
+      add_pair_problem(key, "train.on_nonfinite",
+                       "true needs train.on_nonfinite = stop (skip reads each loss on the host before its backward)");
+    if (c.profile.enabled)
+      add_pair_problem(key, "profile.enabled",
+                       "true cannot be profiled: a replay is one launch; set profile.enabled false");
+  }
   // The model zoo's input shapes: mnist_cnn takes 1x28x28, the others 3x32x32 (CIFAR, synthetic).
   const bool mnist_images = c.data.dataset == DatasetKind::mnist;
   if ((c.model.name == ModelKind::mnist_cnn) != mnist_images) {

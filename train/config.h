@@ -205,6 +205,11 @@ struct LoopConfig {
   /// Deterministic algorithms only (ember::set_deterministic(true) for the run, core/determinism.h):
   /// bitwise-reproducible GPU steps, or an error naming an op that has no deterministic path.
   bool deterministic = false;
+  /// Capture one whole training step (forward, loss, backward, optimizer step) as a CUDA graph after
+  /// three eager warm-up steps and replay it for every later batch of the same shape
+  /// (docs/cuda_graphs.md). Needs a CUDA device, parallel.mode none, precision fp32 or bf16,
+  /// accumulation_steps 1, on_nonfinite stop and no profile.
+  bool cuda_graphs = false;
   friend bool operator==(const LoopConfig&, const LoopConfig&) = default;
 };
 

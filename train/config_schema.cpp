@@ -410,6 +410,15 @@ std::vector<KeySpec> build_schema() {
               "deterministic path is an error naming it. The CPU is deterministic either way "
               "(docs/determinism.md).",
        .field = EMBER_CONFIG_FIELD(bool, train.deterministic)},
+      {.path = "train.cuda_graphs",
+       .kind = K::Bool,
+       .default_json = "false",
+       .doc = "Capture one whole training step (forward, loss, backward, optimizer step) as a CUDA graph after "
+              "3 eager warm-up steps and replay it for every later batch of the same shape; a batch of another "
+              "shape (the last, partial one) runs eagerly, and a new learning rate re-captures. Needs a CUDA "
+              "device, parallel.mode none, precision fp32 or bf16, train.accumulation_steps 1, train.on_nonfinite "
+              "stop and profile.enabled false (docs/cuda_graphs.md).",
+       .field = EMBER_CONFIG_FIELD(bool, train.cuda_graphs)},
 
       {.path = "parallel.mode",
        .kind = K::Enum,

@@ -66,6 +66,20 @@ void StepRunner::optimizer_step() {
   if (schedule_) schedule_->step();
 }
 
+Tensor StepRunner::graph_body(const Tensor& input, const Tensor& target) {
+  Tensor loss_value;
+  {
+    std::optional<amp::Autocast> low_precision;  // forward and loss only (docs/amp.md)
+    if (settings_.precision != Precision::fp32)
+      low_precision.emplace(device_.type(), settings_.precision == Precision::bf16 ? DType::bf16 : DType::f16);
+    loss_value = loss(net_.forward(input), target);
+  }
+  loss_value.backward();
+  if (settings_.clip_grad_norm > 0) optim::clip_grad_norm_(model_.parameters(), settings_.clip_grad_norm);
+  opt_.step();
+  return loss_value.detach();
+}
+
 void StepRunner::skip_step() {
   opt_.zero_grad();
   if (schedule_) schedule_->step();

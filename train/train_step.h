@@ -56,6 +56,12 @@ class StepRunner {
   /// A step not taken (train.on_nonfinite=skip): gradients dropped, parameters and optimizer
   /// state kept; the schedule still counts it, as with fp16's skipped steps.
   void skip_step();
+  /// The untimed whole step that a CUDA graph captures (train/graph_step.h): forward and loss
+  /// under autocast, backward, clipping and the optimizer's step; no zero_grad and no schedule
+  /// step (host-side changes that a replay would not see). Returns the loss (0-d, on the device).
+  Tensor graph_body(const Tensor& input, const Tensor& target);
+  optim::Optimizer& optimizer() { return opt_; }
+  optim::LRScheduler* schedule() { return schedule_; }
 
  private:
   layers::Module &net_, &model_;

@@ -46,6 +46,7 @@
 #include <ember/train/early_stop.h>
 #include <ember/train/factories.h>
 #include <ember/train/gpu_monitor.h>
+#include <ember/train/graph_step.h>
 #include <ember/train/parallel_setup.h>
 #include <ember/train/phase_timer.h>
 #include <ember/train/progress.h>
@@ -210,6 +211,7 @@ class Session {
   EarlyStopping stopper_;
   std::unique_ptr<PhaseTimers> timers_;
   std::unique_ptr<StepRunner> stepper_;
+  std::unique_ptr<GraphStep> graph_;  // train.cuda_graphs: the step as a CUDA graph
   std::unique_ptr<Progress> progress_;
   std::unique_ptr<profiler::Profile> profile_;  // profile.enabled: a few steps of this session
   std::unique_ptr<TensorBoardWriter> tb_;  // output.tensorboard, rank 0
@@ -263,6 +265,24 @@ void Session::build() {
       StepSettings{
           .precision = o_.precision, .accumulation_steps = o_.accumulation_steps, .clip_grad_norm = o_.clip_grad_norm},
       loss_fn_);
+  if (o_.cuda_graphs) {
+    // What a captured step cannot hold (the config's rules say the same for ember-train; a user's
+    // Trainer is checked here). docs/cuda_graphs.md.
+    EMBER_CHECK(dev_.is_cuda(), "train.cuda_graphs: true needs a CUDA device; this run's device is ", dev_.str());
+    EMBER_CHECK(par_.mode == ParallelMode::none, "train.cuda_graphs: true is not supported with parallel.mode ",
+                config_name(par_.mode), " yet (the gradient reduction is not capturable)");
+    EMBER_CHECK(o_.precision != Precision::fp16,
+                "train.cuda_graphs: true cannot be used with precision fp16 (its GradScaler reads found_inf on the "
+                "host every step); use bf16 or fp32");
+    EMBER_CHECK(o_.accumulation_steps == 1, "train.cuda_graphs: true needs train.accumulation_steps 1, found ",
+                o_.accumulation_steps);
+    EMBER_CHECK(o_.on_nonfinite == NonFinitePolicy::stop,
+                "train.cuda_graphs: true needs train.on_nonfinite stop (skip reads each loss before its backward)");
+    EMBER_CHECK(!o_.profile.enabled,
+                "train.cuda_graphs: true cannot be profiled (profile.enabled): the ops inside "
+                "a replay are one launch; profile without CUDA graphs");
+    graph_ = std::make_unique<GraphStep>(*stepper_, *timers_, dev_);
+  }
   progress_ = std::make_unique<Progress>(*log_, log_->console_is_terminal(), o_.output.log_interval);
   if (dev_.is_cuda() && par_.is_root()) {
     std::string why;
@@ -374,6 +394,10 @@ void Session::prune_after_resume(const Checkpoint& ck) {
     if (!pruned.empty())
       say("deleted " + std::to_string(pruned.size()) + " epoch checkpoints after epoch " + std::to_string(ck.epoch) +
           " (a timeline the resume replaces)");
+    if (o_.output.tensorboard && o_.write_run_dir)
+      if (const int64_t n = prune_event_files(paths_.dir, ck.global_step))
+        say("TensorBoard: dropped " + std::to_string(n) + " events after global step " +
+            std::to_string(ck.global_step) + " from the earlier event files (a timeline the resume replaces)");
     for (const std::string& n : resume_notes_) say("note: " + n);
     say("resumed from " + resume_from_ + ": epochs done " + std::to_string(ck.epoch) +
         (st_.partial.active()
@@ -444,11 +468,12 @@ bool Session::train_epoch(int64_t epoch, EpochMetrics& m) {
     // Gradient accumulation: the optimizer steps after every accumulation_steps-th batch and after
     // the epoch's last. Stops happen only at optimizer steps.
     const bool steps_now = (step + 1) % o_.accumulation_steps == 0 || sampler.position() >= sampler.size();
-    const Tensor loss = stepper_->forward_backward(
-        input, target, steps_now, [&](const Tensor& l) { return nonfinite.after_forward(l, step + 1, steps_now); });
+    const auto after_forward = [&](const Tensor& l) { return nonfinite.after_forward(l, step + 1, steps_now); };
+    const Tensor loss = graph_ ? graph_->step(input, target, after_forward)
+                               : stepper_->forward_backward(input, target, steps_now, after_forward);
     if (steps_now) {
       const bool skip = nonfinite.step_bad();
-      skip ? stepper_->skip_step() : stepper_->optimizer_step();
+      if (!graph_) skip ? stepper_->skip_step() : stepper_->optimizer_step();  // GraphStep has stepped
       nonfinite.end_step(skip);
       ++st_.global_step;
     }
@@ -734,7 +759,9 @@ void Session::start_profile() {
 
 // output.tensorboard: rank 0's event file in the run directory, opened with the hyperparameters
 // (config.json as written, "resolved" included; provenance and description left out). A resumed run
-// adds a new file beside the earlier session's; TensorBoard reads them as one run.
+// adds a new file beside the earlier session's, whose events after the checkpoint's step the resume
+// dropped (prune_after_resume); TensorBoard reads them as one run. The run's end writes the HParams
+// session_end_info: success, or failure from run()'s error path; a signal leaves the run resumable.
 void Session::start_tensorboard() {
   if (!o_.output.tensorboard) return;
   if (!o_.write_run_dir) {
@@ -815,6 +842,13 @@ TrainOutcome Session::run() {
     return train();
   } catch (const std::exception& e) {
     log_->file_line("error: " + error_text(e));  // log.txt tells how the run ended, as the console did
+    if (tb_) {  // rank 0's file: the HPARAMS table shows the run as failed (no collective: ranks may be gone)
+      try {
+        tb_->add_session_end(SessionStatus::failure);
+        tb_->flush();
+      } catch (const std::exception&) {  // the run's own error is the one to report
+      }
+    }
     throw;
   }
 }
@@ -852,6 +886,10 @@ TrainOutcome Session::train() {
   const RunSummary s = summary();
   on_root([&] {
     if (o_.write_run_dir) write_file_atomic(paths_.summary, to_json(s));
+    if (tb_) {
+      tb_->add_session_end(SessionStatus::success);
+      tb_->flush();
+    }
   });
   log_final(s);
   return {paths_.dir, s, 0};

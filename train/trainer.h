@@ -114,6 +114,9 @@ struct TrainerOptions {
   int64_t accumulation_steps = 1;  // train.accumulation_steps
   NonFinitePolicy on_nonfinite = NonFinitePolicy::stop;  // train.on_nonfinite
   double clip_grad_norm = 0;  // optim.clip_grad_norm
+  /// train.cuda_graphs: capture one training step as a CUDA graph and replay it for every later
+  /// batch of the same shape (docs/cuda_graphs.md); checked when the Trainer starts.
+  bool cuda_graphs = false;
   EarlyStopConfig early_stop;
   CheckpointConfig checkpoint;
   OutputConfig output;

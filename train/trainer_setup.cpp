@@ -40,6 +40,7 @@ ExperimentConfig config_of_options(const TrainerOptions& o) {
   c.train.accumulation_steps = o.accumulation_steps;
   c.train.on_nonfinite = o.on_nonfinite;
   c.train.deterministic = ember::deterministic();  // the program's setting of the process-wide switch
+  c.train.cuda_graphs = o.cuda_graphs;
   c.parallel = o.parallel;
   return c;
 }
@@ -113,6 +114,7 @@ TrainerOptions trainer_options(const ExperimentConfig& c, const std::vector<std:
   o.channels_last = c.memory_format == MemoryFormat::channels_last;
   o.accumulation_steps = c.train.accumulation_steps;
   o.on_nonfinite = c.train.on_nonfinite;
+  o.cuda_graphs = c.train.cuda_graphs;
   o.clip_grad_norm = c.optim.clip_grad_norm;
   o.early_stop = c.early_stop;
   o.checkpoint = c.checkpoint;

@@ -9,6 +9,7 @@
 #include <ember/core/caching_allocator.h>
 #include <ember/core/cuda/runtime.h>
 #include <ember/core/cuda_check.h>
+#include <ember/core/cuda_graph.h>
 #include <ember/core/stream.h>
 
 namespace ember {
@@ -33,7 +34,12 @@ class CudaBackend final : public CachingAllocator::Backend {
   void* alloc(size_t nbytes) override {
     DeviceGuard guard(Device::cuda(device_));
     void* p = nullptr;
+    // During a stream capture in thread-local mode cudaMalloc is an unsafe call; in relaxed mode it
+    // is allowed (PyTorch's allocator does the same). Outside a capture the exchange changes nothing.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     cudaError_t err = cudaMalloc(&p, nbytes);
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
     if (err == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();  // not sticky; clear it so the next launch check does not report it
       return nullptr;
@@ -55,6 +61,7 @@ class CudaBackend final : public CachingAllocator::Backend {
   void* record_event(void* stream) override { return detail::cuda_pooled_event_record(device_, stream); }
   bool event_done(void* event) override { return detail::cuda_event_query(event); }
   void event_wait(void* event) override {
+    detail::check_not_capturing("the caching allocator's wait for a deferred free");
     detail::cuda_event_synchronize(event);
     detail::note_host_synchronization();
   }

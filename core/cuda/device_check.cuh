@@ -10,7 +10,9 @@ namespace ember {
 /// Raises the slot with two values (e.g. the bad index and where it was). The first thread to
 /// claim it (the claim word moves to this check's ticket) writes the values, then the flag, with a
 /// system-wide fence between so the host never sees the flag without them; the others return.
+/// A null slot (a launch inside a CUDA graph capture: core/cuda_graph.h) does not report.
 __device__ inline void raise_device_error(const DeviceErrorSlot& s, int64_t a, int64_t b = 0) {
+  if (s.claim == nullptr) return;
   if (atomicMax(s.claim, s.ticket) < s.ticket) {
     volatile int64_t* r = s.record;
     r[1] = a;
@@ -23,6 +25,7 @@ __device__ inline void raise_device_error(const DeviceErrorSlot& s, int64_t a, i
 /// True when a kernel queued earlier on this stream raised the slot (kernel boundaries order the
 /// claim word's update before this read).
 __device__ inline bool device_error_raised(const DeviceErrorSlot& s) {
+  if (s.claim == nullptr) return false;
   return *reinterpret_cast<const volatile unsigned long long*>(s.claim) >= s.ticket;
 }
 

@@ -10,6 +10,7 @@
 
 #include <ember/core/cuda/runtime.h>
 #include <ember/core/cuda_check.h>
+#include <ember/core/cuda_graph.h>
 #include <ember/core/device_check.h>
 #include <ember/core/stream.h>
 
@@ -63,7 +64,10 @@ class CudaCheckBackend final : public DeviceCheckRegistry::Backend {
 
   void* record_event(int device, void* stream) override { return detail::cuda_pooled_event_record(device, stream); }
   bool event_done(void* event) override { return detail::cuda_event_query(event); }
-  void event_wait(void* event) override { detail::cuda_event_synchronize(event); }
+  void event_wait(void* event) override {
+    detail::check_not_capturing("a device check's wait");
+    detail::cuda_event_synchronize(event);
+  }
   void event_release(int device, void* event) override { detail::cuda_pooled_event_release(device, event); }
 
  private:

@@ -7,6 +7,7 @@
 //         [--depth N] [--widen N] [--epochs N] [--batch-size N] [--lr X] [--device D] [--seed N]
 //         [--limit-train N] [--limit-test N] [--workers N] [--checkpoint-dir DIR] [--resume FILE]
 //         [--metrics-out FILE] [--profile DIR] [--precision fp32|bf16|fp16] [--channels-last]
+//         [--cuda-graphs]
 //         [--accumulation-steps N] [--data-parallel [--devices LIST]]
 //
 // The recipe is the common CIFAR one: random crop 32 with 4 pixels of zero padding and random

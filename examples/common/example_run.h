@@ -54,6 +54,7 @@ struct RunFlags {
   std::string tensorboard_dir = {};  // --tensorboard DIR: a TensorBoard event file there (empty: none)
   ember::train::Precision precision = ember::train::Precision::fp32;
   bool channels_last = false;
+  bool cuda_graphs = false;  // --cuda-graphs: train.cuda_graphs
   bool data_parallel = false;
   std::vector<std::string> devices = {};  // --devices as spelled (empty: every visible GPU)
   int64_t accumulation_steps = 1;
@@ -101,6 +102,7 @@ inline void add_run_flags(std::vector<Flag>& flags, RunFlags& r) {
          else throw UsageError(f + " expects fp32, bf16 or fp16, got '" + v + "'");
        }},
       {"--channels-last", [&r](auto&, auto&) { r.channels_last = true; }, /*takes_value=*/false},
+      {"--cuda-graphs", [&r](auto&, auto&) { r.cuda_graphs = true; }, /*takes_value=*/false},
       {"--accumulation-steps", [&r](auto& f, auto& v) { r.accumulation_steps = parse_int(f, v, 1); }},
       {"--data-parallel", [&r](auto&, auto&) { r.data_parallel = true; }, /*takes_value=*/false},
       {"--devices", [&r](auto& f, auto& v) { r.devices = parse_devices_list(f, v); }},
@@ -136,6 +138,9 @@ inline std::string run_usage(const std::string& program, const RunFlags& r) {
          "                        loss under amp::Autocast, fp16 with a dynamic loss scale (amp::GradScaler)\n"
          "  --channels-last       lay the model's weights and every input batch out channels-last (NHWC in\n"
          "                        memory, what tensor-core convolutions prefer)\n"
+         "  --cuda-graphs         capture one training step as a CUDA graph after 3 warm-up steps and\n"
+         "                        replay it for every batch of the same shape (train.cuda_graphs; a GPU,\n"
+         "                        fp32 or bf16, no accumulation; docs/cuda_graphs.md)\n"
          "  --accumulation-steps N\n"
          "                        add up the gradients of N batches before each optimizer step (default 1)\n"
          "  --data-parallel       one process, several devices: split each batch of --batch-size images\n"
@@ -309,6 +314,7 @@ inline std::vector<std::pair<std::string, ember::train::HParamValue>> run_hparam
           {"limit_test", static_cast<double>(r.limit_test)},
           {"precision", std::string(ember::train::config_name(r.precision))},
           {"channels_last", r.channels_last},
+          {"cuda_graphs", r.cuda_graphs},
           {"accumulation_steps", static_cast<double>(r.accumulation_steps)},
           {"data_parallel", r.data_parallel}};
 }
@@ -333,6 +339,7 @@ inline ember::train::TrainerOptions trainer_options(const std::string& program, 
   o.epochs = r.epochs;
   o.precision = r.precision;
   o.channels_last = r.channels_last;
+  o.cuda_graphs = r.cuda_graphs;
   o.accumulation_steps = r.accumulation_steps;
   o.model_name = model;
   o.dataset_name = dataset;

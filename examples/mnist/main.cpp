@@ -6,6 +6,7 @@
 //   mnist [--data DIR] [--lr X] [--epochs N] [--batch-size N] [--device auto|cpu|cuda|cuda:N]
 //         [--seed N] [--limit-train N] [--limit-test N] [--checkpoint-dir DIR] [--resume FILE]
 //         [--metrics-out FILE] [--profile DIR] [--precision fp32|bf16|fp16] [--channels-last]
+//         [--cuda-graphs]
 //         [--accumulation-steps N] [--data-parallel [--devices LIST]]
 //
 // On several devices (examples/common/example_run.h): --data-parallel splits each batch over the

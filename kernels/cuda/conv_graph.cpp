@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <ember/core/cuda_check.h>
+#include <ember/core/cuda_graph.h>
 #include <ember/core/error.h>
 #include <ember/core/stream.h>
 #include <ember/kernels/cuda/conv_plan.h>
@@ -146,6 +147,7 @@ bool numerics_allowed(const std::vector<cudnnBackendNumericalNote_t>& notes, DTy
 /// Device milliseconds of one run of `fn` on `stream`, after one untimed run; negative when a run
 /// fails (its status is then in `status`).
 template <typename Fn> float time_on(cudaStream_t stream, Fn&& fn, cudnnStatus_t& status) {
+  ember::detail::check_not_capturing("cuDNN's engine benchmark (a first convolution of this shape)");
   status = fn();
   if (status != CUDNN_STATUS_SUCCESS) return -1.0f;
   cudaEvent_t e0 = nullptr, e1 = nullptr;

@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <utility>
 
+#include <ember/core/cuda_graph.h>
 #include <ember/kernels/copy.h>
 #include <ember/kernels/cuda/cuda_kernels.h>
 #include <ember/kernels/cuda/loops.cuh>
@@ -114,6 +115,9 @@ void transfer_impl(void* dst, Device dst_device, const void* src, Device src_dev
     std::memcpy(dst, src, nbytes);
     return;
   }
+  ember::detail::check_not_capturing(dst_device.is_cpu()   ? "a copy to the host (item(), to(cpu))"
+                                     : src_device.is_cpu() ? "a copy from the host (to(cuda), from_vector)"
+                                                           : "a copy between devices (to())");
   if (src_device.is_cpu()) {  // host -> device, ordered after earlier work on dst's stream
     DeviceGuard guard(dst_device);
     const cudaStream_t s = current_cuda_stream(dst_device);

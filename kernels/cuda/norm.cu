@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include <ember/core/cuda_graph.h>
 #include <ember/core/rng.h>
 #include <ember/kernels/copy.h>
 #include <ember/kernels/cuda/cuda_kernels.h>
@@ -373,8 +374,10 @@ template <typename T, typename C> __device__ __forceinline__ T dropout_value(T x
 
 // kVec: x and out are aligned to 4 * sizeof(T), so a full block moves as one Vec<T, 4>.
 template <bool kVec, typename T, typename C>
-__global__ void __launch_bounds__(kBlock) dropout_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t n,
-                                                         uint64_t seed, uint64_t offset, uint32_t thr, C scale) {
+__global__ void __launch_bounds__(kBlock)
+    dropout_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t n, uint64_t seed, uint64_t offset,
+                   const uint64_t* extra, uint32_t thr, C scale) {
+  if (extra != nullptr) offset += *extra;  // inside a CUDA graph: this replay's part of the stream
   const int64_t nblocks = (n + 3) / 4;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t blk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; blk < nblocks; blk += stride) {
@@ -411,6 +414,8 @@ void dropout_cuda(const Tensor& x, double p, uint64_t seed, uint64_t offset, con
   const cudaStream_t stream = stream_of(x);
   const uint32_t thr = dropout_threshold(p);
   const int grid = grid_for((n + 3) / 4);
+  // Captured in a CUDA graph, the offset also gets the graph's per-replay extra (core/cuda_graph.h).
+  const uint64_t* extra = ember::detail::capture_rng_extra();
   EMBER_DISPATCH_FLOAT(x.dtype(), op, [&]<typename T>() {
     using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
     const C scale = static_cast<C>(1.0 / (1.0 - p));  // rounded on the host, as the CPU twin does
@@ -419,12 +424,12 @@ void dropout_cuda(const Tensor& x, double p, uint64_t seed, uint64_t offset, con
     // Vec<T, 4> is at most 16 bytes (f64 would need 32; it stays scalar).
     if constexpr (sizeof(T) <= 4) {
       if (is_aligned(xp, 4 * sizeof(T)) && is_aligned(op_, 4 * sizeof(T))) {
-        dropout_kernel<true, T, C><<<grid, kBlock, 0, stream>>>(xp, op_, n, seed, offset, thr, scale);
+        dropout_kernel<true, T, C><<<grid, kBlock, 0, stream>>>(xp, op_, n, seed, offset, extra, thr, scale);
         EMBER_LAUNCH_CHECK();
         return;
       }
     }
-    dropout_kernel<false, T, C><<<grid, kBlock, 0, stream>>>(xp, op_, n, seed, offset, thr, scale);
+    dropout_kernel<false, T, C><<<grid, kBlock, 0, stream>>>(xp, op_, n, seed, offset, extra, thr, scale);
     EMBER_LAUNCH_CHECK();
   });
 }

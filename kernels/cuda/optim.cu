@@ -26,6 +26,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <ember/core/cuda_graph.h>
 #include <ember/core/stream.h>
 #include <ember/kernels/cuda/cuda_kernels.h>
 #include <ember/kernels/optim.h>
@@ -130,10 +131,20 @@ __global__ void __launch_bounds__(kBlock) sgd_kernel(TensorListMeta<3, SgdExtra>
   }
 }
 
+// Inside a CUDA graph (core/cuda_graph.h) the step count is the captured one plus the graph's
+// replay number, read from the device, and the bias corrections are computed here (as
+// optim_math::adam_tensor_coeffs does on the host; CUDA's pow may differ from the host's in the
+// last bit of a double, which the rounding to P nearly always hides). index null: eager.
+struct AdamReplay {
+  const unsigned long long* index = nullptr;
+  int64_t base_step = 0;  // the step count the capture ran with
+  double lr = 0, beta1 = 0, beta2 = 0;
+};
+
 // ---- Adam: operands param (P), grad (G), exp_avg (P), exp_avg_sq (P) ----
 template <typename P, typename G>
-__global__ void __launch_bounds__(kBlock)
-    adam_kernel(TensorListMeta<4, optim_math::AdamTensorCoeffs<P>> meta, optim_math::AdamCoeffs<P> c) {
+__global__ void __launch_bounds__(kBlock) adam_kernel(TensorListMeta<4, optim_math::AdamTensorCoeffs<P>> meta,
+                                                      optim_math::AdamCoeffs<P> c, AdamReplay replay) {
   const int64_t total = meta.chunk_start[meta.count];
   for (int64_t chunk = blockIdx.x; chunk < total; chunk += gridDim.x) {
     const ChunkRange r = chunk_range(meta, chunk);
@@ -141,7 +152,12 @@ __global__ void __launch_bounds__(kBlock)
     const G* g = static_cast<const G*>(meta.ptr[1][r.t]) + r.begin;
     P* m = static_cast<P*>(meta.ptr[2][r.t]) + r.begin;
     P* v = static_cast<P*>(meta.ptr[3][r.t]) + r.begin;
-    const optim_math::AdamTensorCoeffs<P> tc = meta.extra[r.t];
+    optim_math::AdamTensorCoeffs<P> tc = meta.extra[r.t];
+    if (replay.index != nullptr) {
+      const double step = static_cast<double>(replay.base_step + static_cast<int64_t>(*replay.index));
+      const double bc1 = 1.0 - pow(replay.beta1, step), bc2 = 1.0 - pow(replay.beta2, step);
+      tc = {static_cast<P>(replay.lr / bc1), static_cast<P>(sqrt(bc2))};
+    }
     const bool vec = vec_aligned<P>(p) && vec_aligned<G>(g) && vec_aligned<P>(m) && vec_aligned<P>(v);
     const int64_t nv = vec ? r.n / kIlp * kIlp : 0;
     for (int64_t i = static_cast<int64_t>(threadIdx.x) * kIlp; i < nv; i += static_cast<int64_t>(blockDim.x) * kIlp) {
@@ -299,6 +315,14 @@ void adam_step_cuda(const std::vector<AdamSlot>& slots, const AdamHyper& h) {
   if (slots.empty()) return;
   DeviceGuard guard(slots[0].param.device());
   const cudaStream_t stream = stream_of(slots[0].param);
+  AdamReplay replay;
+  if (const uint64_t* index = ember::detail::capture_replay_index()) {
+    for (const AdamSlot& s : slots)
+      EMBER_CHECK(s.step == slots[0].step, "adam_step (cuda): inside a CUDA graph capture every parameter must be ",
+                  "at one step count (the graph advances one count per replay), found ", slots[0].step, " and ",
+                  s.step);
+    replay = {reinterpret_cast<const unsigned long long*>(index), slots[0].step, h.lr, h.beta1, h.beta2};
+  }
   dispatch_pair(slots[0].param.dtype(), slots[0].grad.dtype(), "adam_step", [&]<typename P, typename G>() {
     using Extra = optim_math::AdamTensorCoeffs<P>;
     const auto c = optim_math::adam_coeffs<P>(h);
@@ -314,7 +338,7 @@ void adam_step_cuda(const std::vector<AdamSlot>& slots, const AdamHyper& h) {
           return s.param.numel();
         },
         [&](const TensorListMeta<4, Extra>& meta, int64_t chunks) {
-          adam_kernel<P, G><<<update_grid(chunks), kBlock, 0, stream>>>(meta, c);
+          adam_kernel<P, G><<<update_grid(chunks), kBlock, 0, stream>>>(meta, c, replay);
           EMBER_LAUNCH_CHECK();
         });
   });

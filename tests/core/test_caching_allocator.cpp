@@ -483,3 +483,100 @@ TEST_CASE("record_stream on CPU storages is a no-op", "[cpu]") {
   CHECK_NOTHROW(ember::note_stream_use(s, ember::Stream()));
   CHECK_NOTHROW(ember::record_stream(ember::Storage(), ember::Stream()));
 }
+
+// ---- CUDA graphs' private pools (core/cuda_graph.h), on the fake backend ----
+
+namespace {
+bool inside(const void* p, const char* seg, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  return c >= seg && c < seg + n;
+}
+}  // namespace
+
+TEST_CASE("a graph's pool: reused inside its capture, kept from everyone else until released", "[cpu]") {
+  FakeState st;
+  st.stream = kStreamA;
+  CachingAllocator a(std::make_unique<FakeBackend>(&st));
+  { DataPtr general = a.allocate(4 * KiB); }  // a free general block of stream A the capture must not take
+  REQUIRE(st.allocs == 1);
+  const uint64_t pool = CachingAllocator::new_pool_id();
+  CHECK(pool != 0);
+  a.begin_capture(kStreamA, pool);
+  CHECK(a.thread_capturing());
+  char* first;
+  {
+    DataPtr x = a.allocate(4 * KiB);
+    first = as_bytes(x);
+  }  // freed inside the capture: back to the pool
+  CHECK(st.allocs == 2);  // the pool's own segment
+  DataPtr y = a.allocate(4 * KiB);
+  CHECK(as_bytes(y) == first);  // reused later in the same capture
+  CHECK(a.stats().private_pool_allocs == 2);
+  CHECK(a.stats().private_pool_reserved == 2 * MiB);
+  a.empty_cache();  // nothing goes back to the backend during a capture
+  CHECK(st.frees == 0);
+  a.end_capture(kStreamA);
+  CHECK_FALSE(a.thread_capturing());
+  y.reset();  // after the capture: still the pool's
+  std::vector<DataPtr> others;
+  for (int i = 0; i < 6; ++i) others.push_back(a.allocate(512 * KiB));  // more than the general segment holds
+  for (const DataPtr& p : others) CHECK_FALSE(inside(p.get(), first, 2 * MiB));
+  const int allocs_before = st.allocs;
+  others.clear();
+  a.empty_cache();  // general segments go back; the live pool's does not
+  CHECK(st.live.size() == 1);
+  CHECK(st.live.count(first) == 1);
+  CHECK(a.stats().private_pool_reserved == 2 * MiB);
+  a.release_pool(pool);  // the graph is gone: its free segment joins stream A's cache
+  CHECK(a.stats().private_pool_reserved == 0);
+  DataPtr z = a.allocate(4 * KiB);
+  CHECK(inside(z.get(), first, 2 * MiB));
+  CHECK(st.allocs == allocs_before);
+  z.reset();
+  a.empty_cache();
+  CHECK(st.live.empty());
+}
+
+TEST_CASE("a graph's pool: a general block freed inside the capture is held until the pool is released", "[cpu]") {
+  FakeState st;
+  st.stream = kStreamA;
+  CachingAllocator a(std::make_unique<FakeBackend>(&st));
+  DataPtr outside = a.allocate(8 * KiB);  // used by the graph, freed during its capture
+  char* held = as_bytes(outside);
+  const uint64_t pool = CachingAllocator::new_pool_id();
+  a.begin_capture(kStreamA, pool);
+  outside.reset();
+  CHECK(a.stats().pending_frees == 1);
+  a.end_capture(kStreamA);
+  DataPtr again = a.allocate(8 * KiB);  // replays may still read `held`: not handed out
+  CHECK(as_bytes(again) != held);
+  again.reset();
+  a.release_pool(pool);
+  CHECK(a.stats().pending_frees == 0);
+  CHECK(a.stats().allocated == 0);
+  DataPtr reused = a.allocate(8 * KiB);
+  CHECK(as_bytes(reused) == held);  // the smallest free block of stream A at the lowest address
+}
+
+TEST_CASE("a graph's pool: the capturing thread allocating for another stream is an error naming it", "[cpu]") {
+  FakeState st;
+  st.stream = kStreamA;
+  CachingAllocator a(std::make_unique<FakeBackend>(&st));
+  const uint64_t pool = CachingAllocator::new_pool_id();
+  a.begin_capture(kStreamA, pool);
+  REQUIRE_THROWS_WITH(a.allocate(KiB, kStreamB), Catch::Contains("allocation outside the graph's pool") &&
+                                                     Catch::Contains("fake:0") && Catch::Contains("0x2000"));
+  // Another thread (a loader worker) allocates as usual, from the general cache.
+  bool general = false;
+  std::thread other([&] {
+    DataPtr p = a.allocate(KiB, kStreamB);
+    general = p.get() != nullptr;
+  });
+  other.join();
+  CHECK(general);
+  CHECK(a.stats().private_pool_allocs == 0);
+  a.end_capture(kStreamA);
+  a.release_pool(pool);
+  DataPtr fine = a.allocate(KiB, kStreamB);  // no capture: any stream
+  CHECK(fine.get() != nullptr);
+}

@@ -256,8 +256,15 @@ TEST_CASE("config: to_json round-trips the defaults and a config with every key 
   const json d = json::parse(to_json(defaults)), c = json::parse(to_json(changed));
   for (const auto& path : config_key_paths()) {
     INFO(path);
+    // train.cuda_graphs true refuses fp16, ddp, accumulation and skip, which `changed` sets: it
+    // round-trips in a config of its own below.
+    if (path == "train.cuda_graphs") continue;
     CHECK(at_path(d, path) != at_path(c, path));
   }
+  ExperimentConfig graphs;
+  graphs.device = "cuda:1";
+  graphs.train.cuda_graphs = true;
+  CHECK(parse_config(to_json(graphs)) == graphs);
   const ExperimentConfig back = parse_config(to_json(changed));
   CHECK(back == changed);
   CHECK(back.optim.lr == 0.1 + 0.2);
@@ -576,4 +583,40 @@ TEST_CASE("config: every enum key parses once into its enum and writes back its 
   CHECK(parse_config_name<OptimizerKind>("adam", "optim.name") == OptimizerKind::adam);
   CHECK_THAT(error_of([] { parse_config_name<Precision>("fp8", "precision"); }),
              Catch::StartsWith("precision: expected one of fp32, bf16, fp16, found \"fp8\""));
+}
+
+TEST_CASE("config: train.cuda_graphs refuses what a captured step cannot hold, naming both keys", "[cpu]") {
+  struct Case {
+    std::vector<std::string> overrides;
+    std::vector<std::string> must_contain;
+  };
+  const std::vector<Case> cases = {
+      {{"device=cpu"},
+       {"override 'train.cuda_graphs=true': train.cuda_graphs: true needs a CUDA device", "device = cpu",
+        "(device set by override 'device=cpu')"}},
+      {{"parallel.mode=ddp"}, {"train.cuda_graphs: true is not supported with parallel.mode = ddp yet"}},
+      {{"parallel.mode=dp"}, {"parallel.mode = dp"}},
+      {{"precision=fp16"},
+       {"train.cuda_graphs: true cannot be used with precision fp16", "GradScaler", "found_inf",
+        "use precision bf16 or fp32"}},
+      {{"train.accumulation_steps=2"}, {"train.cuda_graphs: true needs train.accumulation_steps = 1, found 2"}},
+      {{"train.on_nonfinite=skip"}, {"train.cuda_graphs: true needs train.on_nonfinite = stop"}},
+      {{"profile.enabled=true"}, {"train.cuda_graphs: true cannot be profiled"}},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> overrides = {"train.cuda_graphs=true"};
+    overrides.insert(overrides.end(), c.overrides.begin(), c.overrides.end());
+    INFO(c.overrides.front());
+    const std::string msg = error_of([&] { parse_config("{}", overrides, "runs.json"); });
+    INFO("message: " << msg);
+    for (const auto& piece : c.must_contain) CHECK(msg.find(piece) != std::string::npos);
+  }
+  // Allowed: bf16, adam, the defaults' device auto, a GPU.
+  for (const std::vector<std::string>& ok :
+       {std::vector<std::string>{"precision=bf16", "optim.name=adam"}, std::vector<std::string>{"device=cuda:0"}}) {
+    std::vector<std::string> overrides = {"train.cuda_graphs=true"};
+    overrides.insert(overrides.end(), ok.begin(), ok.end());
+    CHECK(parse_config("{}", overrides, "runs.json").train.cuda_graphs);
+  }
+  CHECK_FALSE(ExperimentConfig{}.train.cuda_graphs);
 }

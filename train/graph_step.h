@@ -1,0 +1,63 @@
+#pragma once
+// train.cuda_graphs: the trainer's training step as a CUDA graph (docs/cuda_graphs.md).
+//
+//   warm-up   the first kWarmupSteps batches run eagerly on a side stream, so the per-stream cuBLAS
+//             and cuDNN handles, cuDNN's engine choices and the optimizer's state exist before
+//             anything is captured (none of them may be created inside a capture);
+//   capture   the next batch is copied into static input and target tensors, the gradients are set
+//             to none, and one whole step (forward, loss, backward, clipping, optimizer step) is
+//             captured on that side stream (cuda::GraphCapture);
+//   replay    every later batch of the same shapes and dtypes is copied into the statics and the
+//             graph replayed on the current stream; the loss is a copy of the static loss, read by
+//             the caller after the replay. The schedule steps on the host after each replay.
+//
+// A batch of other shapes (the epoch's last, partial batch) runs eagerly, and a learning rate that
+// differs from the captured one (a schedule's step) re-captures: host scalars are baked into the
+// captured launches. Phase times: a replay is timed as one span under the forward phase (its
+// backward and optimizer kernels are inside the same launch).
+#include <cstdint>
+#include <functional>
+
+#include <ember/core/cuda_graph.h>
+#include <ember/core/device.h>
+#include <ember/core/stream.h>
+#include <ember/core/tensor.h>
+#include <ember/train/phase_timer.h>
+#include <ember/train/train_step.h>
+
+namespace ember::train {
+
+class GraphStep {
+ public:
+  static constexpr int64_t kWarmupSteps = 3;
+
+  /// `device` must be a CUDA device (cuda::Graph says so otherwise, at the first capture).
+  GraphStep(StepRunner& runner, PhaseTimers& timers, Device device);
+
+  /// One optimizer step on (input, target), both on the device. `after_loss(loss)` sees the loss
+  /// (0-d, on the device) after the forward of an eager step or after a replay; its result is
+  /// ignored (train.on_nonfinite stop records the loss and never drops a backward). Returns the loss.
+  Tensor step(const Tensor& input, const Tensor& target, const std::function<bool(const Tensor&)>& after_loss);
+
+  int64_t captures() const { return captures_; }
+  int64_t replays() const { return replays_; }
+  int64_t eager_steps() const { return eager_steps_; }
+  const cuda::Graph& graph() const { return graph_; }
+
+ private:
+  Tensor eager(const Tensor& input, const Tensor& target, const std::function<bool(const Tensor&)>& after_loss);
+  /// Whether (input, target) fit the static tensors (same sizes, strides and dtypes).
+  bool fits(const Tensor& input, const Tensor& target) const;
+  void capture(const Tensor& input, const Tensor& target);
+
+  StepRunner& runner_;
+  PhaseTimers& timers_;
+  Device device_;
+  Stream side_;  // warm-up and capture stream
+  cuda::Graph graph_;
+  Tensor static_input_, static_target_, static_loss_;
+  double captured_lr_ = 0;
+  int64_t warm_ = 0, captures_ = 0, replays_ = 0, eager_steps_ = 0;
+};
+
+}  // namespace ember::train

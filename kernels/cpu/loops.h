@@ -13,6 +13,10 @@
 #include <ember/core/shape.h>
 #include <ember/kernels/strided.h>
 
+// EMBER_NOINLINE: one out-of-line copy of a function, however many callers it has (a loop that
+// every instantiation of a kernel would otherwise repeat inline: kernels/cpu/elementwise.cpp).
+#define EMBER_NOINLINE __attribute__((noinline))
+
 namespace ember::kernels::cpu {
 
 /// Elements per parallel_for chunk for cheap elementwise work.

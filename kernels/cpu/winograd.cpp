@@ -60,16 +60,20 @@ constexpr int64_t kLanes = 8;
 
 // ---- lanes: Vec8 (eight channels) or float (the tail); kUnit: the channels are adjacent ----
 
-// (Vectors go by reference: a 32-byte vector returned by value changes the ABI between the clones.)
+// Vectors go by reference: a 32-byte vector returned by value changes the ABI between the clones.
+// Whole vectors move through Vec8u, an unaligned, aliasing view of eight floats: GCC then emits one
+// 32-byte load or store (a memcpy of a spilled vector was copied in 16-byte halves).
+typedef float Vec8u __attribute__((vector_size(32), aligned(4), may_alias));
+
 template <typename L, bool kUnit> [[gnu::always_inline]] inline void load(L& v, const float* p, int64_t stride) {
   if constexpr (std::is_same_v<L, float>) {
     v = *p;
   } else if constexpr (kUnit) {
-    std::memcpy(&v, p, sizeof(L));
+    v = *reinterpret_cast<const Vec8u*>(p);
   } else {
     float lanes[kLanes];
     for (int k = 0; k < kLanes; ++k) lanes[k] = p[k * stride];
-    std::memcpy(&v, lanes, sizeof(L));
+    v = *reinterpret_cast<const Vec8u*>(lanes);
   }
 }
 
@@ -77,7 +81,7 @@ template <typename L, bool kUnit> [[gnu::always_inline]] inline void store(float
   if constexpr (std::is_same_v<L, float>) {
     *p = v;
   } else if constexpr (kUnit) {
-    std::memcpy(p, &v, sizeof(L));
+    *reinterpret_cast<Vec8u*>(p) = v;
   } else {
     for (int k = 0; k < kLanes; ++k) p[k * stride] = v[k];
   }
@@ -190,6 +194,11 @@ template <typename L> [[gnu::always_inline]] inline void load_freqs(L (&v)[6][6]
 template <typename L, bool kUnit, int K>
 [[gnu::always_inline]] inline void load_block(L (&d)[K][K], const float* img, const Operand& a, int64_t h0,
                                               int64_t w0) {
+  if (h0 >= 0 && w0 >= 0 && h0 + K <= a.H && w0 + K <= a.W) {  // inside: no checks
+    for (int r = 0; r < K; ++r)
+      for (int s = 0; s < K; ++s) load<L, kUnit>(d[r][s], img + (h0 + r) * a.row + (w0 + s) * a.col, a.ch);
+    return;
+  }
   for (int r = 0; r < K; ++r)
     for (int s = 0; s < K; ++s) {
       const int64_t ih = h0 + r, iw = w0 + s;
@@ -439,7 +448,8 @@ void winograd_conv(const float* x, const Operand& xa, int64_t N, const float* U,
 bool winograd_applies(const Geometry& g, DType dt, WinogradPass pass) {
   const bool kernel = g_enabled && dt == DType::f32 && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
                       g.dw == 1 && g.G == 1 && g.ph == 1 && g.pw == 1;
-  const bool size = g.C >= kWinogradMinChannels && g.O >= kWinogradMinChannels && g.Ho >= 4 && g.Wo >= 4;
+  const bool size = g.C >= kWinogradMinChannels && g.O >= kWinogradMinChannels && g.Ho >= 4 && g.Wo >= 4 &&
+                    g.N * Tiles(g.Ho, g.Wo).per_image >= kWinogradMinTiles;
   return kernel && size && (pass != WinogradPass::backward_weight || g.N * g.Ho * g.Wo >= kWinogradMinTerms);
 }
 

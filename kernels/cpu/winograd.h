@@ -17,15 +17,20 @@ enum class WinogradPass { forward, backward_input, backward_weight };
 /// The rule (docs/benchmarks.md, bench_cpu_resnet, gives the measurements behind it): f32; a 3x3
 /// kernel with stride 1, dilation 1, one group and padding 1 (the "same" 3x3 of ResNets and VGGs);
 /// at least kWinogradMinChannels input and output channels; an output plane of at least 4x4 (one
-/// whole tile: smaller planes waste most of a tile's products); and for the weight gradient at least
-/// kWinogradMinTerms = N * Ho * Wo products per element. Accuracy sets the last two: F(4x4, 3x3)'s
-/// rounding error is a fixed multiple of u times the magnitudes of a whole tile, where direct
-/// summation's bound (tests/kernels/test_conv.cpp) grows with the number of terms K of each
-/// element's sum and shrinks with that element's own magnitude. With K >= 144 and padding 1 (an
-/// edge element keeps at least 4 of its 9 taps) the Winograd results stay inside the direct bound;
-/// with 16 terms (one 4x4 plane of one image) or padding 0 or 2 (an element left with one tap)
-/// they do not. g is the forward convolution's geometry for every pass.
+/// whole tile: smaller planes waste most of a tile's products); at least kWinogradMinTiles 4x4
+/// tiles over the batch (N * ceil(Ho / 4) * ceil(Wo / 4)): the filter's transform, 36 * C * O values
+/// written and read back per call, is only paid back by enough tiles (ResNet-18's 4x4 stage, one
+/// tile per image, was 0.4-0.7x as fast as im2col at batch 32 and 1.3-2.4x at batch 128); and for
+/// the weight gradient at least kWinogradMinTerms = N * Ho * Wo products per element (implied by
+/// the tiles, kept for what it says about accuracy). F(4x4, 3x3)'s rounding error is a fixed
+/// multiple of u times the magnitudes of a whole tile, where direct summation's bound
+/// (tests/kernels/test_conv.cpp) grows with the number of terms K of each element's sum and
+/// shrinks with that element's own magnitude. With K >= 144 and padding 1 (an edge element keeps
+/// at least 4 of its 9 taps) the Winograd results stay inside the direct bound; with 16 terms (one
+/// 4x4 plane of one image) or padding 0 or 2 (an element left with one tap) they did not. g is the
+/// forward convolution's geometry for every pass.
 constexpr int64_t kWinogradMinChannels = 16;
+constexpr int64_t kWinogradMinTiles = 64;
 constexpr int64_t kWinogradMinTerms = 144;
 bool winograd_applies(const Geometry& g, DType dt, WinogradPass pass);
 

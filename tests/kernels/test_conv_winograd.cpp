@@ -222,21 +222,23 @@ TEST_CASE("conv2d takes the Winograd path exactly where the rule says", "[cpu][c
     DType dt;
     bool forward, input, weight;  // Winograd expected for each direction
   };
+  // 32x32 planes are 64 tiles per image: each probe outside the rule misses exactly one condition.
   const kernels::Conv2dParams pad1{1, 1, 1, 1, 1, 1, 1};
+  const Shape w64{64, 64, 3, 3};
   const std::vector<Probe> probes = {
-      {{3, 64, 8, 8}, {64, 64, 3, 3}, pad1, DType::f32, true, true, true},  // ResNet-18 3x3, 8x8 stage, 192 terms
-      {{9, 16, 4, 4}, {16, 16, 3, 3}, pad1, DType::f32, true, true, true},  // 144 weight-gradient terms
-      {{8, 16, 4, 4}, {16, 16, 3, 3}, pad1, DType::f32, true, true, false},  // 128 terms
-      {{2, 32, 10, 10}, {16, 32, 3, 3}, {1, 1, 0, 0, 1, 1, 1}, DType::f32, false, false, false},  // padding 0
-      {{2, 32, 10, 10}, {16, 32, 3, 3}, {1, 1, 2, 2, 1, 1, 1}, DType::f32, false, false, false},  // padding 2
-      {{2, 64, 8, 8}, {64, 64, 3, 3}, {2, 2, 1, 1, 1, 1, 1}, DType::f32, false, false, false},  // stride 2
-      {{2, 3, 8, 8}, {64, 3, 3, 3}, pad1, DType::f32, false, false, false},  // 3 input channels
-      {{2, 64, 8, 8}, {8, 64, 3, 3}, pad1, DType::f32, false, false, false},  // 8 output channels
-      {{2, 64, 8, 8}, {64, 32, 3, 3}, {1, 1, 1, 1, 1, 1, 2}, DType::f32, false, false, false},  // groups
-      {{2, 64, 8, 8}, {64, 64, 3, 3}, {1, 1, 1, 1, 2, 2, 1}, DType::f32, false, false, false},  // dilation
-      {{2, 64, 3, 3}, {64, 64, 3, 3}, pad1, DType::f32, false, false, false},  // 3x3 plane: less than a tile
-      {{2, 64, 8, 8}, {64, 64, 1, 1}, {}, DType::f32, false, false, false},  // 1x1
-      {{2, 16, 8, 8}, {16, 16, 3, 3}, pad1, DType::f64, false, false, false},  // f64 stays on im2col
+      {{1, 64, 32, 32}, w64, pad1, DType::f32, true, true, true},  // ResNet-18's first stage, one image
+      {{4, 16, 16, 16}, {16, 16, 3, 3}, pad1, DType::f32, true, true, true},  // 64 tiles, 16 channels
+      {{3, 16, 16, 16}, {16, 16, 3, 3}, pad1, DType::f32, false, false, false},  // 48 tiles
+      {{2, 32, 32, 32}, {16, 32, 3, 3}, {1, 1, 0, 0, 1, 1, 1}, DType::f32, false, false, false},  // padding 0
+      {{2, 32, 32, 32}, {16, 32, 3, 3}, {1, 1, 2, 2, 1, 1, 1}, DType::f32, false, false, false},  // padding 2
+      {{2, 64, 32, 32}, w64, {2, 2, 1, 1, 1, 1, 1}, DType::f32, false, false, false},  // stride 2
+      {{2, 3, 32, 32}, {64, 3, 3, 3}, pad1, DType::f32, false, false, false},  // 3 input channels
+      {{2, 64, 32, 32}, {8, 64, 3, 3}, pad1, DType::f32, false, false, false},  // 8 output channels
+      {{2, 64, 32, 32}, {64, 32, 3, 3}, {1, 1, 1, 1, 1, 1, 2}, DType::f32, false, false, false},  // groups
+      {{2, 64, 32, 32}, w64, {1, 1, 1, 1, 2, 2, 1}, DType::f32, false, false, false},  // dilation
+      {{64, 64, 3, 3}, w64, pad1, DType::f32, false, false, false},  // 3x3 plane: less than a tile
+      {{2, 64, 32, 32}, {64, 64, 1, 1}, {}, DType::f32, false, false, false},  // 1x1
+      {{4, 16, 16, 16}, {16, 16, 3, 3}, pad1, DType::f64, false, false, false},  // f64 stays on im2col
   };
   for (const Probe& pr : probes) {
     INFO("x " << ember::shape_str(pr.xs) << " w " << ember::shape_str(pr.ws) << " stride " << pr.p.stride_h << " pad "

@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include <ember/core/error.h>
@@ -177,6 +179,17 @@ std::string scalar_tensor(double v) {
   return t;
 }
 
+// The hparams plugin's summaries carry a placeholder tensor: its NULL_TENSOR, an empty DT_FLOAT of
+// shape (0,) (TensorShapeProto: dim 2; Dim: size 1).
+std::string null_tensor() {
+  std::string dim, shape, tensor;
+  pb::put_varint_field(dim, 1, 0);
+  pb::put_bytes_field(shape, 2, dim);
+  pb::put_varint_field(tensor, 1, kDtFloat);
+  pb::put_bytes_field(tensor, 2, shape);
+  return tensor;
+}
+
 // google.protobuf.Value: number_value 2 (double), string_value 3, bool_value 4.
 std::string proto_value(const HParamValue& v) {
   std::string out;
@@ -214,14 +227,56 @@ std::string hparams(const std::vector<std::pair<std::string, HParamValue>>& hpar
   // HParamsPluginData: version 1 (0, left out), session_start_info 3.
   std::string plugin_data;
   pb::put_bytes_field(plugin_data, 3, start);
-  // The hparams plugin's summaries carry a placeholder tensor: its NULL_TENSOR, an empty DT_FLOAT of
-  // shape (0,) (TensorShapeProto: dim 2; Dim: size 1).
-  std::string dim, shape, tensor;
-  pb::put_varint_field(dim, 1, 0);
-  pb::put_bytes_field(shape, 2, dim);
-  pb::put_varint_field(tensor, 1, kDtFloat);
-  pb::put_bytes_field(tensor, 2, shape);
-  return event(wall_time, 0, summary("_hparams_/session_start_info", tensor, metadata("hparams", plugin_data, 0)));
+  return event(wall_time, 0,
+               summary("_hparams_/session_start_info", null_tensor(), metadata("hparams", plugin_data, 0)));
+}
+
+std::string session_end(SessionStatus status, double end_time, double wall_time) {
+  // SessionEndInfo: status 1 (enum), end_time_secs 2; HParamsPluginData: session_end_info 4.
+  std::string end;
+  pb::put_varint_field(end, 1, static_cast<uint64_t>(status));
+  pb::put_double_field(end, 2, end_time);
+  std::string plugin_data;
+  pb::put_bytes_field(plugin_data, 4, end);
+  return event(wall_time, 0, summary("_hparams_/session_end_info", null_tensor(), metadata("hparams", plugin_data, 0)));
+}
+
+int64_t step_of(const std::string& e) {
+  size_t i = 0;
+  const auto varint = [&](const char* what) {
+    uint64_t v = 0;
+    for (int shift = 0;; shift += 7) {
+      EMBER_CHECK(i < e.size() && shift < 64, "TensorBoard event: a truncated ", what, " at byte ", i, " of ",
+                  e.size());
+      const auto b = static_cast<unsigned char>(e[i++]);
+      v |= static_cast<uint64_t>(b & 0x7F) << shift;
+      if (!(b & 0x80)) return v;
+    }
+  };
+  int64_t step = 0;
+  while (i < e.size()) {
+    const size_t at = i;
+    const uint64_t key = varint("field key");
+    const uint64_t field = key >> 3, type = key & 7;
+    uint64_t skip = 0;
+    if (type == 0) {
+      const uint64_t v = varint("varint");
+      if (field == 2) step = static_cast<int64_t>(v);
+    } else if (type == 1) {
+      skip = 8;
+    } else if (type == 5) {
+      skip = 4;
+    } else if (type == 2) {
+      skip = varint("length");
+    } else {
+      EMBER_FAIL("TensorBoard event: wire type ", type, " of field ", field, " at byte ", at,
+                 " is not one ember reads");
+    }
+    EMBER_CHECK(skip <= e.size() - i, "TensorBoard event: field ", field, " at byte ", at, " runs past the end (", skip,
+                " bytes, ", e.size() - i, " left)");
+    i += skip;
+  }
+  return step;
 }
 
 }  // namespace tb_event
@@ -320,6 +375,11 @@ void TensorBoardWriter::add_hparams(const std::vector<std::pair<std::string, HPa
   pending_ += tfrecord::frame(tb_event::hparams(hparams, t, t));
 }
 
+void TensorBoardWriter::add_session_end(SessionStatus status) {
+  const double t = now_seconds();
+  pending_ += tfrecord::frame(tb_event::session_end(status, t, t));
+}
+
 void TensorBoardWriter::add_epoch(const EpochMetrics& m, int64_t step) {
   for (const auto& [tag, value] : tensorboard_scalars(m)) add_scalar(tag, value, step);
 }
@@ -334,6 +394,36 @@ void TensorBoardWriter::flush() {
     done += static_cast<size_t>(w);
   }
   pending_.clear();
+}
+
+int64_t prune_event_files(const std::string& dir, int64_t max_step) {
+  int64_t dropped = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("events.out.tfevents.", 0) != 0 || !entry.is_regular_file(ec)) continue;
+    const std::string path = entry.path().string();
+    std::ifstream in(path, std::ios::binary);
+    EMBER_CHECK(in.good(), "TensorBoard: cannot read '", path, "' to drop the epochs the resume replaces");
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string kept;
+    int64_t n = 0;
+    try {
+      const tfrecord::ReadResult r = tfrecord::read_records(bytes);
+      for (const std::string& rec : r.records) {
+        if (tb_event::step_of(rec) > max_step) ++n;
+        else kept += tfrecord::frame(rec);
+      }
+      if (r.truncated) ++n;
+    } catch (const Error& e) {
+      EMBER_FAIL("TensorBoard: '", path, "': ", e.what(), " (the file is left as it was)");
+    }
+    if (n == 0) continue;
+    write_file_atomic(path, kept);
+    dropped += n;
+  }
+  EMBER_CHECK(!ec, "TensorBoard: cannot list '", dir, "': ", ec.message());
+  return dropped;
 }
 
 }  // namespace ember::train

@@ -62,13 +62,30 @@ void put_bytes_field(std::string& out, uint32_t field, const std::string& bytes)
 /// A hyperparameter's value: a number, a string or a bool (google.protobuf.Value's kinds).
 using HParamValue = std::variant<double, std::string, bool>;
 
+/// How a run ended, for the HParams plugin's session_end_info (plugin_data.proto's Status): its
+/// table shows it beside the run. A run stopped by a signal writes none: it is resumable, and
+/// TensorBoard shows it as unknown until a later session ends it.
+enum class SessionStatus { success = 1, failure = 2 };
+
 /// The serialized tensorflow.Event messages the writer writes (exposed for the tests).
 namespace tb_event {
 std::string file_version(double wall_time);
 std::string scalar(const std::string& tag, double value, int64_t step, double wall_time);
 std::string hparams(const std::vector<std::pair<std::string, HParamValue>>& hparams, double start_time,
                     double wall_time);
+std::string session_end(SessionStatus status, double end_time, double wall_time);
+/// The step of a serialized Event (0 when it has none, as file_version and hparams events). A
+/// message that is not valid wire format throws an ember::Error naming the byte offset.
+int64_t step_of(const std::string& event);
 }  // namespace tb_event
+
+/// A resume replaces the timeline after its checkpoint: every events.out.tfevents.* file in `dir`
+/// is rewritten (atomically, through a temporary file and a rename) without its events after
+/// global step `max_step`, so TensorBoard does not show the epochs the resumed run trains again
+/// twice. A file cut inside a record (a killed writer) loses that partial record too. Returns the
+/// number of events dropped; an unreadable or corrupt file throws an ember::Error naming it and
+/// is left as it was.
+int64_t prune_event_files(const std::string& dir, int64_t max_step);
 
 /// The scalar tags of one metrics.jsonl line: "<group>/<key>", key the line's key, for every
 /// number the line holds except comm_* when both are 0 (no DDP), loss_scale and skipped_steps when
@@ -95,6 +112,8 @@ class TensorBoardWriter {
   /// Queue records; flush() writes them.
   void add_scalar(const std::string& tag, double value, int64_t step);
   void add_hparams(const std::vector<std::pair<std::string, HParamValue>>& hparams);
+  /// The HParams session_end_info: the run finished (success) or failed.
+  void add_session_end(SessionStatus status);
   /// tensorboard_scalars(m) at `step`.
   void add_epoch(const EpochMetrics& m, int64_t step);
   /// Writes the queued records with one write(2) (a kill leaves the file whole up to the previous

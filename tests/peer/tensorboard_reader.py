@@ -3,14 +3,15 @@
 `tensorboard`), for tests/tools/tensorboard_peer.sh.
 
   tensorboard_reader.py check RUN_DIR STEPS_PER_EPOCH [--hparam KEY=VALUE ...] [--only TAG]
-                         [--tolerance T]
+                         [--tolerance T] [--status success|failure|none]
       Every event file in RUN_DIR, read by tensorboard's EventFileLoader (the raw events) and
       EventAccumulator (as TensorBoard's scalar dashboard reads them, after its data-compat
       migration): the first event is file_version "brain.Event:2"; every scalar tag "<group>/<key>"
       holds, per epoch, exactly the value of <key> in RUN_DIR/metrics.jsonl rounded to float32
       (TensorBoard's scalars are DT_FLOAT tensors, as tf.summary.scalar writes them), at step epoch x STEPS_PER_EPOCH; every number of metrics.jsonl that ember
       writes a tag for has one; the HParams session-start summary parses with the hparams plugin's
-      own parser and holds each --hparam. --only TAG checks that tag alone (metrics.jsonl made from
+      own parser and holds each --hparam; --status: the last session_end_info (parsed by the same
+      plugin) says so, or there is none. --only TAG checks that tag alone (metrics.jsonl made from
       an example's printed lines: --tolerance T, the printed values' rounding). Prints one line per tag and exits 0, or 1 with the
       mismatch.
   tensorboard_reader.py truncated FILE WANT_EVENTS
@@ -29,6 +30,7 @@ import sys
 try:
     from tensorboard.backend.event_processing import event_file_loader
     from tensorboard.backend.event_processing import plugin_event_accumulator
+    from tensorboard.plugins.hparams import api_pb2
     from tensorboard.plugins.hparams import metadata as hparams_metadata
     from tensorboard.util import tensor_util
     import tensorboard
@@ -53,7 +55,7 @@ def events_of(path):
     return list(event_file_loader.EventFileLoader(path).Load())
 
 
-def check(run_dir, steps_per_epoch, hparams, only=None, tolerance=0.0):
+def check(run_dir, steps_per_epoch, hparams, only=None, tolerance=0.0, status=None):
     files = sorted(glob.glob(os.path.join(run_dir, "events.out.tfevents.*")))
     if not files:
         fail("no events.out.tfevents.* in " + run_dir)
@@ -65,17 +67,21 @@ def check(run_dir, steps_per_epoch, hparams, only=None, tolerance=0.0):
 
     # The raw events: file_version first, the hparams summary parsed by the plugin's own parser.
     session = None
+    end = None
     for path in files:
         events = events_of(path)
         if not events or events[0].file_version != "brain.Event:2":
             fail("%s: the first event is not file_version brain.Event:2" % path)
         for e in events:
             for v in e.summary.value:
-                if v.metadata.plugin_data.plugin_name == hparams_metadata.PLUGIN_NAME:
-                    data = hparams_metadata.parse_session_start_info_plugin_data(v.metadata.plugin_data.content)
-                    if v.tag != hparams_metadata.SESSION_START_INFO_TAG:
-                        fail("hparams summary under tag %r" % v.tag)
-                    session = data
+                if v.metadata.plugin_data.plugin_name != hparams_metadata.PLUGIN_NAME:
+                    continue
+                if v.tag == hparams_metadata.SESSION_START_INFO_TAG:
+                    session = hparams_metadata.parse_session_start_info_plugin_data(v.metadata.plugin_data.content)
+                elif v.tag == hparams_metadata.SESSION_END_INFO_TAG:
+                    end = hparams_metadata.parse_session_end_info_plugin_data(v.metadata.plugin_data.content)
+                else:
+                    fail("hparams summary under tag %r" % v.tag)
     if session is None:
         fail("no HParams session_start_info summary")
     for kv in hparams:
@@ -88,6 +94,12 @@ def check(run_dir, steps_per_epoch, hparams, only=None, tolerance=0.0):
                "bool_value": lambda: "true" if value.bool_value else "false"}[kind]()
         if got != want and not (kind == "number_value" and float(want) == value.number_value):
             fail("hparam %s = %s, expected %s" % (key, got, want))
+    if status is not None:
+        got = "none" if end is None else api_pb2.Status.Name(end.status)
+        want = "none" if status == "none" else "STATUS_" + status.upper()
+        if got != want:
+            fail("session_end_info status %s, expected %s" % (got, want))
+        print("session end: %s" % got)
     print("hparams: %d values, e.g. %s" % (len(session.hparams), ", ".join(
         "%s=%s" % (k, session.hparams[k].WhichOneof("kind")) for k in sorted(session.hparams)[:4])))
 
@@ -132,7 +144,7 @@ def check(run_dir, steps_per_epoch, hparams, only=None, tolerance=0.0):
 
 def main():
     if len(sys.argv) >= 4 and sys.argv[1] == "check":
-        args, hparams, only, tolerance = sys.argv[4:], [], None, 0.0
+        args, hparams, only, tolerance, status = sys.argv[4:], [], None, 0.0, None
         while args:
             flag, value, args = args[0], args[1], args[2:]
             if flag == "--hparam":
@@ -141,9 +153,11 @@ def main():
                 only = value
             elif flag == "--tolerance":
                 tolerance = float(value)
+            elif flag == "--status":
+                status = value
             else:
                 fail("unknown flag " + flag)
-        check(sys.argv[2], int(sys.argv[3]), hparams, only, tolerance)
+        check(sys.argv[2], int(sys.argv[3]), hparams, only, tolerance, status)
     elif len(sys.argv) == 4 and sys.argv[1] == "truncated":
         try:
             n = len(events_of(sys.argv[2]))

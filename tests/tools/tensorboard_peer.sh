@@ -11,7 +11,10 @@
 #   2. SIGTERM after epoch 1 (exit 143): the file reads, and holds exactly the epochs in metrics.jsonl.
 #   3. The event file of 1 cut inside its last record (a writer killed mid-write): it reads without
 #      an error up to the last whole record (one event fewer).
-#   4. With CIFAR (examples/cifar): --tensorboard DIR writes a file whose tags equal the run's
+#   4. The whole run resumed from its epoch-2 checkpoint: the resume drops epoch 3's events from
+#      the first file, the new session writes them again, and the files read as one run holding
+#      every epoch once; each finished session ends with session_end_info STATUS_SUCCESS.
+#   5. With CIFAR (examples/cifar): --tensorboard DIR writes a file whose tags equal the run's
 #      metrics at step epoch x 2 (128 images in batches of 64), the flags as hparams.
 set -u
 prog=$1
@@ -42,7 +45,8 @@ JSON
 "$prog" c.json output.run_dir=runs/whole >whole.out 2>&1 || { cat whole.out; fail "ember-train exited with $?"; }
 grep -q 'TensorBoard: events.out.tfevents.* in the run directory' whole.out || fail "no TensorBoard line: $(cat whole.out)"
 "$py" "$reader" check runs/whole 6 --hparam optim.lr=0.02 --hparam precision=fp32 --hparam data.augment=false \
-  --hparam model.name=cifar_cnn --hparam resolved.global_batch_size=16 || fail "the whole run's event file"
+  --hparam model.name=cifar_cnn --hparam resolved.global_batch_size=16 --status success ||
+  fail "the whole run's event file"
 
 # 2. SIGTERM after the first epoch
 "$prog" c.json output.run_dir=runs/term >term.out 2>&1 &
@@ -59,7 +63,7 @@ rc=$?
 [ "$rc" -eq 143 ] || { cat term.out; fail "after SIGTERM ember-train exited with $rc, expected 143"; }
 epochs=$(grep -c . runs/term/metrics.jsonl)
 echo "SIGTERM after $epochs epoch(s)"
-"$py" "$reader" check runs/term 6 || fail "the SIGTERMed run's event file"
+"$py" "$reader" check runs/term 6 --status none || fail "the SIGTERMed run's event file"
 
 # 3. cut inside the last record
 file=$(ls runs/whole/events.out.tfevents.*)
@@ -68,7 +72,14 @@ size=$(stat -c %s "$file")
 head -c $((size - 5)) "$file" >cut.tfevents
 "$py" "$reader" truncated cut.tfevents $((n - 1)) || fail "the cut file"
 
-# 4. the example's --tensorboard
+# 4. resumed from epoch 2 (after 3's cut copy: it reads the whole run's single file)
+"$prog" c.json output.run_dir=runs/whole checkpoint.resume=runs/whole/checkpoints/epoch_2.ckpt >resume.out 2>&1 ||
+  { cat resume.out; fail "the resumed ember-train exited with $?"; }
+grep -q 'TensorBoard: dropped [1-9][0-9]* events after global step 12' resume.out || fail "no drop line: $(cat resume.out)"
+[ "$(ls runs/whole/events.out.tfevents.* | wc -l)" -eq 2 ] || fail "expected 2 event files: $(ls runs/whole)"
+"$py" "$reader" check runs/whole 6 --hparam optim.lr=0.02 --status success || fail "the resumed run's event files"
+
+# 5. the example's --tensorboard
 if [ -n "$cifar" ]; then
   "$cifar" --dataset synthetic --limit-train 128 --limit-test 64 --epochs 2 --batch-size 64 --model cifar_cnn \
     --device cpu --tensorboard ex/tb >cifar.out 2>&1 || { cat cifar.out; fail "cifar --tensorboard exited with $?"; }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -344,4 +345,69 @@ TEST_CASE("tensorboard: a directory that cannot be made is an error naming it", 
   { std::ofstream(file) << "x"; }
   CHECK_THAT(error_of([&] { TensorBoardWriter w(file + "/sub"); }),
              Catch::Contains("TensorBoard: cannot create '" + file + "/sub'"));
+}
+
+TEST_CASE("tensorboard: session_end_info holds the status and end time under the hparams plugin", "[cpu]") {
+  for (const auto& [status, code] : {std::pair{SessionStatus::success, 1}, std::pair{SessionStatus::failure, 2}}) {
+    const ReadEvent e = read_event(tb_event::session_end(status, 200.0, 201.0));
+    CHECK(e.tag == "_hparams_/session_end_info");
+    CHECK(e.plugin == "hparams");
+    CHECK(e.wall_time == 201.0);
+    const Message end = parse(one(parse(e.plugin_content), 4).data);  // HParamsPluginData.session_end_info
+    CHECK(one(end, 1).varint == static_cast<uint64_t>(code));  // status: STATUS_SUCCESS 1, STATUS_FAILURE 2
+    CHECK(as_double(one(end, 2).data) == 200.0);  // end_time_secs
+  }
+}
+
+TEST_CASE("tensorboard: step_of reads an event's step and names the byte of a malformed one", "[cpu]") {
+  CHECK(tb_event::step_of(tb_event::scalar("a/b", 1.0, 123456789012, 1.0)) == 123456789012);
+  CHECK(tb_event::step_of(tb_event::file_version(1.0)) == 0);
+  CHECK(tb_event::step_of(tb_event::hparams({{"x", 1.0}}, 1.0, 1.0)) == 0);
+  const std::string e = tb_event::scalar("a/b", 1.0, 7, 1.0);
+  CHECK_THAT(error_of([&] { tb_event::step_of(e.substr(0, e.size() - 3)); }), Catch::Contains("runs past the end"));
+  CHECK_THAT(error_of([&] { tb_event::step_of(bytes({0x0B})); }), Catch::Contains("wire type 3 of field 1 at byte 0"));
+  CHECK_THAT(error_of([&] { tb_event::step_of(bytes({0x10, 0x80})); }), Catch::Contains("truncated varint at byte 2"));
+}
+
+TEST_CASE("tensorboard: a resume drops the events after its checkpoint's step from earlier files", "[cpu]") {
+  TempDir dir;
+  const std::string logdir = dir.path().string();
+  std::string first, second;
+  EpochMetrics m;
+  {
+    TensorBoardWriter w(logdir);
+    first = w.path();
+    w.add_hparams({{"optim.lr", 0.1}});
+    for (int64_t epoch = 1; epoch <= 3; ++epoch) w.add_epoch(m, epoch * 10);
+  }
+  // A second file (another session) cut inside its last record, as a killed writer leaves it.
+  second = (fs::path(logdir) / "events.out.tfevents.1.other.2").string();
+  const std::string cut = tfrecord::frame(tb_event::file_version(1.0)) +
+                          tfrecord::frame(tb_event::scalar("a/b", 1, 10, 1)) +
+                          tfrecord::frame(tb_event::scalar("a/b", 2, 30, 1));
+  { std::ofstream(second, std::ios::binary) << cut.substr(0, cut.size() - 4); }
+  { std::ofstream((fs::path(logdir) / "metrics.jsonl").string()) << "not an event file\n"; }
+  const size_t per_epoch = tensorboard_scalars(m).size();
+
+  // Steps 20 and 30 of the first file, and the second file's cut record, go.
+  CHECK(prune_event_files(logdir, 10) == static_cast<int64_t>(2 * per_epoch + 1));
+  tfrecord::ReadResult r = tfrecord::read_records(read_text(first));
+  CHECK_FALSE(r.truncated);
+  REQUIRE(r.records.size() == 2 + per_epoch);  // file_version, hparams, epoch 1
+  CHECK(read_event(r.records[0]).file_version == "brain.Event:2");
+  CHECK(read_event(r.records[1]).plugin == "hparams");
+  for (size_t i = 2; i < r.records.size(); ++i) CHECK(read_event(r.records[i]).step == 10);
+  r = tfrecord::read_records(read_text(second));
+  CHECK_FALSE(r.truncated);
+  CHECK(r.records.size() == 2);
+  CHECK(read_text((fs::path(logdir) / "metrics.jsonl").string()) == "not an event file\n");
+  CHECK(prune_event_files(logdir, 10) == 0);  // nothing left to drop: files untouched
+
+  // A corrupt file is an error naming it, and stays as it was.
+  std::string bad = read_text(first);
+  bad[bad.size() - 1] ^= 0x55;  // the last record's data CRC
+  { std::ofstream(first, std::ios::binary | std::ios::trunc) << bad; }
+  CHECK_THAT(error_of([&] { prune_event_files(logdir, 0); }),
+             Catch::Contains("'" + first + "'") && Catch::Contains("left as it was"));
+  CHECK(read_text(first) == bad);
 }

@@ -4,10 +4,12 @@
 // two layouts, then the peer's, and takes the median of --steps steps after --warmup untimed ones;
 // the table gives the median of the rounds' medians (rounds interleave ember and the peer, so a
 // change in the machine's load falls on both) and their range.
+// --im2col adds ember's step with the Winograd rule off (every convolution on im2col + GEMM, as
+// before kernels/cpu/winograd.cpp) to each round.
 // --convs adds a table of ResNet-18's stride-1 3x3 convolutions, each direction timed through
 // kernels::conv2d with the Winograd rule on and off (kernels/cpu/winograd.h), alternating call by
 // call, and the largest difference between the two results.
-// Flags: --batch N (default 32), --steps S (5), --warmup W (2), --rounds R (3), --convs, --reps K
+// Flags: --batch N (default 32), --steps S (5), --warmup W (2), --rounds R (3), --im2col, --convs, --reps K
 // (per-convolution calls, 5), --quick (batch 4, 2 steps, 1 warm-up, 1 round: for CTest).
 #include <algorithm>
 #include <chrono>
@@ -112,11 +114,18 @@ int main(int argc, char** argv) {
       static_cast<long long>(batch), num_threads(), steps, rounds);
   if (bench::has_flag(argc, argv, "--convs"))
     conv_table(batch, static_cast<int>(bench::int_flag(argc, argv, "--reps", quick ? 1 : 5)));
+  const bool im2col = bench::has_flag(argc, argv, "--im2col");
   const char* names[2] = {"contiguous", "channels_last"};
-  std::vector<double> ember_ms[2], peer_ms[2];
+  const MemoryFormat formats[2] = {MemoryFormat::contiguous, MemoryFormat::channels_last};
+  std::vector<double> ember_ms[2], peer_ms[2], im2col_ms[2];
   for (int r = 0; r < rounds; ++r) {
-    ember_ms[0].push_back(step_median_ms(batch, steps, warmup, MemoryFormat::contiguous));
-    ember_ms[1].push_back(step_median_ms(batch, steps, warmup, MemoryFormat::channels_last));
+    for (int l = 0; l < 2; ++l) ember_ms[l].push_back(step_median_ms(batch, steps, warmup, formats[l]));
+    if (im2col) {
+      kernels::cpu::conv_detail::set_winograd_enabled(false);
+      for (int l = 0; l < 2; ++l) im2col_ms[l].push_back(step_median_ms(batch, steps, warmup, formats[l]));
+      kernels::cpu::conv_detail::set_winograd_enabled(true);
+      std::printf("round %d: ember with im2col only %.1f / %.1f ms\n", r + 1, im2col_ms[0].back(), im2col_ms[1].back());
+    }
     const auto peer =
         bench::run_peer_script("torch_cpu_resnet.py", fmt("--batch %lld --steps %d --warmup %d --threads %d",
                                                           static_cast<long long>(batch), steps, warmup, num_threads()));
@@ -138,5 +147,12 @@ int main(int argc, char** argv) {
            have_peer && e > 0 ? fmt("%.2f", pm / e) : "-"});
   }
   t.print();
+  if (!im2col) return 0;
+  bench::Table b({"layout", "im2col only ms/step", "rounds", "with Winograd ms/step", "speed-up"});
+  for (int l = 0; l < 2; ++l)
+    b.add({names[l], fmt("%.1f", bench::median(im2col_ms[l])), range_of(im2col_ms[l]),
+           fmt("%.1f", bench::median(ember_ms[l])),
+           fmt("%.2f", bench::median(im2col_ms[l]) / bench::median(ember_ms[l]))});
+  b.print();
   return 0;
 }

@@ -357,8 +357,8 @@ void check_cross_fields(const ExperimentConfig& c, const Origins& origins, Probl
                        "step; use precision bf16 or fp32");
     if (c.train.accumulation_steps != 1)
       add_pair_problem(key, "train.accumulation_steps",
-                       "true needs train.accumulation_steps = 1 (one captured step per batch), found " +
-                           std::to_string(c.train.accumulation_steps));
+                       "true needs train.accumulation_steps = 1, found " + std::to_string(c.train.accumulation_steps) +
+                           " (one captured step per batch)");
     if (c.train.on_nonfinite != NonFinitePolicy::stop)
       add_pair_problem(key, "train.on_nonfinite",
                        "true needs train.on_nonfinite = stop (skip reads each loss on the host before its backward)");

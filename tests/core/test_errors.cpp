@@ -47,7 +47,7 @@ TEST_CASE("EMBER_CHECK: the user's message on the first line, the relative sourc
   CHECK_FALSE(contains(msg, "EMBER_CHECK"));
 }
 
-TEST_CASE("Error: message, file and line apart; checks inside the library name files relative to the source root",
+TEST_CASE("Error: message, file and line apart, checks inside the library name files relative to the source root",
           "[cpu]") {
   try {
     EMBER_CHECK(1 + 1 == 3, "optim.lrr: unknown key; did you mean optim.lr?");
@@ -122,7 +122,7 @@ TEST_CASE("ember::Error is a std::runtime_error", "[cpu]") {
   }
 }
 
-TEST_CASE("error_text: a check's message alone; a bug's, another exception's and EMBER_DEBUG's with the location",
+TEST_CASE("error_text: a check's message alone, a bug's, another exception's and EMBER_DEBUG's with the location",
           "[cpu]") {
   ::unsetenv("EMBER_DEBUG");
   auto text_of = [](void (*fn)()) {

@@ -67,7 +67,7 @@ TEST_CASE("read_text: returns the file's bytes unchanged", "[cpu][support]") {
   CHECK(ember::testing::read_text(dir.file("empty")).empty());
 }
 
-TEST_CASE("bytes_of: row-major bytes of any view; bit patterns, not values", "[cpu][support]") {
+TEST_CASE("bytes_of: row-major bytes of any view, bit patterns, not values", "[cpu][support]") {
   const Tensor m = from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
   const Tensor t = m.transpose(0, 1);  // (3, 2): 1 4 2 5 3 6 in row-major order
   const std::vector<float> expected = {1, 4, 2, 5, 3, 6};

@@ -84,7 +84,7 @@ TEST_CASE("DistributedSampler: drop_last trims to a multiple of world_size, no p
              Contains("drop_last with 3 examples and world_size 4 leaves every rank empty"));
 }
 
-TEST_CASE("DistributedSampler: set_epoch reshuffles the same way on every rank; the seed matters", "[cpu][data]") {
+TEST_CASE("DistributedSampler: set_epoch reshuffles the same way on every rank, the seed matters", "[cpu][data]") {
   const auto ranks = all_ranks(100, 2, {.shuffle = true, .seed = 1});
   CHECK(ranks[0].indices(0) != ranks[0].indices(1));
   CHECK(ranks[0].indices(4) == data::DistributedSampler(100, 0, 2, {.seed = 1}).indices(4));
@@ -95,7 +95,7 @@ TEST_CASE("DistributedSampler: set_epoch reshuffles the same way on every rank; 
   for (size_t k = 0; k < r1.size(); ++k) CHECK(r1[k] == perm[1 + 2 * k]);
 }
 
-TEST_CASE("DistributedSampler: state round trip; a different split is refused", "[cpu][data]") {
+TEST_CASE("DistributedSampler: state round trip, a different split is refused", "[cpu][data]") {
   data::DistributedSampler s(50, 1, 3, {.seed = 7});
   s.set_epoch(4);
   s.set_position(6);

@@ -13,7 +13,7 @@ using namespace ember;
 using namespace ember::testing;
 using kernels::ReduceOp;
 
-DEVICE_TEST_CASE("reduce: NaN propagates through max and min; max of -inf", "[reduce]") {
+DEVICE_TEST_CASE("reduce: NaN propagates through max and min, max of -inf", "[reduce]") {
   const Device dev = test_device();
   Tensor x = from_vector<double>({1, NAN, 3, 4, 5, 6}, {2, 3}, {.dtype = DType::f32, .device = dev});
   std::vector<double> mx = to_f64(kernels::reduce(ReduceOp::Max, x, {1}));

@@ -138,7 +138,7 @@ TEST_CASE("strided_runs: covers any begin..end range, each position naming one e
   }
 }
 
-TEST_CASE("make_geometry: walks operand 0's memory order; one shared permuted layout is one run", "[cpu]") {
+TEST_CASE("make_geometry: walks operand 0's memory order, one shared permuted layout is one run", "[cpu]") {
   const Shape sizes{2, 3, 4, 5};
   const Shape cl = strides_for(sizes, MemoryFormat::channels_last), rm = contiguous_strides(sizes);
   const auto both_cl = kernels::cpu::make_geometry<2>(sizes, {&cl, &cl});

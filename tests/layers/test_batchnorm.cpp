@@ -169,7 +169,7 @@ TEST_CASE("BatchNorm2d: eval mode normalizes with the running statistics and lea
   CHECK(bn.num_batches_tracked().item<int64_t>() == 0);
 }
 
-TEST_CASE("batch_norm: gradcheck in training mode (x, weight, bias; non-contiguous x)", "[cpu][layers]") {
+TEST_CASE("batch_norm: gradcheck in training mode (x, weight, bias, non-contiguous x)", "[cpu][layers]") {
   const int64_t C = 3;
   Tensor rm = zeros({C}, {.dtype = DType::f64}), rv = ones({C}, {.dtype = DType::f64});
   auto fn = [&](const std::vector<Tensor>& v) { return batch_norm(v[0], v[1], v[2], rm, rv, true, 0.1, 1e-5); };

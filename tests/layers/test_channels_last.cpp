@@ -29,7 +29,7 @@ void check_close(const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-TEST_CASE("channels_last: Module::to lays out 4-D weights in place; a CIFAR CNN gives the row-major values",
+TEST_CASE("channels_last: Module::to lays out 4-D weights in place, a CIFAR CNN gives the row-major values",
           "[cpu][memory_format]") {
   manual_seed(5);
   auto cl = models::cifar_cnn(10, 0.0);

@@ -93,7 +93,7 @@ TEST_CASE("cross_entropy: value vs float64 reference, label smoothing, i32 targe
   CHECK_THROWS_WITH(layers::cross_entropy(z, zeros({N})), Catch::Contains("class indices"));
 }
 
-TEST_CASE("nll_loss: value and gradient vs reference; agrees with cross_entropy on log_softmax", "[cpu][layers]") {
+TEST_CASE("nll_loss: value and gradient vs reference, agrees with cross_entropy on log_softmax", "[cpu][layers]") {
   const int64_t N = 19, C = 7;
   Tensor lp = random_tensor({N, C}, DType::f64, 3, -3, 0, Layout::Strided);
   lp.requires_grad_();

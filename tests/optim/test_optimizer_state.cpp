@@ -138,7 +138,7 @@ TEST_CASE("Optimizer state_dict: layout", "[cpu][optim]") {
   CHECK(ss.count("state.2.momentum_buffer") == 1);
 }
 
-TEST_CASE("Optimizer load_state_dict: errors name the entry; nothing changes on error", "[cpu][optim]") {
+TEST_CASE("Optimizer load_state_dict: errors name the entry, nothing changes on error", "[cpu][optim]") {
   std::vector<Tensor> ps = make_params(9);
   optim::SGD opt(ps, {.lr = 0.1, .momentum = 0.9});
   set_grads(ps, 1);

@@ -121,7 +121,7 @@ TEST_CASE("SGD: three steps against the float64 reference, every option combinat
   }
 }
 
-TEST_CASE("SGD: a parameter without a gradient is skipped; its buffer starts at its first gradient", "[cpu][optim]") {
+TEST_CASE("SGD: a parameter without a gradient is skipped, its buffer starts at its first gradient", "[cpu][optim]") {
   Tensor a = random_tensor({4, 3}, DType::f32, 1).requires_grad_();
   Tensor b = random_tensor({6}, DType::f32, 2).requires_grad_();
   std::vector<double> ra = to_f64(a), rb = to_f64(b);

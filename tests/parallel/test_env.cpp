@@ -228,7 +228,7 @@ TEST_CASE("discover_rank: missing settings name what is missing", "[cpu]") {
   CHECK_THAT(no_master, Contains("LOCAL_WORLD_SIZE=4"));
 }
 
-TEST_CASE("launcher_rank: a plain start has none; part of a launcher's variables is an error", "[cpu]") {
+TEST_CASE("launcher_rank: a plain start has none, part of a launcher's variables is an error", "[cpu]") {
   const auto over = [](const Vars& vars) {
     return [vars](const char* name) -> const char* {
       const auto it = vars.find(name);

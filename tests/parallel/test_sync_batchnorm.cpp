@@ -158,7 +158,7 @@ TEST_CASE("SyncBatchNorm: DDP with convert_sync_batchnorm trains like one proces
   if (job.wait_all(120)) job.check_all_passed();
 }
 
-TEST_CASE("SyncBatchNorm: convert reaches every BatchNorm2d; a group of one computes plain BatchNorm",
+TEST_CASE("SyncBatchNorm: convert reaches every BatchNorm2d, a group of one computes plain BatchNorm",
           "[cpu][parallel][sync_bn]") {
   auto pg = init_process_group(group_of_one_options(30));
   auto model = models::resnet18(10);

@@ -93,7 +93,7 @@ TEST_CASE("profiler: spans of other threads on their own named rows", "[cpu][pro
   CHECK(p.key_averages().size() == 2);
 }
 
-TEST_CASE("profiler: the schedule keeps its active steps only; nothing is recorded without a profile",
+TEST_CASE("profiler: the schedule keeps its active steps only, nothing is recorded without a profile",
           "[cpu][profiler]") {
   { EMBER_PROFILE_SCOPE("before any profile"); }
   CHECK_FALSE(recording());
@@ -326,7 +326,7 @@ TEST_CASE("profiler: record_shapes puts ops' input shapes and dtypes in their sp
   CHECK(format_input_shapes({&x, nullptr}) == "[2, 1, 8, 8] f32, none");
 }
 
-TEST_CASE("profiler: ops on the CPU carry no GPU time; the table and trace have no GPU column or row",
+TEST_CASE("profiler: ops on the CPU carry no GPU time, the table and trace have no GPU column or row",
           "[cpu][profiler]") {
   const Tensor x = randn({16});
   Profile p;

@@ -103,7 +103,7 @@ TEST_CASE("trace reader: several pids are ranks on one clock", "[cpu][profiler]"
   CHECK(ranks[0].thread_names == std::vector<std::string>{"thread 0"});
 }
 
-TEST_CASE("trace reader: an op's GPU time comes from its args; the GPU row's copy is not a span", "[cpu][profiler]") {
+TEST_CASE("trace reader: an op's GPU time comes from its args, the GPU row's copy is not a span", "[cpu][profiler]") {
   const std::string text = R"({"traceEvents": [
     {"name": "matmul", "cat": "op", "ph": "X", "ts": 1000.0, "dur": 20.0, "pid": 0, "tid": 0,
      "args": {"step": 2, "gpu": {"device": 0, "ts": 1015.0, "dur": 800.0}}},

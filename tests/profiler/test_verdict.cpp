@@ -137,7 +137,7 @@ TEST_CASE("verdict: many tiny ops are launch-bound (per-op overhead on a CPU), n
   }
 }
 
-TEST_CASE("verdict: an optimizer step past its threshold is a finding; several findings by share", "[cpu][profiler]") {
+TEST_CASE("verdict: an optimizer step past its threshold is a finding, several findings by share", "[cpu][profiler]") {
   RankBuilder b;
   b.span("step 0", Category::step, 0, 1000, 0)
       .span("wait for batch", Category::data, 0, 250, 1)
@@ -183,7 +183,7 @@ TEST_CASE("verdict: without step spans the shares are of the main thread's recor
   CHECK(s.input == Approx(0.75));
 }
 
-TEST_CASE("verdict: a real mnist_cnn profile; ops_markdown holds the table and the verdict", "[cpu][profiler]") {
+TEST_CASE("verdict: a real mnist_cnn profile, ops_markdown holds the table and the verdict", "[cpu][profiler]") {
   auto model = models::mnist_cnn();
   optim::SGD opt(model->parameters(), {.lr = 0.01});
   Generator gen(1);

@@ -16,7 +16,7 @@ target_include_directories(ember_run_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/..)
 target_compile_definitions(ember_run_tests PRIVATE EMBER_RUN_PROGRAM="$<TARGET_FILE:ember-run>"
                                                    EMBER_RUN_CHILD="$<TARGET_FILE:ember_run_child>")
 add_dependencies(ember_run_tests ember-run ember_run_child)
-catch_discover_tests(ember_run_tests TEST_PREFIX "tools/ember_run/" PROPERTIES TIMEOUT 60)
+catch_discover_tests(ember_run_tests TEST_PREFIX "tools/ember_run/" EXTRA_ARGS ${EMBER_CATCH_ARGS} PROPERTIES TIMEOUT 60)
 # Catch2's PROPERTIES flattens a list value, so the three labels are set by a CTest include that
 # runs after the discovered tests are defined.
 set(_ember_run_labels ${CMAKE_CURRENT_BINARY_DIR}/ember_run_tests_labels.cmake)

@@ -308,15 +308,7 @@ void CachingAllocator::release_pool(uint64_t pool) {
   for (Block* b : blocks) {
     b->pool = 0;
     --stats_.pending_frees;
-    if (!b->stream_uses.empty()) {  // other streams: reusable once the work queued on them so far is done
-      DeferredFree d{b, {}};
-      for (void* s : b->stream_uses) d.events.push_back(backend_->record_event(s));
-      deferred_.push_back(std::move(d));
-      ++stats_.pending_frees;
-      ++stats_.deferred_frees;
-      continue;
-    }
-    return_block(b);
+    defer_or_return(b);
   }
 }
 
@@ -363,6 +355,10 @@ void CachingAllocator::free_block(void* ptr) {
                  "without record_stream(storage, that stream): it may be reused while that stream still uses it\n",
                  b->size, backend_->name().c_str(), b->stream, b->last_use);
   }
+  defer_or_return(b);
+}
+
+void CachingAllocator::defer_or_return(Block* b) {
   if (!b->stream_uses.empty()) {
     // Not reusable until the work queued so far on every recorded stream is done.
     DeferredFree d{b, {}};

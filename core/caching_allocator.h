@@ -149,6 +149,9 @@ class CachingAllocator : public Allocator {
   [[noreturn]] void throw_out_of_memory(size_t nbytes, size_t segment) const;  // mu_ held
   void free_block(void* ptr);
   void return_block(Block* b);  // merges b with free neighbours into its pool
+  /// A freed block (mu_ held): deferred until events on the other streams recorded on it complete,
+  /// else returned at once.
+  void defer_or_return(Block* b);
   void process_deferred(bool wait);  // returns the blocks whose events completed (all, if wait)
   Block* find_free(size_t size, void* stream, uint64_t pool, bool small);
   struct Capture {

@@ -6,13 +6,15 @@
 //   profiler::RecordScope scope("conv2d", profiler::Category::op);
 //
 // When no profile is recording and no CUDA graph is being captured, a scope costs one relaxed
-// atomic load and a predictable branch, and allocates nothing (PyTorch's RecordFunction works the same way). When one
-// is, each scope appends one Event to its thread's buffer: name, category, start and end on one steady clock, and its
-// nesting depth on that thread. An op's scope may also carry its inputs' shapes and dtypes (scope.inputs(x, w)),
-// formatted only while a profile records with shapes (record_shapes). Profiling where a GPU is usable, an op whose
-// first input is on a GPU also gets that GPU's time: a timing event recorded on the device's current stream when the op
-// is handed its inputs and another when its scope ends, resolved when the profile keeps the step (docs/profiling.md
-// says why events and not CUPTI); and every span is an NVTX range too, so Nsight Systems shows the same names.
+// atomic load and a predictable branch, and allocates nothing (PyTorch's RecordFunction works the
+// same way). When one is, each scope appends one Event to its thread's buffer: name, category,
+// start and end on one steady clock, and its nesting depth on that thread. An op's scope may also
+// carry its inputs' shapes and dtypes (scope.inputs(x, w)), formatted only while a profile records
+// with shapes (record_shapes). Profiling where a GPU is usable, an op whose first input is on a GPU
+// also gets that GPU's time: a timing event recorded on the device's current stream when the op is
+// handed its inputs and another when its scope ends, resolved when the profile keeps the step
+// (docs/profiling.md says why events and not CUPTI); and every span is an NVTX range too, so
+// Nsight Systems shows the same names.
 #include <atomic>
 #include <cstdint>
 #include <initializer_list>

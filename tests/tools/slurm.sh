@@ -324,7 +324,11 @@ EOF
     # Preempt it once the first epoch is recorded and the second is under way.
     for _ in $(seq 600); do
       [ -s run/p/metrics.jsonl ] && break
-      [ "$(state_of "$a")" = RUNNING ] || [ "$(state_of "$a")" = PENDING ] || fail "job $a ended before its first epoch: $(state_of "$a")"
+      s=$(state_of "$a")  # once: the job moves on between two calls
+      case $s in
+        PENDING | CONFIGURING | RUNNING | "") ;;
+        *) fail "job $a ended before its first epoch: $s" ;;
+      esac
       sleep 0.2
     done
     [ -s run/p/metrics.jsonl ] || fail "no epoch recorded in 120 s"

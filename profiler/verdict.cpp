@@ -45,6 +45,40 @@ uint32_t training_thread(const RankProfile& r) {
   return top_time.empty() ? 0 : busiest(top_time);
 }
 
+// Time intervals [start, end) in ns: merged (sorted, disjoint) they measure a union.
+using Interval = std::pair<uint64_t, uint64_t>;
+
+std::vector<Interval> merged(std::vector<Interval> v) {
+  std::sort(v.begin(), v.end());
+  std::vector<Interval> out;
+  for (const Interval& i : v) {
+    if (i.second <= i.first) continue;
+    if (!out.empty() && i.first <= out.back().second) out.back().second = std::max(out.back().second, i.second);
+    else out.push_back(i);
+  }
+  return out;
+}
+
+uint64_t length(const std::vector<Interval>& m) {
+  uint64_t n = 0;
+  for (const Interval& i : m) n += i.second - i.first;
+  return n;
+}
+
+// The length of the intersection of two merged sets.
+uint64_t overlap(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  uint64_t n = 0;
+  for (size_t i = 0, j = 0; i < a.size() && j < b.size();) {
+    const uint64_t lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
+    if (hi > lo) n += hi - lo;
+    if (a[i].second < b[j].second) ++i;
+    else ++j;
+  }
+  return n;
+}
+
+bool has_gpu_time(const Span& s) { return s.event.gpu_device >= 0 && s.event.gpu_end_ns > s.event.gpu_start_ns; }
+
 std::string percent(double share) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f%%", share * 100);
@@ -68,9 +102,13 @@ RankShares rank_shares(const RankProfile& r) {
   uint64_t first = UINT64_MAX, last = 0, steps_ns = 0, input = 0, comm = 0, compute = 0, optimizer = 0;
   uint64_t optimizer_end = 0;  // an optimizer span inside another is not counted twice
   struct OpTotal {
-    int64_t calls = 0;
-    uint64_t self_ns = 0;
+    int64_t calls = 0, gpu_calls = 0;
+    uint64_t self_ns = 0, gpu_ns = 0;
   };
+  // The kept steps on the training thread (or its recorded time), the waits that explain an idle
+  // GPU, and the GPU's intervals (every op with GPU time, any thread: all of them run this
+  // rank's kernels).
+  std::vector<Interval> windows, waits, gpu, gpu_compute;
   std::map<std::string, OpTotal> ops;
   std::vector<const Span*> mine;
   for (const Span& s : r.spans)
@@ -85,12 +123,19 @@ RankShares rank_shares(const RankProfile& r) {
       case Category::step:
         ++out.steps;
         steps_ns += duration(s);
+        windows.emplace_back(s.event.start_ns, s.event.end_ns);
         break;
       case Category::data:
-        if (s.event.name == "wait for batch") input += duration(s);
+        if (s.event.name == "wait for batch") {
+          input += duration(s);
+          waits.emplace_back(s.event.start_ns, s.event.end_ns);
+        }
         break;
       case Category::comm:
-        if (s.event.name == "wait for gradient all-reduce") comm += duration(s);
+        if (s.event.name == "wait for gradient all-reduce") {
+          comm += duration(s);
+          waits.emplace_back(s.event.start_ns, s.event.end_ns);
+        }
         break;
       case Category::optimizer:
         if (s.event.start_ns >= optimizer_end) {
@@ -104,12 +149,21 @@ RankShares rank_shares(const RankProfile& r) {
         OpTotal& t = ops[s.event.name];
         ++t.calls;
         t.self_ns += s.self_ns;
+        if (has_gpu_time(s)) {
+          ++t.gpu_calls;
+          t.gpu_ns += s.event.gpu_end_ns - s.event.gpu_start_ns;
+        }
         break;
       }
       case Category::user:
         break;
     }
   }
+  for (const Span& s : r.spans)
+    if (has_gpu_time(s)) {
+      gpu.emplace_back(s.event.gpu_start_ns, s.event.gpu_end_ns);
+      if (is_compute(s)) gpu_compute.emplace_back(s.event.gpu_start_ns, s.event.gpu_end_ns);
+    }
   out.step_ns = out.steps > 0 ? steps_ns : (last > first ? last - first : 0);
   if (out.step_ns == 0) return out;
   const double total = static_cast<double>(out.step_ns);
@@ -117,20 +171,38 @@ RankShares rank_shares(const RankProfile& r) {
   out.comm = static_cast<double>(comm) / total;
   out.compute = static_cast<double>(compute) / total;
   out.optimizer = static_cast<double>(optimizer) / total;
+  const bool on_gpu = !gpu.empty();
+  if (on_gpu) {
+    if (out.steps == 0) windows = {{first, last}};
+    const std::vector<Interval> steps = merged(windows), busy = merged(gpu);
+    out.gpu_busy = static_cast<double>(overlap(steps, busy)) / total;
+    out.compute = static_cast<double>(overlap(steps, merged(gpu_compute))) / total;
+    // Idle and not explained by a wait: the host is behind, queueing kernels.
+    std::vector<Interval> explained = busy;
+    explained.insert(explained.end(), waits.begin(), waits.end());
+    out.launch = static_cast<double>(length(steps) - overlap(steps, merged(explained))) / total;
+  }
   std::vector<std::pair<std::string, OpTotal>> tiny;
   uint64_t tiny_ns = 0;
-  for (const auto& [name, t] : ops)
-    if (t.self_ns < kTinyOpSelfNs * static_cast<uint64_t>(t.calls)) {
+  for (const auto& [name, t] : ops) {
+    const bool is_tiny = on_gpu ? t.gpu_calls > 0 && t.gpu_ns < kTinyKernelNs * static_cast<uint64_t>(t.gpu_calls)
+                                : t.self_ns < kTinyOpSelfNs * static_cast<uint64_t>(t.calls);
+    if (is_tiny) {
       tiny.emplace_back(name, t);
       tiny_ns += t.self_ns;
     }
-  out.launch = static_cast<double>(tiny_ns) / total;
+  }
+  if (!on_gpu) out.launch = static_cast<double>(tiny_ns) / total;
   std::stable_sort(tiny.begin(), tiny.end(),
                    [](const auto& a, const auto& b) { return a.second.self_ns > b.second.self_ns; });
   for (const auto& [name, t] : tiny) {
     char buf[64];
-    std::snprintf(buf, sizeof buf, " (%lld calls, %.1f us)", static_cast<long long>(t.calls),
-                  static_cast<double>(t.self_ns) / 1e3 / static_cast<double>(t.calls));
+    if (on_gpu)
+      std::snprintf(buf, sizeof buf, " (%lld calls, %.1f us on the GPU)", static_cast<long long>(t.gpu_calls),
+                    static_cast<double>(t.gpu_ns) / 1e3 / static_cast<double>(t.gpu_calls));
+    else
+      std::snprintf(buf, sizeof buf, " (%lld calls, %.1f us)", static_cast<long long>(t.calls),
+                    static_cast<double>(t.self_ns) / 1e3 / static_cast<double>(t.calls));
     out.tiny_ops.push_back("`" + name + "`" + buf);
   }
   return out;
@@ -166,11 +238,15 @@ Verdict verdict(const std::vector<RankProfile>& ranks) {
            "`data.batch_size` (more compute per byte sent), `parallel.comm_hook` fp16 or bf16 (half the bytes).";
   });
   consider("compute-bound", &RankShares::compute, kComputeBoundShare, [&](const RankShares& r) {
-    std::string t =
-        "**compute-bound**: convolutions and matrix products (`conv2d`, `matmul` and their backward "
-        "nodes, their own time) are " +
-        percent(r.compute) + " of step time" + on_rank(v, r.rank) + " (threshold " + percent(kComputeBoundShare) +
-        "). ";
+    std::string t = r.gpu_busy >= 0
+                        ? "**compute-bound**: the GPU runs the kernels of convolutions and matrix products (`conv2d`, "
+                          "`matmul`) " +
+                              percent(r.compute) + " of step time" + on_rank(v, r.rank) + " (threshold " +
+                              percent(kComputeBoundShare) + "). "
+                        : "**compute-bound**: convolutions and matrix products (`conv2d`, `matmul` and their backward "
+                          "nodes, their own time) are " +
+                              percent(r.compute) + " of step time" + on_rank(v, r.rank) + " (threshold " +
+                              percent(kComputeBoundShare) + "). ";
     if (cuda)
       return t +
              "Knobs: `precision` bf16 or fp16 (tensor cores), `memory_format` channels_last (what tensor-core "
@@ -185,6 +261,19 @@ Verdict verdict(const std::vector<RankProfile>& ranks) {
     if (r.tiny_ops.size() > 6) which += " and " + std::to_string(r.tiny_ops.size() - 6) + " more";
     char us[32];
     std::snprintf(us, sizeof us, "%.0f us", static_cast<double>(kTinyOpSelfNs) / 1e3);
+    if (r.gpu_busy >= 0) {
+      char kernel_us[32];
+      std::snprintf(kernel_us, sizeof kernel_us, "%.0f us", static_cast<double>(kTinyKernelNs) / 1e3);
+      return "**launch-bound**: the GPU is idle " + percent(r.launch) + " of step time" + on_rank(v, r.rank) +
+             " (threshold " + percent(kLaunchBoundShare) +
+             ") while the training thread waits neither for a batch nor for the all-reduce: it waits for the "
+             "host to queue kernels (GPU busy " +
+             percent(r.gpu_busy) + "). " +
+             (which.empty() ? std::string("No op's kernels average under ") + kernel_us + " a call"
+                            : "Ops whose kernels average under " + std::string(kernel_us) + " a call: " + which) +
+             ". Knobs: `train.cuda_graphs` true (the step replayed as one graph, no launch per op), a larger "
+             "`data.batch_size` (the same launches do more work each); fewer, larger ops.";
+    }
     if (cuda)
       return "**launch-bound**: ops whose host time averages under " + std::string(us) +
              " a call (little more than a kernel launch each) take " + percent(r.launch) + " of step time" +
@@ -211,25 +300,31 @@ std::string Verdict::markdown() const {
   std::string out = "## Verdict\n\n";
   if (ranks.empty() || std::all_of(ranks.begin(), ranks.end(), [](const RankShares& r) { return r.step_ns == 0; }))
     return out + "No spans to judge.\n";
-  out += "Shares of step time on the thread that ran the steps";
+  // With GPU time: conv/matmul and the launch share are the GPU's (verdict.h), and a GPU column.
+  const bool gpu = std::any_of(ranks.begin(), ranks.end(), [](const RankShares& r) { return r.gpu_busy >= 0; });
+  const char* launch_name = gpu ? "GPU waiting for launches" : "tiny ops";
+  out += gpu ? "Shares of step time on the thread that ran the steps, and on its GPU"
+             : "Shares of step time on the thread that ran the steps";
   out += " (thresholds: wait for batch " + percent(kInputBoundShare) + ", exposed all-reduce " +
-         percent(kCommBoundShare) + ", conv/matmul " + percent(kComputeBoundShare) + ", tiny ops " +
+         percent(kCommBoundShare) + ", conv/matmul " + percent(kComputeBoundShare) + ", " + launch_name + " " +
          percent(kLaunchBoundShare) + ", optimizer " + percent(kOptimizerShare) + "):\n\n";
-  out +=
-      "| rank | steps | step (ms) | wait for batch | exposed all-reduce | conv/matmul | tiny ops | optimizer |\n"
-      "|--:|--:|--:|--:|--:|--:|--:|--:|\n";
+  out += gpu ? "| rank | steps | step (ms) | wait for batch | exposed all-reduce | GPU busy | GPU on conv/matmul | GPU "
+               "waiting for launches | optimizer |\n|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n"
+             : "| rank | steps | step (ms) | wait for batch | exposed all-reduce | conv/matmul | tiny ops | optimizer "
+               "|\n|--:|--:|--:|--:|--:|--:|--:|--:|\n";
   for (const RankShares& r : ranks) {
     char ms[32];
     std::snprintf(ms, sizeof ms, "%.3f",
                   static_cast<double>(r.step_ns) / 1e6 / static_cast<double>(std::max<int64_t>(r.steps, 1)));
     out += "| " + std::to_string(r.rank) + " | " + std::to_string(r.steps) + " | " + ms + " | " + percent(r.input) +
-           " | " + percent(r.comm) + " | " + percent(r.compute) + " | " + percent(r.launch) + " | " +
-           percent(r.optimizer) + " |\n";
+           " | " + percent(r.comm) + " | ";
+    if (gpu) out += (r.gpu_busy >= 0 ? percent(r.gpu_busy) : std::string("-")) + " | ";
+    out += percent(r.compute) + " | " + percent(r.launch) + " | " + percent(r.optimizer) + " |\n";
   }
   out += "\n";
   if (findings.empty()) {
     // The largest share, to say how far from a finding the run is.
-    const char* names[] = {"wait for batch", "exposed all-reduce", "conv/matmul", "tiny ops", "optimizer"};
+    const char* names[] = {"wait for batch", "exposed all-reduce", "conv/matmul", launch_name, "optimizer"};
     double RankShares::*members[] = {&RankShares::input, &RankShares::comm, &RankShares::compute, &RankShares::launch,
                                      &RankShares::optimizer};
     const double thresholds[] = {kInputBoundShare, kCommBoundShare, kComputeBoundShare, kLaunchBoundShare,

@@ -12,6 +12,14 @@
 //                        (on a CPU: per-op overhead)
 //   optimizer            the optimizer step                                              > 15%
 //
+// Where the ops carry GPU time (a profile on a GPU with ProfileOptions::gpu_time), an op's host
+// span is only its launches, so two shares are read from the GPU's side instead:
+//
+//   compute-bound        the GPU running conv / matmul ops' kernels                      > 50%
+//   launch-bound         the GPU idle while the training thread waits neither for a batch
+//                        nor for the all-reduce: it waits for the host to queue kernels  > 30%
+//                        (the ops named are those whose kernels average < 10 us a call)
+//
 // Several ranks: each share is the largest over the ranks (the slowest rank sets the pace), and
 // the finding names that rank.
 #include <cstdint>
@@ -29,6 +37,9 @@ inline constexpr double kLaunchBoundShare = 0.30;
 inline constexpr double kOptimizerShare = 0.15;
 /// An op (or backward node) is tiny when its mean self time per call is under this.
 inline constexpr uint64_t kTinyOpSelfNs = 20'000;
+/// With GPU time: an op's kernels are tiny when they average under this a call (a launch costs
+/// about 5 us of host time, so such an op cannot keep the GPU busy by itself).
+inline constexpr uint64_t kTinyKernelNs = 10'000;
 
 /// The spans of one rank (one process: one pid of a trace).
 struct RankProfile {
@@ -50,7 +61,12 @@ struct RankShares {
   int64_t steps = 0;  // `step N` spans on it; 0: the shares are of its recorded time
   uint64_t step_ns = 0;  // the steps' total (or the recorded time from first start to last end)
   double input = 0, comm = 0, compute = 0, launch = 0, optimizer = 0;
-  /// The tiny ops, by their total self time, descending: "add (312 calls, 6.1 us)".
+  /// The share of step time in which the GPU ran any of this rank's ops' kernels (the union of
+  /// their GPU intervals within the steps); -1 when no op carries GPU time. When measured,
+  /// `compute` and `launch` are the GPU-side shares of the header's second table.
+  double gpu_busy = -1;
+  /// The tiny ops, by their total self time, descending: "add (312 calls, 6.1 us)"; with GPU
+  /// time, those with tiny kernels: "add (312 calls, 3.2 us on the GPU)".
   std::vector<std::string> tiny_ops;
 };
 

@@ -36,6 +36,13 @@ struct RankBuilder {
     r.spans.push_back(s);
     return *this;
   }
+  // The last span's kernels ran on GPU 0 from start_us to end_us.
+  RankBuilder& gpu(uint64_t start_us, uint64_t end_us) {
+    r.spans.back().event.gpu_device = 0;
+    r.spans.back().event.gpu_start_ns = start_us * 1000;
+    r.spans.back().event.gpu_end_ns = end_us * 1000;
+    return *this;
+  }
   RankProfile done() {
     compute_self_times(r.spans);
     return r;
@@ -135,6 +142,66 @@ TEST_CASE("verdict: many tiny ops are launch-bound (per-op overhead on a CPU), n
     CHECK(contains(md, cuda ? "kernel launch" : "per-op overhead"));
     CHECK(contains(md, "`add` (60 calls, 5.0 us)"));
   }
+}
+
+TEST_CASE("verdict: with GPU time, a GPU idle while nothing is awaited is launch-bound, naming tiny kernels",
+          "[cpu][profiler]") {
+  RankBuilder b(0, true);
+  b.span("step 2", Category::step, 100, 1100, 0)
+      // The GPU finishes the previous step's kernels while the host waits for the batch: counted once.
+      .span("wait for batch", Category::data, 100, 200, 1)
+      .span("conv2d", Category::op, 60, 90, 0)
+      .gpu(60, 150);  // before the step, 50 us inside it
+  for (uint64_t i = 0; i < 60; ++i)
+    b.span("add", Category::op, 200 + 10 * i, 200 + 10 * i + 4, 1).gpu(205 + 10 * i, 208 + 10 * i);
+  // linear's kernels hold matmul's: one busy interval, not two.
+  b.span("linear", Category::op, 800, 830, 1).gpu(850, 1000).span("matmul", Category::op, 805, 820, 2).gpu(850, 950);
+  const Verdict v = verdict({b.done()});
+  const RankShares& r = v.ranks[0];
+  // Busy: 50 (the conv before, within the step) + 60 * 3 + 150 = 380 of 1000 us.
+  CHECK(r.gpu_busy == Approx(0.38));
+  CHECK(r.compute == Approx(0.20));  // conv2d's 50 and linear's 150: the GPU's, not the host spans'
+  // Idle and unexplained: 1000 - (380 busy + 100 waiting for the batch - 50 of them overlapping) = 570.
+  CHECK(r.launch == Approx(0.57));
+  REQUIRE(r.tiny_ops.size() == 1);
+  CHECK(r.tiny_ops[0] == "`add` (60 calls, 3.0 us on the GPU)");
+  REQUIRE(v.findings.size() == 1);
+  CHECK(v.findings[0].kind == "launch-bound");
+  const std::string md = v.markdown();
+  INFO(md);
+  CHECK(contains(md, "the GPU is idle 57.0% of step time (threshold 30.0%)"));
+  CHECK(contains(md, "GPU busy 38.0%"));
+  CHECK(contains(md, "`train.cuda_graphs` true"));
+  CHECK(contains(md, "| GPU busy | GPU on conv/matmul | GPU waiting for launches |"));
+  CHECK(contains(md, "| 0 | 1 | 1.000 | 10.0% | 0.0% | 38.0% | 20.0% | 57.0% | 0.0% |"));
+}
+
+TEST_CASE("verdict: with GPU time, compute-bound is the GPU running conv and matmul kernels", "[cpu][profiler]") {
+  RankBuilder b(0, true);
+  // The host launches in 40 us and then waits at the loss (an op that synchronises).
+  b.span("step 0", Category::step, 0, 1000, 0)
+      .span("conv2d", Category::op, 0, 20, 1)
+      .gpu(20, 500)
+      .span("Conv2dBackward", Category::backward, 20, 40, 1)
+      .span("conv2d_backward", Category::op, 22, 38, 2)
+      .gpu(500, 900)
+      .span("item", Category::op, 40, 950, 1)
+      .gpu(900, 950);
+  const Verdict v = verdict({b.done()});
+  const RankShares& r = v.ranks[0];
+  CHECK(r.gpu_busy == Approx(0.93));
+  CHECK(r.compute == Approx(0.88));
+  CHECK(r.launch == Approx(0.07));  // 0-20 and 950-1000
+  REQUIRE(v.findings.size() == 1);
+  CHECK(v.findings[0].kind == "compute-bound");
+  const std::string md = v.markdown();
+  INFO(md);
+  CHECK(contains(md, "the GPU runs the kernels of convolutions and matrix products"));
+  CHECK(contains(md, "88.0% of step time"));
+  // No GPU time recorded (gpu_time off): the host's self times, as on a CPU.
+  RankBuilder host(0, true);
+  host.span("step 0", Category::step, 0, 1000, 0).span("conv2d", Category::op, 0, 20, 1);
+  CHECK(rank_shares(host.done()).gpu_busy == -1);
 }
 
 TEST_CASE("verdict: an optimizer step past its threshold is a finding, several findings by share", "[cpu][profiler]") {

@@ -9,6 +9,7 @@
 // panels, zero-padded to whole MR/NR tiles, so the micro-kernel has no edge cases and no strides.
 // The micro-kernel uses 32-byte vectors over NR (GCC/Clang vector extensions).
 #include <ember/kernels/cpu/gemm_blocked.h>
+#include <ember/kernels/cpu/loops.h>
 
 #include <algorithm>
 #include <cstring>
@@ -125,22 +126,14 @@ template <typename T>
   }
 }
 
-// The compute loops are compiled twice on x86-64 GCC/Clang: for the baseline ISA and for
-// x86-64-v3 (AVX2 + FMA), picked at load time, so a default build (no -march) still runs its GEMM
-// with 256-bit FMAs where the CPU has them (about 3.5x faster). "arch=haswell" would not do: its
-// resolver asks whether the CPU *is* a Haswell, not whether it has the features.
-// -DEMBER_GEMM_NO_CLONES turns this off.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(EMBER_GEMM_NO_CLONES)
-#define EMBER_GEMM_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define EMBER_GEMM_CLONES
-#endif
-EMBER_GEMM_CLONES void macro_kernel(int64_t mc, int64_t nc, int64_t kc, int64_t q0, int64_t q1, const float* ap,
-                                    const float* bpack, float* c, int64_t ldc, bool first, float beta) {
+// The compute loops run compiled for x86-64-v3 where the CPU has it (EMBER_CPU_CLONES, loops.h):
+// a default build (no -march) still runs its GEMM with 256-bit FMAs (about 3.5x faster).
+EMBER_CPU_CLONES void macro_kernel(int64_t mc, int64_t nc, int64_t kc, int64_t q0, int64_t q1, const float* ap,
+                                   const float* bpack, float* c, int64_t ldc, bool first, float beta) {
   macro_kernel_t<float>(mc, nc, kc, q0, q1, ap, bpack, c, ldc, first, beta);
 }
-EMBER_GEMM_CLONES void macro_kernel(int64_t mc, int64_t nc, int64_t kc, int64_t q0, int64_t q1, const double* ap,
-                                    const double* bpack, double* c, int64_t ldc, bool first, double beta) {
+EMBER_CPU_CLONES void macro_kernel(int64_t mc, int64_t nc, int64_t kc, int64_t q0, int64_t q1, const double* ap,
+                                   const double* bpack, double* c, int64_t ldc, bool first, double beta) {
   macro_kernel_t<double>(mc, nc, kc, q0, q1, ap, bpack, c, ldc, first, beta);
 }
 

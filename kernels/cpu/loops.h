@@ -17,6 +17,16 @@
 // every instantiation of a kernel would otherwise repeat inline: kernels/cpu/elementwise.cpp).
 #define EMBER_NOINLINE __attribute__((noinline))
 
+// EMBER_CPU_CLONES: a hot loop compiled twice on x86-64 GCC/Clang, for the baseline ISA and for
+// x86-64-v3 (AVX2 + FMA), picked at load time, so a default build (no -march) still runs 256-bit
+// vectors where the CPU has them. "arch=haswell" would not do: its resolver asks whether the CPU
+// *is* a Haswell, not whether it has the features. -DEMBER_GEMM_NO_CLONES turns this off.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(EMBER_GEMM_NO_CLONES)
+#define EMBER_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define EMBER_CPU_CLONES
+#endif
+
 namespace ember::kernels::cpu {
 
 /// Elements per parallel_for chunk for cheap elementwise work.

@@ -2,21 +2,31 @@
 //
 // Batch norm: x is a contiguous (N, C, S) view; each task owns whole channels (a block of them
 // when S == 1, see kChannelBlock), so per-channel sums never cross tasks and results do not depend
-// on the thread count. Sums accumulate in double;
-// the variance is two-pass (sum of squared deviations from the mean), which stays accurate when
-// |mean| >> std, where E[x^2] - E[x]^2 cancels. f16 / bf16 inputs keep f32 parameters and
-// statistics (kernels/norm.h); their outputs are computed in f32 and rounded once, as cuDNN does.
+// on the thread count. Sums accumulate in double; the variance is two-pass (sum of squared
+// deviations from the mean), which stays accurate when |mean| >> std, where E[x^2] - E[x]^2
+// cancels. The elementwise passes compute in the parameter type (f32 below f64) from per-channel
+// factors computed in double and rounded once: y = x * scale + shift, and in the backward
+// dx = wi * ((g - mean(g)) - k * (x - mean)) with wi = w * invstd, k = invstd * mean(g * xhat)
+// (tests/layers/test_batchnorm.cpp bounds both against float64). f16 / bf16 inputs keep f32
+// parameters and statistics (kernels/norm.h); their outputs are computed in f32 and rounded once,
+// as cuDNN does. The f32 loops also run compiled for x86-64-v3 where the CPU has it (loops.h).
+// On ResNet-18's batch-32 shapes this took the forward plus backward of the four stages from
+// 14.5 to 6.5-7.3 ms (channels-last alone 9.0 to 3.0-3.1 ms), against PyTorch 2.15's 8.2-8.5
+// (channels-last 4.2) on the same machine (docs/benchmarks.md, "Batch norm on the CPU").
 // Dropout: one Philox block per 4 consecutive elements (the layout of core/rng.h), the keep test
 // in integers (dropout_threshold), so CUDA's kernel reproduces the mask exactly. f32 draws four
 // blocks at a time with SSE2 (philox_x4.h): Philox was most of dropout's cost.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
 #include <ember/core/half.h>
 #include <ember/core/rng.h>
 #include <ember/core/thread_pool.h>
 #include <ember/kernels/cpu/cpu_kernels.h>
+#include <ember/kernels/cpu/loops.h>
 #include <ember/kernels/cpu/philox_x4.h>
 #include <ember/kernels/norm.h>
 
@@ -25,93 +35,280 @@ namespace {
 
 constexpr int64_t kGrainElems = 32768;
 
-/// Channels per task: one when each (n, c) holds a plane of S > 1 values (the task walks the
-/// channel's planes), kChannelBlock when S == 1 (a channels-last input, which the front views as
-/// (N*H*W, C, 1), or a 2-D one): a channel's values are then C apart, so a task takes a block of
-/// adjacent channels and walks the rows, using whole cache lines. Each channel's sums still run
-/// over n, then s, in order: the same results for any block size and thread count.
-constexpr int64_t kChannelBlock = 16;
+/// Parameter type of input type T: double for double, else float.
+template <typename T> using param_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-/// Runs fn(c0, c1) over blocks of channels, parallel; M values per channel.
-void for_channel_blocks(int64_t C, int64_t S, int64_t M, const std::function<void(int64_t, int64_t)>& fn) {
-  const int64_t block = S == 1 ? kChannelBlock : 1;
-  const int64_t blocks = (C + block - 1) / block;
-  const int64_t grain = std::max<int64_t>(1, kGrainElems / std::max<int64_t>(M * block, 1));
-  parallel_for(0, blocks, grain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) fn(i * block, std::min(C, (i + 1) * block));
+// Per-channel sums accumulate in double (the f64 reference's error bound holds whatever their
+// order) in a fixed order that depends on the shape only, never on the thread count:
+//
+// - S > 1 (row-major): one task per channel walks the channel's planes, kLanes independent
+//   accumulators along each plane (so the loop vectorizes), added together in order at the end.
+// - S == 1 (channels-last, which the front views as (N*H*W, C, 1), or 2-D): the rows are cut into
+//   fixed chunks of rows_per_chunk(C) rows, one task per chunk, which reads its rows whole (all
+//   channels, contiguous) and keeps per-channel partials; the chunks' partials are then combined
+//   in chunk order. The variance combines each chunk's own two-pass sum of squared deviations
+//   (its second pass reads the chunk from cache) with Chan et al.'s term n_q (mean_q - mean)^2.
+
+constexpr int kLanes = 8;
+constexpr int64_t kChunkElems = 65536;  // values per row chunk (S == 1): 256 KiB of f32
+
+int64_t rows_per_chunk(int64_t C) { return std::max<int64_t>(1, kChunkElems / std::max<int64_t>(C, 1)); }
+
+/// sums[k] += term k of f(a, b) over the pairs (x[i], y[i]) of channel c's planes (S > 1).
+template <size_t K, typename T, typename F>
+[[gnu::always_inline]] inline void plane_sums(const T* x, const T* y, int64_t N, int64_t C, int64_t S, int64_t c,
+                                              double (&sums)[K], F&& f) {
+  double acc[K][kLanes] = {};
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t base = (n * C + c) * S;
+    const T* a = x + base;
+    const T* b = y + base;
+    int64_t i = 0;
+    for (; i + kLanes <= S; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) {
+        const std::array<double, K> t = f(static_cast<double>(a[i + l]), static_cast<double>(b[i + l]));
+        for (size_t k = 0; k < K; ++k) acc[k][l] += t[k];
+      }
+    for (; i < S; ++i) {
+      const std::array<double, K> t = f(static_cast<double>(a[i]), static_cast<double>(b[i]));
+      for (size_t k = 0; k < K; ++k) acc[k][0] += t[k];
+    }
+  }
+  for (size_t k = 0; k < K; ++k)
+    for (int l = 0; l < kLanes; ++l) sums[k] += acc[k][l];
+}
+
+/// out[i] = op(x[i], y[i]) in P over channel c's planes (S > 1).
+template <typename T, typename P, typename F>
+[[gnu::always_inline]] inline void plane_map(const T* x, const T* y, T* out, int64_t N, int64_t C, int64_t S, int64_t c,
+                                             F&& op) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = (n * C + c) * S, e = i + S; i < e; ++i)
+      out[i] = static_cast<T>(op(static_cast<P>(x[i]), static_cast<P>(y[i])));
+}
+
+/// Channel c's mean and sum of squared deviations from it (two passes over its planes).
+template <typename T>
+[[gnu::always_inline]] inline void plane_stats_t(const T* x, int64_t N, int64_t C, int64_t S, int64_t c, double* mean,
+                                                 double* sq) {
+  double sum[1] = {}, dev[1] = {};
+  plane_sums(x, x, N, C, S, c, sum, [](double v, double) { return std::array<double, 1>{v}; });
+  const double m = sum[0] / static_cast<double>(N * S);
+  plane_sums(x, x, N, C, S, c, dev, [m](double v, double) { return std::array<double, 1>{(v - m) * (v - m)}; });
+  *mean = m;
+  *sq = dev[0];
+}
+
+/// Channel c's sum of g and of g * (x - mean).
+template <typename T>
+[[gnu::always_inline]] inline void plane_grad_sums_t(const T* g, const T* x, int64_t N, int64_t C, int64_t S, int64_t c,
+                                                     double mean, double* sg, double* sgd) {
+  double sums[2] = {};
+  plane_sums(g, x, N, C, S, c, sums, [mean](double gv, double xv) {
+    return std::array<double, 2>{gv, gv * (xv - mean)};
+  });
+  *sg = sums[0];
+  *sgd = sums[1];
+}
+
+// ---- the row chunks' loops (S == 1): rows [0, rows) of C values from x, y ----
+
+/// s[c] = the chunk's sum of channel c; m2[c] = its sum of squared deviations from its own mean.
+template <typename T>
+[[gnu::always_inline]] inline void chunk_stats_t(const T* x, int64_t rows, int64_t C, double* s, double* m2) {
+  std::fill(s, s + C, 0.0);
+  std::fill(m2, m2 + C, 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < C; ++c) s[c] += static_cast<double>(x[r * C + c]);
+  const double inv = 1.0 / static_cast<double>(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      const double d = static_cast<double>(x[r * C + c]) - s[c] * inv;
+      m2[c] += d * d;
+    }
+}
+
+/// sg[c] = the chunk's sum of g, sgd[c] = of g * (x - mean[c]).
+template <typename T>
+[[gnu::always_inline]] inline void chunk_grad_sums_t(const T* g, const T* x, int64_t rows, int64_t C,
+                                                     const double* mean, double* sg, double* sgd) {
+  std::fill(sg, sg + C, 0.0);
+  std::fill(sgd, sgd + C, 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      const double gv = static_cast<double>(g[r * C + c]);
+      sg[c] += gv;
+      sgd[c] += gv * (static_cast<double>(x[r * C + c]) - mean[c]);
+    }
+}
+
+/// out = x * scale[c] + shift[c], in P.
+template <typename T, typename P>
+[[gnu::always_inline]] inline void chunk_affine_t(const T* x, T* out, int64_t rows, int64_t C, const P* scale,
+                                                  const P* shift) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < C; ++c) out[r * C + c] = static_cast<T>(static_cast<P>(x[r * C + c]) * scale[c] + shift[c]);
+}
+
+/// gx = wi[c] * ((g - mg[c]) - k[c] * (x - mean[c])), in P.
+template <typename T, typename P>
+[[gnu::always_inline]] inline void chunk_grad_t(const T* g, const T* x, T* gx, int64_t rows, int64_t C, const P* wi,
+                                                const P* mg, const P* k, const P* mean) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t i = r * C + c;
+      gx[i] = static_cast<T>(wi[c] * ((static_cast<P>(g[i]) - mg[c]) - k[c] * (static_cast<P>(x[i]) - mean[c])));
+    }
+}
+
+// f32 (the training dtype) runs copies compiled for x86-64-v3 where the CPU has it (loops.h).
+EMBER_CPU_CLONES void chunk_stats(const float* x, int64_t rows, int64_t C, double* s, double* m2) {
+  chunk_stats_t(x, rows, C, s, m2);
+}
+EMBER_CPU_CLONES void chunk_grad_sums(const float* g, const float* x, int64_t rows, int64_t C, const double* mean,
+                                      double* sg, double* sgd) {
+  chunk_grad_sums_t(g, x, rows, C, mean, sg, sgd);
+}
+EMBER_CPU_CLONES void chunk_affine(const float* x, float* out, int64_t rows, int64_t C, const float* scale,
+                                   const float* shift) {
+  chunk_affine_t(x, out, rows, C, scale, shift);
+}
+EMBER_CPU_CLONES void chunk_grad(const float* g, const float* x, float* gx, int64_t rows, int64_t C, const float* wi,
+                                 const float* mg, const float* k, const float* mean) {
+  chunk_grad_t(g, x, gx, rows, C, wi, mg, k, mean);
+}
+EMBER_CPU_CLONES void plane_stats(const float* x, int64_t N, int64_t C, int64_t S, int64_t c, double* mean,
+                                  double* sq) {
+  plane_stats_t(x, N, C, S, c, mean, sq);
+}
+EMBER_CPU_CLONES void plane_grad_sums(const float* g, const float* x, int64_t N, int64_t C, int64_t S, int64_t c,
+                                      double mean, double* sg, double* sgd) {
+  plane_grad_sums_t(g, x, N, C, S, c, mean, sg, sgd);
+}
+EMBER_CPU_CLONES void plane_affine(const float* x, float* out, int64_t N, int64_t C, int64_t S, int64_t c, float scale,
+                                   float shift) {
+  plane_map<float, float>(x, x, out, N, C, S, c, [=](float v, float) { return v * scale + shift; });
+}
+EMBER_CPU_CLONES void plane_grad(const float* g, const float* x, float* gx, int64_t N, int64_t C, int64_t S, int64_t c,
+                                 float wi, float mg, float k, float mean) {
+  plane_map<float, float>(g, x, gx, N, C, S, c, [=](float gv, float xv) { return wi * ((gv - mg) - k * (xv - mean)); });
+}
+template <typename T>
+void plane_stats(const T* x, int64_t N, int64_t C, int64_t S, int64_t c, double* mean, double* sq) {
+  plane_stats_t(x, N, C, S, c, mean, sq);
+}
+template <typename T>
+void plane_grad_sums(const T* g, const T* x, int64_t N, int64_t C, int64_t S, int64_t c, double mean, double* sg,
+                     double* sgd) {
+  plane_grad_sums_t(g, x, N, C, S, c, mean, sg, sgd);
+}
+template <typename T, typename P>
+void plane_affine(const T* x, T* out, int64_t N, int64_t C, int64_t S, int64_t c, P scale, P shift) {
+  plane_map<T, P>(x, x, out, N, C, S, c, [=](P v, P) { return v * scale + shift; });
+}
+template <typename T, typename P>
+void plane_grad(const T* g, const T* x, T* gx, int64_t N, int64_t C, int64_t S, int64_t c, P wi, P mg, P k, P mean) {
+  plane_map<T, P>(g, x, gx, N, C, S, c, [=](P gv, P xv) { return wi * ((gv - mg) - k * (xv - mean)); });
+}
+template <typename T> void chunk_stats(const T* x, int64_t rows, int64_t C, double* s, double* m2) {
+  chunk_stats_t(x, rows, C, s, m2);
+}
+template <typename T>
+void chunk_grad_sums(const T* g, const T* x, int64_t rows, int64_t C, const double* mean, double* sg, double* sgd) {
+  chunk_grad_sums_t(g, x, rows, C, mean, sg, sgd);
+}
+template <typename T, typename P>
+void chunk_affine(const T* x, T* out, int64_t rows, int64_t C, const P* scale, const P* shift) {
+  chunk_affine_t(x, out, rows, C, scale, shift);
+}
+template <typename T, typename P>
+void chunk_grad(const T* g, const T* x, T* gx, int64_t rows, int64_t C, const P* wi, const P* mg, const P* k,
+                const P* mean) {
+  chunk_grad_t(g, x, gx, rows, C, wi, mg, k, mean);
+}
+
+/// Runs fn(q, r0, rows) for every row chunk q of M rows of C values, parallel.
+template <typename F> void for_row_chunks(int64_t M, int64_t C, F&& fn) {
+  const int64_t R = rows_per_chunk(C), chunks = (M + R - 1) / R;
+  parallel_for(0, chunks, 1, [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) fn(q, q * R, std::min(R, M - q * R));
   });
 }
 
-/// Calls f(j, i) for every value of channels [c0, c0 + nc) of an (N, C, S) array: j the channel
-/// within the block, i the element's offset; per channel in (n, s) order. S == 1 gets its own loop
-/// (no inner loop of one), which the compiler vectorises over the block.
-template <typename F> inline void for_block_values(int64_t N, int64_t C, int64_t S, int64_t c0, int64_t nc, F&& f) {
-  if (S == 1) {
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t j = 0; j < nc; ++j) f(j, n * C + c0 + j);
-    return;
-  }
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t j = 0; j < nc; ++j)
-      for (int64_t i = (n * C + c0 + j) * S, e = i + S; i < e; ++i) f(j, i);
+/// Runs fn(c) for every channel (S > 1), parallel.
+template <typename F> void for_channels(int64_t C, int64_t M, F&& fn) {
+  parallel_for(0, C, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(M, 1)), [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) fn(c);
+  });
 }
-
-/// Parameter type of input type T: double for double, else float.
-template <typename T> using param_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 template <typename T>
 void batch_norm_typed(const Tensor& xt, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                       const Tensor& running_var, bool training, double momentum, double eps, const BatchNormResult& r) {
+  using P = param_t<T>;
   const int64_t N = xt.size(0), C = xt.size(1), S = xt.size(2), M = N * S;
   const T* x = static_cast<const T*>(xt.data_ptr());
   T* out = static_cast<T*>(r.out.data_ptr());
-  using P = param_t<T>;
   const P* w = weight.defined() ? weight.data<P>() : nullptr;
   const P* b = bias.defined() ? bias.data<P>() : nullptr;
   P* rm = running_mean.defined() ? running_mean.data<P>() : nullptr;
   P* rv = running_var.defined() ? running_var.data<P>() : nullptr;
-  P* save_mean = training ? r.save_mean.data<P>() : nullptr;
-  P* save_invstd = training ? r.save_invstd.data<P>() : nullptr;
-  for_channel_blocks(C, S, M, [&](int64_t c0, int64_t c1) {
-    const int64_t nc = c1 - c0;
-    double mean[kChannelBlock], invstd[kChannelBlock];
-    P scale[kChannelBlock], shift[kChannelBlock];
-    if (training) {
-      double sum[kChannelBlock] = {}, sq[kChannelBlock] = {};
-      for_block_values(N, C, S, c0, nc, [&](int64_t j, int64_t i) { sum[j] += static_cast<double>(x[i]); });
-      for (int64_t j = 0; j < nc; ++j) mean[j] = sum[j] / static_cast<double>(M);
-      for_block_values(N, C, S, c0, nc, [&](int64_t j, int64_t i) {
-        const double d = static_cast<double>(x[i]) - mean[j];
-        sq[j] += d * d;
-      });
-      for (int64_t j = 0; j < nc; ++j) {
-        const int64_t c = c0 + j;
-        const double var = sq[j] / static_cast<double>(M);  // biased: what normalizes the batch
-        invstd[j] = 1.0 / std::sqrt(var + eps);
-        save_mean[c] = static_cast<P>(mean[j]);
-        save_invstd[c] = static_cast<P>(invstd[j]);
-        if (rm != nullptr) {
-          const double unbiased = sq[j] / static_cast<double>(M - 1);
-          rm[c] = static_cast<P>((1.0 - momentum) * static_cast<double>(rm[c]) + momentum * mean[j]);
-          rv[c] = static_cast<P>((1.0 - momentum) * static_cast<double>(rv[c]) + momentum * unbiased);
-        }
-      }
+  std::vector<double> mean(C), invstd(C);
+  if (training) {
+    std::vector<double> sq(C);  // sum of squared deviations from the mean
+    if (S > 1) {
+      for_channels(C, M, [&](int64_t c) { plane_stats(x, N, C, S, c, &mean[c], &sq[c]); });
     } else {
-      for (int64_t j = 0; j < nc; ++j) {
-        mean[j] = static_cast<double>(rm[c0 + j]);
-        invstd[j] = 1.0 / std::sqrt(static_cast<double>(rv[c0 + j]) + eps);
+      const int64_t R = rows_per_chunk(C), chunks = (M + R - 1) / R;
+      std::vector<double> s(chunks * C), m2(chunks * C);
+      for_row_chunks(M, C, [&](int64_t q, int64_t r0, int64_t rows) {
+        chunk_stats(x + r0 * C, rows, C, s.data() + q * C, m2.data() + q * C);
+      });
+      for (int64_t c = 0; c < C; ++c) {
+        double sum = 0;
+        for (int64_t q = 0; q < chunks; ++q) sum += s[q * C + c];
+        mean[c] = sum / static_cast<double>(M);
+        double dev = 0;
+        for (int64_t q = 0; q < chunks; ++q) {
+          const double n = static_cast<double>(std::min(R, M - q * R)), d = s[q * C + c] / n - mean[c];
+          dev += m2[q * C + c] + n * d * d;
+        }
+        sq[c] = dev;
       }
     }
-    // y = (x - mean) * invstd * w + b = x * scale + shift
-    for (int64_t j = 0; j < nc; ++j) {
-      const double scale_d = invstd[j] * (w ? static_cast<double>(w[c0 + j]) : 1.0);
-      scale[j] = static_cast<P>(scale_d);
-      shift[j] = static_cast<P>((b ? static_cast<double>(b[c0 + j]) : 0.0) - mean[j] * scale_d);
+    P* save_mean = r.save_mean.data<P>();
+    P* save_invstd = r.save_invstd.data<P>();
+    for (int64_t c = 0; c < C; ++c) {
+      const double var = sq[c] / static_cast<double>(M);  // biased: what normalizes the batch
+      invstd[c] = 1.0 / std::sqrt(var + eps);
+      save_mean[c] = static_cast<P>(mean[c]);
+      save_invstd[c] = static_cast<P>(invstd[c]);
+      if (rm != nullptr) {
+        const double unbiased = sq[c] / static_cast<double>(M - 1);
+        rm[c] = static_cast<P>((1.0 - momentum) * static_cast<double>(rm[c]) + momentum * mean[c]);
+        rv[c] = static_cast<P>((1.0 - momentum) * static_cast<double>(rv[c]) + momentum * unbiased);
+      }
     }
-    for_block_values(N, C, S, c0, nc, [&](int64_t j, int64_t i) {
-      out[i] = static_cast<T>(static_cast<P>(x[i]) * scale[j] + shift[j]);
+  } else {
+    for (int64_t c = 0; c < C; ++c) {
+      mean[c] = static_cast<double>(rm[c]);
+      invstd[c] = 1.0 / std::sqrt(static_cast<double>(rv[c]) + eps);
+    }
+  }
+  // y = (x - mean) * invstd * w + b = x * scale + shift
+  std::vector<P> scale(C), shift(C);
+  for (int64_t c = 0; c < C; ++c) {
+    const double scale_d = invstd[c] * (w ? static_cast<double>(w[c]) : 1.0);
+    scale[c] = static_cast<P>(scale_d);
+    shift[c] = static_cast<P>((b ? static_cast<double>(b[c]) : 0.0) - mean[c] * scale_d);
+  }
+  if (S > 1) {
+    for_channels(C, M, [&](int64_t c) { plane_affine(x, out, N, C, S, c, scale[c], shift[c]); });
+  } else {
+    for_row_chunks(M, C, [&](int64_t, int64_t r0, int64_t rows) {
+      chunk_affine(x + r0 * C, out + r0 * C, rows, C, scale.data(), shift.data());
     });
-  });
+  }
 }
 
 void batch_norm_cpu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
@@ -134,42 +331,53 @@ void batch_norm_cpu(const Tensor& x, const Tensor& weight, const Tensor& bias, c
 template <typename T>
 void batch_norm_backward_typed(const Tensor& got, const Tensor& xt, const Tensor& weight, const Tensor& save_mean,
                                const Tensor& save_invstd, bool training, const BatchNormGrads& r) {
+  using P = param_t<T>;
   const int64_t N = xt.size(0), C = xt.size(1), S = xt.size(2), M = N * S;
   const T* x = static_cast<const T*>(xt.data_ptr());
   const T* g = static_cast<const T*>(got.data_ptr());
-  using P = param_t<T>;
   const P* w = weight.defined() ? weight.data<P>() : nullptr;
   const P* sm = save_mean.data<P>();
   const P* si = save_invstd.data<P>();
   T* gx = static_cast<T*>(r.grad_x.data_ptr());
   P* gw = r.grad_weight.data<P>();
   P* gb = r.grad_bias.data<P>();
-  for_channel_blocks(C, S, M, [&](int64_t c0, int64_t c1) {
-    const int64_t nc = c1 - c0;
-    double sum_g[kChannelBlock] = {}, sum_gd[kChannelBlock] = {};  // sum(g), sum(g * (x - mean))
-    double mean[kChannelBlock], wi[kChannelBlock], k[kChannelBlock], mg[kChannelBlock];
-    for (int64_t j = 0; j < nc; ++j) mean[j] = static_cast<double>(sm[c0 + j]);
-    for_block_values(N, C, S, c0, nc, [&](int64_t j, int64_t i) {
-      const double gv = static_cast<double>(g[i]);
-      sum_g[j] += gv;
-      sum_gd[j] += gv * (static_cast<double>(x[i]) - mean[j]);
+  std::vector<double> mean(C), sum_g(C), sum_gd(C);  // sum(g), sum(g * (x - mean))
+  for (int64_t c = 0; c < C; ++c) mean[c] = static_cast<double>(sm[c]);
+  if (S > 1) {
+    for_channels(C, M, [&](int64_t c) { plane_grad_sums(g, x, N, C, S, c, mean[c], &sum_g[c], &sum_gd[c]); });
+  } else {
+    const int64_t R = rows_per_chunk(C), chunks = (M + R - 1) / R;
+    std::vector<double> sg(chunks * C), sgd(chunks * C);
+    for_row_chunks(M, C, [&](int64_t q, int64_t r0, int64_t rows) {
+      chunk_grad_sums(g + r0 * C, x + r0 * C, rows, C, mean.data(), sg.data() + q * C, sgd.data() + q * C);
     });
-    for (int64_t j = 0; j < nc; ++j) {
-      const int64_t c = c0 + j;
-      const double invstd = static_cast<double>(si[c]);
-      const double sum_g_xhat = sum_gd[j] * invstd;
-      gb[c] = static_cast<P>(sum_g[j]);
-      gw[c] = static_cast<P>(sum_g_xhat);
-      wi[j] = (w ? static_cast<double>(w[c]) : 1.0) * invstd;
-      // training: dx = w * invstd * (g - mean(g) - xhat * mean(g * xhat)); eval: dx = w * invstd * g
-      k[j] = training ? sum_g_xhat * invstd / static_cast<double>(M) : 0.0;  // per (x - mean)
-      mg[j] = training ? sum_g[j] / static_cast<double>(M) : 0.0;
-    }
-    for_block_values(N, C, S, c0, nc, [&](int64_t j, int64_t i) {
-      const double d = static_cast<double>(x[i]) - mean[j];
-      gx[i] = static_cast<T>(wi[j] * (static_cast<double>(g[i]) - mg[j] - d * k[j]));
+    for (int64_t q = 0; q < chunks; ++q)
+      for (int64_t c = 0; c < C; ++c) {
+        sum_g[c] += sg[q * C + c];
+        sum_gd[c] += sgd[q * C + c];
+      }
+  }
+  // training: dx = w * invstd * (g - mean(g) - xhat * mean(g * xhat)); eval: dx = w * invstd * g.
+  // Per channel in double, rounded once to P: wi = w * invstd, mg = mean(g), k = invstd * mean(g * xhat)
+  // (per unit of x - mean).
+  std::vector<P> mean_p(C), wi(C), mg(C), k(C);
+  for (int64_t c = 0; c < C; ++c) {
+    const double invstd = static_cast<double>(si[c]);
+    const double sum_g_xhat = sum_gd[c] * invstd;
+    gb[c] = static_cast<P>(sum_g[c]);
+    gw[c] = static_cast<P>(sum_g_xhat);
+    mean_p[c] = sm[c];
+    wi[c] = static_cast<P>((w ? static_cast<double>(w[c]) : 1.0) * invstd);
+    k[c] = static_cast<P>(training ? sum_g_xhat * invstd / static_cast<double>(M) : 0.0);
+    mg[c] = static_cast<P>(training ? sum_g[c] / static_cast<double>(M) : 0.0);
+  }
+  if (S > 1) {
+    for_channels(C, M, [&](int64_t c) { plane_grad(g, x, gx, N, C, S, c, wi[c], mg[c], k[c], mean_p[c]); });
+  } else {
+    for_row_chunks(M, C, [&](int64_t, int64_t r0, int64_t rows) {
+      chunk_grad(g + r0 * C, x + r0 * C, gx + r0 * C, rows, C, wi.data(), mg.data(), k.data(), mean_p.data());
     });
-  });
+  }
 }
 
 void batch_norm_backward_cpu(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& save_mean,

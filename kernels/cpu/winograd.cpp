@@ -42,6 +42,7 @@
 #include <type_traits>
 
 #include <ember/core/thread_pool.h>
+#include <ember/kernels/cpu/loops.h>
 #include <ember/kernels/matmul.h>
 
 namespace ember::kernels::cpu::conv_detail {
@@ -236,12 +237,6 @@ template <typename L, bool kUnit>
 
 // ---- per-chunk transforms (compiled for the baseline ISA and for x86-64-v3) ----
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(EMBER_GEMM_NO_CLONES)
-#define EMBER_WINOGRAD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define EMBER_WINOGRAD_CLONES
-#endif
-
 /// V (36, T, C) rows [t0, t1) of the chunk starting at image x (operand a, padding ph, pw); the
 /// frequencies' matrices fs elements apart.
 template <bool kUnit>
@@ -257,8 +252,8 @@ template <bool kUnit>
     for (; c < a.C; ++c) tile_freqs<float, kUnit, 6, bt6<float>>(img + c * a.ch, a, h0, w0, v + c, fs);
   }
 }
-EMBER_WINOGRAD_CLONES void input_tiles(const float* x, const Operand& a, const Tiles& tl, int64_t ph, int64_t pw,
-                                       int64_t t0, int64_t t1, int64_t fs, float* V) {
+EMBER_CPU_CLONES void input_tiles(const float* x, const Operand& a, const Tiles& tl, int64_t ph, int64_t pw, int64_t t0,
+                                  int64_t t1, int64_t fs, float* V) {
   if (a.ch == 1) input_tiles_t<true>(x, a, tl, ph, pw, t0, t1, fs, V);
   else input_tiles_t<false>(x, a, tl, ph, pw, t0, t1, fs, V);
 }
@@ -278,8 +273,8 @@ template <bool kUnit>
     for (; o < a.C; ++o) tile_freqs<float, kUnit, 4, a6<float>>(img + o * a.ch, a, 4 * th, 4 * tw, z + o, fs);
   }
 }
-EMBER_WINOGRAD_CLONES void gout_tiles(const float* g, const Operand& a, const Tiles& tl, int64_t t0, int64_t t1,
-                                      int64_t fs, float* Z) {
+EMBER_CPU_CLONES void gout_tiles(const float* g, const Operand& a, const Tiles& tl, int64_t t0, int64_t t1, int64_t fs,
+                                 float* Z) {
   if (a.ch == 1) gout_tiles_t<true>(g, a, tl, t0, t1, fs, Z);
   else gout_tiles_t<false>(g, a, tl, t0, t1, fs, Z);
 }
@@ -300,8 +295,8 @@ template <bool kUnit>
       output_tile<float, kUnit>(m + o, fs, bias != nullptr ? bias + o : nullptr, img + o * a.ch, a, 4 * th, 4 * tw);
   }
 }
-EMBER_WINOGRAD_CLONES void output_tiles(const float* M, int64_t fs, const float* bias, const Operand& a,
-                                        const Tiles& tl, int64_t t0, int64_t t1, float* out) {
+EMBER_CPU_CLONES void output_tiles(const float* M, int64_t fs, const float* bias, const Operand& a, const Tiles& tl,
+                                   int64_t t0, int64_t t1, float* out) {
   if (a.ch == 1) output_tiles_t<true>(M, fs, bias, a, tl, t0, t1, out);
   else output_tiles_t<false>(M, fs, bias, a, tl, t0, t1, out);
 }
@@ -339,8 +334,8 @@ template <bool kUnit>
     for (; c < C; ++c) filter_lane<float, kUnit>(w + o * fl.so + c * fl.sc, fl, flip, U + o * C + c, fs);
   }
 }
-EMBER_WINOGRAD_CLONES void filter_rows(const float* w, const Filter& fl, int64_t C, bool flip, int64_t o0, int64_t o1,
-                                       int64_t fs, float* U) {
+EMBER_CPU_CLONES void filter_rows(const float* w, const Filter& fl, int64_t C, bool flip, int64_t o0, int64_t o1,
+                                  int64_t fs, float* U) {
   if (fl.sc == 1) filter_rows_t<true>(w, fl, C, flip, o0, o1, fs, U);
   else filter_rows_t<false>(w, fl, C, flip, o0, o1, fs, U);
 }
@@ -367,8 +362,8 @@ template <bool kUnit>
     for (; c < C; ++c) filter_grad_lane<float, kUnit>(dU + o * C + c, fs, fl, gw + o * fl.so + c * fl.sc);
   }
 }
-EMBER_WINOGRAD_CLONES void filter_grad_rows(const float* dU, int64_t fs, const Filter& fl, int64_t C, int64_t o0,
-                                            int64_t o1, float* gw) {
+EMBER_CPU_CLONES void filter_grad_rows(const float* dU, int64_t fs, const Filter& fl, int64_t C, int64_t o0, int64_t o1,
+                                       float* gw) {
   if (fl.sc == 1) filter_grad_rows_t<true>(dU, fs, fl, C, o0, o1, gw);
   else filter_grad_rows_t<false>(dU, fs, fl, C, o0, o1, gw);
 }

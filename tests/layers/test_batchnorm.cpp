@@ -1,5 +1,6 @@
 // Batch norm: forward against a float64 reference in training and eval mode, running statistics
-// (momentum, unbiased variance), num_batches_tracked, gradchecks in both modes, errors.
+// (momentum, unbiased variance), num_batches_tracked, gradchecks in both modes, the f32 kernels of
+// both layouts (forward and backward) against float64 with their own error bounds, errors.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <ember/autograd/ops.h>
 #include <ember/autograd/ops_norm.h>
 #include <ember/kernels/factory.h>
+#include <ember/kernels/norm.h>
 #include <ember/layers/batchnorm.h>
 #include "support/gradcheck.h"
 #include "support/reference.h"
@@ -139,6 +141,80 @@ TEST_CASE("BatchNorm2d: training forward and running statistics vs float64 refer
     check_bounded(bn.running_mean(), rm, e_rm);
     check_bounded(bn.running_var(), rv, e_rv);
     CHECK(bn.num_batches_tracked().item<int64_t>() == step + 1);
+  }
+}
+
+TEST_CASE("batch_norm f32 kernels, row-major and channels-last, forward and backward vs float64", "[cpu][layers]") {
+  // 40 x 9 x 11 = 3960 values per channel: channels-last runs 2 row chunks of 2730 rows (the last
+  // one shorter), row-major a plane of 99 (12 lanes of 8, and a tail of 3) per image.
+  const int64_t N = 40, C = 24, H = 9, W = 11, S = H * W, M = N * S;
+  const double u32 = unit_roundoff(DType::f32), u64 = unit_roundoff(DType::f64), eps = 1e-5;
+  const Tensor w = random_tensor({C}, DType::f32, 31, 0.5, 2.0), b = random_tensor({C}, DType::f32, 32);
+  const auto wv = to_f64(w), bv = to_f64(b);
+  for (const MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+    INFO((f == MemoryFormat::channels_last ? "channels-last" : "row-major"));
+    // An offset per channel (the variance's conditioning) and gradients of both signs.
+    const Tensor x = random_tensor({N, C, H, W}, DType::f32, 33, 1.0, 3.0).contiguous(f);
+    const Tensor g = random_tensor({N, C, H, W}, DType::f32, 34, -1.0, 1.0).contiguous(f);
+    const auto xv = to_f64(x), gv = to_f64(g);  // logical (N, C, H, W) order
+    const Stats st = channel_stats(xv, N, C, S);
+    const kernels::BatchNormResult r = kernels::batch_norm(x, w, b, Tensor(), Tensor(), true, 0.1, eps);
+    CHECK(r.out.is_contiguous(f));
+    // The forward: the statistics' error model of the row-major test above (sums in double in any
+    // order: gamma_M(u64); the chunks' combined squared deviations are positive terms, within
+    // gamma_{M+2}(u64) relative).
+    std::vector<double> dm(C), ds(C, 2 * (gamma_n(M + 2, u64) + 5 * u64));
+    for (int64_t c = 0; c < C; ++c) {
+      double sum_abs = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < S; ++i) sum_abs += std::fabs(xv[(n * C + c) * S + i]);
+      dm[c] = 2 * (gamma_n(M, u64) * sum_abs / M + u64 * std::fabs(st.mean[c]));
+    }
+    check_bounded(r.out, normalize_ref(xv, st.mean, st.var_biased, wv, bv, N, C, S, eps),
+                  normalize_bound(xv, st.mean, st.var_biased, wv, bv, N, C, S, eps, dm, ds));
+    // The backward, from the saved f32 statistics as given: per channel in double, wi = w invstd,
+    // mg = mean(g), k = invstd^2 mean(g (x - mean)); then dx = wi ((g - mg) - k (x - mean)) in f32,
+    // each factor rounded once (u32), the difference x - mean, its product with k, the two
+    // subtractions and the last product one rounding each. The sums' double error: gamma_M(u64).
+    for (const bool training : {true, false}) {
+      INFO((training ? "training" : "eval"));
+      const auto mean = to_f64(r.save_mean), invstd = to_f64(r.save_invstd);
+      const kernels::BatchNormGrads gr =
+          kernels::batch_norm_backward(g, x, w, r.save_mean, r.save_invstd, training, eps);
+      std::vector<double> ex(N * C * S), bx(N * C * S), ew(C), bw(C), eb(C), bb(C);
+      for (int64_t c = 0; c < C; ++c) {
+        double sg = 0, sgd = 0, sga = 0, sgda = 0;
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t i = 0; i < S; ++i) {
+            const int64_t k = (n * C + c) * S + i;
+            const double d = xv[k] - mean[c];
+            sg += gv[k], sga += std::fabs(gv[k]), sgd += gv[k] * d, sgda += std::fabs(gv[k] * d);
+          }
+        const double is = invstd[c], wi = wv[c] * is;
+        eb[c] = sg;
+        bb[c] = u32 * std::fabs(sg) + 2 * gamma_n(M, u64) * sga;
+        ew[c] = sgd * is;
+        bw[c] = u32 * std::fabs(ew[c]) + 2 * (gamma_n(M + 1, u64) + u64) * sgda * is;
+        const double mg = training ? sg / M : 0.0, kk = training ? sgd * is * is / M : 0.0;
+        const double e_mg =
+            training ? u32 * std::fabs(mg) + 2 * (gamma_n(M, u64) * sga + u64 * std::fabs(sg)) / M : 0.0;
+        const double e_k =
+            training ? u32 * std::fabs(kk) + 2 * (gamma_n(M + 1, u64) * sgda + 4 * u64 * std::fabs(sgd)) * is * is / M
+                     : 0.0;
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t i = 0; i < S; ++i) {
+            const int64_t k = (n * C + c) * S + i;
+            const double d = xv[k] - mean[c], inner = (gv[k] - mg) - kk * d, gx = wi * inner;
+            ex[k] = gx;
+            bx[k] = std::fabs(wi) * (u32 * std::fabs(gv[k] - mg) + e_mg + gamma_n(3, u32) * std::fabs(kk * d) +
+                                     e_k * std::fabs(d) + u32 * std::fabs(inner)) +
+                    2 * (u32 + 2 * u64) * std::fabs(gx);
+          }
+      }
+      check_bounded(gr.grad_x, ex, bx);
+      check_bounded(gr.grad_weight, ew, bw);
+      check_bounded(gr.grad_bias, eb, bb);
+    }
   }
 }
 

@@ -441,8 +441,11 @@ void winograd_conv(const float* x, const Operand& xa, int64_t N, const float* U,
 }  // namespace
 
 bool winograd_applies(const Geometry& g, DType dt, WinogradPass pass) {
+  // Padding 1; or 0 for the forward and the weight gradient, whose every sum keeps all 9 taps
+  // (the input gradient of a padding-0 convolution has corners with one: winograd.h).
+  const bool pad = (g.ph == 1 && g.pw == 1) || (pass != WinogradPass::backward_input && g.ph == 0 && g.pw == 0);
   const bool kernel = g_enabled && dt == DType::f32 && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
-                      g.dw == 1 && g.G == 1 && g.ph == 1 && g.pw == 1;
+                      g.dw == 1 && g.G == 1 && pad;
   const bool size = g.C >= kWinogradMinChannels && g.O >= kWinogradMinChannels && g.Ho >= 4 && g.Wo >= 4 &&
                     g.N * Tiles(g.Ho, g.Wo).per_image >= kWinogradMinTiles;
   return kernel && size && (pass != WinogradPass::backward_weight || g.N * g.Ho * g.Wo >= kWinogradMinTerms);

@@ -15,7 +15,9 @@ namespace ember::kernels::cpu::conv_detail {
 enum class WinogradPass { forward, backward_input, backward_weight };
 
 /// The rule (docs/benchmarks.md, bench_cpu_resnet, gives the measurements behind it): f32; a 3x3
-/// kernel with stride 1, dilation 1, one group and padding 1 (the "same" 3x3 of ResNets and VGGs);
+/// kernel with stride 1, dilation 1, one group and padding 1 (the "same" 3x3 of ResNets and VGGs),
+/// or padding 0 for the forward and the weight gradient (mnist_cnn's second convolution; not its
+/// input gradient, see below);
 /// at least kWinogradMinChannels input and output channels; an output plane of at least 4x4 (one
 /// whole tile: smaller planes waste most of a tile's products); at least kWinogradMinTiles 4x4
 /// tiles over the batch (N * ceil(Ho / 4) * ceil(Wo / 4)): the filter's transform, 36 * C * O values
@@ -26,9 +28,10 @@ enum class WinogradPass { forward, backward_input, backward_weight };
 /// multiple of u times the magnitudes of a whole tile, where direct summation's bound
 /// (tests/kernels/test_conv.cpp) grows with the number of terms K of each element's sum and
 /// shrinks with that element's own magnitude. With K >= 144 and padding 1 (an edge element keeps
-/// at least 4 of its 9 taps) the Winograd results stay inside the direct bound; with 16 terms (one
-/// 4x4 plane of one image) or padding 0 or 2 (an element left with one tap) they did not. g is the
-/// forward convolution's geometry for every pass.
+/// at least 4 of its 9 taps) the Winograd results stay inside the direct bound, and with padding 0
+/// in the forward and weight gradient (every sum keeps its 9 taps, resp. all N * Ho * Wo terms);
+/// with 16 terms (one 4x4 plane of one image), padding 2, or the input gradient of padding 0 (an
+/// element left with one tap) they did not. g is the forward convolution's geometry for every pass.
 constexpr int64_t kWinogradMinChannels = 16;
 constexpr int64_t kWinogradMinTiles = 64;
 constexpr int64_t kWinogradMinTerms = 144;

@@ -187,6 +187,20 @@ void gemm_cpu(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a,
 
 }  // namespace
 
+void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
+                 const float* b, int64_t ldb, float beta, float* c) {
+  if (M == 0 || N == 0) return;
+#ifdef EMBER_HAVE_BLAS
+  const GemmArgs g{trans_a, trans_b, M, N, K, lda, ldb};
+  if (fits_int(g) && K > 0) {
+    blas_single_threaded();
+    blas_gemm(g, alpha, a, b, beta, c, N);
+    return;
+  }
+#endif
+  gemm_blocked(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, c, N);
+}
+
 void register_matmul() { gemm_table.set(DeviceType::CPU, &gemm_cpu); }
 
 }  // namespace ember::kernels::cpu

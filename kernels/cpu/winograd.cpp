@@ -42,8 +42,8 @@
 #include <type_traits>
 
 #include <ember/core/thread_pool.h>
+#include <ember/kernels/cpu/gemm_blocked.h>
 #include <ember/kernels/cpu/loops.h>
-#include <ember/kernels/matmul.h>
 
 namespace ember::kernels::cpu::conv_detail {
 namespace {
@@ -390,14 +390,14 @@ int64_t tile_grain(int64_t per_tile) { return std::max<int64_t>(1, kGrainElems /
 
 /// The 36 products C[xi] (m, n) = op(A[xi]) @ op(B[xi]) + beta C[xi]; A[xi] stored (ar, ac), B[xi]
 /// (br, bc), the frequencies' matrices sa, sb, sc elements apart. One frequency per pool task, each
-/// product single-threaded inside it (a nested parallel_for runs inline).
+/// product one unsplit call (gemm_serial): the result does not depend on the thread count.
 void freq_gemms(const float* a, int64_t sa, int64_t ar, int64_t ac, bool ta, const float* b, int64_t sb, int64_t br,
                 int64_t bc, bool tb, float* c, int64_t sc, double beta) {
   const int64_t m = ta ? ac : ar, n = tb ? br : bc;
   parallel_for(0, kFreq, 1, [&](int64_t x0, int64_t x1) {
     for (int64_t xi = x0; xi < x1; ++xi)
-      gemm(wrap(const_cast<float*>(a + xi * sa), {1, ar, ac}), wrap(const_cast<float*>(b + xi * sb), {1, br, bc}),
-           wrap(c + xi * sc, {1, m, n}), ta, tb, 1.0, beta);
+      gemm_serial(ta, tb, m, n, ta ? ar : ac, 1.0f, a + xi * sa, ac, b + xi * sb, bc, static_cast<float>(beta),
+                  c + xi * sc);
   });
 }
 

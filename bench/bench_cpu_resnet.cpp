@@ -9,8 +9,11 @@
 // --convs adds a table of ResNet-18's stride-1 3x3 convolutions, each direction timed through
 // kernels::conv2d with the Winograd rule on and off (kernels/cpu/winograd.h), alternating call by
 // call, and the largest difference between the two results.
-// Flags: --batch N (default 32), --steps S (5), --warmup W (2), --rounds R (3), --im2col, --convs, --reps K
-// (per-convolution calls, 5), --quick (batch 4, 2 steps, 1 warm-up, 1 round: for CTest).
+// --bn adds a table of ResNet-18's batch norms (training forward, and backward, on each stage's
+// activation at this batch, both layouts) through kernels::batch_norm, beside PyTorch's
+// native_batch_norm and its backward on the same shapes, min of --reps calls each.
+// Flags: --batch N (default 32), --steps S (5), --warmup W (2), --rounds R (3), --im2col, --convs, --bn, --reps K
+// (per-convolution or batch-norm calls, 5), --quick (batch 4, 2 steps, 1 warm-up, 1 round: for CTest).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -22,6 +25,7 @@
 #include <ember/ember.h>
 #include <ember/kernels/conv.h>
 #include <ember/kernels/cpu/winograd.h>
+#include <ember/kernels/norm.h>
 #include "bench_util.h"
 #include "resnet_step.h"
 
@@ -100,6 +104,49 @@ void conv_table(int64_t batch, int reps) {
   t.print();
 }
 
+/// ResNet-18's batch norms at this batch, each stage's (channels, plane), both layouts: training
+/// forward and backward, min of reps calls, beside the peer's (its `bn_<layout>_<C>_<pass>` keys).
+void bn_table(int64_t batch, int reps) {
+  const auto peer =
+      bench::run_peer_script("torch_cpu_resnet.py", fmt("--bn --batch %lld --reps %d --threads %d --steps 0 --warmup 0",
+                                                        static_cast<long long>(batch), reps, num_threads()));
+  bench::Table t({"batch norm", "layout", "ember fwd ms", "PyTorch fwd ms", "ember bwd ms", "PyTorch bwd ms"});
+  double sums[4] = {};
+  for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+    const std::string layout = f == MemoryFormat::contiguous ? "contiguous" : "channels_last";
+    for (const auto& [C, HW] : {std::pair<int64_t, int64_t>{64, 32}, {128, 16}, {256, 8}, {512, 4}}) {
+      const Tensor x = randn({batch, C, HW, HW}).contiguous(f), g = randn({batch, C, HW, HW}).contiguous(f);
+      const Tensor w = ones({C}), b = zeros({C}), rm = zeros({C}), rv = ones({C});
+      const auto best = [&](const std::function<void()>& fn) {
+        double ms = 1e30;
+        for (int r = 0; r < reps + 1; ++r) {
+          const auto t0 = std::chrono::steady_clock::now();
+          fn();
+          const double m = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+          if (r > 0) ms = std::min(ms, m);
+        }
+        return ms;
+      };
+      kernels::BatchNormResult res;
+      const double fwd = best([&] { res = kernels::batch_norm(x, w, b, rm, rv, true, 0.1, 1e-5); });
+      const double bwd =
+          best([&] { kernels::batch_norm_backward(g, x, w, res.save_mean, res.save_invstd, true, 1e-5); });
+      const std::string key = "bn_" + layout + "_" + std::to_string(C) + "_";
+      const auto pf = peer.find(key + "fwd"), pb = peer.find(key + "bwd");
+      const bool have = pf != peer.end() && pb != peer.end();
+      sums[0] += fwd, sums[2] += bwd;
+      if (have) sums[1] += pf->second, sums[3] += pb->second;
+      t.add(
+          {fmt("%lld ch, %lldx%lld", static_cast<long long>(C), static_cast<long long>(HW), static_cast<long long>(HW)),
+           layout, fmt("%.3f", fwd), have ? fmt("%.3f", pf->second) : "-", fmt("%.3f", bwd),
+           have ? fmt("%.3f", pb->second) : "-"});
+    }
+  }
+  t.add({"sum", "both", fmt("%.2f", sums[0]), peer.empty() ? "-" : fmt("%.2f", sums[1]), fmt("%.2f", sums[2]),
+         peer.empty() ? "-" : fmt("%.2f", sums[3])});
+  t.print();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -114,6 +161,8 @@ int main(int argc, char** argv) {
       static_cast<long long>(batch), num_threads(), steps, rounds);
   if (bench::has_flag(argc, argv, "--convs"))
     conv_table(batch, static_cast<int>(bench::int_flag(argc, argv, "--reps", quick ? 1 : 5)));
+  if (bench::has_flag(argc, argv, "--bn"))
+    bn_table(batch, static_cast<int>(bench::int_flag(argc, argv, "--reps", quick ? 1 : 5)));
   const bool im2col = bench::has_flag(argc, argv, "--im2col");
   const char* names[2] = {"contiguous", "channels_last"};
   const MemoryFormat formats[2] = {MemoryFormat::contiguous, MemoryFormat::channels_last};

@@ -24,12 +24,42 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_gpu  # noqa: E402  (the same ResNet-18 as the GPU peer's)
 
 
+def batch_norms(a):
+    # ResNet-18's batch norms (each stage's activation), training forward and backward, min of reps.
+    for name, fmt in (("contiguous", torch.contiguous_format), ("channels_last", torch.channels_last)):
+        for c, hw in ((64, 32), (128, 16), (256, 8), (512, 4)):
+            x = torch.randn(a.batch, c, hw, hw).contiguous(memory_format=fmt)
+            g = torch.randn(a.batch, c, hw, hw).contiguous(memory_format=fmt)
+            w, b, rm, rv = torch.ones(c), torch.zeros(c), torch.zeros(c), torch.ones(c)
+            res = torch.ops.aten.native_batch_norm(x, w, b, rm, rv, True, 0.1, 1e-5)
+
+            def best(fn):
+                ms = float("inf")
+                for r in range(a.reps + 1):
+                    t0 = time.perf_counter()
+                    fn()
+                    if r > 0:
+                        ms = min(ms, 1000 * (time.perf_counter() - t0))
+                return ms
+
+            fwd = best(lambda: torch.ops.aten.native_batch_norm(x, w, b, rm, rv, True, 0.1, 1e-5))
+            bwd = best(lambda: torch.ops.aten.native_batch_norm_backward(g, x, w, rm, rv, res[1], res[2], True, 1e-5,
+                                                                         [True, True, True]))
+            torch_gpu.emit(f"bn_{name}_{c}_fwd", fwd, "")
+            torch_gpu.emit(f"bn_{name}_{c}_bwd", bwd, "")
+
+
 def main():
     ap = argparse.ArgumentParser()
     for k in ("--batch", "--steps", "--warmup", "--threads"):
         ap.add_argument(k, type=int, required=True)
+    ap.add_argument("--bn", action="store_true")
+    ap.add_argument("--reps", type=int, default=5)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    if a.bn:
+        batch_norms(a)
+        return
     for name, fmt in (("contiguous", torch.contiguous_format), ("channels_last", torch.channels_last)):
         torch.manual_seed(3)
         model = torch_gpu.resnet18().to(memory_format=fmt)

@@ -10,9 +10,9 @@
 // (tests/layers/test_batchnorm.cpp bounds both against float64). f16 / bf16 inputs keep f32
 // parameters and statistics (kernels/norm.h); their outputs are computed in f32 and rounded once,
 // as cuDNN does. The f32 loops also run compiled for x86-64-v3 where the CPU has it (loops.h).
-// On ResNet-18's batch-32 shapes this took the forward plus backward of the four stages from
-// 14.5 to 6.5-7.3 ms (channels-last alone 9.0 to 3.0-3.1 ms), against PyTorch 2.15's 8.2-8.5
-// (channels-last 4.2) on the same machine (docs/benchmarks.md, "Batch norm on the CPU").
+// On ResNet-18's batch-32 shapes the forward and backward of the four stages went from 14.5 to
+// 6.5-6.7 ms (channels-last alone 9.0 to 3.0), against PyTorch 2.15's 10.7-12.9 (channels-last 6.1-6.5)
+// on the same machine (docs/benchmarks.md, "Batch norm on the CPU").
 // Dropout: one Philox block per 4 consecutive elements (the layout of core/rng.h), the keep test
 // in integers (dropout_threshold), so CUDA's kernel reproduces the mask exactly. f32 draws four
 // blocks at a time with SSE2 (philox_x4.h): Philox was most of dropout's cost.

@@ -1,8 +1,9 @@
 // CPU batch norm and dropout (all floating dtypes).
 //
-// Batch norm: x is a contiguous (N, C, S) view; each task owns whole channels (a block of them
-// when S == 1, see kChannelBlock), so per-channel sums never cross tasks and results do not depend
-// on the thread count. Sums accumulate in double; the variance is two-pass (sum of squared
+// Batch norm: x is a contiguous (N, C, S) view. With S > 1 each task owns whole channels; with
+// S == 1 (channels-last, 2-D) tasks take fixed chunks of rows whose partial sums combine in chunk
+// order (below), so results do not depend on the thread count. Sums accumulate in double; the
+// variance is two-pass (sum of squared
 // deviations from the mean), which stays accurate when |mean| >> std, where E[x^2] - E[x]^2
 // cancels. The elementwise passes compute in the parameter type (f32 below f64) from per-channel
 // factors computed in double and rounded once: y = x * scale + shift, and in the backward

@@ -238,15 +238,12 @@ Verdict verdict(const std::vector<RankProfile>& ranks) {
            "`data.batch_size` (more compute per byte sent), `parallel.comm_hook` fp16 or bf16 (half the bytes).";
   });
   consider("compute-bound", &RankShares::compute, kComputeBoundShare, [&](const RankShares& r) {
-    std::string t = r.gpu_busy >= 0
-                        ? "**compute-bound**: the GPU runs the kernels of convolutions and matrix products (`conv2d`, "
-                          "`matmul`) " +
-                              percent(r.compute) + " of step time" + on_rank(v, r.rank) + " (threshold " +
-                              percent(kComputeBoundShare) + "). "
-                        : "**compute-bound**: convolutions and matrix products (`conv2d`, `matmul` and their backward "
-                          "nodes, their own time) are " +
-                              percent(r.compute) + " of step time" + on_rank(v, r.rank) + " (threshold " +
-                              percent(kComputeBoundShare) + "). ";
+    const char* what = r.gpu_busy >= 0 ? "the GPU runs the kernels of convolutions and matrix products (`conv2d`, "
+                                         "`matmul`) "
+                                       : "convolutions and matrix products (`conv2d`, `matmul` and their backward "
+                                         "nodes, their own time) are ";
+    const std::string t = "**compute-bound**: " + std::string(what) + percent(r.compute) + " of step time" +
+                          on_rank(v, r.rank) + " (threshold " + percent(kComputeBoundShare) + "). ";
     if (cuda)
       return t +
              "Knobs: `precision` bf16 or fp16 (tensor cores), `memory_format` channels_last (what tensor-core "

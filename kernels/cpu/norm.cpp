@@ -90,8 +90,8 @@ template <typename T, typename P, typename F>
 
 /// Channel c's mean and sum of squared deviations from it (two passes over its planes).
 template <typename T>
-[[gnu::always_inline]] inline void plane_stats_t(const T* x, int64_t N, int64_t C, int64_t S, int64_t c, double* mean,
-                                                 double* sq) {
+[[gnu::always_inline]] inline void plane_stats(const T* x, int64_t N, int64_t C, int64_t S, int64_t c, double* mean,
+                                               double* sq) {
   double sum[1] = {}, dev[1] = {};
   plane_sums(x, x, N, C, S, c, sum, [](double v, double) { return std::array<double, 1>{v}; });
   const double m = sum[0] / static_cast<double>(N * S);
@@ -102,8 +102,8 @@ template <typename T>
 
 /// Channel c's sum of g and of g * (x - mean).
 template <typename T>
-[[gnu::always_inline]] inline void plane_grad_sums_t(const T* g, const T* x, int64_t N, int64_t C, int64_t S, int64_t c,
-                                                     double mean, double* sg, double* sgd) {
+[[gnu::always_inline]] inline void plane_grad_sums(const T* g, const T* x, int64_t N, int64_t C, int64_t S, int64_t c,
+                                                   double mean, double* sg, double* sgd) {
   double sums[2] = {};
   plane_sums(g, x, N, C, S, c, sums, [mean](double gv, double xv) {
     return std::array<double, 2>{gv, gv * (xv - mean)};
@@ -116,7 +116,7 @@ template <typename T>
 
 /// s[c] = the chunk's sum of channel c; m2[c] = its sum of squared deviations from its own mean.
 template <typename T>
-[[gnu::always_inline]] inline void chunk_stats_t(const T* x, int64_t rows, int64_t C, double* s, double* m2) {
+[[gnu::always_inline]] inline void chunk_stats(const T* x, int64_t rows, int64_t C, double* s, double* m2) {
   std::fill(s, s + C, 0.0);
   std::fill(m2, m2 + C, 0.0);
   for (int64_t r = 0; r < rows; ++r)
@@ -131,8 +131,8 @@ template <typename T>
 
 /// sg[c] = the chunk's sum of g, sgd[c] = of g * (x - mean[c]).
 template <typename T>
-[[gnu::always_inline]] inline void chunk_grad_sums_t(const T* g, const T* x, int64_t rows, int64_t C,
-                                                     const double* mean, double* sg, double* sgd) {
+[[gnu::always_inline]] inline void chunk_grad_sums(const T* g, const T* x, int64_t rows, int64_t C, const double* mean,
+                                                   double* sg, double* sgd) {
   std::fill(sg, sg + C, 0.0);
   std::fill(sgd, sgd + C, 0.0);
   for (int64_t r = 0; r < rows; ++r)
@@ -145,16 +145,16 @@ template <typename T>
 
 /// out = x * scale[c] + shift[c], in P.
 template <typename T, typename P>
-[[gnu::always_inline]] inline void chunk_affine_t(const T* x, T* out, int64_t rows, int64_t C, const P* scale,
-                                                  const P* shift) {
+[[gnu::always_inline]] inline void chunk_affine(const T* x, T* out, int64_t rows, int64_t C, const P* scale,
+                                                const P* shift) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < C; ++c) out[r * C + c] = static_cast<T>(static_cast<P>(x[r * C + c]) * scale[c] + shift[c]);
 }
 
 /// gx = wi[c] * ((g - mg[c]) - k[c] * (x - mean[c])), in P.
 template <typename T, typename P>
-[[gnu::always_inline]] inline void chunk_grad_t(const T* g, const T* x, T* gx, int64_t rows, int64_t C, const P* wi,
-                                                const P* mg, const P* k, const P* mean) {
+[[gnu::always_inline]] inline void chunk_grad(const T* g, const T* x, T* gx, int64_t rows, int64_t C, const P* wi,
+                                              const P* mg, const P* k, const P* mean) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < C; ++c) {
       const int64_t i = r * C + c;
@@ -162,70 +162,52 @@ template <typename T, typename P>
     }
 }
 
-// f32 (the training dtype) runs copies compiled for x86-64-v3 where the CPU has it (loops.h).
-EMBER_CPU_CLONES void chunk_stats(const float* x, int64_t rows, int64_t C, double* s, double* m2) {
-  chunk_stats_t(x, rows, C, s, m2);
+/// out = x * scale + shift over channel c's planes, in P.
+template <typename T, typename P>
+[[gnu::always_inline]] inline void plane_affine(const T* x, T* out, int64_t N, int64_t C, int64_t S, int64_t c, P scale,
+                                                P shift) {
+  plane_map<T, P>(x, x, out, N, C, S, c, [=](P v, P) { return v * scale + shift; });
 }
-EMBER_CPU_CLONES void chunk_grad_sums(const float* g, const float* x, int64_t rows, int64_t C, const double* mean,
-                                      double* sg, double* sgd) {
-  chunk_grad_sums_t(g, x, rows, C, mean, sg, sgd);
+
+/// gx = wi * ((g - mg) - k * (x - mean)) over channel c's planes, in P.
+template <typename T, typename P>
+[[gnu::always_inline]] inline void plane_grad(const T* g, const T* x, T* gx, int64_t N, int64_t C, int64_t S, int64_t c,
+                                              P wi, P mg, P k, P mean) {
+  plane_map<T, P>(g, x, gx, N, C, S, c, [=](P gv, P xv) { return wi * ((gv - mg) - k * (xv - mean)); });
 }
-EMBER_CPU_CLONES void chunk_affine(const float* x, float* out, int64_t rows, int64_t C, const float* scale,
-                                   const float* shift) {
-  chunk_affine_t(x, out, rows, C, scale, shift);
-}
-EMBER_CPU_CLONES void chunk_grad(const float* g, const float* x, float* gx, int64_t rows, int64_t C, const float* wi,
-                                 const float* mg, const float* k, const float* mean) {
-  chunk_grad_t(g, x, gx, rows, C, wi, mg, k, mean);
-}
+
+// f32 (the training dtype) runs copies of the loops above compiled for x86-64-v3 where the CPU has
+// it (loops.h): these overloads, which the callers' f32 calls pick over the templates.
 EMBER_CPU_CLONES void plane_stats(const float* x, int64_t N, int64_t C, int64_t S, int64_t c, double* mean,
                                   double* sq) {
-  plane_stats_t(x, N, C, S, c, mean, sq);
+  plane_stats<float>(x, N, C, S, c, mean, sq);
 }
 EMBER_CPU_CLONES void plane_grad_sums(const float* g, const float* x, int64_t N, int64_t C, int64_t S, int64_t c,
                                       double mean, double* sg, double* sgd) {
-  plane_grad_sums_t(g, x, N, C, S, c, mean, sg, sgd);
+  plane_grad_sums<float>(g, x, N, C, S, c, mean, sg, sgd);
 }
 EMBER_CPU_CLONES void plane_affine(const float* x, float* out, int64_t N, int64_t C, int64_t S, int64_t c, float scale,
                                    float shift) {
-  plane_map<float, float>(x, x, out, N, C, S, c, [=](float v, float) { return v * scale + shift; });
+  plane_affine<float, float>(x, out, N, C, S, c, scale, shift);
 }
 EMBER_CPU_CLONES void plane_grad(const float* g, const float* x, float* gx, int64_t N, int64_t C, int64_t S, int64_t c,
                                  float wi, float mg, float k, float mean) {
-  plane_map<float, float>(g, x, gx, N, C, S, c, [=](float gv, float xv) { return wi * ((gv - mg) - k * (xv - mean)); });
+  plane_grad<float, float>(g, x, gx, N, C, S, c, wi, mg, k, mean);
 }
-template <typename T>
-void plane_stats(const T* x, int64_t N, int64_t C, int64_t S, int64_t c, double* mean, double* sq) {
-  plane_stats_t(x, N, C, S, c, mean, sq);
+EMBER_CPU_CLONES void chunk_stats(const float* x, int64_t rows, int64_t C, double* s, double* m2) {
+  chunk_stats<float>(x, rows, C, s, m2);
 }
-template <typename T>
-void plane_grad_sums(const T* g, const T* x, int64_t N, int64_t C, int64_t S, int64_t c, double mean, double* sg,
-                     double* sgd) {
-  plane_grad_sums_t(g, x, N, C, S, c, mean, sg, sgd);
+EMBER_CPU_CLONES void chunk_grad_sums(const float* g, const float* x, int64_t rows, int64_t C, const double* mean,
+                                      double* sg, double* sgd) {
+  chunk_grad_sums<float>(g, x, rows, C, mean, sg, sgd);
 }
-template <typename T, typename P>
-void plane_affine(const T* x, T* out, int64_t N, int64_t C, int64_t S, int64_t c, P scale, P shift) {
-  plane_map<T, P>(x, x, out, N, C, S, c, [=](P v, P) { return v * scale + shift; });
+EMBER_CPU_CLONES void chunk_affine(const float* x, float* out, int64_t rows, int64_t C, const float* scale,
+                                   const float* shift) {
+  chunk_affine<float, float>(x, out, rows, C, scale, shift);
 }
-template <typename T, typename P>
-void plane_grad(const T* g, const T* x, T* gx, int64_t N, int64_t C, int64_t S, int64_t c, P wi, P mg, P k, P mean) {
-  plane_map<T, P>(g, x, gx, N, C, S, c, [=](P gv, P xv) { return wi * ((gv - mg) - k * (xv - mean)); });
-}
-template <typename T> void chunk_stats(const T* x, int64_t rows, int64_t C, double* s, double* m2) {
-  chunk_stats_t(x, rows, C, s, m2);
-}
-template <typename T>
-void chunk_grad_sums(const T* g, const T* x, int64_t rows, int64_t C, const double* mean, double* sg, double* sgd) {
-  chunk_grad_sums_t(g, x, rows, C, mean, sg, sgd);
-}
-template <typename T, typename P>
-void chunk_affine(const T* x, T* out, int64_t rows, int64_t C, const P* scale, const P* shift) {
-  chunk_affine_t(x, out, rows, C, scale, shift);
-}
-template <typename T, typename P>
-void chunk_grad(const T* g, const T* x, T* gx, int64_t rows, int64_t C, const P* wi, const P* mg, const P* k,
-                const P* mean) {
-  chunk_grad_t(g, x, gx, rows, C, wi, mg, k, mean);
+EMBER_CPU_CLONES void chunk_grad(const float* g, const float* x, float* gx, int64_t rows, int64_t C, const float* wi,
+                                 const float* mg, const float* k, const float* mean) {
+  chunk_grad<float, float>(g, x, gx, rows, C, wi, mg, k, mean);
 }
 
 /// Runs fn(q, r0, rows) for every row chunk q of M rows of C values, parallel.

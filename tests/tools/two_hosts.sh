@@ -20,7 +20,8 @@
 #            model for that link (bandwidth the tbf rate, latency half the measured round trip of a
 #            small TCP message, t1 and the overlap window W from a one-process run). The all-reduce
 #            time must be within 25% where the wire is the bottleneck (100 Mbit/s; measured a second
-#            time when the first is off, as under a passing load); the rest is printed: the table docs/scaling.md quotes, with why it is off where it is.
+#            time when the first is off, as under a passing load); the rest is printed: the table
+#            docs/scaling.md quotes, with why it is off where it is.
 # netem      delay and 1% loss (tc netem): the run completes with the same metrics as over a clean
 #            link. Skipped (77) where the kernel has no netem, saying so.
 #

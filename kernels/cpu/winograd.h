@@ -22,8 +22,8 @@ enum class WinogradPass { forward, backward_input, backward_weight };
 /// whole tile: smaller planes waste most of a tile's products); at least kWinogradMinTiles 4x4
 /// tiles over the batch (N * ceil(Ho / 4) * ceil(Wo / 4)): the filter's transform, 36 * C * O values
 /// written and read back per call, is only paid back by enough tiles (on a quiet 2-vCPU AVX-512
-/// VM, 128-512 channels on 4x4 and 8x8 planes, per direction: Winograd 0.4x im2col's speed at 4
-/// tiles of 512 channels, 0.9-1.5x at 16 tiles, 1.0-2.6x at 24, 1.5-2.1x at 32; docs/benchmarks.md);
+/// VM, 128-512 channels on 4x4 and 8x8 planes, per direction: Winograd 0.4-0.6x im2col's speed at
+/// 4 tiles, 0.9-1.8x at 16, 1.0-2.6x at 24, 1.5-2.4x at 32; docs/benchmarks.md);
 /// and for the weight gradient at least kWinogradMinTerms = N * Ho * Wo products per element
 /// (implied by 24 tiles, which cover at least 150 outputs, kept for what it says about accuracy). F(4x4, 3x3)'s rounding error is a fixed
 /// multiple of u times the magnitudes of a whole tile, where direct summation's bound

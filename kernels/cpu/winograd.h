@@ -23,16 +23,16 @@ enum class WinogradPass { forward, backward_input, backward_weight };
 /// tiles over the batch (N * ceil(Ho / 4) * ceil(Wo / 4)): the filter's transform, 36 * C * O values
 /// written and read back per call, is only paid back by enough tiles (on a quiet 2-vCPU AVX-512
 /// VM, 128-512 channels on 4x4 and 8x8 planes, per direction: Winograd 0.4-0.6x im2col's speed at
-/// 4 tiles, 0.9-1.8x at 16, 1.0-2.6x at 24, 1.5-2.4x at 32; docs/benchmarks.md);
-/// and for the weight gradient at least kWinogradMinTerms = N * Ho * Wo products per element
-/// (implied by 24 tiles, which cover at least 150 outputs, kept for what it says about accuracy). F(4x4, 3x3)'s rounding error is a fixed
-/// multiple of u times the magnitudes of a whole tile, where direct summation's bound
-/// (tests/kernels/test_conv.cpp) grows with the number of terms K of each element's sum and
-/// shrinks with that element's own magnitude. With K >= 144 and padding 1 (an edge element keeps
-/// at least 4 of its 9 taps) the Winograd results stay inside the direct bound, and with padding 0
-/// in the forward and weight gradient (every sum keeps its 9 taps, resp. all N * Ho * Wo terms);
-/// with 16 terms (one 4x4 plane of one image), padding 2, or the input gradient of padding 0 (an
-/// element left with one tap) they did not. g is the forward convolution's geometry for every pass.
+/// 4 tiles, 0.9-1.8x at 16, 1.0-2.6x at 24, 1.5-2.4x at 32; docs/benchmarks.md); and for the
+/// weight gradient at least kWinogradMinTerms = N * Ho * Wo products per element (implied by 24
+/// tiles, which cover at least 150 outputs; kept for what it says about accuracy). F(4x4, 3x3)'s
+/// rounding error is a fixed multiple of u times the magnitudes of a whole tile, where direct
+/// summation's bound (tests/kernels/test_conv.cpp) grows with the number of terms K of each
+/// element's sum and shrinks with that element's own magnitude. With K >= 144 and padding 1 (an
+/// edge element keeps at least 4 of its 9 taps) the Winograd results stay inside the direct bound,
+/// and with padding 0 in the forward and weight gradient (every sum keeps its 9 taps, resp. all
+/// N * Ho * Wo terms); with 16 terms (one 4x4 plane of one image), padding 2, or the input gradient
+/// of padding 0 (an element left with one tap) they did not. g is the forward convolution's geometry for every pass.
 constexpr int64_t kWinogradMinChannels = 16;
 constexpr int64_t kWinogradMinTiles = 24;
 constexpr int64_t kWinogradMinTerms = 144;

@@ -107,12 +107,17 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> grads, boo
     NodeTask& task = tasks[node];
     TensorList in = std::move(task.grads);
     in.resize(node->num_outputs);
-    bool any = false;
-    for (const Tensor& g : in) any = any || g.defined();
+    const Tensor* first = nullptr;  // the first gradient that reached the node
+    for (const Tensor& g : in)
+      if (g.defined()) {
+        first = &g;
+        break;
+      }
 
     TensorList out;
-    if (any) {
+    if (first != nullptr) {
       profiler::RecordScope profile_scope(node->name(), profiler::Category::backward);
+      profile_scope.inputs(*first);  // its device and stream: the node's GPU time while profiling
       out = node->apply(std::move(in));
       EMBER_CHECK(node->is_accumulator() || out.size() == node->next_edges.size(), "backward: node ", node->name(),
                   " returned ", out.size(), " gradients for ", node->next_edges.size(), " inputs");

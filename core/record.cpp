@@ -2,7 +2,6 @@
 // mutex so that take_events() from another thread never races a thread that is recording.
 #include <ember/core/record.h>
 
-#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -69,8 +68,43 @@ void push(std::string name, Category category) {
   e.thread = b.index;
   e.depth = static_cast<uint32_t>(b.open.size());
   e.start_ns = now_ns();
-  if (detail::g_recording_gpu.load(std::memory_order_relaxed)) ember::detail::nvtx_push(e.name.c_str());
+  e.nvtx = detail::g_recording_gpu.load(std::memory_order_relaxed);
   b.open.push_back(std::move(e));
+  if (b.open.back().nvtx) ember::detail::nvtx_push(b.open.back().name.c_str());
+}
+
+// Each device's reference event while GPU time is on (set_recording_gpu).
+struct GpuClock {
+  void* ref = nullptr;  // recorded and completed
+  uint64_t ref_ns = 0;  // now_ns() when it had completed
+};
+struct GpuClocks {
+  std::mutex mu;
+  std::vector<GpuClock> by_device;
+};
+GpuClocks& gpu_clocks() {
+  static GpuClocks* c = new GpuClocks();  // never destroyed, as the registry
+  return *c;
+}
+
+// Records `device`'s reference event on `stream` unless it has one: the stream's work so far is
+// waited for, so the event has completed when now_ns() is read (within the wake-up's latency).
+void ensure_gpu_clock(int device, void* stream) {
+  GpuClocks& clocks = gpu_clocks();
+  std::lock_guard<std::mutex> lock(clocks.mu);
+  const auto d = static_cast<size_t>(device);
+  if (clocks.by_device.size() <= d) clocks.by_device.resize(d + 1);
+  GpuClock& c = clocks.by_device[d];
+  if (c.ref != nullptr) return;
+  void* ref = ember::detail::cuda_event_create(device);
+  try {
+    ember::detail::cuda_event_record(device, ref, stream);
+    ember::detail::cuda_event_synchronize(ref);
+  } catch (...) {
+    ember::detail::cuda_event_destroy(device, ref);
+    throw;
+  }
+  c = {ref, now_ns()};
 }
 
 }  // namespace
@@ -112,13 +146,18 @@ void end() {
   if (b.open.empty()) return;
   Event e = std::move(b.open.back());
   b.open.pop_back();
+  if (e.nvtx) ember::detail::nvtx_pop();
   if (e.gpu_events[0] != nullptr) {  // after the op's kernels were queued on the device's stream
-    e.gpu_events[1] = ember::detail::cuda_event_create(e.gpu_device);
-    ember::detail::cuda_event_record(e.gpu_device, e.gpu_events[1],
-                                     current_stream(Device::cuda(e.gpu_device)).handle());
+    try {
+      e.gpu_events[1] = ember::detail::cuda_event_create(e.gpu_device);
+      ember::detail::cuda_event_record(e.gpu_device, e.gpu_events[1],
+                                       current_stream(Device::cuda(e.gpu_device)).handle());
+    } catch (...) {
+      release_gpu_events(e);
+      throw;
+    }
   }
   e.end_ns = now_ns();
-  if (detail::g_recording_gpu.load(std::memory_order_relaxed)) ember::detail::nvtx_pop();
   b.events.push_back(std::move(e));
 }
 
@@ -135,8 +174,10 @@ void op_inputs(std::initializer_list<const Tensor*> inputs) {
   const int device = first != nullptr && first->device().is_cuda() ? first->device().index() : -1;
   void* start = nullptr;
   if (device >= 0) {
+    void* stream = current_stream(first->device()).handle();
+    ensure_gpu_clock(device, stream);
     start = ember::detail::cuda_event_create(device);
-    ember::detail::cuda_event_record(device, start, current_stream(first->device()).handle());
+    ember::detail::cuda_event_record(device, start, stream);
   }
   ThreadBuffer& b = this_thread();
   std::unique_lock<std::mutex> lock(b.mu);
@@ -265,25 +306,55 @@ void set_recording(bool on) {
   else detail::g_scope_flags.fetch_and(~detail::kRecording, std::memory_order_relaxed);
 }
 
-void set_recording_gpu(bool on) { detail::g_recording_gpu.store(on, std::memory_order_relaxed); }
+void set_recording_gpu(bool on) {
+  detail::g_recording_gpu.store(on, std::memory_order_relaxed);
+  if (on) return;
+  GpuClocks& clocks = gpu_clocks();
+  std::lock_guard<std::mutex> lock(clocks.mu);
+  for (size_t d = 0; d < clocks.by_device.size(); ++d)
+    if (clocks.by_device[d].ref != nullptr)
+      ember::detail::cuda_event_destroy(static_cast<int>(d), clocks.by_device[d].ref);
+  clocks.by_device.clear();
+}
 
-void resolve_gpu_time(Event& e, void* ref_event, uint64_t ref_ns) {
+void release_gpu_events(Event& e) noexcept {
+  for (void*& ev : e.gpu_events)
+    if (ev != nullptr) {
+      ember::detail::cuda_event_destroy(e.gpu_device, ev);
+      ev = nullptr;
+    }
+}
+
+void resolve_gpu_time(Event& e) {
   if (e.gpu_events[0] == nullptr) return;
-  const int device = e.gpu_device;
-  if (e.gpu_events[1] != nullptr) {
-    ember::detail::cuda_event_synchronize(e.gpu_events[1]);
-    const auto at = [&](void* ev) {
-      const double ms = ember::detail::cuda_event_elapsed_ms(ref_event, ev);
-      return ref_ns + static_cast<uint64_t>(ms > 0 ? ms * 1e6 : 0.0);
-    };
-    e.gpu_start_ns = at(e.gpu_events[0]);
-    e.gpu_end_ns = std::max(e.gpu_start_ns, at(e.gpu_events[1]));
-    ember::detail::cuda_event_destroy(device, e.gpu_events[1]);
-  } else {
-    e.gpu_device = -1;  // the span never ended on its device (recording stopped inside it)
+  GpuClock clock;
+  {
+    GpuClocks& clocks = gpu_clocks();
+    std::lock_guard<std::mutex> lock(clocks.mu);
+    if (static_cast<size_t>(e.gpu_device) < clocks.by_device.size())
+      clock = clocks.by_device[static_cast<size_t>(e.gpu_device)];
   }
-  ember::detail::cuda_event_destroy(device, e.gpu_events[0]);
-  e.gpu_events[0] = e.gpu_events[1] = nullptr;
+  // Not resolved: the span never ended on its device (recording stopped inside it), or its
+  // device's reference event is gone (GPU time was turned off while the op began).
+  if (e.gpu_events[1] == nullptr || clock.ref == nullptr) {
+    release_gpu_events(e);
+    e.gpu_device = -1;
+    return;
+  }
+  try {
+    ember::detail::cuda_event_synchronize(e.gpu_events[1]);
+    // The start from the reference, the duration from the start event (float milliseconds from a
+    // reference seconds earlier would round a short op's duration to 0).
+    const double start_ms = ember::detail::cuda_event_elapsed_ms(clock.ref, e.gpu_events[0]);
+    const double dur_ms = ember::detail::cuda_event_elapsed_ms(e.gpu_events[0], e.gpu_events[1]);
+    e.gpu_start_ns = clock.ref_ns + static_cast<uint64_t>(start_ms > 0 ? start_ms * 1e6 : 0.0);
+    e.gpu_end_ns = e.gpu_start_ns + static_cast<uint64_t>(dur_ms > 0 ? dur_ms * 1e6 : 0.0);
+  } catch (...) {
+    release_gpu_events(e);
+    e.gpu_device = -1;
+    throw;
+  }
+  release_gpu_events(e);
 }
 
 void set_recording_options(bool shapes, bool memory) {

@@ -43,12 +43,14 @@ struct Event {
   /// undefined tensor is "none"); "" otherwise.
   std::string input_shapes;
   /// An op on a GPU: the device and its kernels' time, from the timing event recorded before they
-  /// were queued to the one after, on the steady clock (aligned with the device at the profile's
-  /// start); gpu_device -1 otherwise.
+  /// were queued to the one after, on the steady clock (aligned with the device by a reference
+  /// event, see set_recording_gpu); gpu_device -1 otherwise.
   int gpu_device = -1;
   uint64_t gpu_start_ns = 0, gpu_end_ns = 0;
   /// Internal: the two CUDA events until the profile resolves them (then null).
   void* gpu_events[2] = {nullptr, nullptr};
+  /// Internal: the span pushed an NVTX range, which its end pops.
+  bool nvtx = false;
 };
 
 namespace detail {
@@ -61,7 +63,9 @@ void begin(const char* name, Category category);
 void begin(std::string name, Category category);
 void end();
 /// An op's inputs (RecordScope::inputs while recording): their shapes when recording shapes, and
-/// the start of its GPU time when recording GPU time and the first defined input is on a GPU.
+/// the start of its GPU time when recording GPU time and the first defined input is on a GPU. The
+/// first op on a device while GPU time is on also records that device's reference event (see
+/// set_recording_gpu), which waits once for the device's current stream.
 void op_inputs(std::initializer_list<const Tensor*> inputs);
 extern std::atomic<bool> g_recording_gpu;
 /// The calling thread's innermost open span, if any (Profile::step checks it is the step's own).
@@ -144,11 +148,16 @@ void set_recording(bool on);
 /// record_counter keeps nothing).
 void set_recording_options(bool shapes, bool memory);
 /// GPU time of ops and NVTX ranges while recording (profiler::Profile turns it on where a GPU is
-/// usable; Profile::gpu_time false leaves it off).
+/// usable; Profile::gpu_time false leaves it off). Each device's clock is put on the host's by a
+/// reference event recorded when the first op on it hands over its inputs, waited for at once,
+/// beside now_ns(): devices no op uses are left alone (no context, no synchronisation). Off
+/// destroys the reference events.
 void set_recording_gpu(bool on);
-/// Gives `e` its GPU time once its kernels are done (waits for them), and releases its events.
-/// `ref_event`/`ref_ns`: an event recorded on e's device with the device idle, and now_ns() then.
-void resolve_gpu_time(Event& e, void* ref_event, uint64_t ref_ns);
+/// Gives `e` its GPU time once its kernels are done (waits for them), and releases its events
+/// (a span without an end event, or on a device without a reference event, gets gpu_device -1).
+void resolve_gpu_time(Event& e);
+/// Destroys e's CUDA events without reading them, if it has any (for spans thrown away).
+void release_gpu_events(Event& e) noexcept;
 /// Takes every thread's closed events recorded so far (each thread's in order of their end).
 std::vector<Event> take_events();
 

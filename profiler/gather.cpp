@@ -97,9 +97,13 @@ GatheredTrace gather_chrome_trace(const Profile& profile, parallel::ProcessGroup
   } else {
     all.push_back(std::move(mine));
   }
-  GatheredTrace out;
-  if (rank != 0) return out;
+  if (rank != 0) return {};
+  return detail::merge_chrome_traces(all);
+}
 
+GatheredTrace detail::merge_chrome_traces(const std::vector<std::string>& all) {
+  const int world = static_cast<int>(all.size());
+  GatheredTrace out;
   std::vector<nlohmann::json> headers;
   std::vector<nlohmann::ordered_json> traces;
   for (const std::string& text : all) {
@@ -124,6 +128,11 @@ GatheredTrace gather_chrome_trace(const Profile& profile, parallel::ProcessGroup
     const double shift_us = us(start[static_cast<size_t>(r)] - zero);
     for (nlohmann::ordered_json& e : traces[static_cast<size_t>(r)]["traceEvents"]) {
       if (e.contains("ts")) e["ts"] = e["ts"].get<double>() + shift_us;
+      // An op's GPU time (args.gpu, which the trace reader reads) is on the rank's clock too.
+      if (e.contains("args") && e["args"].contains("gpu")) {
+        nlohmann::ordered_json& gpu = e["args"]["gpu"];
+        if (gpu.contains("ts")) gpu["ts"] = gpu["ts"].get<double>() + shift_us;
+      }
       if (e.value("ph", "") == "X") ++out.spans;
       events.push_back(std::move(e));
     }

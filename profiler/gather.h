@@ -62,4 +62,11 @@ struct GatheredTrace {
 /// no span.
 GatheredTrace gather_chrome_trace(const Profile& profile, parallel::ProcessGroup& group, const ClockOffset& clock);
 
+namespace detail {
+/// Rank 0's half of gather_chrome_trace (tests call it with made-up ranks): `ranks[k]` is what rank
+/// k sends, a JSON line {"origin_ns", "offset_ns", "residual_ns", "round_trips"} and then its
+/// Profile::chrome_trace_json(k).
+GatheredTrace merge_chrome_traces(const std::vector<std::string>& ranks);
+}  // namespace detail
+
 }  // namespace ember::profiler

@@ -10,10 +10,8 @@
 #include <tuple>
 #include <utility>
 
-#include <ember/core/cuda/runtime.h>
 #include <ember/core/device.h>
 #include <ember/core/error.h>
-#include <ember/core/stream.h>
 
 namespace ember::profiler {
 
@@ -135,34 +133,23 @@ Profile::Profile(ProfileOptions options) : options_(options) {
               "Profile: schedule steps must be >= 0, got wait ", s.wait, ", warmup ", s.warmup, ", active ", s.active,
               ", repeat ", s.repeat);
   EMBER_CHECK(!g_session.exchange(true), "Profile: another Profile is running; one records at a time");
-  running_ = true;
-  origin_ns_ = now_ns();
-  take_events();  // spans of an earlier session that ended while recording are not this one's
-  take_counters();
-  set_recording_options(options_.record_shapes, options_.memory);
-  if (options_.gpu_time && cuda_available()) start_gpu_clock();
-  enter(phase_at(0));
-}
-
-// Each visible GPU's clock on the host's: an event recorded once the device is idle, so that it
-// completes at once, beside now_ns(). One synchronisation per profile, before any step it keeps.
-void Profile::start_gpu_clock() {
-  for (int d = 0; d < cuda_device_count(); ++d) {
-    ember::detail::cuda_device_synchronize(d);
-    void* ref = ember::detail::cuda_event_create(d);
-    ember::detail::cuda_event_record(d, ref, current_stream(Device::cuda(d)).handle());
-    ember::detail::cuda_event_synchronize(ref);
-    gpu_ref_.push_back(ref);
-    gpu_ref_ns_.push_back(now_ns());
+  try {
+    origin_ns_ = now_ns();
+    // Spans of an earlier session that ended while recording are not this one's (nor their events).
+    for (Event& e : take_events()) release_gpu_events(e);
+    take_counters();
+    set_recording_options(options_.record_shapes, options_.memory);
+    // Each device's clock is aligned with the host's when the first op on it records (record.h).
+    if (options_.gpu_time && cuda_available()) set_recording_gpu(true);
+    enter(phase_at(0));
+  } catch (...) {  // no session: the next Profile may start
+    set_recording(false);
+    set_recording_gpu(false);
+    set_recording_options(false, true);
+    g_session.store(false);
+    throw;
   }
-  set_recording_gpu(true);
-}
-
-void Profile::stop_gpu_clock() {
-  set_recording_gpu(false);
-  for (size_t d = 0; d < gpu_ref_.size(); ++d) ember::detail::cuda_event_destroy(static_cast<int>(d), gpu_ref_[d]);
-  gpu_ref_.clear();
-  gpu_ref_ns_.clear();
+  running_ = true;
 }
 
 Profile::~Profile() {
@@ -190,11 +177,7 @@ void Profile::enter(Phase phase) {
 void Profile::keep(std::vector<Event> events, bool discard) {
   std::vector<CounterSample> samples = take_counters();
   // Every op's GPU events are released, also in steps thrown away (waits for their kernels).
-  for (Event& e : events)
-    if (e.gpu_events[0] != nullptr) {
-      const auto d = static_cast<size_t>(e.gpu_device);
-      if (d < gpu_ref_.size()) resolve_gpu_time(e, gpu_ref_[d], gpu_ref_ns_[d]);
-    }
+  for (Event& e : events) resolve_gpu_time(e);
   if (discard) return;
   counters_.insert(counters_.end(), samples.begin(), samples.end());
   for (Event& e : events) spans_.push_back({std::move(e), step_, 0});
@@ -228,7 +211,7 @@ void Profile::stop() {
   step_open_ = false;
   set_recording(false);
   keep(take_events(), phase_ != Phase::active);
-  stop_gpu_clock();
+  set_recording_gpu(false);
   set_recording_options(false, true);
   running_ = false;
   phase_ = Phase::done;

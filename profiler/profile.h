@@ -124,8 +124,6 @@ class Profile {
   Phase phase_at(int64_t step) const;
   void enter(Phase phase);
   void keep(std::vector<Event> events, bool discard);
-  void start_gpu_clock();
-  void stop_gpu_clock();
 
   ProfileOptions options_;
   int64_t step_ = 0;
@@ -135,10 +133,6 @@ class Profile {
   bool step_open_ = false;  // this step's span is open on the thread that started the profile
   std::vector<Span> spans_;
   std::vector<CounterSample> counters_;
-  // Per visible GPU (gpu_time): an event recorded with the device idle at the start, and now_ns()
-  // then: the GPU's clock on the host's.
-  std::vector<void*> gpu_ref_;
-  std::vector<uint64_t> gpu_ref_ns_;
 };
 
 }  // namespace ember::profiler

@@ -10,6 +10,10 @@
 #include <cstdlib>
 #include <vector>
 
+#ifdef EMBER_WITH_CUDA
+#include <cuda_runtime.h>  // cudaDeviceGetPCIBusId: core/cuda/runtime.h has no wrapper for it
+#endif
+
 namespace ember::train {
 
 namespace {
@@ -23,6 +27,12 @@ struct nvmlUtilization_t {
 struct nvmlMemory_t {
   unsigned long long total, free, used;
 };
+struct nvmlMemory_v2_t {
+  unsigned int version;
+  unsigned long long total, reserved, free, used;
+};
+// nvml.h's nvmlMemory_v2: NVML_STRUCT_VERSION(Memory, 2).
+constexpr unsigned int kNvmlMemoryV2 = static_cast<unsigned int>(sizeof(nvmlMemory_v2_t)) | (2u << 24);
 
 struct NvmlApi {
   void* lib = nullptr;
@@ -31,9 +41,11 @@ struct NvmlApi {
   const char* (*error_string)(nvmlReturn_t) = nullptr;
   nvmlReturn_t (*by_index)(unsigned int, nvmlDevice_t*) = nullptr;
   nvmlReturn_t (*by_uuid)(const char*, nvmlDevice_t*) = nullptr;
+  nvmlReturn_t (*by_pci_bus_id)(const char*, nvmlDevice_t*) = nullptr;  // optional
   nvmlReturn_t (*name)(nvmlDevice_t, char*, unsigned int) = nullptr;
   nvmlReturn_t (*utilization)(nvmlDevice_t, nvmlUtilization_t*) = nullptr;
   nvmlReturn_t (*memory)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
+  nvmlReturn_t (*memory_v2)(nvmlDevice_t, nvmlMemory_v2_t*) = nullptr;  // optional (driver 510 on)
   nvmlReturn_t (*power)(nvmlDevice_t, unsigned int*) = nullptr;
 
   std::string error(nvmlReturn_t rc) const {
@@ -53,15 +65,19 @@ class NvmlSource final : public GpuSource {
     api_.shutdown();
     ::dlclose(api_.lib);
   }
+  // Each field on its own: a GPU in MIG mode reports no utilisation, and still its memory.
   std::optional<GpuSample> sample() override {
-    nvmlUtilization_t u{};
-    nvmlMemory_t m{};
-    if (api_.utilization(dev_, &u) != 0 || api_.memory(dev_, &m) != 0) return std::nullopt;
-    GpuSample s{.util_percent = static_cast<double>(u.gpu),
-                .memory_used_bytes = static_cast<double>(m.used),
-                .power_watts = std::nullopt};
-    unsigned int mw = 0;
-    if (api_.power != nullptr && api_.power(dev_, &mw) == 0) s.power_watts = static_cast<double>(mw) / 1000.0;
+    GpuSample s;
+    if (nvmlUtilization_t u{}; api_.utilization(dev_, &u) == 0) s.util_percent = static_cast<double>(u.gpu);
+    // v2's "used" leaves out the memory the driver reserves, which v1 counts as used.
+    nvmlMemory_v2_t m2{};
+    m2.version = kNvmlMemoryV2;
+    nvmlMemory_t m1{};
+    if (api_.memory_v2 != nullptr && api_.memory_v2(dev_, &m2) == 0) s.memory_used_bytes = static_cast<double>(m2.used);
+    else if (api_.memory(dev_, &m1) == 0) s.memory_used_bytes = static_cast<double>(m1.used);
+    if (unsigned int mw = 0; api_.power != nullptr && api_.power(dev_, &mw) == 0)
+      s.power_watts = static_cast<double>(mw) / 1000.0;
+    if (!s.util_percent && !s.memory_used_bytes && !s.power_watts) return std::nullopt;
     return s;
   }
   std::string describe() const override { return text_; }
@@ -84,6 +100,19 @@ std::string visible_entry(int n) {
     if (comma == std::string::npos) return "";
     start = comma + 1;
   }
+}
+
+// The PCI bus id of the CUDA device `index` ("00000000:3B:00.0"), which NVML looks devices up by;
+// "" in a build without CUDA or when CUDA cannot say.
+std::string cuda_pci_bus_id(int index) {
+#ifdef EMBER_WITH_CUDA
+  char id[32] = {};  // nvml.h's NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE
+  if (cudaDeviceGetPCIBusId(id, sizeof id, index) == cudaSuccess) return id;
+  (void)cudaGetLastError();  // not left for the next launch check to report
+#else
+  (void)index;
+#endif
+  return "";
 }
 
 }  // namespace
@@ -110,6 +139,8 @@ std::unique_ptr<GpuSource> nvml_source(Device device, std::string* why_not) {
   load(api.lib, "nvmlErrorString", api.error_string);
   load(api.lib, "nvmlDeviceGetName", api.name);
   load(api.lib, "nvmlDeviceGetPowerUsage", api.power);
+  load(api.lib, "nvmlDeviceGetHandleByPciBusId_v2", api.by_pci_bus_id);
+  load(api.lib, "nvmlDeviceGetMemoryInfo_v2", api.memory_v2);
   if (!ok) {
     ::dlclose(api.lib);
     return fail(file + " lacks the NVML functions ember calls");
@@ -119,13 +150,19 @@ std::unique_ptr<GpuSource> nvml_source(Device device, std::string* why_not) {
     ::dlclose(api.lib);
     return fail(why);
   }
-  // CUDA numbers the visible devices; NVML numbers all of them.
+  // CUDA numbers the visible devices (fastest first, unless CUDA_DEVICE_ORDER=PCI_BUS_ID); NVML
+  // numbers all of them by PCI bus. The bus id names the same device for both; without it (no
+  // CUDA, an old driver) CUDA_VISIBLE_DEVICES's entry, or CUDA's index, is taken as NVML's.
   nvmlDevice_t dev = nullptr;
   const int cuda_index = std::max(0, device.index());
+  const std::string bus_id = api.by_pci_bus_id != nullptr ? cuda_pci_bus_id(cuda_index) : "";
   const std::string entry = visible_entry(cuda_index);
   nvmlReturn_t rc = 0;
   std::string which;
-  if (!entry.empty() && entry.find_first_not_of("0123456789") != std::string::npos) {
+  if (!bus_id.empty()) {
+    which = "PCI " + bus_id;
+    rc = api.by_pci_bus_id(bus_id.c_str(), &dev);
+  } else if (!entry.empty() && entry.find_first_not_of("0123456789") != std::string::npos) {
     which = entry;
     rc = api.by_uuid(entry.c_str(), &dev);
   } else {
@@ -147,9 +184,12 @@ std::unique_ptr<GpuSource> nvml_source(Device device, std::string* why_not) {
 }
 
 void GpuAggregate::add(const GpuSample& s) {
-  util_sum_ += s.util_percent;
-  memory_max_ = std::max(memory_max_, s.memory_used_bytes);
   ++n_;
+  if (s.util_percent) {
+    util_sum_ += *s.util_percent;
+    ++util_n_;
+  }
+  if (s.memory_used_bytes) memory_max_ = std::max(memory_max_.value_or(0), *s.memory_used_bytes);
   if (s.power_watts) {
     power_sum_ += *s.power_watts;
     ++power_n_;
@@ -159,10 +199,10 @@ void GpuAggregate::add(const GpuSample& s) {
 std::optional<GpuStats> GpuAggregate::take() {
   std::optional<GpuStats> out;
   if (n_ > 0) {
-    out = GpuStats{.util_percent = util_sum_ / static_cast<double>(n_),
-                   .memory_used_mb = memory_max_ / 1e6,
-                   .power_watts = std::nullopt,
-                   .samples = n_};
+    out.emplace();
+    out->samples = n_;
+    if (util_n_ > 0) out->util_percent = util_sum_ / static_cast<double>(util_n_);
+    if (memory_max_) out->memory_used_mb = *memory_max_ / 1e6;
     if (power_n_ > 0) out->power_watts = power_sum_ / static_cast<double>(power_n_);
   }
   *this = GpuAggregate{};
@@ -170,7 +210,7 @@ std::optional<GpuStats> GpuAggregate::take() {
 }
 
 GpuMonitor::GpuMonitor(std::unique_ptr<GpuSource> source, double hz) : source_(std::move(source)) {
-  if (hz <= 0) return;
+  if (hz <= 0 || source_ == nullptr) return;
   const auto period = std::chrono::duration<double>(1.0 / hz);
   thread_ = std::thread([this, period] {
     std::unique_lock<std::mutex> lock(mu_);
@@ -194,10 +234,13 @@ GpuMonitor::~GpuMonitor() {
 }
 
 void GpuMonitor::sample_now() {
+  if (source_ == nullptr) return;
   const std::optional<GpuSample> s = source_->sample();
   std::lock_guard<std::mutex> lock(mu_);
   if (s) agg_.add(*s);
 }
+
+std::string GpuMonitor::describe() const { return source_ != nullptr ? source_->describe() : "none"; }
 
 std::optional<GpuStats> GpuMonitor::take() {
   std::lock_guard<std::mutex> lock(mu_);

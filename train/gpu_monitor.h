@@ -26,38 +26,40 @@
 
 namespace ember::train {
 
-/// One reading of the device.
+/// One reading of the device: each field unset where its own reading failed (power: also where
+/// the device does not report it).
 struct GpuSample {
-  double util_percent = 0;
-  double memory_used_bytes = 0;
-  std::optional<double> power_watts;  // unset where the device does not report it
+  std::optional<double> util_percent;
+  std::optional<double> memory_used_bytes;
+  std::optional<double> power_watts;
 };
 
 /// Where readings come from: NVML, or a test's fake.
 class GpuSource {
  public:
   virtual ~GpuSource() = default;
-  /// A reading, or nothing when this one failed (it is then left out of the mean).
+  /// A reading, or nothing when all of it failed (a field that failed is left out of its mean).
   virtual std::optional<GpuSample> sample() = 0;
-  /// "NVML, device 0 (NVIDIA H200)".
+  /// "NVML, PCI 00000000:3B:00.0 (NVIDIA H200)".
   virtual std::string describe() const = 0;
 };
 
-/// NVML's reading of the GPU behind `device` (cuda:N: the N-th device CUDA sees, mapped through
-/// CUDA_VISIBLE_DEVICES when it lists indices or UUIDs). nullptr, with the reason in *why_not,
+/// NVML's reading of the GPU behind `device` (cuda:N: the N-th device CUDA sees, found in NVML by
+/// its PCI bus id; where that cannot be had, mapped through CUDA_VISIBLE_DEVICES when it lists
+/// indices or UUIDs, or else taken as NVML's index N). nullptr, with the reason in *why_not,
 /// when `device` is no GPU or NVML cannot be loaded or initialised (EMBER_NVML_LIBRARY names
 /// another library file to load, for tests).
 std::unique_ptr<GpuSource> nvml_source(Device device, std::string* why_not = nullptr);
 
-/// An epoch's aggregate: mean utilisation, most memory used, mean power (unset when no reading
-/// had power).
+/// An epoch's aggregate: mean utilisation, most memory used, mean power (each unset when no
+/// reading had it).
 struct GpuStats {
-  double util_percent = 0, memory_used_mb = 0;
-  std::optional<double> power_watts;
-  int64_t samples = 0;
+  std::optional<double> util_percent, memory_used_mb, power_watts;
+  int64_t samples = 0;  // readings (each with at least one field)
 };
 
-/// The mean of the readings, the largest memory (in MB, 1e6 bytes), the mean of the power readings.
+/// The mean of the utilisation readings, the largest memory (in MB, 1e6 bytes), the mean of the
+/// power readings.
 class GpuAggregate {
  public:
   void add(const GpuSample& s);
@@ -65,12 +67,14 @@ class GpuAggregate {
   std::optional<GpuStats> take();
 
  private:
-  double util_sum_ = 0, memory_max_ = 0, power_sum_ = 0;
-  int64_t n_ = 0, power_n_ = 0;
+  double util_sum_ = 0, power_sum_ = 0;
+  std::optional<double> memory_max_;
+  int64_t n_ = 0, util_n_ = 0, power_n_ = 0;
 };
 
 /// Samples a GpuSource on a background thread every 1/hz seconds (hz 0: no thread; the caller
-/// samples with sample_now(), as the tests do).
+/// samples with sample_now(), as the tests do). A null source (nvml_source without NVML) samples
+/// nothing: no thread, take() gives nothing and describe() "none".
 class GpuMonitor {
  public:
   explicit GpuMonitor(std::unique_ptr<GpuSource> source, double hz = 10);
@@ -82,7 +86,7 @@ class GpuMonitor {
   void sample_now();
   /// The readings since the last take() (or the start); nothing when there were none.
   std::optional<GpuStats> take();
-  std::string describe() const { return source_->describe(); }
+  std::string describe() const;
 
  private:
   std::unique_ptr<GpuSource> source_;

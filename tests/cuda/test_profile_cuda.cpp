@@ -1,7 +1,8 @@
 // The profiler on a GPU: each op on a GPU gets its kernels' time from CUDA events on its stream,
 // on the host's clock; a long matmul's GPU time is the matmul's, not a neighbour's; the trace has
-// a row per GPU and the table a GPU column. Runs only where a GPU is usable (main_cuda.cpp skips
-// otherwise); unrun until the next GPU session.
+// a row per GPU and the table a GPU column; backward nodes are timed too, in one profile after
+// another. Runs only where a GPU is usable (main_cuda.cpp skips otherwise); unrun until the next
+// GPU session.
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -41,6 +42,7 @@ TEST_CASE("profiler on a GPU: each op's kernels timed on its stream, a GPU row i
   // add's began after the matmul's ended (one stream).
   CHECK(mm.event.gpu_end_ns - mm.event.gpu_start_ns > 10 * (ad.event.gpu_end_ns - ad.event.gpu_start_ns));
   CHECK(ad.event.gpu_start_ns + 1000 >= mm.event.gpu_end_ns);
+  CHECK(ad.event.gpu_end_ns > ad.event.gpu_start_ns);  // from its own two events: never rounded to 0
 
   const nlohmann::json trace = nlohmann::json::parse(p.chrome_trace_json(0));
   bool row = false, gpu_span = false;
@@ -64,4 +66,20 @@ TEST_CASE("profiler on a GPU: gpu_time false records no GPU time", "[cuda][profi
   CHECK(only_span(p, "add").event.gpu_device == -1);
   CHECK(p.table().find("GPU total") == std::string::npos);
   (void)y;
+}
+
+TEST_CASE("profiler on a GPU: backward nodes get their kernels' time, profile after profile", "[cuda][profiler]") {
+  Tensor x = randn({256, 256}).to(Device::cuda(0));
+  x.requires_grad_();
+  for (int i = 0; i < 2; ++i) {  // each profile aligns the device's clock afresh
+    INFO("profile " << i);
+    Profile p;
+    sum(matmul(x, x)).backward();
+    p.stop();
+    const Span& mm = only_span(p, "MatmulBackward");
+    CHECK(mm.event.gpu_device == 0);
+    CHECK(mm.event.gpu_end_ns > mm.event.gpu_start_ns);
+    CHECK(mm.event.gpu_start_ns + 1000 >= mm.event.start_ns);
+    CHECK(mm.event.gpu_events[0] == nullptr);
+  }
 }

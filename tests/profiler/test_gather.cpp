@@ -5,7 +5,8 @@
 // rank an all-reduce on the tcp group's comm thread overlapping a backward span of that rank (the
 // reducer's overlap), the two ranks' halves of each all-reduce overlapping once aligned (neither
 // can end before the other began), an offset moving its rank's events by exactly that much, the
-// offsets in "otherData", and a rank without spans still a row.
+// offsets in "otherData", and a rank without spans still a row. Merging made-up ranks: an op's GPU
+// time (args.gpu) moves with its rank's events, so the trace reader keeps it beside its host span.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -22,6 +23,7 @@
 #include <ember/parallel/store.h>
 #include <ember/profiler/gather.h>
 #include <ember/profiler/profile.h>
+#include <ember/profiler/trace_reader.h>
 
 #include "parallel/ddp_check.h"
 #include "parallel/multiproc.h"
@@ -279,4 +281,40 @@ TEST_CASE("profiler: 2 DDP processes give one trace, all-reduce beside backward 
   REQUIRE(sparse.spans.size() == 1);
   CHECK(sparse.spans[0].name == "only rank 0");
   CHECK(sparse.spans[0].pid == 0);
+}
+
+TEST_CASE("profiler: merging ranks moves an op's GPU time with its rank's events", "[cpu][profiler]") {
+  // What a rank sends: its header line, then a trace with one op whose kernels ran `gpu_after_us`
+  // after its host span began (on a GPU, Profile::chrome_trace_json writes args.gpu so).
+  const auto rank = [](int pid, uint64_t origin_ns, double gpu_after_us) {
+    const nlohmann::json header = {{"origin_ns", origin_ns}, {"offset_ns", 0}, {"residual_ns", 0}, {"round_trips", 0}};
+    const nlohmann::json op = {
+        {"name", "add"}, {"cat", "op"},
+        {"ph", "X"},     {"ts", 10.0},
+        {"dur", 5.0},    {"pid", pid},
+        {"tid", 0},      {"args", {{"step", 0}, {"gpu", {{"device", 0}, {"ts", 10.0 + gpu_after_us}, {"dur", 2.0}}}}}};
+    return header.dump() + "\n" + nlohmann::json{{"traceEvents", {op}}}.dump();
+  };
+  // Rank 1 started 4 ms after rank 0: its events move 4000 us later, args.gpu.ts with them.
+  const GatheredTrace t = profiler::detail::merge_chrome_traces({rank(0, 1'000'000, 1), rank(1, 5'000'000, 3)});
+  const nlohmann::json doc = nlohmann::json::parse(t.json);
+  int moved = 0;
+  for (const auto& e : doc["traceEvents"])
+    if (e["ph"] == "X" && e["pid"] == 1) {
+      CHECK(e["ts"].get<double>() == 4010.0);
+      CHECK(e["args"]["gpu"]["ts"].get<double>() == 4013.0);
+      ++moved;
+    }
+  CHECK(moved == 1);
+  const std::vector<RankProfile> ranks = parse_chrome_trace(t.json, "merged");
+  REQUIRE(ranks.size() == 2);
+  for (const RankProfile& r : ranks) {
+    INFO("rank " << r.rank);
+    REQUIRE(r.spans.size() == 1);
+    const profiler::Event& e = r.spans[0].event;
+    CHECK(e.start_ns == (r.rank == 0 ? 0u : 4'000'000u));
+    CHECK(e.gpu_device == 0);
+    CHECK(e.gpu_start_ns == e.start_ns + (r.rank == 0 ? 1000u : 3000u));
+    CHECK(e.gpu_end_ns == e.gpu_start_ns + 2000u);
+  }
 }

@@ -2,7 +2,8 @@
 // exactly; spans of another thread land on its own named row; the schedule keeps only its active
 // steps; nothing is recorded without a profile; the Chrome trace is valid Trace Event Format
 // whose complete events nest on each thread; a mnist_cnn step records each forward op once per
-// layer that runs it, and its backward node; the memory counter's peak is the allocator's.
+// layer that runs it, and its backward node; a backward node's span gets its first gradient; the
+// memory counter's peak is the allocator's.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -324,6 +325,17 @@ TEST_CASE("profiler: record_shapes puts ops' input shapes and dtypes in their sp
     CHECK_FALSE(recording_shapes());
   }
   CHECK(format_input_shapes({&x, nullptr}) == "[2, 1, 8, 8] f32, none");
+}
+
+TEST_CASE("profiler: a backward node is handed its first gradient (its shape; on a GPU, its GPU time)",
+          "[cpu][profiler]") {
+  Tensor x = randn({3, 4});
+  x.requires_grad_();
+  Profile p({.record_shapes = true});
+  sum(x * x).backward();
+  p.stop();
+  CHECK(only_span(p, "SumBackward").event.input_shapes == "[] f32");
+  CHECK(only_span(p, "MulBackward").event.input_shapes == "[3, 4] f32");
 }
 
 TEST_CASE("profiler: ops on the CPU carry no GPU time, the table and trace have no GPU column or row",

@@ -1,7 +1,8 @@
 // GPU monitor (train/gpu_monitor.h) with an injected fake source: the epoch aggregate (mean
-// utilisation, most memory, mean power), take() starting over, failed readings left out, the
-// sampling thread; the metrics line's gpu_* fields absent without readings; NVML absent (or a
-// library that is not NVML) gives no source and says why; the verdict with the utilisation.
+// utilisation, most memory, mean power), take() starting over, failed readings left out (a field
+// that failed on its own too), the sampling thread; a monitor without a source (no NVML) samples
+// nothing; the metrics line's gpu_* fields absent without readings; NVML absent (or a library that
+// is not NVML) gives no source and says why; the verdict with the utilisation.
 #include <catch2/catch.hpp>
 
 #include <stdlib.h>
@@ -67,8 +68,8 @@ TEST_CASE("gpu monitor: an epoch's mean utilisation, most memory and mean power"
   const std::optional<GpuStats> s = mon.take();
   REQUIRE(s.has_value());
   CHECK(s->samples == 3);  // the failed reading is left out
-  CHECK(s->util_percent == Approx(30));
-  CHECK(s->memory_used_mb == Approx(5000));
+  CHECK(*s->util_percent == Approx(30));
+  CHECK(*s->memory_used_mb == Approx(5000));
   REQUIRE(s->power_watts.has_value());
   CHECK(*s->power_watts == Approx(200));
   // take() starts over: the next epoch's aggregate holds only its own readings.
@@ -77,7 +78,7 @@ TEST_CASE("gpu monitor: an epoch's mean utilisation, most memory and mean power"
   REQUIRE(next.has_value());
   CHECK(next->samples == 1);
   CHECK(next->util_percent == 60);
-  CHECK(next->memory_used_mb == Approx(3000));
+  CHECK(*next->memory_used_mb == Approx(3000));
 }
 
 TEST_CASE("gpu monitor: a device without power readings leaves power unset", "[cpu]") {
@@ -97,6 +98,40 @@ TEST_CASE("gpu monitor: a device without power readings leaves power unset", "[c
   CHECK(line.find("\"gpu_util_percent\":60.0") != std::string::npos);
   CHECK(line.find("gpu_power_watts") == std::string::npos);
   CHECK(parse_epoch_metrics(line, "m", 1) == m);
+}
+
+TEST_CASE("gpu monitor: a field whose reading failed is left out of its own mean only", "[cpu]") {
+  GpuAggregate a;
+  a.add(GpuSample{.util_percent = std::nullopt, .memory_used_bytes = 3e6, .power_watts = 100});  // no utilisation
+  a.add(GpuSample{.util_percent = 40, .memory_used_bytes = std::nullopt, .power_watts = 200});  // no memory
+  const std::optional<GpuStats> s = a.take();
+  REQUIRE(s.has_value());
+  CHECK(s->samples == 2);
+  CHECK(s->util_percent == 40.0);
+  CHECK(s->memory_used_mb == 3.0);
+  CHECK(s->power_watts == 150.0);
+  // A device that never reports utilisation (a GPU in MIG mode): memory and power, no gpu_util_percent.
+  a.add(GpuSample{.util_percent = std::nullopt, .memory_used_bytes = 1e6, .power_watts = std::nullopt});
+  const std::optional<GpuStats> t = a.take();
+  REQUIRE(t.has_value());
+  CHECK_FALSE(t->util_percent.has_value());
+  CHECK(t->memory_used_mb == 1.0);
+  EpochMetrics m;
+  set_gpu_fields(m, t);
+  CHECK_FALSE(m.gpu_util_percent.has_value());
+  CHECK(m.gpu_memory_used_mb == 1.0);
+  CHECK_FALSE(m.gpu_power_watts.has_value());
+}
+
+TEST_CASE("gpu monitor: without a source (no NVML) it samples nothing and has no thread", "[cpu]") {
+  std::string why;
+  std::unique_ptr<GpuSource> none = nvml_source(Device::cpu(), &why);  // what the header's example passes
+  REQUIRE(none == nullptr);
+  GpuMonitor mon(std::move(none), /*hz=*/1000);  // a thread would call the null source at once
+  mon.sample_now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK_FALSE(mon.take().has_value());
+  CHECK(mon.describe() == "none");
 }
 
 TEST_CASE("gpu monitor: the thread samples until it is destroyed", "[cpu]") {

@@ -254,7 +254,14 @@ void Graph::reset() {
   if (replays_ > 0) synchronize(device_);
   detail::cuda_graph_destroy(device_.index(), graph_, exec_);
   graph_ = exec_ = nullptr;
-  if (pool_ != 0) cuda_caching_allocator(device_.index()).release_pool(pool_);
+  if (pool_ != 0) {
+    // The pool's free segments join the general cache of the capture stream, where nothing else
+    // allocates: a new capture takes only from its own new pool, so each re-capture would keep one
+    // more step's working set reserved. Give whole free segments back (the device is idle here).
+    CachingAllocator& alloc = cuda_caching_allocator(device_.index());
+    alloc.release_pool(pool_);
+    alloc.empty_cache();
+  }
   pool_ = 0;
   replays_ = 0;
   rng_stride_ = 0;

@@ -3,9 +3,12 @@
 // launch (PyTorch's torch.cuda.CUDAGraph). A training step of static shapes is launch-bound on a
 // fast GPU; replaying its graph removes the per-kernel launch cost of the host.
 //
+//   Stream side = new_stream(dev);
+//   { StreamGuard on(side); step(static_input, static_target); }  // warm-up on the capture stream:
+//                                                  // its cuBLAS/cuDNN handles cannot be made in a capture
 //   cuda::Graph graph;
 //   {
-//     cuda::GraphCapture capture(graph, dev);      // a side stream becomes current; capturing
+//     cuda::GraphCapture capture(graph, side);     // side becomes current; capturing
 //     loss = step(static_input, static_target);    // kernels are recorded, not run
 //   }                                              // capture_end(): the graph is instantiated
 //   copy_(static_input, next_batch);               // new data goes into the same memory
@@ -16,8 +19,8 @@
 // come from the graph's private pool of the caching allocator (core/caching_allocator.h). Blocks
 // freed inside the capture go back to that pool and may be reused later in the same capture
 // (stream-ordered, so replay-safe); after the capture the pool's memory is never handed to anyone
-// else while the graph lives, so replays write where the capture's tensors were. reset() or the
-// destructor gives the pool's segments back to the general cache once its blocks are free.
+// else while the graph lives, so replays write where the capture's tensors were. reset() (a new
+// capture begins with it) or the destructor gives the pool's free segments back to the device.
 //
 // What cannot be captured: anything that makes the host wait for the GPU (Stream::synchronize,
 // Event::synchronize, item(), to(cpu), copies from the host, device-check waits), an allocation by
@@ -56,7 +59,9 @@ class Graph {
 
   /// Starts capturing the work this thread queues on `device` (a CUDA device; cpu is an Error):
   /// a pool side stream (new_stream) becomes the current stream, ordered after the previous one.
-  /// A captured graph held before is reset first.
+  /// A captured graph held before is reset first. That stream may never have run anything: work
+  /// with matmuls or convolutions (whose per-stream handles cannot be created inside a capture)
+  /// takes the Stream overload after a warm-up on that stream.
   void capture_begin(Device device);
   /// As above, capturing on `stream` (not the legacy default stream): use the stream the eager
   /// warm-up steps ran on, so the per-stream cuBLAS and cuDNN handles already exist.

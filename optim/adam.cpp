@@ -36,6 +36,7 @@ AdamOptions Adam::options() const {
 
 void Adam::step() {
   profiler::RecordScope profile_scope("optimizer step", profiler::Category::optimizer);
+  if (!params_.empty()) profile_scope.inputs(params_[0]);  // its device: GPU time when profiling on one
   NoGradGuard guard;
   const AdamOptions o = options();
   check_options(name().c_str(), o.lr, o.betas.first, o.betas.second, o.eps, o.weight_decay);

@@ -5,8 +5,10 @@
 #include <charconv>
 #include <set>
 #include <sstream>
+#include <string>
 
 #include <ember/autograd/grad_mode.h>
+#include <ember/core/cuda_graph.h>
 #include <ember/kernels/copy.h>
 #include <ember/kernels/factory.h>
 
@@ -70,7 +72,16 @@ Tensor& Optimizer::state_tensor(size_t i, const std::string& key, bool& created)
   auto it = st.find(key);
   created = it == st.end();
   const Tensor& p = params_[i];
-  if (created) return st[key] = key == "step" ? new_step_counter() : zeros_like(p);
+  if (created) {
+    // Captured, its zero fill (or first-step initialisation) would run again on every replay.
+    if (ember::detail::capturing()) {
+      const std::string why = "parameter " + std::to_string(i) + "'s state '" + key +
+                              "' would be created inside the capture and reset by every replay; take an "
+                              "eager step first, as train.cuda_graphs' warm-up does";
+      ember::detail::check_capturable(name().c_str(), why.c_str());
+    }
+    return st[key] = key == "step" ? new_step_counter() : zeros_like(p);
+  }
   Tensor& t = it->second;
   if (key != "step" && (t.device() != p.device() || t.dtype() != p.dtype())) {
     // The parameter moved (Module::to after the optimizer was built): its state follows.

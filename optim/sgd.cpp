@@ -33,6 +33,7 @@ SGDOptions SGD::options() const {
 
 void SGD::step() {
   profiler::RecordScope profile_scope("optimizer step", profiler::Category::optimizer);
+  if (!params_.empty()) profile_scope.inputs(params_[0]);  // its device: GPU time when profiling on one
   NoGradGuard guard;
   const SGDOptions o = options();
   check_options(o);  // a loaded state dict may have changed them

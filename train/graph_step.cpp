@@ -74,9 +74,15 @@ Tensor GraphStep::step(const Tensor& input, const Tensor& target,
     done.wait(main);
     return loss;
   }
-  if (graph_.captured() && !fits(input, target)) return eager(input, target, after_loss);
-  if (!graph_.captured() || runner_.optimizer().lr() != captured_lr_) {
+  if (graph_.captured() && !fits(input, target)) {
+    // The eager step moves the optimizer's step counts and the generators' offsets on the host,
+    // past the device-side counters the graph's replays advance: capture again at the next batch.
+    recapture_ = true;
+    return eager(input, target, after_loss);
+  }
+  if (!graph_.captured() || recapture_ || runner_.optimizer().lr() != captured_lr_) {
     capture(input, target);
+    recapture_ = false;
   } else {
     NoGradGuard no_grad;
     static_input_.copy_(input);

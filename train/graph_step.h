@@ -11,10 +11,11 @@
 //             graph replayed on the current stream; the loss is a copy of the static loss, read by
 //             the caller after the replay. The schedule steps on the host after each replay.
 //
-// A batch of other shapes (the epoch's last, partial batch) runs eagerly, and a learning rate that
-// differs from the captured one (a schedule's step) re-captures: host scalars are baked into the
-// captured launches. Phase times: a replay is timed as one span under the forward phase (its
-// backward and optimizer kernels are inside the same launch).
+// A batch of other shapes (the epoch's last, partial batch) runs eagerly and the next batch that fits
+// re-captures (the eager step moved the host's optimizer step counts and RNG offsets past what the
+// graph's device-side counters hold), and a learning rate that differs from the captured one (a
+// schedule's step) re-captures: host scalars are baked into the captured launches. Phase times: a replay is timed as
+// one span under the forward phase (its backward and optimizer kernels are inside the same launch).
 #include <cstdint>
 #include <functional>
 
@@ -57,6 +58,7 @@ class GraphStep {
   cuda::Graph graph_;
   Tensor static_input_, static_target_, static_loss_;
   double captured_lr_ = 0;
+  bool recapture_ = false;  // an eager step ran since the capture
   int64_t warm_ = 0, captures_ = 0, replays_ = 0, eager_steps_ = 0;
 };
 

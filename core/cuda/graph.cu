@@ -81,7 +81,10 @@ void* cuda_graph_rng_alloc(int device) {
 void cuda_graph_rng_set(int device, void* state, uint64_t extra, uint64_t stride, uint64_t index) {
   DeviceGuard guard(Device::cuda(device));
   const uint64_t v[3] = {extra, stride, index};
+  // From pageable memory cudaMemcpy may return before the DMA lands, and the capture and replay
+  // streams are non-blocking (not ordered after the legacy stream): wait for it.
   CUDA_CHECK(cudaMemcpy(state, v, sizeof v, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 void cuda_graph_rng_advance(int device, void* stream, void* state) {

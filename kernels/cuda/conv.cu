@@ -84,6 +84,7 @@
 #include <vector>
 
 #include <ember/core/caching_allocator.h>
+#include <ember/core/cuda_graph.h>
 #include <ember/core/determinism.h>
 #include <ember/core/error.h>
 #include <ember/core/stream.h>
@@ -203,9 +204,17 @@ const Plan& plan_for(const AlgoKey& key, cudnnHandle_t h, cudaStream_t stream, D
     if (it != c.map.end()) return *it->second;
     ++c.counts.searches;
   }
+  // The searches allocate workspace and wait for their timings: not inside a CUDA graph capture.
+  ember::detail::check_not_capturing("cuDNN's algorithm search (a first convolution of this shape)");
   auto plan = std::make_unique<Plan>();
-  if (!g_graph_search_disabled.load(std::memory_order_relaxed))
-    plan->graph = make_graph_plan(h, stream, dir, g, key.align, key.accumulate, tf32, key.deterministic, dev, x, w, y);
+  if (!g_graph_search_disabled.load(std::memory_order_relaxed)) {
+    try {
+      plan->graph =
+          make_graph_plan(h, stream, dir, g, key.align, key.accumulate, tf32, key.deterministic, dev, x, w, y);
+    } catch (const Error&) {  // cuDNN declined to build this operation graph: the legacy calls take it
+      plan->graph = {};
+    }
+  }
   if (!plan->graph.exec) {
     // NCHW descriptors; a channels-last problem runs on row-major copies (run_legacy_row_major).
     // The search times the algorithms on the operands' bytes read as NCHW: other values of the

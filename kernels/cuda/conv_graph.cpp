@@ -171,20 +171,22 @@ template <typename Fn> float time_on(cudaStream_t stream, Fn&& fn, cudnnStatus_t
 /// runs on the real inputs into a scratch output (as the legacy search does) and the fastest wins.
 graph::Descriptor tune_graph(cudnnHandle_t h, cudaStream_t stream, Direction dir, const Geometry& g,
                              const graph::Graph& gr, bool tf32, bool deterministic, Device dev, const void* x,
-                             const void* w, const void* y, int64_t& ws_bytes) {
-  std::vector<graph::Descriptor> plans;
+                             const void* w, const void* y, int64_t& ws_bytes, graph::Descriptor& config) {
+  std::vector<graph::Descriptor> plans, configs;  // configs[i]: the engine configuration of plans[i]
   std::vector<int64_t> sizes;
   // Mode A's list is ordered by predicted speed but, for strict f32, may lack engines the legacy
   // search finds faster (e.g. a non-fused Winograd); FALLBACK's list adds them.
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    for (const graph::Descriptor& cfg : graph::heuristic_configs(gr.graph, mode)) {
+    for (graph::Descriptor& cfg : graph::heuristic_configs(gr.graph, mode)) {
       if (plans.size() == kMaxCandidates) break;
-      if (!numerics_allowed(graph::numerical_notes(cfg), g.dtype, tf32, deterministic)) continue;
+      const auto notes = graph::numerical_notes(cfg);
+      if (!notes || !numerics_allowed(*notes, g.dtype, tf32, deterministic)) continue;
       cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
       graph::Descriptor p = graph::plan(h, cfg, st);
       if (!p) continue;
       sizes.push_back(graph::plan_workspace(p));
       plans.push_back(std::move(p));
+      configs.push_back(std::move(cfg));
     }
   }
   if (plans.empty()) return {};
@@ -208,6 +210,7 @@ graph::Descriptor tune_graph(cudnnHandle_t h, cudaStream_t stream, Direction dir
   }
   if (best == plans.size()) return {};
   ws_bytes = sizes[best];
+  config = std::move(configs[best]);
   return std::move(plans[best]);
 }
 
@@ -219,7 +222,7 @@ GraphPlan make_graph_plan(cudnnHandle_t h, cudaStream_t stream, Direction dir, c
   GraphPlan plan;
   plan.graph = build_graph(h, dir, g, align, accumulate);
   int64_t ws_bytes = 0;
-  plan.exec = tune_graph(h, stream, dir, g, plan.graph, tf32, deterministic, dev, x, w, y, ws_bytes);
+  plan.exec = tune_graph(h, stream, dir, g, plan.graph, tf32, deterministic, dev, x, w, y, ws_bytes, plan.config);
   if (plan.exec) plan.ws_bytes = static_cast<size_t>(ws_bytes);
   return plan;
 }

@@ -85,14 +85,19 @@ int algo_count(Direction dir) {
 }
 /// First (fastest) usable entry of a perf array sorted by time; `deterministic`: the one of lowest
 /// algorithm number among those cuDNN reports CUDNN_DETERMINISTIC (e.g. not backward-data /
-/// backward-filter ALGO_0, which sum with atomics).
+/// backward-filter ALGO_0, which sum with atomics). Never one that converts f32/f64 inputs down
+/// (TENSOR_OP_MATH_ALLOW_CONVERSION), nor a tensor-core one where the numerics are `strict` (f64,
+/// f32 without TF32), as the graph path's numerics_allowed.
 template <typename Perf>
-bool pick(const std::vector<Perf>& perfs, int returned, size_t ws_bytes, bool deterministic, AlgoChoice& out) {
+bool pick(const std::vector<Perf>& perfs, int returned, size_t ws_bytes, bool deterministic, DType dt, bool strict,
+          AlgoChoice& out) {
   bool found = false;
   for (int i = 0; i < returned; ++i) {
     const Perf& pf = perfs[static_cast<size_t>(i)];
     if (deterministic && (pf.determinism != CUDNN_DETERMINISTIC || nondeterministic_only_for_testing())) continue;
     if (pf.status != CUDNN_STATUS_SUCCESS || pf.memory > ws_bytes) continue;
+    if ((dt == DType::f32 || dt == DType::f64) && pf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
+    if (strict && pf.mathType == CUDNN_TENSOR_OP_MATH) continue;
     // Deterministic: the usable (algorithm, math type) of lowest numbers rather than the fastest (the timing
     // order varies from run to run; see conv.cu), so that another process picks the same one.
     if (deterministic && found &&
@@ -107,9 +112,10 @@ bool pick(const std::vector<Perf>& perfs, int returned, size_t ws_bytes, bool de
 }
 
 /// Times the algorithms of `dir` on the given operands (the output is a scratch tensor) and
-/// returns the fastest. x/w/y are device pointers of the problem's three tensors.
-AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs& d, bool deterministic, Device dev,
-                  const void* x, const void* w, const void* y) {
+/// returns the fastest. x/w/y are device pointers of the problem's three tensors; `strict`: no
+/// tensor-core algorithm (pick).
+AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs& d, bool deterministic, bool strict,
+                  Device dev, const void* x, const void* w, const void* y) {
   size_t want = 0;
   for (int a = 0; a < algo_count(dir); ++a) {
     const size_t s = workspace_size(h, dir, d, a);
@@ -129,7 +135,7 @@ AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs
       std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(static_cast<size_t>(count));
       CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, d.x.get(), x, d.w.get(), w, d.conv.get(), d.y.get(),
                                                          scratch, count, &returned, perfs.data(), ws_ptr, ws_bytes));
-      ok = pick(perfs, returned, ws_bytes, deterministic, choice);
+      ok = pick(perfs, returned, ws_bytes, deterministic, g.dtype, strict, choice);
       break;
     }
     case Direction::BackwardData: {
@@ -137,7 +143,7 @@ AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs
       CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w.get(), w, d.y.get(), y, d.conv.get(), d.x.get(),
                                                               scratch, count, &returned, perfs.data(), ws_ptr,
                                                               ws_bytes));
-      ok = pick(perfs, returned, ws_bytes, deterministic, choice);
+      ok = pick(perfs, returned, ws_bytes, deterministic, g.dtype, strict, choice);
       break;
     }
     case Direction::BackwardFilter: {
@@ -145,7 +151,7 @@ AlgoChoice search(cudnnHandle_t h, Direction dir, const Geometry& g, const Descs
       CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x.get(), x, d.y.get(), y, d.conv.get(), d.w.get(),
                                                                 scratch, count, &returned, perfs.data(), ws_ptr,
                                                                 ws_bytes));
-      ok = pick(perfs, returned, ws_bytes, deterministic, choice);
+      ok = pick(perfs, returned, ws_bytes, deterministic, g.dtype, strict, choice);
       break;
     }
   }
@@ -167,7 +173,8 @@ std::unique_ptr<const LegacyPlan> make_legacy_plan(cudnnHandle_t h, Direction di
   AlgoChoice choice{};
   {
     const Descs search_descs(g, requested_math(g.dtype, tf32));
-    choice = search(h, dir, g, search_descs, deterministic, dev, x, w, y);
+    const bool strict = g.dtype == DType::f64 || (g.dtype == DType::f32 && !tf32);
+    choice = search(h, dir, g, search_descs, deterministic, strict, dev, x, w, y);
   }
   auto plan = std::make_unique<LegacyPlan>(g, run_math(g.dtype, tf32, choice.math));
   plan->choice = choice;

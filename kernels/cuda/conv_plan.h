@@ -86,6 +86,7 @@ class SearchWorkspace {
 /// refers to) and the execution plan, empty when no engine fits.
 struct GraphPlan {
   graph::Graph graph;
+  graph::Descriptor config;  // the chosen engine configuration, kept alive beside the plan made of it
   graph::Descriptor exec;
   size_t ws_bytes = 0;
 };

@@ -96,17 +96,17 @@ std::vector<Descriptor> heuristic_configs(const Descriptor& graph, cudnnBackendH
   return configs;
 }
 
-std::vector<cudnnBackendNumericalNote_t> numerical_notes(const Descriptor& config) {
+std::optional<std::vector<cudnnBackendNumericalNote_t>> numerical_notes(const Descriptor& config) {
   Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   cudnnBackendDescriptor_t e = engine.get();
   int64_t n = 0;
   if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &e) !=
       CUDNN_STATUS_SUCCESS)
-    return {};
+    return std::nullopt;
   std::vector<cudnnBackendNumericalNote_t> notes(CUDNN_NUMERICAL_NOTE_TYPE_COUNT);
   if (cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
                                static_cast<int64_t>(notes.size()), &n, notes.data()) != CUDNN_STATUS_SUCCESS)
-    return {};
+    return std::nullopt;
   notes.resize(static_cast<size_t>(std::clamp<int64_t>(n, 0, static_cast<int64_t>(notes.size()))));
   return notes;
 }

@@ -11,6 +11,7 @@
 #include <cudnn.h>
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -63,8 +64,9 @@ Graph single_operation_graph(cudnnHandle_t handle, Descriptor op, std::vector<De
 /// The engine configurations cuDNN's heuristics suggest for `graph` in `mode`, best first.
 std::vector<Descriptor> heuristic_configs(const Descriptor& graph, cudnnBackendHeurMode_t mode);
 
-/// The numerical notes of a configuration's engine (empty when they cannot be read).
-std::vector<cudnnBackendNumericalNote_t> numerical_notes(const Descriptor& config);
+/// The numerical notes of a configuration's engine; nullopt when they cannot be read (the caller
+/// then cannot tell a nondeterministic or tensor-core engine: it skips the configuration).
+std::optional<std::vector<cudnnBackendNumericalNote_t>> numerical_notes(const Descriptor& config);
 
 /// A finalized execution plan of `config`, or an empty descriptor when cuDNN declines it (its
 /// status in `status`).

@@ -23,9 +23,12 @@
 namespace ember::kernels::cuda {
 
 /// Whether 32-bit keys and positions cover an output of out_numel elements and n source positions.
+/// The grid-stride loops add up to a whole grid (grid_for caps it at 2^24 threads) to a position
+/// below n: the slack keeps that sum from wrapping past 2^32 back under n.
 inline bool det_scatter_narrow(int64_t out_numel, int64_t n) {
   constexpr int64_t kLimit = (int64_t{1} << 32) - 1;  // one value (out_numel) stays free for kSkip
-  return out_numel < kLimit && n < kLimit;
+  constexpr int64_t kSlack = int64_t{1} << 25;
+  return out_numel + kSlack < kLimit && n + kSlack < kLimit;
 }
 
 /// Sorts `keys` (n values of K = uint32_t or uint64_t, each <= out_numel, on the current stream's

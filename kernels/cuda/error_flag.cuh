@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <utility>
 
+#include <ember/core/cuda_graph.h>
 #include <ember/core/stream.h>
 #include <ember/kernels/cuda/common.cuh>
 
@@ -34,6 +35,7 @@ class DeviceErrorFlag {
   /// Waits for the stream; returns {raised, value}.
   std::pair<bool, int64_t> read() const {
     int64_t host[2] = {0, 0};
+    ember::detail::check_not_capturing("a device error flag's read");  // before the copy is queued
     DeviceGuard guard(buf_.device());
     CUDA_CHECK(cudaMemcpyAsync(host, buf_.data_ptr(), sizeof(host), cudaMemcpyDeviceToHost, stream_));
     Stream(buf_.device(), stream_).synchronize();  // counted in host_synchronizations()

@@ -134,7 +134,9 @@ TEST_CASE("inside a capture: random sampling cannot be captured, dropout, SGD an
   p.set_grad(ones({4}));
   optim::Adam adam({p});
   optim::SGD sgd({p}, {.lr = 0.5});
+  optim::SGD momentum({p}, {.lr = 0.5, .momentum = 0.9});
   layers::Dropout dropout(0.5);
+  adam.step();  // the warm-up: Adam's state exists before the capture
   Generator& gen = default_generator();
   const uint64_t before = gen.offset();
   {
@@ -142,6 +144,13 @@ TEST_CASE("inside a capture: random sampling cannot be captured, dropout, SGD an
     profiler::RecordScope op("init", profiler::Category::op);
     CHECK_THAT(error_of([&] { kernels::uniform_(t, 0, 1); }),
                Contains("uniform_ cannot be captured in a CUDA graph") && Contains("in op init"));
+    // State created inside a capture would be reset by every replay (its zero fill is recorded).
+    optim::Adam fresh({p});
+    CHECK_THAT(error_of([&] { fresh.step(); }), Contains("Adam cannot be captured in a CUDA graph") &&
+                                                    Contains("parameter 0's state") && Contains("eager step first"));
+    CHECK_THAT(error_of([&] { momentum.step(); }), Contains("SGD cannot be captured") && Contains("'momentum_buffer'"));
+    CHECK(fresh.state(0).empty());
+    CHECK(momentum.state(0).empty());
     adam.step();  // on a GPU its kernel reads the replay number (tests/cuda/test_cuda_graph_cuda.cpp)
     sgd.step();  // host scalars only: capturable (its lr is baked; a new lr re-captures)
     dropout.train();

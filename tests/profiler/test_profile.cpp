@@ -327,7 +327,7 @@ TEST_CASE("profiler: record_shapes puts ops' input shapes and dtypes in their sp
   CHECK(format_input_shapes({&x, nullptr}) == "[2, 1, 8, 8] f32, none");
 }
 
-TEST_CASE("profiler: a backward node is handed its first gradient (its shape; on a GPU, its GPU time)",
+TEST_CASE("profiler: a backward node is handed its first gradient (its shape, and on a GPU its GPU time)",
           "[cpu][profiler]") {
   Tensor x = randn({3, 4});
   x.requires_grad_();

@@ -39,6 +39,7 @@ Tensor pinned_empty(const Shape& sizes, DType dtype, Device) { return empty(size
 bool is_pinned(const Tensor&) { return false; }
 
 int cuda_driver_version() noexcept { return 0; }
+std::string cuda_pci_bus_id(int) noexcept { return ""; }
 void nvtx_push(const char*) noexcept {}
 void nvtx_pop() noexcept {}
 bool cuda_runtime_unloading() noexcept { return false; }

@@ -10,9 +10,7 @@
 #include <cstdlib>
 #include <vector>
 
-#ifdef EMBER_WITH_CUDA
-#include <cuda_runtime.h>  // cudaDeviceGetPCIBusId: core/cuda/runtime.h has no wrapper for it
-#endif
+#include <ember/core/cuda/runtime.h>
 
 namespace ember::train {
 
@@ -102,19 +100,6 @@ std::string visible_entry(int n) {
   }
 }
 
-// The PCI bus id of the CUDA device `index` ("00000000:3B:00.0"), which NVML looks devices up by;
-// "" in a build without CUDA or when CUDA cannot say.
-std::string cuda_pci_bus_id(int index) {
-#ifdef EMBER_WITH_CUDA
-  char id[32] = {};  // nvml.h's NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE
-  if (cudaDeviceGetPCIBusId(id, sizeof id, index) == cudaSuccess) return id;
-  (void)cudaGetLastError();  // not left for the next launch check to report
-#else
-  (void)index;
-#endif
-  return "";
-}
-
 }  // namespace
 
 std::unique_ptr<GpuSource> nvml_source(Device device, std::string* why_not) {
@@ -155,7 +140,7 @@ std::unique_ptr<GpuSource> nvml_source(Device device, std::string* why_not) {
   // CUDA, an old driver) CUDA_VISIBLE_DEVICES's entry, or CUDA's index, is taken as NVML's.
   nvmlDevice_t dev = nullptr;
   const int cuda_index = std::max(0, device.index());
-  const std::string bus_id = api.by_pci_bus_id != nullptr ? cuda_pci_bus_id(cuda_index) : "";
+  const std::string bus_id = api.by_pci_bus_id != nullptr ? ember::detail::cuda_pci_bus_id(cuda_index) : "";
   const std::string entry = visible_entry(cuda_index);
   nvmlReturn_t rc = 0;
   std::string which;

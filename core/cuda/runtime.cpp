@@ -73,6 +73,12 @@ std::string cuda_unavailable_reason() {
 namespace detail {
 
 int cuda_driver_version() noexcept { return probe().driver; }
+std::string cuda_pci_bus_id(int device) noexcept {
+  char id[32] = {};  // nvml.h's NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE
+  if (cudaDeviceGetPCIBusId(id, sizeof id, device) == cudaSuccess) return id;
+  (void)cudaGetLastError();  // not left for the next launch check to report
+  return "";
+}
 void nvtx_push(const char* name) noexcept { nvtxRangePushA(name); }
 void nvtx_pop() noexcept { nvtxRangePop(); }
 

@@ -22,6 +22,10 @@ int cuda_driver_version() noexcept;
 /// which then stop quietly instead of reporting an error. Never throws.
 bool cuda_runtime_unloading() noexcept;
 
+/// cudaDeviceGetPCIBusId: device `device`'s PCI bus id ("00000000:3B:00.0", what NVML looks devices
+/// up by); "" when CUDA cannot say or the build has no CUDA. Never throws.
+std::string cuda_pci_bus_id(int device) noexcept;
+
 /// NVTX ranges (nvtxRangePushA / nvtxRangePop, NVTX 3: header-only) while a profile records on a
 /// GPU machine, so Nsight Systems shows ember's span names; nothing in builds without CUDA.
 void nvtx_push(const char* name) noexcept;

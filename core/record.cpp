@@ -46,6 +46,17 @@ Registry& registry() {
   return *r;
 }
 
+/// A vector of T behind a mutex, one per T, never destroyed (as the registry): the counter samples
+/// and the devices' GPU clocks.
+template <typename T> struct Guarded {
+  std::mutex mu;
+  std::vector<T> items;
+};
+template <typename T> Guarded<T>& guarded() {
+  static Guarded<T>* g = new Guarded<T>();
+  return *g;
+}
+
 ThreadBuffer& this_thread() {
   thread_local std::shared_ptr<ThreadBuffer> buf = [] {
     auto b = std::make_shared<ThreadBuffer>();
@@ -73,28 +84,21 @@ void push(std::string name, Category category) {
   if (b.open.back().nvtx) ember::detail::nvtx_push(b.open.back().name.c_str());
 }
 
-// Each device's reference event while GPU time is on (set_recording_gpu).
+// Each device's reference event while GPU time is on (set_recording_gpu), in guarded<GpuClock>()
+// by device index.
 struct GpuClock {
   void* ref = nullptr;  // recorded and completed
   uint64_t ref_ns = 0;  // now_ns() when it had completed
 };
-struct GpuClocks {
-  std::mutex mu;
-  std::vector<GpuClock> by_device;
-};
-GpuClocks& gpu_clocks() {
-  static GpuClocks* c = new GpuClocks();  // never destroyed, as the registry
-  return *c;
-}
 
 // Records `device`'s reference event on `stream` unless it has one: the stream's work so far is
 // waited for, so the event has completed when now_ns() is read (within the wake-up's latency).
 void ensure_gpu_clock(int device, void* stream) {
-  GpuClocks& clocks = gpu_clocks();
+  Guarded<GpuClock>& clocks = guarded<GpuClock>();
   std::lock_guard<std::mutex> lock(clocks.mu);
   const auto d = static_cast<size_t>(device);
-  if (clocks.by_device.size() <= d) clocks.by_device.resize(d + 1);
-  GpuClock& c = clocks.by_device[d];
+  if (clocks.items.size() <= d) clocks.items.resize(d + 1);
+  GpuClock& c = clocks.items[d];
   if (c.ref != nullptr) return;
   void* ref = ember::detail::cuda_event_create(device);
   try {
@@ -257,28 +261,17 @@ std::string format_input_shapes(std::initializer_list<const Tensor*> inputs) {
   return out;
 }
 
-namespace {
-struct Counters {
-  std::mutex mu;
-  std::vector<CounterSample> samples;
-};
-Counters& counters() {
-  static Counters* c = new Counters();  // never destroyed, as the registry
-  return *c;
-}
-}  // namespace
-
 void record_counter(const std::string& name, double value) {
   if (!g_recording_memory.load(std::memory_order_relaxed)) return;
-  Counters& c = counters();
+  Guarded<CounterSample>& c = guarded<CounterSample>();
   std::lock_guard<std::mutex> lock(c.mu);
-  c.samples.push_back({name, now_ns(), value});
+  c.items.push_back({name, now_ns(), value});
 }
 
 std::vector<CounterSample> take_counters() {
-  Counters& c = counters();
+  Guarded<CounterSample>& c = guarded<CounterSample>();
   std::lock_guard<std::mutex> lock(c.mu);
-  return std::exchange(c.samples, {});
+  return std::exchange(c.items, {});
 }
 
 void set_thread_name(const std::string& name) {
@@ -309,12 +302,11 @@ void set_recording(bool on) {
 void set_recording_gpu(bool on) {
   detail::g_recording_gpu.store(on, std::memory_order_relaxed);
   if (on) return;
-  GpuClocks& clocks = gpu_clocks();
+  Guarded<GpuClock>& clocks = guarded<GpuClock>();
   std::lock_guard<std::mutex> lock(clocks.mu);
-  for (size_t d = 0; d < clocks.by_device.size(); ++d)
-    if (clocks.by_device[d].ref != nullptr)
-      ember::detail::cuda_event_destroy(static_cast<int>(d), clocks.by_device[d].ref);
-  clocks.by_device.clear();
+  for (size_t d = 0; d < clocks.items.size(); ++d)
+    if (clocks.items[d].ref != nullptr) ember::detail::cuda_event_destroy(static_cast<int>(d), clocks.items[d].ref);
+  clocks.items.clear();
 }
 
 void release_gpu_events(Event& e) noexcept {
@@ -329,10 +321,10 @@ void resolve_gpu_time(Event& e) {
   if (e.gpu_events[0] == nullptr) return;
   GpuClock clock;
   {
-    GpuClocks& clocks = gpu_clocks();
+    Guarded<GpuClock>& clocks = guarded<GpuClock>();
     std::lock_guard<std::mutex> lock(clocks.mu);
-    if (static_cast<size_t>(e.gpu_device) < clocks.by_device.size())
-      clock = clocks.by_device[static_cast<size_t>(e.gpu_device)];
+    if (static_cast<size_t>(e.gpu_device) < clocks.items.size())
+      clock = clocks.items[static_cast<size_t>(e.gpu_device)];
   }
   // Not resolved: the span never ended on its device (recording stopped inside it), or its
   // device's reference event is gone (GPU time was turned off while the op began).

@@ -627,7 +627,6 @@ Checkpoint Session::checkpoint(StateDict optimizer) const {
   return ck;
 }
 
-// Evaluation done: early stopping, metrics line, checkpoints, summary, the epoch's line.
 /// "; GPU busy 34%, 812 MB used, 210 W": the NVML fields of an epoch, each only where it was read.
 std::string gpu_line(const EpochMetrics& m) {
   std::string s;
@@ -638,6 +637,7 @@ std::string gpu_line(const EpochMetrics& m) {
   return s;
 }
 
+// Evaluation done: early stopping, metrics line, checkpoints, summary, the epoch's line.
 void Session::end_epoch(EpochMetrics& m) {
   const int64_t epoch = m.epoch;
   st_.epochs_done = epoch;

@@ -211,8 +211,8 @@ const Plan& plan_for(const AlgoKey& key, cudnnHandle_t h, cudaStream_t stream, D
     try {
       plan->graph =
           make_graph_plan(h, stream, dir, g, key.align, key.accumulate, tf32, key.deterministic, dev, x, w, y);
-    } catch (const Error&) {  // cuDNN declined to build this operation graph: the legacy calls take it
-      plan->graph = {};
+    } catch (const Error&) {
+      // cuDNN declined to build this operation graph: plan->graph stays empty, the legacy calls take it
     }
   }
   if (!plan->graph.exec) {

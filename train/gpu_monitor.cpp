@@ -1,5 +1,5 @@
 // GPU monitor (train/gpu_monitor.h): NVML through dlopen, the epoch aggregate, the sampling thread.
-// NVML's C API is declared here with the few types it needs (nvml.h is not needed to build).
+// NVML's C API with the few types it needs from train/nvml_abi.h (nvml.h is not needed to build).
 #include <ember/train/gpu_monitor.h>
 
 #include <dlfcn.h>
@@ -11,42 +11,27 @@
 #include <vector>
 
 #include <ember/core/cuda/runtime.h>
+#include <ember/train/nvml_abi.h>
 
 namespace ember::train {
 
 namespace {
 
-// nvml.h's types, as far as they are used.
-using nvmlReturn_t = int;  // 0: NVML_SUCCESS
-using nvmlDevice_t = struct nvmlDevice_st*;
-struct nvmlUtilization_t {
-  unsigned int gpu, memory;
-};
-struct nvmlMemory_t {
-  unsigned long long total, free, used;
-};
-struct nvmlMemory_v2_t {
-  unsigned int version;
-  unsigned long long total, reserved, free, used;
-};
-// nvml.h's nvmlMemory_v2: NVML_STRUCT_VERSION(Memory, 2).
-constexpr unsigned int kNvmlMemoryV2 = static_cast<unsigned int>(sizeof(nvmlMemory_v2_t)) | (2u << 24);
-
 struct NvmlApi {
   void* lib = nullptr;
-  nvmlReturn_t (*init)() = nullptr;
-  nvmlReturn_t (*shutdown)() = nullptr;
-  const char* (*error_string)(nvmlReturn_t) = nullptr;
-  nvmlReturn_t (*by_index)(unsigned int, nvmlDevice_t*) = nullptr;
-  nvmlReturn_t (*by_uuid)(const char*, nvmlDevice_t*) = nullptr;
-  nvmlReturn_t (*by_pci_bus_id)(const char*, nvmlDevice_t*) = nullptr;  // optional
-  nvmlReturn_t (*name)(nvmlDevice_t, char*, unsigned int) = nullptr;
-  nvmlReturn_t (*utilization)(nvmlDevice_t, nvmlUtilization_t*) = nullptr;
-  nvmlReturn_t (*memory)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
-  nvmlReturn_t (*memory_v2)(nvmlDevice_t, nvmlMemory_v2_t*) = nullptr;  // optional (driver 510 on)
-  nvmlReturn_t (*power)(nvmlDevice_t, unsigned int*) = nullptr;
+  nvml::Return (*init)() = nullptr;
+  nvml::Return (*shutdown)() = nullptr;
+  const char* (*error_string)(nvml::Return) = nullptr;
+  nvml::Return (*by_index)(unsigned int, nvml::Device*) = nullptr;
+  nvml::Return (*by_uuid)(const char*, nvml::Device*) = nullptr;
+  nvml::Return (*by_pci_bus_id)(const char*, nvml::Device*) = nullptr;  // optional
+  nvml::Return (*name)(nvml::Device, char*, unsigned int) = nullptr;
+  nvml::Return (*utilization)(nvml::Device, nvml::Utilization*) = nullptr;
+  nvml::Return (*memory)(nvml::Device, nvml::Memory*) = nullptr;
+  nvml::Return (*memory_v2)(nvml::Device, nvml::MemoryV2*) = nullptr;  // optional (driver 510 on)
+  nvml::Return (*power)(nvml::Device, unsigned int*) = nullptr;
 
-  std::string error(nvmlReturn_t rc) const {
+  std::string error(nvml::Return rc) const {
     return error_string ? std::string(error_string(rc)) : "NVML error " + std::to_string(rc);
   }
 };
@@ -58,7 +43,7 @@ template <typename F> bool load(void* lib, const char* name, F& fn) {
 
 class NvmlSource final : public GpuSource {
  public:
-  NvmlSource(NvmlApi api, nvmlDevice_t dev, std::string text) : api_(api), dev_(dev), text_(std::move(text)) {}
+  NvmlSource(NvmlApi api, nvml::Device dev, std::string text) : api_(api), dev_(dev), text_(std::move(text)) {}
   ~NvmlSource() override {
     api_.shutdown();
     ::dlclose(api_.lib);
@@ -66,11 +51,12 @@ class NvmlSource final : public GpuSource {
   // Each field on its own: a GPU in MIG mode reports no utilisation, and still its memory.
   std::optional<GpuSample> sample() override {
     GpuSample s;
-    if (nvmlUtilization_t u{}; api_.utilization(dev_, &u) == 0) s.util_percent = static_cast<double>(u.gpu);
-    // v2's "used" leaves out the memory the driver reserves, which v1 counts as used.
-    nvmlMemory_v2_t m2{};
-    m2.version = kNvmlMemoryV2;
-    nvmlMemory_t m1{};
+    if (nvml::Utilization u{}; api_.utilization(dev_, &u) == 0) s.util_percent = static_cast<double>(u.gpu);
+    // v2 where the driver has it (510 on), else v1: their "used" may differ by the memory the driver
+    // reserves; the newest the driver offers is read.
+    nvml::MemoryV2 m2{};
+    m2.version = nvml::kMemoryV2;
+    nvml::Memory m1{};
     if (api_.memory_v2 != nullptr && api_.memory_v2(dev_, &m2) == 0) s.memory_used_bytes = static_cast<double>(m2.used);
     else if (api_.memory(dev_, &m1) == 0) s.memory_used_bytes = static_cast<double>(m1.used);
     if (unsigned int mw = 0; api_.power != nullptr && api_.power(dev_, &mw) == 0)
@@ -82,7 +68,7 @@ class NvmlSource final : public GpuSource {
 
  private:
   NvmlApi api_;
-  nvmlDevice_t dev_;
+  nvml::Device dev_;
   std::string text_;
 };
 
@@ -130,7 +116,7 @@ std::unique_ptr<GpuSource> nvml_source(Device device, std::string* why_not) {
     ::dlclose(api.lib);
     return fail(file + " lacks the NVML functions ember calls");
   }
-  if (const nvmlReturn_t rc = api.init(); rc != 0) {
+  if (const nvml::Return rc = api.init(); rc != 0) {
     const std::string why = "nvmlInit: " + api.error(rc);
     ::dlclose(api.lib);
     return fail(why);
@@ -138,11 +124,11 @@ std::unique_ptr<GpuSource> nvml_source(Device device, std::string* why_not) {
   // CUDA numbers the visible devices (fastest first, unless CUDA_DEVICE_ORDER=PCI_BUS_ID); NVML
   // numbers all of them by PCI bus. The bus id names the same device for both; without it (no
   // CUDA, an old driver) CUDA_VISIBLE_DEVICES's entry, or CUDA's index, is taken as NVML's.
-  nvmlDevice_t dev = nullptr;
+  nvml::Device dev = nullptr;
   const int cuda_index = std::max(0, device.index());
   const std::string bus_id = api.by_pci_bus_id != nullptr ? ember::detail::cuda_pci_bus_id(cuda_index) : "";
   const std::string entry = visible_entry(cuda_index);
-  nvmlReturn_t rc = 0;
+  nvml::Return rc = 0;
   std::string which;
   if (!bus_id.empty()) {
     which = "PCI " + bus_id;

@@ -145,11 +145,15 @@ bool numerics_allowed(const std::vector<cudnnBackendNumericalNote_t>& notes, DTy
 }
 
 /// Device milliseconds of one run of `fn` on `stream`, after one untimed run; negative when a run
-/// fails (its status is then in `status`).
+/// fails (its status is then in `status`). A failed candidate's launch error is cleared here, so
+/// that the next launch check does not report it against an unrelated kernel.
 template <typename Fn> float time_on(cudaStream_t stream, Fn&& fn, cudnnStatus_t& status) {
   ember::detail::check_not_capturing("cuDNN's engine benchmark (a first convolution of this shape)");
   status = fn();
-  if (status != CUDNN_STATUS_SUCCESS) return -1.0f;
+  if (status != CUDNN_STATUS_SUCCESS) {
+    (void)cudaGetLastError();
+    return -1.0f;
+  }
   cudaEvent_t e0 = nullptr, e1 = nullptr;
   CUDA_CHECK(cudaEventCreate(&e0));
   CUDA_CHECK(cudaEventCreate(&e1));
@@ -162,6 +166,7 @@ template <typename Fn> float time_on(cudaStream_t stream, Fn&& fn, cudnnStatus_t
   CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
   CUDA_CHECK(cudaEventDestroy(e0));
   CUDA_CHECK(cudaEventDestroy(e1));
+  if (status != CUDNN_STATUS_SUCCESS) (void)cudaGetLastError();
   return status == CUDNN_STATUS_SUCCESS ? ms : -1.0f;
 }
 

@@ -2,9 +2,12 @@
 // utilisation, most memory, mean power), take() starting over, failed readings left out (a field
 // that failed on its own too), the sampling thread; a monitor without a source (no NVML) samples
 // nothing; the metrics line's gpu_* fields absent without readings; NVML absent (or a library that
-// is not NVML) gives no source and says why; the verdict with the utilisation.
+// is not NVML) gives no source and says why; the verdict with the utilisation. The NVML source
+// itself against a stand-in library (support/fake_nvml.cpp): the device lookup CUDA_VISIBLE_DEVICES
+// asks for, each reading and its fallback, a failed init or lookup, init and shutdown paired.
 #include <catch2/catch.hpp>
 
+#include <dlfcn.h>
 #include <stdlib.h>
 
 #include <atomic>
@@ -15,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include <ember/core/cuda/runtime.h>
 #include <ember/train/gpu_monitor.h>
 #include <ember/train/metrics.h>
 
@@ -56,6 +60,45 @@ struct ScopedEnv {
   }
   ~ScopedEnv() { old ? ::setenv(name.c_str(), old->c_str(), 1) : ::unsetenv(name.c_str()); }
 };
+
+// Unsets an environment variable for the scope.
+struct ScopedUnset {
+  std::string name;
+  std::optional<std::string> old;
+  explicit ScopedUnset(const char* n) : name(n) {
+    if (const char* o = ::getenv(n)) old = o;
+    ::unsetenv(n);
+  }
+  ~ScopedUnset() {
+    if (old) ::setenv(name.c_str(), old->c_str(), 1);
+  }
+};
+
+// The stand-in NVML library, opened by the test too (the same loaded copy as the monitor's) to read
+// what was called.
+struct FakeNvml {
+  void* lib = ::dlopen(EMBER_FAKE_NVML, RTLD_NOW | RTLD_LOCAL);
+  int (*inits)() = nullptr;
+  int (*shutdowns)() = nullptr;
+  const char* (*last_lookup)() = nullptr;
+  FakeNvml() {
+    REQUIRE(lib != nullptr);
+    inits = reinterpret_cast<int (*)()>(::dlsym(lib, "fake_nvml_inits"));
+    shutdowns = reinterpret_cast<int (*)()>(::dlsym(lib, "fake_nvml_shutdowns"));
+    last_lookup = reinterpret_cast<const char* (*)()>(::dlsym(lib, "fake_nvml_last_lookup"));
+    REQUIRE((inits && shutdowns && last_lookup));
+  }
+  ~FakeNvml() { ::dlclose(lib); }
+  FakeNvml(const FakeNvml&) = delete;
+  FakeNvml& operator=(const FakeNvml&) = delete;
+};
+
+// The lookup nvml_source makes for CUDA device `index` when CUDA cannot name its PCI bus (no GPU:
+// CI's machine): `expected`; on a machine with a GPU, by that GPU's bus id.
+std::string lookup_for(int index, const std::string& expected) {
+  const std::string bus = ember::detail::cuda_pci_bus_id(index);
+  return bus.empty() ? expected : "pci:" + bus;
+}
 
 }  // namespace
 
@@ -202,4 +245,100 @@ TEST_CASE("gpu monitor: the verdict puts the GPU's utilisation in front of the p
   CHECK(gpu_verdict(34, compute).rfind("GPU busy 34% of the epoch: the GPU waits on the host", 0) == 0);
   CHECK(gpu_verdict(95, compute).empty());
   CHECK(gpu_verdict(90, input_bound).rfind("GPU busy 90% of the epoch; input-bound", 0) == 0);
+}
+
+TEST_CASE("gpu monitor: NVML through a stand-in library: the device CUDA names, readings, init and shutdown paired",
+          "[cpu]") {
+  FakeNvml fake;
+  ScopedEnv lib("EMBER_NVML_LIBRARY", EMBER_FAKE_NVML);
+  ScopedEnv mode("EMBER_FAKE_NVML_MODE", "");
+  const int inits = fake.inits(), shutdowns = fake.shutdowns();
+  std::string why;
+  {
+    ScopedUnset visible("CUDA_VISIBLE_DEVICES");
+    std::unique_ptr<GpuSource> src = nvml_source(Device("cuda:1"), &why);
+    REQUIRE(src != nullptr);
+    CHECK(fake.last_lookup() == lookup_for(1, "index:1"));
+    if (fake.last_lookup() == std::string("index:1")) CHECK(src->describe() == "NVML, device 1 (Fake GPU)");
+    const std::optional<GpuSample> s = src->sample();
+    REQUIRE(s.has_value());
+    CHECK(s->util_percent == 37.0);
+    CHECK(s->memory_used_bytes == 4e9);  // v2's reading (v1 says 5e9): the versioned struct was accepted
+    CHECK(s->power_watts == 123.456);  // milliwatts to watts
+    CHECK(fake.inits() == inits + 1);
+    CHECK(fake.shutdowns() == shutdowns);
+  }
+  CHECK(fake.shutdowns() == shutdowns + 1);  // the source's destructor
+  {
+    // CUDA's device 1 is the second entry of CUDA_VISIBLE_DEVICES, by number or by UUID.
+    ScopedEnv visible("CUDA_VISIBLE_DEVICES", "2,3");
+    CHECK(nvml_source(Device("cuda:1"), &why) != nullptr);
+    CHECK(fake.last_lookup() == lookup_for(1, "index:3"));
+  }
+  {
+    ScopedEnv visible("CUDA_VISIBLE_DEVICES", "GPU-aa11,GPU-bb22-cc33");
+    std::unique_ptr<GpuSource> src = nvml_source(Device("cuda:1"), &why);
+    REQUIRE(src != nullptr);
+    CHECK(fake.last_lookup() == lookup_for(1, "uuid:GPU-bb22-cc33"));
+    if (fake.last_lookup() == std::string("uuid:GPU-bb22-cc33"))
+      CHECK(src->describe() == "NVML, GPU-bb22-cc33 (Fake GPU)");
+  }
+  CHECK(fake.inits() - inits == 3);
+  CHECK(fake.shutdowns() - shutdowns == 3);
+}
+
+TEST_CASE("gpu monitor: NVML readings a device does not give are left out, field by field", "[cpu]") {
+  FakeNvml fake;
+  ScopedEnv lib("EMBER_NVML_LIBRARY", EMBER_FAKE_NVML);
+  std::string why;
+  {
+    ScopedEnv mode("EMBER_FAKE_NVML_MODE", "no_v2,no_power");  // a driver before 510, a board without power
+    std::unique_ptr<GpuSource> src = nvml_source(Device("cuda:0"), &why);
+    REQUIRE(src != nullptr);
+    const std::optional<GpuSample> s = src->sample();
+    REQUIRE(s.has_value());
+    CHECK(s->util_percent == 37.0);
+    CHECK(s->memory_used_bytes == 5e9);  // v1's reading
+    CHECK_FALSE(s->power_watts.has_value());
+  }
+  {
+    ScopedEnv mode("EMBER_FAKE_NVML_MODE", "no_util");  // MIG mode: memory and power still read
+    std::unique_ptr<GpuSource> src = nvml_source(Device("cuda:0"), &why);
+    REQUIRE(src != nullptr);
+    const std::optional<GpuSample> s = src->sample();
+    REQUIRE(s.has_value());
+    CHECK_FALSE(s->util_percent.has_value());
+    CHECK(s->memory_used_bytes == 4e9);
+    CHECK(s->power_watts == 123.456);
+  }
+  {
+    ScopedEnv mode("EMBER_FAKE_NVML_MODE", "no_util,no_memory,no_power");  // nothing: no sample at all
+    GpuMonitor mon(nvml_source(Device("cuda:0"), &why), /*hz=*/0);
+    mon.sample_now();
+    CHECK_FALSE(mon.take().has_value());
+  }
+}
+
+TEST_CASE("gpu monitor: NVML that cannot start or find the device gives no source and says why", "[cpu]") {
+  FakeNvml fake;
+  ScopedEnv lib("EMBER_NVML_LIBRARY", EMBER_FAKE_NVML);
+  ScopedUnset visible("CUDA_VISIBLE_DEVICES");
+  const int inits = fake.inits(), shutdowns = fake.shutdowns();
+  std::string why;
+  {
+    ScopedEnv mode("EMBER_FAKE_NVML_MODE", "init_fail");
+    CHECK(nvml_source(Device("cuda:0"), &why) == nullptr);
+    CHECK(why == "nvmlInit: Driver Not Loaded");
+    CHECK(fake.inits() == inits);
+    CHECK(fake.shutdowns() == shutdowns);  // nothing to shut down
+  }
+  {
+    ScopedEnv mode("EMBER_FAKE_NVML_MODE", "lookup_fail");
+    CHECK(nvml_source(Device("cuda:2"), &why) == nullptr);
+    const std::string lookup = fake.last_lookup();
+    CHECK(lookup == lookup_for(2, "index:2"));
+    if (lookup == "index:2") CHECK(why == "NVML device 2: Not Found");
+    CHECK(fake.inits() == inits + 1);
+    CHECK(fake.shutdowns() == shutdowns + 1);  // the init it made is undone
+  }
 }

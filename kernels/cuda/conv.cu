@@ -16,13 +16,19 @@
 // The copies cost three transposes per call, on a path only taken when the graph API fails.
 //
 // Why it is shaped this way:
-//  * Plans: the first call for a (device, direction, dtype, shapes, params, TF32 switch, determinism
-//    switch, pointer alignment, beta) makes a plan and keeps it in a process-wide map; later calls of that key
-//    only look it up and run it. The plan is a cuDNN graph-API execution plan (cudnn_graph.h): the
-//    operation is built once, up to kMaxCandidates of the heuristics' engine configurations are
-//    finalized and timed on the real inputs, and the fastest is kept; a call then costs one variant
-//    pack and cudnnBackendExecute. cuDNN 9 implements the legacy calls (cudnnConvolution*) by
-//    building and finalizing a plan inside every call, a host cost that made a ResNet-18 step
+//  * Plans: the first call for a (device, stream, direction, dtype, shapes, params, TF32 switch,
+//    determinism switch, pointer alignment, beta) makes a plan and keeps it in a process-wide map;
+//    later calls of that key only look it up and run it. The stream is in the key because a
+//    cuDNN handle is per (device, stream) (cudnn_handle.h): a plan is finalized with its stream's
+//    handle, always runs with it, and runs only while its caller holds that handle's lease, so two
+//    threads never execute one plan at once. cuDNN does not promise that every engine's plan is
+//    safe to execute concurrently (PyTorch keeps its plans per thread for that reason); a
+//    DataParallel replica or a CUDA-graph capture on a stream of its own searches its own plans
+//    (the capture's in its warm-up steps, on that stream). The plan is a cuDNN graph-API execution
+//    plan (cudnn_graph.h): the operation is built once, up to kMaxCandidates of the heuristics'
+//    engine configurations are finalized and timed on the real inputs, and the fastest is kept; a
+//    call then costs one variant pack and cudnnBackendExecute. cuDNN 9 implements the legacy calls
+//    (cudnnConvolution*) by building and finalizing a plan inside every call, a host cost that made a ResNet-18 step
 //    host-bound; they remain the fallback for a problem the graph API offers no engine for, with
 //    cudnnFind*AlgorithmEx's fastest algorithm and descriptors kept in the plan. The outcome is
 //    kept either way (graph plan or fallback), so a key is searched once. Either search
@@ -108,6 +114,7 @@ constexpr int64_t kIntLimit = INT_MAX;  // cuDNN's 32-bit element counts
 
 struct AlgoKey {
   int device;
+  uintptr_t stream;  // the plan is made with, and runs on, this stream's cuDNN handle (see the top comment)
   Direction dir;
   DType dtype;
   bool tf32;
@@ -117,8 +124,8 @@ struct AlgoKey {
   bool channels_last;
   int64_t n, c, h, w, o, cg, kh, kw, sh, sw, ph, pw, dh, dw, g;
   auto tie() const {
-    return std::tie(device, dir, dtype, tf32, deterministic, align, accumulate, channels_last, n, c, h, w, o, cg, kh,
-                    kw, sh, sw, ph, pw, dh, dw, g);
+    return std::tie(device, stream, dir, dtype, tf32, deterministic, align, accumulate, channels_last, n, c, h, w, o,
+                    cg, kh, kw, sh, sw, ph, pw, dh, dw, g);
   }
   bool operator<(const AlgoKey& b) const { return tie() < b.tie(); }
 };
@@ -134,9 +141,10 @@ PlanCache& plan_cache() {
   return *c;
 }
 
-AlgoKey key_of(Device dev, Direction dir, const Geometry& g, bool tf32, bool deterministic, int align,
-               bool accumulate) {
+AlgoKey key_of(Device dev, cudaStream_t stream, Direction dir, const Geometry& g, bool tf32, bool deterministic,
+               int align, bool accumulate) {
   return AlgoKey{dev.index(),
+                 reinterpret_cast<uintptr_t>(stream),
                  dir,
                  g.dtype,
                  tf32,
@@ -262,7 +270,7 @@ void run(Direction dir, const Geometry& g, Device dev, cudaStream_t stream, cons
   const bool tf32 = g.dtype == DType::f32 && ember::allow_tf32();
   const CudnnHandleLease lease = cudnn_handle(dev, stream);
   cudnnHandle_t h = lease.get();
-  const AlgoKey key = key_of(dev, dir, g, tf32, ember::deterministic(), alignment_of({x, w, y}), beta != 0.0);
+  const AlgoKey key = key_of(dev, stream, dir, g, tf32, ember::deterministic(), alignment_of({x, w, y}), beta != 0.0);
   const Plan& plan = plan_for(key, h, stream, dir, g, tf32, dev, x, w, y);
   Tensor ws = make_workspace(plan.ws_bytes(), dev);
   void* ws_ptr = ws.defined() ? ws.data_ptr() : nullptr;

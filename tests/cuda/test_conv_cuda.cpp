@@ -13,10 +13,12 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -319,6 +321,74 @@ TEST_CASE("cuda conv2d without a graph-API plan falls back to the legacy calls, 
       }
     }
   }
+}
+
+TEST_CASE("cuda conv2d plans per stream: each stream's handle makes and runs its own, also from two threads at once",
+          "[cuda]") {
+  // A plan is finalized with one stream's cuDNN handle and runs only with it, under that handle's
+  // lease (conv.cu's top comment): the same problem on a second stream is planned again there, and
+  // two threads, each on its own stream, run one shape at once on their own plans. Values against
+  // float64 after every round. A shape no other test uses, so that its keys are new here.
+  const Case k{2, 3, 7, 6, 4, 3, 3, params(1, 1, 1, 1, 1, 1, 1), false};
+  const Shape xs{k.n, k.c, k.h, k.w}, ws{k.o, k.c, k.kh, k.kw}, ys{k.n, k.o, out_h(k), out_w(k)};
+  const DType dt = DType::f32;
+  const Tensor x = random_tensor(xs, dt, 1401, -1.0, 1.0, Layout::Contiguous, kGpu);
+  const Tensor w = random_tensor(ws, dt, 1402, -1.0, 1.0, Layout::Contiguous, kGpu);
+  const Tensor gy = random_tensor(ys, dt, 1403, -1.0, 1.0, Layout::Contiguous, kGpu);
+  const std::vector<double> xv = to_f64(x), wv = to_f64(w), gv = to_f64(gy);
+  const Expect ey = ref_forward(k, xv, wv, {}, dt), ex = ref_backward_input(k, gv, wv, dt),
+               ew = ref_backward_weight(k, gv, xv, dt);
+  // The three directions on the current stream, copied to the host on it.
+  auto three_calls = [&] {
+    std::array<Tensor, 3> out{kernels::conv2d(x, w, Tensor(), k.p),
+                              kernels::conv2d_backward_input(gy, w, xs, MemoryFormat::contiguous, k.p),
+                              kernels::conv2d_backward_weight(gy, x, ws, k.p)};
+    for (Tensor& t : out) t = t.to(Device::cpu());
+    return out;
+  };
+  auto check_three = [&](const std::array<Tensor, 3>& r) {
+    check_expect(r[0], ey);
+    check_expect(r[1], ex);
+    check_expect(r[2], ew);
+  };
+  const kernels::cuda::ConvPlanCounts before = kernels::cuda::conv_plan_counts();
+  check_three(three_calls());
+  const kernels::cuda::ConvPlanCounts first = kernels::cuda::conv_plan_counts();
+  CHECK(first.searches - before.searches == 3);
+  // Two pool streams, neither the current one; the inputs, made on the current stream, are ready first.
+  const Stream main = current_stream(kGpu);
+  std::array<Stream, 2> side{new_stream(kGpu), new_stream(kGpu)};
+  while (side[0] == main) side[0] = new_stream(kGpu);
+  while (side[1] == main || side[1] == side[0]) side[1] = new_stream(kGpu);
+  synchronize(kGpu);
+  {
+    StreamGuard on(side[0]);
+    check_three(three_calls());
+    CHECK(kernels::cuda::conv_plan_counts().searches - first.searches == 3);  // its own plans
+    check_three(three_calls());
+    CHECK(kernels::cuda::conv_plan_counts().searches - first.searches == 3);  // and reused
+  }
+  // Two threads at once: side[0]'s plans exist, side[1]'s are made while side[0]'s run.
+  std::array<std::vector<std::array<Tensor, 3>>, 2> results;
+  std::array<std::string, 2> errors;
+  std::array<std::thread, 2> threads;
+  for (size_t t = 0; t < 2; ++t)
+    threads[t] = std::thread([&, t] {
+      try {
+        StreamGuard on(side[t]);
+        for (int round = 0; round < 8; ++round) results[t].push_back(three_calls());
+      } catch (const std::exception& e) {
+        errors[t] = e.what();
+      }
+    });
+  for (std::thread& th : threads) th.join();
+  for (size_t t = 0; t < 2; ++t) {
+    INFO("thread " << t);
+    CHECK(errors[t].empty());
+    REQUIRE(results[t].size() == 8);
+    for (const auto& r : results[t]) check_three(r);
+  }
+  CHECK(kernels::cuda::conv_plan_counts().searches - first.searches == 6);
 }
 
 TEST_CASE("cuda conv2d: the algorithm search's workspace does not stay in the caching allocator", "[cuda]") {

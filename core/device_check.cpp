@@ -188,7 +188,16 @@ DeviceCheck::DeviceCheck(const DeviceCheckInfo& info, Stream stream) : info_(inf
 }
 
 DeviceCheck::~DeviceCheck() {
-  if (index_ >= 0) device_check_registry().cancel(index_);
+  if (index_ < 0) return;
+  // No launched(): the launch, or work queued after it, threw. A kernel queued before the throw
+  // may still raise the slot, so the slot is not handed back now (the next check to take it would
+  // read that raise as its own): it is retired as a submitted check is, once the stream has passed
+  // this point, and a raise is reported under this op's name.
+  try {
+    device_check_registry().submit(index_, info_, stream_.device().index(), stream_.handle());
+  } catch (...) {
+    // The exception in flight says more (recording the event failed, or a synchronous check raised).
+  }
 }
 
 void DeviceCheck::launched() {

@@ -87,7 +87,7 @@ class DeviceCheckRegistry {
   /// Takes a free slot for a check on `device` and clears its record. When all kSlots are pending,
   /// waits for the oldest (a host synchronization; only if a stream is never synchronized).
   DeviceErrorSlot reserve(int device, int& slot);
-  /// Gives back a reserved slot whose kernel was never launched.
+  /// Gives back a reserved slot no kernel was given (DeviceCheck submits instead: see its destructor).
   void cancel(int slot);
   /// Registers the check of `slot`, whose kernels were queued on `stream`: records an event after
   /// them. In synchronous mode waits for it and throws if the slot was raised.
@@ -138,7 +138,8 @@ class DeviceCheck {
  public:
   /// Reserves a slot for work about to be queued on `stream` (a CUDA stream).
   DeviceCheck(const DeviceCheckInfo& info, Stream stream);
-  /// Without launched() (the launch threw), the slot is given back unread.
+  /// Without launched() (the launch or later work threw), the check is still submitted: a kernel
+  /// queued before the throw may raise its slot, which is not reused until the stream passes it.
   ~DeviceCheck();
   DeviceCheck(const DeviceCheck&) = delete;
   DeviceCheck& operator=(const DeviceCheck&) = delete;

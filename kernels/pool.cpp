@@ -37,6 +37,8 @@ Shape pool_shape(const char* what, const Shape& xs, const Pool2dParams& p) {
   EMBER_CHECK(xs.size() == 4, what, ": expected input shape (N, C, H, W), got ", shape_str(xs));
   EMBER_CHECK(p.kernel_h >= 1 && p.kernel_w >= 1 && p.stride_h >= 1 && p.stride_w >= 1 && p.pad_h >= 0 && p.pad_w >= 0,
               what, ": expected kernel >= 1, stride >= 1, padding >= 0, got ", params_str(p));
+  // An empty plane with padding would give windows of padding alone (-inf maxima, 0/0 averages).
+  EMBER_CHECK(xs[2] >= 1 && xs[3] >= 1, what, ": expected an input plane of at least 1 x 1, got ", shape_str(xs));
   EMBER_CHECK(2 * p.pad_h <= p.kernel_h && 2 * p.pad_w <= p.kernel_w, what,
               ": padding must be at most half the kernel (a window would hold only padding), got ", params_str(p));
   const int64_t ho = pool_out_size(xs[2], p.kernel_h, p.stride_h, p.pad_h, p.ceil_mode);

@@ -6,10 +6,10 @@
 // sorted stably with their positions (cub's radix sort, det_scatter.cu), and one thread per run of
 // equal keys adds that run's sources in position order into its output element. No two threads
 // write one element, so the result is the same on every run. Cost: the sort (keys and positions
-// of 4 or 8 bytes each, twice, plus cub's scratch) and a serial walk per run, so an index with one
+// of 4 or 8 bytes each, in two buffers each, plus cub's small scratch) and a serial walk per run, so an index with one
 // value repeated K times adds K values in one thread: slower than atomics, as torch's deterministic
 // paths are. Index math is 32-bit (keys, positions) when the output and the source have fewer than
-// 2^32 - 1 elements, 64-bit otherwise.
+// 2^32 - 1 - 2^25 elements (det_scatter_narrow), 64-bit otherwise.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -33,8 +33,9 @@ inline bool det_scatter_narrow(int64_t out_numel, int64_t n) {
 
 /// Sorts `keys` (n values of K = uint32_t or uint64_t, each <= out_numel, on the current stream's
 /// device) stably, with their positions 0..n-1: on return keys_sorted and pos_sorted (K each, n
-/// values) hold them. The buffers come from the caching allocator on `stream`; the caller keeps the
-/// returned tensors alive until its kernel is queued. Defined in det_scatter.cu for both key types.
+/// values) hold them; `keys` is overwritten (keys_sorted may be it). The buffers come from the
+/// caching allocator on `stream`; the caller keeps the returned tensors alive until its kernel is
+/// queued. Defined in det_scatter.cu for both key types.
 template <typename K>
 void det_scatter_sort(const Tensor& keys, int64_t n, int64_t out_numel, cudaStream_t stream, Tensor& keys_sorted,
                       Tensor& pos_sorted);

@@ -195,7 +195,8 @@ void batch_norm_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, 
   const DType pd = param_dtype(x.dtype());
   DeviceGuard guard(x.device());
   const cudaStream_t stream = stream_of(x);
-  if (!training && (x.dtype() == DType::bf16 || N > kMaxInferenceBatch)) {
+  // Eval past cuDNN's limits (batch, 2^31 elements) and in bf16: ember's own kernel (64-bit indices).
+  if (!training && (x.dtype() == DType::bf16 || N > kMaxInferenceBatch || x.numel() >= (int64_t(1) << 31))) {
     batch_norm_eval_kernel(x, weight, bias, running_mean, running_var, eps, r.out, stream, op);
     return;
   }

@@ -159,28 +159,35 @@ TEST_CASE("determinism (cuda): index_add under the switch is reproducible and eq
   check_same({iout}, {icpu}, "i64 index_add");
 }
 
-TEST_CASE("determinism (cuda): embedding and max-pool backwards are reproducible under the switch",
+TEST_CASE("determinism (cuda): embedding and max-pool backwards are reproducible and equal the CPU's bits",
           "[cuda][determinism]") {
+  // Under the switch both scatter their gradients in the CPU twin's order (index_add in source
+  // order, max-pool in grad_out's memory order) and round as it does: bitwise equal to the CPU,
+  // which a reproducible but wrongly ordered (or wrongly indexed) sum would not be.
   DeterministicGuard on(true);
   const Tensor index = gpu_index_of(50000, 100, 9);
-  auto embedding = [&] {
-    Tensor table = gpu_random({100, 32}, DType::f32, 500);
+  auto embedding = [&](Device d) {
+    Tensor table = gpu_random({100, 32}, DType::f32, 500).to(d);
     table.requires_grad_(true);
-    const Tensor y = index_select(table, 0, index);
-    sum(mul(y, gpu_random(y.sizes(), DType::f32, 501))).backward();
+    const Tensor y = index_select(table, 0, index.to(d));
+    sum(mul(y, gpu_random(y.sizes(), DType::f32, 501).to(d))).backward();
     return Outputs{table.grad()};
   };
-  check_same(embedding(), embedding(), "index_select backward");
+  const Outputs e = embedding(kGpu);
+  check_same(e, embedding(kGpu), "index_select backward");
+  check_same(e, embedding(Device::cpu()), "index_select backward, cuda against cpu");
   for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
-    auto pool = [&] {
+    auto pool = [&](Device d) {
       // 3x3 windows, stride 2: up to four windows pick one position (three or more additions).
-      Tensor x = gpu_random({16, 32, 33, 33}, DType::f32, 502).contiguous(f);
+      Tensor x = gpu_random({16, 32, 33, 33}, DType::f32, 502).to(d).contiguous(f);
       x.requires_grad_(true);
       const Tensor y = max_pool2d(x, {.kernel = 3, .stride = 2, .padding = 1});
-      sum(mul(y, gpu_random(y.sizes(), DType::f32, 503).contiguous(f))).backward();
+      sum(mul(y, gpu_random(y.sizes(), DType::f32, 503).to(d).contiguous(f))).backward();
       return Outputs{y.detach(), x.grad()};
     };
-    check_same(pool(), pool(), std::string("max_pool2d backward ") + memory_format_name(f));
+    const Outputs g = pool(kGpu);
+    check_same(g, pool(kGpu), std::string("max_pool2d backward ") + memory_format_name(f));
+    check_same(g, pool(Device::cpu()), std::string("max_pool2d backward, cuda against cpu, ") + memory_format_name(f));
   }
 }
 

@@ -21,8 +21,10 @@
 #include <ember/core/rng.h>
 #include <ember/kernels/factory.h>
 #include <ember/kernels/norm.h>
+#include "cuda/device_memory.h"
 #include "cuda/expect.h"
 #include "support/reference.h"
+#include "support/skip.h"
 
 using namespace ember;
 using namespace ember::testing;
@@ -295,6 +297,29 @@ TEST_CASE("cuda batch_norm eval past cuDNN's batch limit (N > 65535) and in bf16
   }
 }
 
+TEST_CASE("cuda batch_norm eval of 2^31+ elements uses its own kernel (64-bit indices), not cuDNN", "[cuda][slow]") {
+  // cuDNN's batch norm takes fewer than 2^31 elements; eval needs no reduction, so ember's kernel
+  // serves it. x (1, 2, 2^30 + 2^16) f16: 2^31 + 2^17 elements, the second channel's tail past
+  // 2^31, compared with the float64 reference on that tail (eval is per element). About 9 GB.
+  const int64_t S = (int64_t(1) << 30) + (int64_t(1) << 16), tail = 4096;
+  const int64_t kNeed = int64_t(10) << 30;
+  if (const std::string why = lacks_device_memory(kGpu, kNeed); !why.empty())
+    EMBER_SKIP("the test needs about " << (kNeed >> 30) << " GiB of device memory: " << why);
+  Generator gen(61);
+  const Tensor x = rand({1, 2, S}, {.dtype = DType::f16, .device = kGpu}, gen);
+  REQUIRE(x.numel() > (int64_t(1) << 31));
+  const Tensor w = from_vector({0.75, 1.25}, {2}, {.dtype = DType::f32, .device = kGpu});
+  const Tensor b = from_vector({-0.5, 0.25}, {2}, {.dtype = DType::f32, .device = kGpu});
+  const std::vector<double> rm{0.25, 0.5}, rv{0.5, 2.0};
+  const kernels::BatchNormResult r =
+      kernels::batch_norm(x, w, b, from_vector(rm, {2}, {.dtype = DType::f32, .device = kGpu}),
+                          from_vector(rv, {2}, {.dtype = DType::f32, .device = kGpu}), false, 0.1, 1e-5);
+  const Tensor xt = x.narrow(2, S - tail, tail);
+  check_expect(
+      r.out.narrow(2, S - tail, tail),
+      ref_batch_norm({1, 2, tail}, to_f64(xt), to_f64(w), to_f64(b), rm, rv, false, 0.1, 1e-5, DType::f16).out);
+}
+
 TEST_CASE("cuda batch_norm training past cuDNN's batch limit is refused with a message", "[cuda]") {
   const Tensor x = zeros({880802, 1, 2}, {.dtype = DType::f32, .device = kGpu});
   REQUIRE_THROWS_WITH(kernels::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5),
@@ -450,7 +475,8 @@ TEST_CASE("cuda batch_norm eval kernels: many chunks per channel, many channels,
   // The eval backward splits each channel's N * S elements over up to 65535 chunks (blocks
   // (c, j)) and adds the partials in chunk order; the eval forward's own kernel (bf16) finds the
   // channel with two fast divisions. Few channels with long runs, and more channels than the
-  // 65535 blocks the old one-block-per-channel grid was capped at (S = 1, as in BatchNorm1d).
+  // 65535 blocks the old one-block-per-channel grid was capped at (S = 1, as in BatchNorm1d). The
+  // eval forward in every dtype (cuDNN's but in bf16).
   struct Case {
     Shape x;
   };
@@ -476,7 +502,7 @@ TEST_CASE("cuda batch_norm eval kernels: many chunks per channel, many channels,
       const kernels::BatchNormGrads again = kernels::batch_norm_backward(gy, x, w, mean, invstd, false, 1e-5);
       check_same_bits(again.grad_weight, g.grad_weight);
       check_same_bits(again.grad_bias, g.grad_bias);
-      if (dt == DType::bf16) {  // the eval forward's own kernel
+      {  // the eval forward: ember's kernel in bf16, cuDNN's otherwise (also past 65535 channels)
         const Tensor b = random_tensor({C}, P, 76, -1.0, 1.0, Layout::Contiguous, kGpu);
         const kernels::BatchNormResult r =
             kernels::batch_norm(x, w, b, from_vector(rm, {C}, {.dtype = P, .device = kGpu}),
@@ -485,6 +511,33 @@ TEST_CASE("cuda batch_norm eval kernels: many chunks per channel, many channels,
       }
     }
   }
+}
+
+TEST_CASE("cuda batch_norm training through cuDNN with more than 65535 channels", "[cuda][norm]") {
+  // cuDNN's training kernels and their backward on (3, 70000) (BatchNorm1d over a wide layer): a
+  // grid that put the channels on a dimension capped at 65535 would fail or skip channels here.
+  const Shape xs{3, 70000};
+  const int64_t C = xs[1];
+  const Tensor x = random_tensor(xs, DType::f32, 81, -1.0, 1.0, Layout::Contiguous, kGpu);
+  const Tensor gy = random_tensor(xs, DType::f32, 82, -1.0, 1.0, Layout::Contiguous, kGpu);
+  const Tensor w = random_tensor({C}, DType::f32, 83, 0.5, 1.5, Layout::Contiguous, kGpu);
+  const Tensor b = random_tensor({C}, DType::f32, 84, -1.0, 1.0, Layout::Contiguous, kGpu);
+  const std::vector<double> rm = random_values(C, 85, -0.5, 0.5), rv = random_values(C, 86, 0.5, 2.0);
+  const Tensor rmt = from_vector(rm, {C}, {.dtype = DType::f32, .device = kGpu}),
+               rvt = from_vector(rv, {C}, {.dtype = DType::f32, .device = kGpu});
+  const kernels::BatchNormResult r = kernels::batch_norm(x, w, b, rmt, rvt, true, 0.1, 1e-5);
+  const BnRef e = ref_batch_norm(xs, to_f64(x), to_f64(w), to_f64(b), rm, rv, true, 0.1, 1e-5, DType::f32);
+  check_expect(r.out, e.out);
+  check_expect(r.save_mean, e.save_mean);
+  check_expect(r.save_invstd, e.save_invstd);
+  check_expect(rmt, e.running_mean);
+  check_expect(rvt, e.running_var);
+  const kernels::BatchNormGrads g = kernels::batch_norm_backward(gy, x, w, r.save_mean, r.save_invstd, true, 1e-5);
+  const BnGradRef eg = ref_batch_norm_backward(xs, to_f64(gy), to_f64(x), to_f64(w), to_f64(r.save_mean),
+                                               to_f64(r.save_invstd), true, DType::f32);
+  check_expect(g.grad_x, eg.gx);
+  check_expect(g.grad_weight, eg.gw);
+  check_expect(g.grad_bias, eg.gb);
 }
 
 TEST_CASE("cuda dropout and dropout_backward match the CPU bit for bit", "[cuda]") {

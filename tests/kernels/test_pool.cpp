@@ -243,6 +243,16 @@ TEST_CASE("pooling errors name the shapes and parameters", "[cpu]") {
              }),
              Contains("[3, 7, 9]"));
   CHECK_THAT(error_of([&] { kernels::avg_pool2d(x, pool(2, 2, 0, 2, 0, 0)); }), Contains("stride"));
+  // An empty plane is refused even where padding would make the output non-empty (kernel 2, pad 1:
+  // one window of padding alone); an empty batch is not.
+  for (const Shape& empty_plane : {Shape{2, 3, 0, 9}, Shape{2, 3, 7, 0}}) {
+    const Tensor e = zeros(empty_plane, {.dtype = DType::f32});
+    CHECK_THAT(error_of([&] { kernels::max_pool2d(e, pool(2, 2, 2, 2, 1, 1)); }),
+               Contains(shape_str(empty_plane)) && Contains("1 x 1"));
+    CHECK_THAT(error_of([&] { kernels::avg_pool2d(e, pool(2, 2, 2, 2, 1, 1)); }), Contains("1 x 1"));
+  }
+  CHECK(kernels::max_pool2d(zeros({0, 3, 7, 9}, {.dtype = DType::f32}), pool(2, 2, 2, 2, 0, 0)).out.sizes() ==
+        Shape{0, 3, 3, 4});
   CHECK_THROWS(kernels::max_pool2d(random_tensor({2, 3, 7, 9}, DType::i64, 1), pool(2, 2, 2, 2, 0, 0)));
   CHECK_THAT(error_of([&] { kernels::adaptive_avg_pool2d(x, 0, 3); }), Contains("[2, 3, 7, 9]"));
   CHECK_THAT(error_of([&] {

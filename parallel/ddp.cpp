@@ -113,16 +113,17 @@ void DistributedDataParallel::register_comm_hook(CommHook hook) {
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
-  if (join_ != nullptr && GradMode::is_enabled()) join_->before_forward(sync_);  // uneven inputs
-  if (opts_.broadcast_buffers && group_->world_size() > 1) sync_buffers();
+  // Uneven inputs: under a Join, buffers come from a rank still training.
+  const int buffer_root = join_ != nullptr && GradMode::is_enabled() ? join_->before_forward(sync_) : 0;
+  if (opts_.broadcast_buffers && group_->world_size() > 1) sync_buffers(buffer_root);
   if (GradMode::is_enabled()) reducer_->prepare_for_backward(sync_);
   return module_->forward(input);
 }
 
-void DistributedDataParallel::sync_buffers() {
+void DistributedDataParallel::sync_buffers(int root) {
   std::vector<Tensor> buffers;
   for (const auto& [n, b] : module_->named_buffers()) buffers.push_back(b);
-  if (!buffers.empty()) broadcast_coalesced(*group_, buffers, 0);
+  if (!buffers.empty()) broadcast_coalesced(*group_, buffers, root);
 }
 
 std::string DistributedDataParallel::extra_repr() const {

@@ -55,10 +55,10 @@ class DistributedDataParallel : public layers::Module {
   layers::Module& module() const { return *module_; }
   const std::shared_ptr<ProcessGroup>& group() const { return group_; }
   const Options& options() const { return opts_; }
-  /// Every rank takes rank 0's buffers now (forward does it itself with broadcast_buffers; call
-  /// this before evaluating module() directly, so every rank evaluates with the same statistics).
-  /// Collective.
-  void sync_buffers();
+  /// Every rank takes rank `root`'s buffers now (forward does it itself with broadcast_buffers;
+  /// call this before evaluating module() directly, so every rank evaluates with the same
+  /// statistics). Collective.
+  void sync_buffers(int root = 0);
   /// As PyTorch's register_comm_hook: `hook` starts each bucket's reduction from the next backward
   /// pass on (empty: allreduce_hook). Call it between steps, on every rank alike.
   void register_comm_hook(CommHook hook);

@@ -25,8 +25,14 @@
 // With JoinOptions::throw_on_early_termination, the first step at which some rank has finished
 // ends the job instead: every rank throws an error naming the ranks that ran out of batches.
 //
+// Buffers (BatchNorm's running statistics) are broadcast at each step from the lowest rank still
+// training, so a rank that has joined does not reset them to its own stale values.
+//
 // The loop inside a Join must run no collectives of its own per step (no metrics all-reduce, no
-// evaluation through the DDP module) and must not use no_sync() on some ranks only.
+// evaluation through the DDP module) and must not use no_sync() on some ranks only. So a module
+// with SyncBatchNorm is refused (its per-layer collectives cannot be shadowed), and a ZeRO-1
+// optimizer (parallel/zero.h), whose step broadcasts the updated shards, is not supported inside
+// a Join.
 #include <cstdint>
 
 #include <ember/parallel/ddp.h>
@@ -66,8 +72,9 @@ class Join {
     std::string finished;  // "rank 0, rank 2": the ranks not training, for messages
   };
   Round handshake(bool training, bool syncing);
-  /// Called by the DDP module's training forward.
-  void before_forward(bool syncing);
+  /// Called by the DDP module's training forward; returns the rank to broadcast buffers from (the
+  /// lowest rank still training: a rank that has joined keeps stale buffers).
+  int before_forward(bool syncing);
 
   DistributedDataParallel& ddp_;
   JoinOptions options_;

@@ -12,6 +12,7 @@
 #include <ember/ember.h>
 #include <ember/parallel/ddp.h>
 #include <ember/parallel/join.h>
+#include <ember/parallel/sync_batchnorm.h>
 
 #include "parallel/ddp_check.h"
 #include "parallel/multiproc.h"
@@ -56,6 +57,29 @@ void shadow_child() {
   for (const Tensor& p : local->parameters()) CHECK(same_on_all_ranks(*pg, p));
 }
 
+// small_cnn with BatchNorm: at each step the buffers come from a rank still training, so the ranks
+// end with the step count of the rank that trained longest (a joined rank's stale buffers, taken
+// as the root, kept resetting it), the same on every rank.
+void batchnorm_child() {
+  auto pg = child_group();
+  const int rank = pg->rank(), world = pg->world_size();
+  layers::ModulePtr local = small_cnn(100, true);
+  auto ddp = std::make_shared<DistributedDataParallel>(local, pg);
+  optim::SGD opt(ddp->parameters(), {.lr = 0.05, .momentum = 0.9});
+  Join join(*ddp);
+  for (int step = 0; step < steps_of(rank); ++step) train_step(opt, *ddp, batch_of(step, rank, world));
+  join.finish();
+  INFO("rank " << rank << " of " << world);
+  int64_t tracked = -1;
+  for (const auto& [name, b] : local->named_buffers()) {
+    INFO(name);
+    CHECK(same_on_all_ranks(*pg, b));
+    if (name.ends_with("num_batches_tracked")) tracked = b.item<int64_t>();
+  }
+  CHECK(tracked == steps_of(world - 1));
+  for (const Tensor& p : local->parameters()) CHECK(same_on_all_ranks(*pg, p));
+}
+
 void throw_child() {
   auto pg = child_group();
   const int rank = pg->rank(), world = pg->world_size();
@@ -75,7 +99,8 @@ void throw_child() {
 }  // namespace
 
 TEST_CASE("join child", "[.join_child]") {
-  testing::run_scenario("EMBER_JOIN_SCENARIO", {{"shadow", shadow_child}, {"throw", throw_child}});
+  testing::run_scenario("EMBER_JOIN_SCENARIO",
+                        {{"shadow", shadow_child}, {"batchnorm", batchnorm_child}, {"throw", throw_child}});
 }
 
 TEST_CASE("Join: ranks with 2, 3 and 4 batches all end, identical, as one process would step",
@@ -91,4 +116,22 @@ TEST_CASE("Join: throw_on_early_termination ends every rank naming the rank that
           "[multiproc][parallel][ddp][join]") {
   testing::Ranks job("[.join_child]", 3, {"EMBER_JOIN_SCENARIO=throw"});
   if (job.wait_all(120)) job.check_all_passed();
+}
+
+TEST_CASE("Join: BatchNorm buffers follow a rank still training, the ranks end with the longest's step count",
+          "[multiproc][parallel][ddp][join]") {
+  testing::Ranks job("[.join_child]", 3, {"EMBER_JOIN_SCENARIO=batchnorm"});
+  if (job.wait_all(120)) job.check_all_passed();
+}
+
+TEST_CASE("Join: a module with SyncBatchNorm is refused, naming the layers", "[cpu][parallel][ddp][join]") {
+  auto pg = init_process_group(group_of_one_options(30));
+  {
+    auto ddp = std::make_shared<DistributedDataParallel>(convert_sync_batchnorm(small_cnn(100, true), pg), pg);
+    CHECK_THAT(testing::error_of([&] { Join join(*ddp); }),
+               Catch::Contains("1 SyncBatchNorm layer(s)") && Catch::Contains("cannot shadow"));
+    auto plain = std::make_shared<DistributedDataParallel>(small_cnn(100, true), pg);
+    CHECK_NOTHROW(Join(*plain));  // plain BatchNorm is accepted
+  }
+  destroy_process_group();
 }

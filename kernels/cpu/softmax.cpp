@@ -160,8 +160,9 @@ void cross_entropy_typed(const Tensor& logits, const Tensor& target, double ls, 
       if (ls != 0.0) {
         for (int64_t c = 0; c < C; ++c) gap_sum += mx - static_cast<double>(row[c]);
       }
-      const double gap_t = mx - static_cast<double>(row[t]);
-      loss[n] = static_cast<R>(log_sum + (1.0 - ls) * gap_t + (ls != 0.0 ? ls * gap_sum / C : 0.0));
+      // ls = 1 leaves the target out altogether (0 * inf would make a -inf target's loss NaN).
+      const double gap_t = ls != 1.0 ? (1.0 - ls) * (mx - static_cast<double>(row[t])) : 0.0;
+      loss[n] = static_cast<R>(log_sum + gap_t + (ls != 0.0 ? ls * gap_sum / C : 0.0));
       lse[n] = static_cast<R>(mx + log_sum);
     }
   });

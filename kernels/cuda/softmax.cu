@@ -318,16 +318,19 @@ __global__ void softmax_backward_strided_kernel(const T* __restrict__ g, const T
 template <typename A> struct CeStats {
   A m;  // running max
   A s;  // sum exp(x - m)
-  A sum;  // plain sum of x (label smoothing)
+  double sum;  // plain sum of x (label smoothing; see ce_row_loss)
 };
 
-/// The loss of a row from its max m, s = sum exp(x - m), x_t and the plain sum (label smoothing),
-/// as the CPU twin computes it: log(s) + (1 - ls) (m - x_t) + ls (m - mean x), so that huge
-/// logits cancel (m - x_t is exact for nearby values) before the small log(s) is added; the form
-/// lse - x_t would lose log(s) to the rounding of lse (|x| ~ 1e4: ~5e-4 in f32).
-template <typename A> __device__ __forceinline__ A ce_row_loss(A m, A s, A xt, A sum, int64_t C, A smooth) {
-  A l = dev_log(s) + (A(1) - smooth) * (m - xt);
-  if (smooth != A(0)) l += smooth * (m - sum / static_cast<A>(C));
+/// The loss of a row from its max m, s = sum exp(x - m), x_t and the plain sum of x (label
+/// smoothing), as the CPU twin computes it: log(s) + (1 - ls) (m - x_t) + ls (m - mean x), so that
+/// huge logits cancel (m - x_t is exact for nearby values) before the small log(s) is added; the
+/// form lse - x_t would lose log(s) to the rounding of lse (|x| ~ 1e4: ~5e-4 in f32). The sum is
+/// accumulated in double, as the CPU's sum of m - x is: an f32 sum of logits near 1e5 put m - mean x
+/// off by 1e-3. ls = 1 leaves the target out (0 * inf would make a -inf target's loss NaN).
+template <typename A> __device__ __forceinline__ A ce_row_loss(A m, A s, A xt, double sum, int64_t C, A smooth) {
+  A l = dev_log(s);
+  if (smooth != A(1)) l += (A(1) - smooth) * (m - xt);
+  if (smooth != A(0)) l += smooth * static_cast<A>(static_cast<double>(m) - sum / static_cast<double>(C));
   return l;
 }
 
@@ -344,7 +347,7 @@ __global__ void __launch_bounds__(kBlock)
   using Row = CachedRow<T, kGroupSize<kWarp>, kPer, kVec>;
   struct SumPair {
     A s;  // sum exp(x - m)
-    A sum;  // plain sum of x (label smoothing)
+    double sum;  // plain sum of x (label smoothing)
   };
   __shared__ __align__(16) unsigned char smem_raw[32 * sizeof(SumPair)];
   auto greater = [](A a, A b) { return max_of(a, b); };
@@ -357,17 +360,17 @@ __global__ void __launch_bounds__(kBlock)
     const int target_index = bad ? -1 : static_cast<int>(t);  // int compares below
     A v[kPer];
     const A m = G::reduce(Row::load(x + row * C, C, rank, v), greater, neg_inf<A>(), reinterpret_cast<A*>(smem_raw));
-    SumPair part{A(0), A(0)};
+    SumPair part{A(0), 0.0};
     A xt = 0;
     bool holds_target = false;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int c = Row::index(rank, i);
-      if (c < C) part.sum += v[i];
+      if (c < C) part.sum += static_cast<double>(v[i]);
       if (c == target_index) xt = v[i], holds_target = true;
     }
     part.s = Row::exp_sum(v, m, C, rank, false);
-    const SumPair st = G::reduce(part, add, SumPair{A(0), A(0)}, reinterpret_cast<SumPair*>(smem_raw));
+    const SumPair st = G::reduce(part, add, SumPair{A(0), 0.0}, reinterpret_cast<SumPair*>(smem_raw));
     const A s = finish(MaxSum<A>{m, st.s}).s;
     if (bad ? rank == 0 : holds_target) {
       if (bad) raise_device_error(err, row, t);
@@ -397,13 +400,13 @@ __global__ void cross_entropy_kernel(const T* __restrict__ x, const int64_t* __r
   for (int64_t row = G::first(); row < N; row += G::step()) {
     const T* xr = x + row * C;
     MaxSum<A> ms{neg_inf<A>(), A(0)};
-    A sum = 0;
+    double sum = 0;
     for (int64_t c = rank; c < C; c += gsize) {
       const A v = load_as<A>(xr[c]);
       online_add(ms, v);
-      sum += v;
+      sum += static_cast<double>(v);
     }
-    CeStats<A> st = G::reduce(CeStats<A>{ms.m, ms.s, sum}, combine, CeStats<A>{neg_inf<A>(), A(0), A(0)}, smem);
+    CeStats<A> st = G::reduce(CeStats<A>{ms.m, ms.s, sum}, combine, CeStats<A>{neg_inf<A>(), A(0), 0.0}, smem);
     st.s = finish(MaxSum<A>{st.m, st.s}).s;
     if (rank == 0) {
       const int64_t t = target[row * target_stride];

@@ -318,8 +318,10 @@ TEST_CASE("cuda cross_entropy: huge f32 logits keep f32 accuracy (no f32 lse rou
   // Logits 1e4 + U[-4, 4]: an f32 lse near 1e4 is only good to ~5e-4 (half an ulp), so a loss
   // computed as lse - x_t, or a gradient as exp(x - lse32), would miss the bounds below, which
   // follow the f32 error of log(sum exp(x - max)) (max - x is exact for such close values).
+  // With label smoothing the row's mean enters as ls (max - mean x), from a sum of the logits that
+  // an f32 accumulation got wrong by ~1e-4 here (it is accumulated in double, as the CPU's is).
   const int64_t N = 37;
-  for (int64_t C : {10, 1500}) {  // a warp per row and a block per row
+  for (int64_t C : {10, 1500, 9000}) {  // a warp per row, a block per row, a row too long to cache
     INFO("C " << C);
     Tensor xc = random_tensor({N, C}, DType::f32, 800 + C, 1.0e4 - 4.0, 1.0e4 + 4.0);
     Tensor xg = xc.to(kGpu);
@@ -345,6 +347,22 @@ TEST_CASE("cuda cross_entropy: huge f32 logits keep f32 accuracy (no f32 lse rou
     kernels::CrossEntropyRows rg = kernels::cross_entropy_rows(xg, tg);
     kernels::CrossEntropyRows rc = kernels::cross_entropy_rows(xc, tc);
     check_both(rg.loss, rc.loss, loss);
+    {
+      const double ls = 0.1;
+      Expect smooth = loss;
+      for (int64_t n = 0; n < N; ++n) {
+        const double* row = xv.data() + n * C;
+        double m = -INFINITY, sum = 0.0;
+        for (int64_t c = 0; c < C; ++c) m = std::max(m, row[c]), sum += row[c];
+        const size_t i = static_cast<size_t>(n);
+        // log(s) + (m - x_t) becomes log(s) + (1 - ls)(m - x_t) + ls (m - mean x); m - mean x is
+        // below zspan, computed to a relative f32 rounding or two.
+        const double gap_t = m - row[t[n]], gap_mean = m - sum / static_cast<double>(C);
+        smooth.out[i] = loss.out[i] - ls * gap_t + ls * gap_mean;
+        smooth.bound[i] = loss.bound[i] + 2 * ta * ls * zspan[n] + ta * std::fabs(smooth.out[i]);
+      }
+      check_both(kernels::cross_entropy_rows(xg, tg, ls).loss, kernels::cross_entropy_rows(xc, tc, ls).loss, smooth);
+    }
 
     // Backward from the forward's own (f32) lse, as autograd hands it in.
     const std::vector<double> gv = random_values(N, 950 + C, -1.0, 1.0);
@@ -401,7 +419,7 @@ TEST_CASE("cuda softmax, log_softmax and cross_entropy follow kernels/softmax.h 
                    kernels::softmax_backward(gc, yc, 1, log), dref,
                    6 * loose_tol_sum(acc_dtype(dt), D) + 2 * loose_tol(dt) + floor_of(dt));
       }
-      for (double ls : {0.0, 0.1}) {
+      for (double ls : {0.0, 0.1, 1.0}) {  // 1: the target left out (a -inf one too: +inf, not NaN)
         INFO("cross_entropy ls " << ls);
         std::vector<double> loss, lse;
         nonfinite_cross_entropy_ref(l, ls, loss, lse);

@@ -467,7 +467,7 @@ TEST_CASE("non-finite logits follow kernels/softmax.h: NaN, +inf and all -inf ro
         check_bounded(kernels::softmax_backward(g, y, 1, log), dref,
                       softmax_backward_bound(gv, yv, {l.rows, D}, 1, log, dt));
       }
-      for (double ls : {0.0, 0.1}) {
+      for (double ls : {0.0, 0.1, 1.0}) {  // 1: the target left out (a -inf one too: +inf, not NaN)
         INFO("cross_entropy ls " << ls);
         std::vector<double> loss, lse;
         nonfinite_cross_entropy_ref(l, ls, loss, lse);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include <ember/autograd/engine.h>
 #include <ember/autograd/grad_mode.h>
@@ -91,7 +92,25 @@ void Reducer::prepare_for_backward(bool sync) {
   sync_ = sync;
 }
 
-CommStats Reducer::take_stats() { return std::exchange(stats_, CommStats{}); }
+CommStats Reducer::take_stats() {
+  collect_times(true);
+  return std::exchange(stats_, CommStats{});
+}
+
+void Reducer::collect_times(bool wait) {
+  std::erase_if(untimed_, [&](const std::shared_ptr<Work>& w) {
+    while (wait && !w->is_completed()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (!w->is_completed()) return false;
+    stats_.comm_seconds += w->busy_seconds();
+    return true;
+  });
+  std::erase_if(untimed_exposed_, [&](const ExposedSpan& e) {
+    if (wait) e.end.synchronize();
+    if (!e.end.query()) return false;
+    stats_.exposed_seconds += e.begin.elapsed_ms(e.end) / 1e3;
+    return true;
+  });
+}
 
 void Reducer::on_grad_ready(size_t index) {
   if (!sync_) return;  // no_sync: the gradient stays where AccumulateGrad put it
@@ -165,17 +184,21 @@ void Reducer::finish_pass() {
     launch_ready_buckets();
   }
 
-  // Wait in launch order; the time spent here is communication that backward did not hide.
-  const auto t0 = std::chrono::steady_clock::now();
+  // Wait in launch order; the time spent here is communication that backward did not hide. On a
+  // GPU the waits only order the stream, so the time is taken between events on it.
+  const Stream stream = current_stream(buckets_.front().flat.device());
+  ExposedSpan exposed;
+  exposed.begin.record(stream);
   {
     profiler::RecordScope span("wait for gradient all-reduce", profiler::Category::comm);
     for (Bucket& b : buckets_) b.work->wait();
   }
-  stats_.exposed_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  exposed.end.record(stream);
+  untimed_exposed_.push_back(std::move(exposed));
 
   NoGradGuard no_grad;
   for (Bucket& b : buckets_) {
-    stats_.comm_seconds += b.work->busy_seconds();
+    untimed_.push_back(b.work);  // counted once it has completed (the device may still run it)
     for (size_t s = 0; s < b.params.size(); ++s) {
       const Tensor& param = params_[b.params[s]].tensor;
       Tensor avg = slot_view(b.flat, b.offsets[s], param);
@@ -185,6 +208,7 @@ void Reducer::finish_pass() {
     }
   }
   stats_.syncs += 1;
+  collect_times(false);
   reset_pass();
 }
 

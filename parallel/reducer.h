@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include <ember/core/stream.h>
 #include <ember/core/tensor.h>
 #include <ember/parallel/comm_hooks.h>
 #include <ember/parallel/process_group.h>
@@ -81,7 +82,8 @@ class Reducer {
   /// Replaces ReducerOptions::comm_hook for the buckets launched from now on (call it between
   /// backward passes, on every rank alike).
   void set_comm_hook(CommHook hook) { opts_.comm_hook = std::move(hook); }
-  /// The totals since the last call, then resets them.
+  /// The totals since the last call, then resets them. Waits for the all-reduces still running on
+  /// the device (nccl), so that their busy time is counted.
   CommStats take_stats();
   /// For a rank that has run out of inputs (parallel::Join): the collectives of one synchronised
   /// backward pass of the other ranks, every bucket reduced through the hook as zeros, waited for;
@@ -110,6 +112,9 @@ class Reducer {
   void launch_ready_buckets();
   void finish_pass();
   void reset_pass();
+  /// Adds the busy time of the finished all-reduces in untimed_ and the exposed time of the spans
+  /// in untimed_exposed_ to stats_; with `wait`, waits for each to complete first.
+  void collect_times(bool wait);
 
   std::vector<Param> params_;
   std::vector<Bucket> buckets_;
@@ -120,6 +125,16 @@ class Reducer {
   bool in_pass_ = false;  // a synchronised pass has started (its callback is queued)
   size_t next_launch_ = 0;  // buckets below this index have been launched
   CommStats stats_;
+  /// All-reduces waited for whose busy time is not known yet: NCCL's wait() only orders the
+  /// caller's stream, so the device may still be running them when the pass ends.
+  std::vector<std::shared_ptr<Work>> untimed_;
+  /// The end of a pass's backward and the end of its wait for the all-reduces, as events on the
+  /// gradients' stream: on a GPU the time between them is what the stream waited for communication
+  /// (the host does not wait for NCCL); on the CPU, host times.
+  struct ExposedSpan {
+    Event begin, end;
+  };
+  std::vector<ExposedSpan> untimed_exposed_;
 };
 
 }  // namespace ember::parallel

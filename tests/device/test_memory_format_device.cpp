@@ -178,6 +178,40 @@ DEVICE_TEST_CASE("memory format: sums over the dims of a channels_last tensor eq
   for (size_t i = 0; i < km.size(); ++i) CHECK(std::fabs(km[i] - kr[i]) <= 2 * (g40 + u));
 }
 
+DEVICE_TEST_CASE("memory format: max, min, argmax and scattered-dim sums of channels_last f32/f16/bf16 match row-major",
+                 "[memory_format][reduce]") {
+  // Max, min and argmax are exact: equal bit for bit over any dims. Sums over dims that are not
+  // one block of the NHWC memory ({0, 1}, {1, 2}, {1, 3}) reduce in steps; f16/bf16 sums take the
+  // permute-and-copy path. Both within twice gamma_k * sum |x| of the row-major sum (f32
+  // accumulation), plus a rounding of each result to the storage type.
+  const double u32 = std::ldexp(1.0, -24);
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    const Tensor x = channels_last_input(dt, 40);
+    const Tensor xr = x.contiguous();
+    INFO(dtype_name(dt));
+    for (const std::vector<int64_t>& dims :
+         std::vector<std::vector<int64_t>>{{0, 1}, {1, 2}, {1, 3}, {0, 2, 3}, {2}, {0, 1, 2, 3}}) {
+      INFO("dims " << shape_str(dims));
+      for (kernels::ReduceOp op : {kernels::ReduceOp::Max, kernels::ReduceOp::Min})
+        CHECK(to_f64(kernels::reduce(op, x, dims)) == to_f64(kernels::reduce(op, xr, dims)));
+      int64_t k = 1;
+      for (int64_t d : dims) k *= x.size(d);
+      const double gamma = static_cast<double>(k) * u32 / (1 - static_cast<double>(k) * u32);
+      const double round = dt == DType::f32 ? 0.0 : (dt == DType::f16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8));
+      const std::vector<double> a = to_f64(kernels::reduce(kernels::ReduceOp::Sum, x, dims)),
+                                b = to_f64(kernels::reduce(kernels::ReduceOp::Sum, xr, dims)),
+                                mag = to_f64(kernels::reduce(kernels::ReduceOp::Sum, abs64(x), dims));
+      REQUIRE(a.size() == b.size());
+      for (size_t i = 0; i < a.size(); ++i)
+        CHECK(std::fabs(a[i] - b[i]) <= 2 * gamma * mag[i] + round * (std::fabs(a[i]) + std::fabs(b[i])));
+    }
+    for (int64_t dim = 0; dim < 4; ++dim) {
+      INFO("argmax dim " << dim);
+      CHECK(to_f64(kernels::argmax(x, dim)) == to_f64(kernels::argmax(xr, dim)));
+    }
+  }
+}
+
 DEVICE_TEST_CASE("memory format: gradients flow through contiguous(channels_last)", "[memory_format]") {
   Tensor x = random_tensor(kNCHW, DType::f32, 7, -1.0, 1.0, Layout::Contiguous, test_device());
   x.requires_grad_();

@@ -199,9 +199,11 @@ void Graph::capture_end() {
   rng_stride_ = 0;
   rng_generators_.clear();
   for (const auto& [g, n] : moves) rng_stride_ = std::max(rng_stride_, n);
+  rng_expected_.clear();
   for (const auto& [g, n] : moves) {
     if (n < rng_stride_) g->reserve(4 * (rng_stride_ - n));
     rng_generators_.push_back(g);
+    rng_expected_.push_back(g->state());
   }
   // extra = -stride and index = -1, so the first replay's own first node brings both to 0.
   detail::cuda_graph_rng_set(device_.index(), rng_, uint64_t(0) - rng_stride_, rng_stride_, ~uint64_t(0));
@@ -236,6 +238,16 @@ void Graph::replay() {
               failure_.empty() ? std::string(" (call capture_begin and capture_end first)")
                                : " (the capture failed: " + failure_ + ")");
   EMBER_CHECK(!capturing_, "cuda::Graph::replay: the graph is still capturing");
+  // The replay draws where the device's counter says, after the previous replay's numbers: a
+  // generator moved on the host since then would hand the same numbers out twice.
+  for (size_t i = 0; i < rng_generators_.size(); ++i) {
+    const RngState now = rng_generators_[i]->state();
+    EMBER_CHECK(now == rng_expected_[i], "cuda::Graph::replay: a generator the capture drew from moved since ",
+                replays_ == 0 ? "the capture" : "the last replay", " (offset ", rng_expected_[i].offset, " -> ",
+                now.offset, ", seed ", now.seed == rng_expected_[i].seed ? "unchanged" : "changed",
+                ": an eager random op, manual_seed or set_state); the replay would repeat random numbers already "
+                "drawn: capture again (train.cuda_graphs does after an eager step)");
+  }
   DeviceGuard guard(device_);
   detail::cuda_graph_launch(device_.index(), exec_, current_stream(device_).handle());
   // The host generators follow (a checkpoint, an eager step after it draws where eager would).
@@ -243,6 +255,7 @@ void Graph::replay() {
     for (Generator* g : rng_generators_) g->reserve(4 * rng_stride_);
     for (const auto& hook : replay_hooks_) hook();
   }
+  for (size_t i = 0; i < rng_generators_.size(); ++i) rng_expected_[i] = rng_generators_[i]->state();
   ++replays_;
 }
 
@@ -266,6 +279,7 @@ void Graph::reset() {
   replays_ = 0;
   rng_stride_ = 0;
   rng_generators_.clear();
+  rng_expected_.clear();
   replay_hooks_.clear();
 }
 

@@ -40,11 +40,8 @@
 #include <vector>
 
 #include <ember/core/device.h>
+#include <ember/core/rng.h>
 #include <ember/core/stream.h>
-
-namespace ember {
-class Generator;
-}
 
 namespace ember::cuda {
 
@@ -109,6 +106,9 @@ class Graph {
   int device_of_rng_ = -1;
   uint64_t rng_stride_ = 0;
   std::vector<Generator*> rng_generators_;  // advanced by rng_stride_ on the host at each replay
+  // Their states as the next replay expects them: one that moved since (an eager random op,
+  // manual_seed, set_state) would make the replay draw numbers already drawn, so replay() refuses.
+  std::vector<RngState> rng_expected_;
   std::vector<std::function<void()>> replay_hooks_;  // detail::on_replay, run at each replay after the first
 };
 

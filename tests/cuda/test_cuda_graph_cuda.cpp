@@ -201,6 +201,46 @@ TEST_CASE("cuda graph: a host wait inside a capture throws naming the op; the de
   CHECK(std::isfinite(sum(net->forward(b.input)).item<float>()));
 }
 
+TEST_CASE("cuda graph: a replay after the generator moved on the host is refused, a new capture replays", "[cuda]") {
+  // Replay k draws dropout's numbers right after replay k - 1's; an eager draw between them took
+  // those same numbers from the host generator, so the replay would hand them out twice.
+  manual_seed(5);
+  auto net = small_net(3, 0.25);
+  optim::SGD opt(net->parameters(), {.lr = 0.1});
+  const Stream side = new_stream(kGpu);
+  {
+    StreamGuard on_side(side);
+    for (uint64_t i = 0; i < 2; ++i) {
+      opt.zero_grad();
+      (void)step_body(*net, opt, batch(300 + i));
+    }
+  }
+  Batch statics = batch(302);
+  cuda::Graph graph;
+  auto capture = [&] {
+    opt.zero_grad();
+    cuda::GraphCapture c(graph, side);
+    (void)step_body(*net, opt, statics);
+    c.end();
+  };
+  capture();
+  REQUIRE(graph.rng_stride() > 0);
+  graph.replay();
+  graph.replay();
+  (void)rand({8}, {.device = kGpu});  // an eager draw from the default generator
+  CHECK_THAT(ember::testing::error_of([&] { graph.replay(); }),
+             Catch::Contains("moved since the last replay") && Catch::Contains("capture again"));
+  CHECK(graph.replays() == 2);
+  capture();
+  graph.replay();
+  manual_seed(6);
+  CHECK_THAT(ember::testing::error_of([&] { graph.replay(); }), Catch::Contains("seed changed"));
+  capture();
+  manual_seed(7);
+  CHECK_THAT(ember::testing::error_of([&] { graph.replay(); }), Catch::Contains("moved since the capture"));
+  synchronize(kGpu);
+}
+
 TEST_CASE("cuda graph: Adam captured steps at the replay's step count, as eager Adam does", "[cuda]") {
   // The bias corrections 1 - beta^t change every step: a replay that kept the captured t would
   // drift from eager Adam at once (step 2 vs 3 differs by ~25% in lr / (1 - 0.9^t)).

@@ -9,8 +9,9 @@
 
 namespace ember::train {
 
-GraphStep::GraphStep(StepRunner& runner, PhaseTimers& timers, Device device)
-    : runner_(runner), timers_(timers), device_(device) {
+GraphStep::GraphStep(StepRunner& runner, PhaseTimers& timers, Device device,
+                     std::function<void(const std::string&)> say)
+    : runner_(runner), timers_(timers), device_(device), say_(std::move(say)) {
   EMBER_CHECK(device.is_cuda(), "train.cuda_graphs: true needs a CUDA device; this run's device is ", device.str());
   side_ = new_stream(device);
   if (side_ == current_stream(device)) side_ = new_stream(device);
@@ -74,13 +75,30 @@ Tensor GraphStep::step(const Tensor& input, const Tensor& target,
     done.wait(main);
     return loss;
   }
+  if (given_up_) return eager(input, target, after_loss);
   if (graph_.captured() && !fits(input, target)) {
     // The eager step moves the optimizer's step counts and the generators' offsets on the host,
     // past the device-side counters the graph's replays advance: capture again at the next batch.
     recapture_ = true;
     return eager(input, target, after_loss);
   }
-  if (!graph_.captured() || recapture_ || runner_.optimizer().lr() != captured_lr_) {
+  const bool lr_moved = graph_.captured() && !recapture_ && runner_.optimizer().lr() != captured_lr_;
+  lr_recaptures_in_row_ = lr_moved ? lr_recaptures_in_row_ + 1 : 0;
+  if (lr_recaptures_in_row_ >= kMaxLrRecaptures) {
+    // A capture per step costs more than it saves: eager from here on (the replays kept the host's
+    // step counts and generator offsets in step, so an eager step continues where they left off).
+    given_up_ = true;
+    runner_.optimizer().zero_grad();  // the gradients live in the graph's pool, as the static loss does
+    static_loss_ = Tensor();
+    graph_.reset();
+    if (say_)
+      say_("train.cuda_graphs: the learning rate changed at " + std::to_string(kMaxLrRecaptures) +
+           " steps in a row (a schedule that moves it every step), and a captured step holds a fixed one: "
+           "CUDA graphs are off for the rest of the run, every step eager (a schedule that changes it only "
+           "between epochs, such as step or multistep, keeps them)");
+    return eager(input, target, after_loss);
+  }
+  if (!graph_.captured() || recapture_ || lr_moved) {
     capture(input, target);
     recapture_ = false;
   } else {

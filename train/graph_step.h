@@ -14,10 +14,15 @@
 // A batch of other shapes (the epoch's last, partial batch) runs eagerly and the next batch that fits
 // re-captures (the eager step moved the host's optimizer step counts and RNG offsets past what the
 // graph's device-side counters hold), and a learning rate that differs from the captured one (a
-// schedule's step) re-captures: host scalars are baked into the captured launches. Phase times: a replay is timed as
-// one span under the forward phase (its backward and optimizer kernels are inside the same launch).
+// schedule's step) re-captures: host scalars are baked into the captured launches. A learning rate
+// that changes at kMaxLrRecaptures steps in a row (a schedule that moves it every step: cosine,
+// onecycle, a warm-up) would cost a capture per step, slower than eager steps: the graph is then
+// given up for the rest of the run, said once through `say`, and every later step is eager. Phase
+// times: a replay is timed as one span under the forward phase (its backward and optimizer kernels
+// are inside the same launch).
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include <ember/core/cuda_graph.h>
 #include <ember/core/device.h>
@@ -31,9 +36,11 @@ namespace ember::train {
 class GraphStep {
  public:
   static constexpr int64_t kWarmupSteps = 3;
+  static constexpr int64_t kMaxLrRecaptures = 3;
 
-  /// `device` must be a CUDA device (cuda::Graph says so otherwise, at the first capture).
-  GraphStep(StepRunner& runner, PhaseTimers& timers, Device device);
+  /// `device` must be a CUDA device (cuda::Graph says so otherwise, at the first capture). `say`
+  /// gets one line when the graph is given up (see the top comment).
+  GraphStep(StepRunner& runner, PhaseTimers& timers, Device device, std::function<void(const std::string&)> say = {});
 
   /// One optimizer step on (input, target), both on the device. `after_loss(loss)` sees the loss
   /// (0-d, on the device) after the forward of an eager step or after a replay; its result is
@@ -43,6 +50,8 @@ class GraphStep {
   int64_t captures() const { return captures_; }
   int64_t replays() const { return replays_; }
   int64_t eager_steps() const { return eager_steps_; }
+  /// Whether the graph was given up (every step eager from then on).
+  bool given_up() const { return given_up_; }
   const cuda::Graph& graph() const { return graph_; }
 
  private:
@@ -59,6 +68,9 @@ class GraphStep {
   Tensor static_input_, static_target_, static_loss_;
   double captured_lr_ = 0;
   bool recapture_ = false;  // an eager step ran since the capture
+  bool given_up_ = false;
+  std::function<void(const std::string&)> say_;
+  int64_t lr_recaptures_in_row_ = 0;
   int64_t warm_ = 0, captures_ = 0, replays_ = 0, eager_steps_ = 0;
 };
 

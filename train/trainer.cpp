@@ -281,7 +281,7 @@ void Session::build() {
     EMBER_CHECK(!o_.profile.enabled,
                 "train.cuda_graphs: true cannot be profiled (profile.enabled): the ops inside "
                 "a replay are one launch; profile without CUDA graphs");
-    graph_ = std::make_unique<GraphStep>(*stepper_, *timers_, dev_);
+    graph_ = std::make_unique<GraphStep>(*stepper_, *timers_, dev_, [this](const std::string& s) { say(s); });
   }
   progress_ = std::make_unique<Progress>(*log_, log_->console_is_terminal(), o_.output.log_interval);
   if (dev_.is_cuda() && par_.is_root()) {

@@ -138,6 +138,11 @@ void Graph::capture_begin(Stream stream) {
   }
   detail::cuda_graph_rng_set(device.index(), rng_, 0, 0, 0);  // a capture-time launch never runs: 0 is safe
   CachingAllocator& alloc = cuda_caching_allocator(device.index());
+  // The capture allocates only from its own new pool: blocks cached for other streams (the eager
+  // warm-up steps' working set) could not serve it, so the first capture would need that much
+  // again. They go back to the driver first, as torch.cuda.graph does (the device is waited for).
+  synchronize(device);
+  alloc.empty_cache();
   pool_ = CachingAllocator::new_pool_id();
   alloc.begin_capture(stream_.handle(), pool_);
   try {

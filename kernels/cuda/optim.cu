@@ -140,6 +140,11 @@ struct AdamReplay {
   int64_t base_step = 0;  // the step count the capture ran with
   double lr = 0, beta1 = 0, beta2 = 0;
 };
+// adam_kernel's arguments, within CUDA's 4 KiB.
+static_assert(sizeof(TensorListMeta<4, optim_math::AdamTensorCoeffs<double>>) + sizeof(optim_math::AdamCoeffs<double>) +
+                      sizeof(AdamReplay) <=
+                  4096,
+              "adam_kernel's arguments exceed CUDA's 4 KiB");
 
 // ---- Adam: operands param (P), grad (G), exp_avg (P), exp_avg_sq (P) ----
 template <typename P, typename G>

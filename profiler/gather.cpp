@@ -35,6 +35,8 @@ void answer_pings(parallel::Store& store, int world_size, const ClockOptions& o,
 // Rank k: its round trips to rank 0; the shortest one gives the offset.
 ClockOffset ping(parallel::Store& store, int rank, const ClockOptions& o, const std::function<uint64_t()>& now) {
   store.get(key(o, rank, "go"));
+  // Removed at once: rank 0 may set it again for a next measurement as soon as the last pong is out.
+  store.remove(key(o, rank, "go"));
   ClockOffset best{0, std::numeric_limits<int64_t>::max(), o.round_trips};
   for (int i = 0; i < o.round_trips; ++i) {
     const uint64_t t0 = now();
@@ -50,7 +52,6 @@ ClockOffset ping(parallel::Store& store, int rank, const ClockOptions& o, const 
     }
   }
   for (int i = 0; i < o.round_trips; ++i) store.remove(key(o, rank, "pong", i));
-  store.remove(key(o, rank, "go"));
   return best;
 }
 
@@ -154,7 +155,7 @@ GatheredTrace detail::merge_chrome_traces(const std::vector<std::string>& all) {
       {"max_residual_us", us(worst)},
       {"clock_offsets", offsets}};
   nlohmann::ordered_json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", other}};
-  out.json = doc.dump(1) + "\n";
+  out.json = doc.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";  // as Profile's
   return out;
 }
 

@@ -19,6 +19,9 @@ namespace {
 
 std::atomic<bool> g_session{false};
 
+/// Microseconds from `origin` to `t` (nanoseconds of one clock), negative when t is earlier.
+double us_since(uint64_t origin, uint64_t t) { return static_cast<double>(static_cast<int64_t>(t - origin)) / 1e3; }
+
 }  // namespace
 
 // Self time of each span: its total less the totals of the spans directly inside it on the same
@@ -132,6 +135,10 @@ Profile::Profile(ProfileOptions options) : options_(options) {
   EMBER_CHECK(s.wait >= 0 && s.warmup >= 0 && s.active >= 0 && s.repeat >= 0,
               "Profile: schedule steps must be >= 0, got wait ", s.wait, ", warmup ", s.warmup, ", active ", s.active,
               ", repeat ", s.repeat);
+  // active 0 is "no schedule" (everything recorded): a wait or warmup with it would be ignored.
+  EMBER_CHECK(s.active > 0 || (s.wait == 0 && s.warmup == 0),
+              "Profile: a schedule needs active >= 1 (active 0 records everything, without a schedule), got wait ",
+              s.wait, ", warmup ", s.warmup, ", active 0");
   EMBER_CHECK(!g_session.exchange(true), "Profile: another Profile is running; one records at a time");
   try {
     origin_ns_ = now_ns();
@@ -153,7 +160,12 @@ Profile::Profile(ProfileOptions options) : options_(options) {
 }
 
 Profile::~Profile() {
-  if (running_) stop();
+  // Scopes opened after the Profile have ended by now, so stop() finds the step's span innermost.
+  try {
+    if (running_) stop();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ember: Profile: %s\n", e.what());
+  }
 }
 
 Profile::Phase Profile::phase_at(int64_t step) const {
@@ -179,8 +191,12 @@ void Profile::keep(std::vector<Event> events, bool discard) {
   // Every op's GPU events are released, also in steps thrown away (waits for their kernels).
   for (Event& e : events) resolve_gpu_time(e);
   if (discard) return;
-  counters_.insert(counters_.end(), samples.begin(), samples.end());
-  for (Event& e : events) spans_.push_back({std::move(e), step_, 0});
+  for (CounterSample& c : samples)
+    if (c.time_ns >= origin_ns_) counters_.push_back(std::move(c));
+  // A span that began before this profile (opened under an earlier one, on another thread, and
+  // closed during this one) is not this profile's.
+  for (Event& e : events)
+    if (e.start_ns >= origin_ns_) spans_.push_back({std::move(e), step_, 0});
 }
 
 void Profile::step() {
@@ -207,7 +223,17 @@ void Profile::step() {
 
 void Profile::stop() {
   if (!running_) return;
-  if (step_open_) detail::end();
+  if (step_open_) {
+    // As in step(): ending the innermost span must end the step's, not a scope still open in it.
+    std::string open;
+    Category category = Category::step;
+    const bool any = detail::innermost_open(open, category);
+    EMBER_CHECK(any && category == Category::step, "Profile::stop: called inside the span '", open,
+                "', which began in step ", step_,
+                " and is still open: stop the profile outside every scope "
+                "this thread opens while profiling");
+    detail::end();
+  }
   step_open_ = false;
   set_recording(false);
   keep(take_events(), phase_ != Phase::active);
@@ -237,7 +263,7 @@ std::string Profile::chrome_trace_json(int pid) const {
     events.push_back({{"name", s.event.name},
                       {"cat", category_name(s.event.category)},
                       {"ph", "X"},
-                      {"ts", static_cast<double>(s.event.start_ns - origin_ns_) / 1e3},
+                      {"ts", us_since(origin_ns_, s.event.start_ns)},
                       {"dur", static_cast<double>(s.event.end_ns - s.event.start_ns) / 1e3},
                       {"pid", pid},
                       {"tid", s.event.thread},
@@ -267,7 +293,7 @@ std::string Profile::chrome_trace_json(int pid) const {
   for (const CounterSample& c : counters_)
     events.push_back({{"name", c.name},
                       {"ph", "C"},
-                      {"ts", static_cast<double>(c.time_ns - origin_ns_) / 1e3},
+                      {"ts", us_since(origin_ns_, c.time_ns)},
                       {"pid", pid},
                       {"args", {{"bytes", c.value}}}});
   for (size_t t = 0; t < names.size(); ++t)
@@ -280,7 +306,8 @@ std::string Profile::chrome_trace_json(int pid) const {
                     {"tid", 0},
                     {"args", {{"name", "rank " + std::to_string(pid)}}}});
   nlohmann::ordered_json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
-  return doc.dump(1) + "\n";
+  // A span or thread name that is not UTF-8 is written with U+FFFD rather than failing the write.
+  return doc.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 void Profile::write_chrome_trace(const std::string& path, int pid) const {

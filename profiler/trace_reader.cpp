@@ -19,7 +19,7 @@ namespace {
 using nlohmann::json;
 
 std::string shown(const json& v) {
-  std::string s = v.dump();
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);  // an error message: never throws
   return s.size() > 60 ? s.substr(0, 57) + "..." : s;
 }
 
@@ -33,10 +33,13 @@ struct Reader {
     if (it == e.end()) fail(where + "." + key, what);
     return *it;
   }
+  // A time in microseconds (ts, dur): within +-1e15 us (31 years), so that it and sums of it stay
+  // exact in int64 nanoseconds.
   double number(const json& e, const std::string& where, const char* key, bool non_negative = false) const {
-    const json& v = field(e, where, key, non_negative ? "a number >= 0" : "a number");
-    if (!v.is_number() || (non_negative && v.get<double>() < 0) || !std::isfinite(v.get<double>()))
-      fail(where + "." + key, non_negative ? "a number >= 0" : "a number", &v);
+    const char* expected = non_negative ? "microseconds in [0, 1e15]" : "microseconds in [-1e15, 1e15]";
+    const json& v = field(e, where, key, expected);
+    if (!v.is_number() || (non_negative && v.get<double>() < 0) || !(std::fabs(v.get<double>()) <= 1e15))
+      fail(where + "." + key, expected, &v);
     return v.get<double>();
   }
   std::string string(const json& e, const std::string& where, const char* key) const {

@@ -104,6 +104,7 @@ RankShares rank_shares(const RankProfile& r) {
   struct OpTotal {
     int64_t calls = 0, gpu_calls = 0;
     uint64_t self_ns = 0, gpu_ns = 0;
+    bool compute = false;  // is_compute
   };
   // The kept steps on the training thread (or its recorded time), the waits that explain an idle
   // GPU, and the GPU's intervals (every op with GPU time, any thread: all of them run this
@@ -126,7 +127,8 @@ RankShares rank_shares(const RankProfile& r) {
         windows.emplace_back(s.event.start_ns, s.event.end_ns);
         break;
       case Category::data:
-        if (s.event.name == "wait for batch") {
+        // Waiting for a worker's batch, or (data.workers 0) collating it on this thread.
+        if (s.event.name == "wait for batch" || s.event.name == "collate batch") {
           input += duration(s);
           waits.emplace_back(s.event.start_ns, s.event.end_ns);
         }
@@ -147,6 +149,7 @@ RankShares rank_shares(const RankProfile& r) {
       case Category::backward: {
         if (is_compute(s)) compute += s.self_ns;
         OpTotal& t = ops[s.event.name];
+        t.compute = is_compute(s);
         ++t.calls;
         t.self_ns += s.self_ns;
         if (has_gpu_time(s)) {
@@ -192,7 +195,15 @@ RankShares rank_shares(const RankProfile& r) {
       tiny_ns += t.self_ns;
     }
   }
-  if (!on_gpu) out.launch = static_cast<double>(tiny_ns) / total;
+  if (!on_gpu) {
+    out.launch = static_cast<double>(tiny_ns) / total;
+    // A conv or matmul too small to be more than its call's overhead counts there, not also as
+    // compute: the shares stay parts of one step.
+    uint64_t tiny_compute_ns = 0;
+    for (const auto& [name, t] : tiny)
+      if (t.compute) tiny_compute_ns += t.self_ns;
+    out.compute = static_cast<double>(compute - tiny_compute_ns) / total;
+  }
   std::stable_sort(tiny.begin(), tiny.end(),
                    [](const auto& a, const auto& b) { return a.second.self_ns > b.second.self_ns; });
   for (const auto& [name, t] : tiny) {

@@ -199,6 +199,44 @@ TEST_CASE("profiler: a rank's shifted clock is measured within the residual it s
   CHECK_FALSE(server.check({"ember/profiler/clock/2/ping/7"}));
 }
 
+TEST_CASE("profiler: clock offsets measured twice back to back with one prefix, no pause between", "[cpu][profiler]") {
+  // Rank 1 removed its "go" key only after its last round trip; rank 0, done by then, could already
+  // have set it for the next measurement, which rank 1 then waited for until the store's timeout.
+  parallel::TcpStoreOptions so;
+  so.host = "127.0.0.1";
+  so.port = 0;
+  so.is_server = true;
+  so.timeout_s = 5;
+  parallel::TcpStore server(so);
+  ClockOptions o;
+  o.round_trips = 2;
+  for (int trial = 0; trial < 10; ++trial) {
+    std::string error;
+    std::thread rank1([&] {
+      try {
+        parallel::TcpStoreOptions co = so;
+        co.port = server.port();
+        co.is_server = false;
+        parallel::TcpStore store(co);
+        for (int m = 0; m < 2; ++m) (void)measure_clock_offset(store, 1, 2, o);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    });
+    std::string error0;
+    try {
+      for (int m = 0; m < 2; ++m) (void)measure_clock_offset(server, 0, 2, o);
+    } catch (const std::exception& e) {
+      error0 = e.what();
+    }
+    rank1.join();
+    INFO("trial " << trial);
+    CHECK(error.empty());
+    CHECK(error0.empty());
+    if (!error.empty() || !error0.empty()) break;
+  }
+}
+
 TEST_CASE("profiler: 2 DDP processes give one trace, all-reduce beside backward on each rank's row",
           "[multiproc][profiler][ddp]") {
   testing::TempDir dir;

@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -118,6 +120,72 @@ TEST_CASE("profiler: the schedule keeps its active steps only, nothing is record
   CHECK(steps == std::set<int64_t>{2, 3});
   CHECK_FALSE(recording());
   CHECK(error_of([] { Profile bad({.schedule = {.wait = -1}}); }).find("must be >= 0") != std::string::npos);
+  // active 0 means no schedule: a wait or warmup with it would be silently ignored.
+  CHECK(error_of([] {
+          Profile bad({.schedule = {.wait = 2, .warmup = 0, .active = 0}});
+        }).find("a schedule needs active >= 1") != std::string::npos);
+}
+
+TEST_CASE("profiler: a span opened under an earlier profile and closed during this one is not this one's",
+          "[cpu][profiler]") {
+  // A loader worker's scope open across two profiles: it began before the second one's origin,
+  // and keeping it wrote a start before the trace's (an unsigned wrap-around: ts ~1.8e16 us).
+  std::mutex mu;
+  std::condition_variable cv;
+  bool opened = false, close_now = false;
+  std::thread worker;
+  {
+    Profile first;
+    worker = std::thread([&] {
+      RecordScope s("worker span", Category::data);
+      std::unique_lock<std::mutex> lock(mu);
+      opened = true;
+      cv.notify_all();
+      cv.wait(lock, [&] { return close_now; });
+    });
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return opened; });
+  }
+  Profile second;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    close_now = true;
+  }
+  cv.notify_all();
+  worker.join();
+  { RecordScope s("main span", Category::user); }
+  second.stop();
+  for (const Span& sp : second.spans()) {
+    INFO(sp.event.name);
+    CHECK(sp.event.name != "worker span");
+    CHECK(sp.event.start_ns >= second.origin_ns());
+  }
+  CHECK(only_span(second, "main span").event.depth == 0);
+  const nlohmann::json trace = nlohmann::json::parse(second.chrome_trace_json(0));
+  for (const auto& e : trace["traceEvents"])
+    if (e.contains("ts")) CHECK(e["ts"].get<double>() >= 0);
+}
+
+TEST_CASE("profiler: stop() inside a scope opened in the step is an error naming it, and the step then ends as usual",
+          "[cpu][profiler]") {
+  Profile p({.schedule = {.wait = 0, .warmup = 0, .active = 2, .repeat = 1}});
+  {
+    RecordScope open("final block", Category::user);
+    CHECK(error_of([&] { p.stop(); }).find("Profile::stop: called inside the span 'final block'") != std::string::npos);
+  }
+  p.stop();
+  CHECK(only_span(p, "step 0").event.depth == 0);
+  CHECK(only_span(p, "final block").event.depth == 1);  // inside step 0's span
+  CHECK(take_events().empty());  // nothing left behind in the recording buffers
+}
+
+TEST_CASE("profiler: a span name that is not UTF-8 is written with U+FFFD, not an exception", "[cpu][profiler]") {
+  Profile p;
+  { RecordScope s(std::string("bad \xff name"), Category::user); }
+  p.stop();
+  std::string json;
+  REQUIRE_NOTHROW(json = p.chrome_trace_json(0));
+  CHECK(json.find("bad \xEF\xBF\xBD name") != std::string::npos);
 }
 
 TEST_CASE("profiler: step() inside a scope opened in the step is an error naming the scope", "[cpu][profiler]") {

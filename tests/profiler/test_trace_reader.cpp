@@ -138,9 +138,12 @@ TEST_CASE("trace reader: errors name the file, the JSON path and what was expect
   CHECK(contains(err(R"({"traceEvents": [{"ph": "M", "name": "x", "pid": 0}, 5]})"),
                  "t.json: traceEvents[1]: expected an object (a trace event), got 5"));
   CHECK(contains(err(R"({"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": "abc", "pid": 0, "tid": 0}]})"),
-                 "t.json: traceEvents[0].dur: expected a number >= 0, got \"abc\""));
+                 "t.json: traceEvents[0].dur: expected microseconds in [0, 1e15], got \"abc\""));
   CHECK(contains(err(R"([{"ph": "X", "name": "a", "ts": 1, "dur": -2, "pid": 0, "tid": 0}])"),
-                 "t.json: [0].dur: expected a number >= 0, got -2"));
+                 "t.json: [0].dur: expected microseconds in [0, 1e15], got -2"));
+  // A time past int64 nanoseconds (a writer's unsigned wrap-around) is refused, not overflowed.
+  CHECK(contains(err(R"([{"ph": "X", "name": "a", "ts": 1.8e16, "dur": 2, "pid": 0, "tid": 0}])"),
+                 "t.json: [0].ts: expected microseconds in [-1e15, 1e15], got 1.8e+16"));
   CHECK(contains(err(R"([{"ph": "X", "name": "a", "ts": 1, "dur": 2, "tid": 0}])"),
                  "t.json: [0].pid: expected an integer (missing)"));
   CHECK(contains(err(R"([{"ph": "X", "name": "a", "ts": 1, "dur": 2, "pid": 0, "tid": 0, "args": {"step": "x"}}])"),

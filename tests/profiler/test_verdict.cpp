@@ -77,6 +77,18 @@ TEST_CASE("verdict: waiting for batches past a fifth of the step is input-bound"
   CHECK_FALSE(contains(md, "on rank"));  // one rank: no rank named
 }
 
+TEST_CASE("verdict: with data.workers 0, collating on the training thread is input time", "[cpu][profiler]") {
+  RankBuilder b;
+  b.span("step 1", Category::step, 0, 1000, 0)
+      .span("collate batch", Category::data, 0, 600, 1)  // no workers: the training thread collates
+      .span("conv2d", Category::op, 600, 950, 1);
+  const Verdict v = verdict({b.done()});
+  CHECK(v.ranks[0].input == Approx(0.6));
+  REQUIRE_FALSE(v.findings.empty());
+  CHECK(v.findings[0].kind == "input-bound");
+  CHECK(contains(v.markdown(), "`data.workers`"));
+}
+
 TEST_CASE("verdict: exposed all-reduce on the slowest rank is communication-bound", "[cpu][profiler]") {
   RankBuilder r0(0), r1(1);
   r0.span("step 3", Category::step, 0, 1000, 0).span("wait for gradient all-reduce", Category::comm, 800, 900, 1);
@@ -142,6 +154,18 @@ TEST_CASE("verdict: many tiny ops are launch-bound (per-op overhead on a CPU), n
     CHECK(contains(md, cuda ? "kernel launch" : "per-op overhead"));
     CHECK(contains(md, "`add` (60 calls, 5.0 us)"));
   }
+}
+
+TEST_CASE("verdict: on a CPU a matmul too small to be more than its overhead is launch time, not also compute",
+          "[cpu][profiler]") {
+  RankBuilder b;
+  b.span("step 1", Category::step, 0, 1000, 0);
+  for (uint64_t i = 0; i < 100; ++i) b.span("matmul", Category::op, 10 * i, 10 * i + 8, 1);  // 8 us each
+  const Verdict v = verdict({b.done()});
+  CHECK(v.ranks[0].launch == Approx(0.8));
+  CHECK(v.ranks[0].compute == Approx(0.0));  // counted once: the shares are parts of one step
+  REQUIRE(v.findings.size() == 1);
+  CHECK(v.findings[0].kind == "launch-bound");
 }
 
 TEST_CASE("verdict: with GPU time, a GPU idle while nothing is awaited is launch-bound, naming tiny kernels",

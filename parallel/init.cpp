@@ -1,9 +1,13 @@
 // init_process_group, the default group and the "auto" backend (see init.h).
 #include <ember/parallel/init.h>
 
+#include <unistd.h>
+
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 
 #include <ember/core/error.h>
 #include <ember/parallel/process_group_nccl.h>
@@ -65,6 +69,25 @@ bool debug_from_env() {
   return true;
 }
 
+// Every rank must be started with one world size, and each rank number by one process: a node
+// started with another --nproc-per-node (its WORLD_SIZE differs) or two processes given the same
+// RANK would otherwise wait for ranks that never come, or join as someone else. The first to
+// join sets each key; the others compare.
+void check_membership(Store& store, const RankInfo& info) {
+  const std::string world = std::to_string(info.world_size);
+  const std::string seen = store.compare_set("ember/init/world_size", "", world);
+  EMBER_CHECK(seen == world, "init_process_group: rank ", info.rank, " was started with world size ", world, " (from ",
+              info.source, ") but an earlier rank joined with world size ", seen,
+              ": every rank needs the same world size (on every node the same --nproc-per-node, or the same "
+              "WORLD_SIZE / SLURM_NTASKS)");
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "?");
+  const std::string me = std::string(host) + " pid " + std::to_string(::getpid());
+  const std::string owner = store.compare_set("ember/init/rank/" + std::to_string(info.rank), "", me);
+  EMBER_CHECK(owner == me, "init_process_group: rank ", info.rank, " (from ", info.source, ") was already taken by ",
+              owner, " when ", me, " joined: two processes were given the same rank");
+}
+
 }  // namespace
 
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
@@ -72,7 +95,8 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
               "init_process_group: unknown backend '", opts.backend, "' (expected \"auto\", \"tcp\" or \"nccl\")");
   EMBER_CHECK(opts.algorithm == "native" || opts.algorithm == "ring", "init_process_group: unknown algorithm '",
               opts.algorithm, "' (expected \"native\" or \"ring\")");
-  EMBER_CHECK(opts.timeout_s >= 0, "init_process_group: timeout_s must not be negative, got ", opts.timeout_s);
+  EMBER_CHECK(opts.timeout_s >= 0 && std::isfinite(opts.timeout_s),
+              "init_process_group: timeout_s must be a finite number of seconds >= 0, got ", opts.timeout_s);
   const RankInfo info = discover_rank(opts.rank);
 
   GroupOptions g;
@@ -93,6 +117,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
                 info.source;
     store = std::make_shared<TcpStore>(so);
   }
+  check_membership(*store, info);
 
   std::shared_ptr<ProcessGroup> pg;
   if (opts.backend == "tcp") {

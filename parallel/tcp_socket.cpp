@@ -39,7 +39,11 @@ double seconds_left(Clock::time_point deadline) {
 }
 
 Clock::time_point deadline_in(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  // Saturated: a timeout of centuries (or infinity) must not wrap the clock into the past.
+  const Clock::time_point now = Clock::now();
+  const double room = std::chrono::duration<double>(Clock::time_point::max() - now).count();
+  if (!(seconds < room)) return Clock::time_point::max();
+  return now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::max(seconds, 0.0)));
 }
 
 std::string error_text(int err) {

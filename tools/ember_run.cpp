@@ -397,8 +397,14 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
 
 class Launcher {
  public:
-  Launcher(Args args, std::string program, std::string addr, int port, int attempt)
-      : a_(std::move(args)), program_(std::move(program)), addr_(std::move(addr)), port_(port), attempt_(attempt) {}
+  /// `watched`: the signals take_signals() blocked, read here through a signalfd.
+  Launcher(Args args, std::string program, std::string addr, int port, int attempt, const sigset_t& watched)
+      : a_(std::move(args)),
+        program_(std::move(program)),
+        addr_(std::move(addr)),
+        port_(port),
+        attempt_(attempt),
+        watched_(watched) {}
   ~Launcher() {
     if (sigfd_ >= 0) ::close(sigfd_);
   }
@@ -411,18 +417,7 @@ class Launcher {
 
   /// Starts every rank, watches them until all have ended, returns ember-run's exit status.
   int run() {
-    sigset_t watched;
-    sigemptyset(&watched);
-    for (int s : {SIGCHLD, SIGINT, SIGTERM}) {
-      // A signal ignored at start stays ignored, here and in the children (a shell starts
-      // background jobs with SIGINT ignored, so Ctrl-C does not reach them).
-      struct sigaction old {};
-      if (s == SIGCHLD || (::sigaction(s, nullptr, &old) == 0 && old.sa_handler != SIG_IGN)) sigaddset(&watched, s);
-    }
-    // Blocked before the first fork, so no SIGCHLD is lost; the children unblock them.
-    ::sigprocmask(SIG_BLOCK, &watched, nullptr);
-    ::signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the launcher (children reset it)
-    sigfd_ = ::signalfd(-1, &watched, SFD_CLOEXEC | SFD_NONBLOCK);
+    sigfd_ = ::signalfd(-1, &watched_, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sigfd_ < 0) return fail_launch(std::string("signalfd: ") + std::strerror(errno));
     if (!a_.log_dir.empty()) {
       std::error_code ec;
@@ -442,6 +437,7 @@ class Launcher {
       }
     }
     loop();
+    kill_leftovers();
     return finish();
   }
 
@@ -519,10 +515,22 @@ class Launcher {
         std::count_if(children_.begin(), children_.end(), [](const Child& c) { return c.running; }));
   }
 
-  /// Sends `sig` to each running rank's process group (the rank and anything it started).
+  /// Sends `sig` to each rank's process group (the rank and anything it started): also a rank
+  /// that has exited, whose group may still hold what it started.
   void stop_all(int sig) {
     for (Child& c : children_)
-      if (c.running && ::kill(-c.pid, sig) != 0) ::kill(c.pid, sig);
+      if (::kill(-c.pid, sig) != 0 && c.running) ::kill(c.pid, sig);
+  }
+
+  /// Every rank has ended: whatever one started and left running (its process group still has
+  /// members) is killed, so that nothing of this attempt outlives it or runs into a restart.
+  void kill_leftovers() {
+    for (const Child& c : children_)
+      if (::kill(-c.pid, 0) == 0) {
+        say("rank " + std::to_string(c.rank) + " left processes running in its process group " + std::to_string(c.pid) +
+            "; killing them");
+        ::kill(-c.pid, SIGKILL);
+      }
   }
 
   void loop() {
@@ -670,6 +678,7 @@ class Launcher {
   int port_;
   int attempt_;  // 0, then 1.. for each --max-restarts restart
   int sigfd_ = -1;
+  sigset_t watched_;
   std::vector<Child> children_;
   int first_failure_ = -1;
   int interrupt_ = 0;  // the first SIGINT/SIGTERM ember-run received
@@ -677,6 +686,28 @@ class Launcher {
 };
 
 }  // namespace
+
+/// Before anything can start a thread (CUDA's, counting GPUs for --nproc-per-node gpu): SIGCHLD
+/// back to its default (left ignored by the caller, the kernel would reap the ranks itself and
+/// ember-run would wait forever), the signals ember-run watches blocked (threads inherit the mask,
+/// so none can take a signal meant for the signalfd; the ranks unblock them) and SIGPIPE ignored (a
+/// closed stdout must not kill the launcher; the ranks reset it). A signal ignored at start other
+/// than SIGCHLD stays ignored, here and in the ranks (a shell starts background jobs with SIGINT
+/// ignored, so Ctrl-C does not reach them). Returns the watched set.
+sigset_t take_signals() {
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  ::sigaction(SIGCHLD, &dfl, nullptr);
+  sigset_t watched;
+  sigemptyset(&watched);
+  for (int s : {SIGCHLD, SIGINT, SIGTERM}) {
+    struct sigaction old {};
+    if (s == SIGCHLD || (::sigaction(s, nullptr, &old) == 0 && old.sa_handler != SIG_IGN)) sigaddset(&watched, s);
+  }
+  ::sigprocmask(SIG_BLOCK, &watched, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  return watched;
+}
 
 int main(int argc, char** argv) {
   Args args;
@@ -689,6 +720,7 @@ int main(int argc, char** argv) {
     print_usage(stdout);
     return 0;
   }
+  const sigset_t watched = take_signals();
   std::string why;
   if (args.nproc_gpu) {
     args.nproc = visible_gpus(why);
@@ -711,7 +743,7 @@ int main(int argc, char** argv) {
     return kExitLaunch;
   }
   for (int attempt = 0;; ++attempt) {
-    Launcher launcher(args, program, addr, port, attempt);
+    Launcher launcher(args, program, addr, port, attempt, watched);
     const int code = launcher.run();
     if (code == 0 || !launcher.rank_failed()) return code;
     if (attempt >= args.max_restarts) {

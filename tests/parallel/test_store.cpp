@@ -12,7 +12,9 @@
 #include <thread>
 #include <vector>
 
+#include <ember/parallel/init.h>
 #include <ember/parallel/store.h>
+#include <ember/parallel/tcp_socket.h>
 
 #include "support/error_of.h"
 
@@ -145,6 +147,46 @@ TEST_CASE("TcpStore: timeouts name the keys, the time waited and the store", "[c
   CHECK(seconds_since(t0) >= 0.29);
   // The connection is still in step after the timeouts.
   CHECK(client->get("present") == "1");
+}
+
+TEST_CASE("deadlines of huge or infinite timeouts saturate instead of wrapping into the past",
+          "[cpu][parallel][store]") {
+  using Clock = std::chrono::steady_clock;
+  const auto now = Clock::now();
+  CHECK(net::deadline_in(1e10) > now + std::chrono::hours(24 * 365));
+  CHECK(net::deadline_in(std::numeric_limits<double>::infinity()) == Clock::time_point::max());
+  CHECK(net::seconds_left(net::deadline_in(1e10)) > 1e9);
+  CHECK(net::deadline_in(0.5) < now + std::chrono::seconds(2));
+  InitOptions o;
+  o.timeout_s = std::numeric_limits<double>::infinity();
+  CHECK_THAT(error_of([&] { init_process_group(o); }), Catch::Contains("timeout_s must be a finite number"));
+}
+
+TEST_CASE("init_process_group: a rank with another world size, or a rank taken by another process, is refused",
+          "[cpu][parallel][store]") {
+  // What an earlier rank left in the job's store: a world size of 3, and rank 0 taken elsewhere.
+  auto server = make_server(5.0);
+  server->set("ember/init/world_size", "3");
+  InitOptions o;
+  o.backend = "tcp";
+  o.store = server;
+  o.rank.rank = 1;
+  o.rank.world_size = 2;
+  o.rank.master_addr = "127.0.0.1";
+  o.rank.master_port = server->port();
+  o.timeout_s = 5;
+  CHECK_THAT(error_of([&] { init_process_group(o); }),
+             Catch::Contains("rank 1 was started with world size 2 (from options) but an earlier rank joined with "
+                             "world size 3") &&
+                 Catch::Contains("--nproc-per-node"));
+  server->remove("ember/init/world_size");
+  server->set("ember/init/rank/0", "node7 pid 4242");
+  o.rank.rank = 0;
+  o.rank.world_size = 1;
+  CHECK_THAT(error_of([&] { init_process_group(o); }),
+             Catch::Contains("rank 0 (from options) was already taken by node7 pid 4242 when ") &&
+                 Catch::Contains("two processes were given the same rank"));
+  CHECK_FALSE(is_initialized());
 }
 
 TEST_CASE("store_barrier: passes when all arrive, and a timeout names the missing ranks", "[cpu][parallel][store]") {

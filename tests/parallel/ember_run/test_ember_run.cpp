@@ -51,9 +51,11 @@ struct Result {
 
 /// Runs ember-run with `args`; EMBER_RUN_TEST_DIR=`dir` and the entries of `env` ("NAME=value")
 /// added to its environment. `during(pid)` runs on a second thread while the output is read.
+/// `wrapper` (a program's absolute path and its arguments) runs ember-run as its last argument.
 Result run(const std::vector<std::string>& args, const TempDir& dir, const std::vector<std::string>& env = {},
-           const std::function<void(pid_t)>& during = {}) {
-  std::vector<std::string> argv_s{EMBER_RUN_PROGRAM};
+           const std::function<void(pid_t)>& during = {}, const std::vector<std::string>& wrapper = {}) {
+  std::vector<std::string> argv_s = wrapper;
+  argv_s.push_back(EMBER_RUN_PROGRAM);
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<std::string> env_s{"EMBER_RUN_TEST_DIR=" + dir.str()};
   env_s.insert(env_s.end(), env.begin(), env.end());
@@ -165,6 +167,21 @@ std::vector<std::string> lines_of(const std::string& text) {
 /// True when no process has the pid any more (ember-run reaped it).
 bool gone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
 
+/// True once `pid`, not ember-run's child (an orphan init adopts), has ended within `limit`: gone,
+/// or a zombie its new parent has not reaped yet.
+bool ended_within(pid_t pid, std::chrono::seconds limit) {
+  const auto until = Clock::now() + limit;
+  while (Clock::now() < until) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) return true;
+    const size_t paren = line.rfind(')');
+    if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z') return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
 }  // namespace
 
 TEST_CASE("ember-run: every rank gets its variables, and its lines come back prefixed", "[multiproc]") {
@@ -262,6 +279,34 @@ TEST_CASE("ember-run: a rank's exit status ends the job and becomes ember-run's"
           wait_ready(ok, {0, 1});
           ::kill(launcher, SIGTERM);
         }).code() == 128 + SIGTERM);
+}
+
+TEST_CASE("ember-run: what a failed rank started is killed too, after the rank itself has exited", "[multiproc]") {
+  // The rank starts a process that ignores SIGTERM, records its pid and exits with 3 at once: its
+  // process group outlives it. ember-run signalled only ranks still running, and it stayed.
+  TempDir dir;
+  const Result r = run({"--nproc-per-node", "1", "/bin/sh", "-c",
+                        "(trap '' TERM; exec sleep 300) & echo $! > \"$EMBER_RUN_TEST_DIR/orphan\"; exit 3"},
+                       dir);
+  CHECK(r.code() == 3);
+  pid_t orphan = 0;
+  std::ifstream(dir.path() / "orphan") >> orphan;
+  REQUIRE(orphan > 0);
+  CHECK(ended_within(orphan, std::chrono::seconds(5)));
+  if (!ended_within(orphan, std::chrono::seconds(0))) ::kill(orphan, SIGKILL);  // leave nothing behind
+  CHECK_THAT(r.err, Contains("rank 0 left processes running in its process group"));
+}
+
+TEST_CASE("ember-run: started with SIGCHLD ignored, it still sees its ranks end", "[multiproc]") {
+  // Ignored SIGCHLD is inherited through exec; the kernel then reaps children itself and sends no
+  // SIGCHLD, and ember-run waited for ranks that had long ended.
+  TempDir dir;
+  const Result r =
+      run(cat({"--nproc-per-node", "2"}, child({"exit", "1", "3"})), dir, {}, {},
+          {"/bin/bash", "-c", "trap '' CHLD; exec \"$0\" \"$@\""});  // bash: dash's trap leaves SIGCHLD as it is
+  CHECK(r.code() == 3);
+  CHECK(r.seconds < 10);
+  CHECK_THAT(r.err, Contains("exiting with status 3: rank 1"));
 }
 
 TEST_CASE("ember-run: --max-restarts starts every rank again after a failure, up to K times", "[multiproc]") {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -90,6 +91,17 @@ void check_membership(Store& store, const RankInfo& info) {
 
 }  // namespace
 
+std::string loopback_master_warning(const RankInfo& info, const std::string& served) {
+  const bool loopback = served.rfind("127.", 0) == 0 || served == "::1" || served.rfind("::ffff:127.", 0) == 0;
+  if (info.rank != 0 || info.local_world_size >= info.world_size || !loopback) return "";
+  return "init_process_group: MASTER_ADDR=" + info.master_addr + " is " + served +
+         " on rank 0's node, a loopback address, but the job spans several nodes (world size " +
+         std::to_string(info.world_size) + ", " + std::to_string(info.local_world_size) +
+         " on this node): nodes on other hosts cannot reach it (fine when every node runs on this host, as in a "
+         "test); set MASTER_ADDR to an address of this node that the others reach (its IP, or a host name that "
+         "/etc/hosts does not map to 127.0.1.1)";
+}
+
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
   EMBER_CHECK(opts.backend == "auto" || opts.backend == "tcp" || opts.backend == "nccl",
               "init_process_group: unknown backend '", opts.backend, "' (expected \"auto\", \"tcp\" or \"nccl\")");
@@ -116,6 +128,8 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
     so.origin = "MASTER_ADDR=" + info.master_addr + ", MASTER_PORT=" + std::to_string(info.master_port) + ", from " +
                 info.source;
     store = std::make_shared<TcpStore>(so);
+    if (const std::string w = loopback_master_warning(info, store->local_address()); !w.empty())
+      std::fprintf(stderr, "ember: %s\n", w.c_str());
   }
   check_membership(*store, info);
 

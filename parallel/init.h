@@ -41,6 +41,10 @@ struct InitOptions {
 /// group as the default group. Errors name the setting at fault (MASTER_PORT in use, MASTER_ADDR
 /// that does not resolve, RANK >= WORLD_SIZE, an unknown backend, ...).
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts = {});
+/// init_process_group's warning on rank 0 (printed to stderr), or "": the store is served at
+/// `served`, a loopback address, while the job spans several nodes (local_world_size below
+/// world_size), which other hosts cannot reach (a host name /etc/hosts maps to 127.0.1.1).
+std::string loopback_master_warning(const RankInfo& info, const std::string& served);
 /// The group of the last init_process_group(); throws when there is none.
 ProcessGroup& default_group();
 /// True between init_process_group() and destroy_process_group().

@@ -189,6 +189,26 @@ TEST_CASE("init_process_group: a rank with another world size, or a rank taken b
   CHECK_FALSE(is_initialized());
 }
 
+TEST_CASE("init_process_group: rank 0 of a several-node job warns of a MASTER_ADDR that is loopback on its node",
+          "[cpu][parallel][store]") {
+  RankInfo info;
+  info.rank = 0;
+  info.world_size = 8;
+  info.local_world_size = 4;  // two nodes
+  info.master_addr = "node01";
+  CHECK_THAT(loopback_master_warning(info, "127.0.1.1"),
+             Catch::Contains("MASTER_ADDR=node01 is 127.0.1.1 on rank 0's node, a loopback address") &&
+                 Catch::Contains("spans several nodes (world size 8, 4 on this node)") &&
+                 Catch::Contains("/etc/hosts"));
+  CHECK_FALSE(loopback_master_warning(info, "::1").empty());
+  CHECK(loopback_master_warning(info, "10.1.2.3").empty());  // reachable
+  info.local_world_size = 8;
+  CHECK(loopback_master_warning(info, "127.0.0.1").empty());  // one node: loopback is right
+  info.local_world_size = 4;
+  info.rank = 4;
+  CHECK(loopback_master_warning(info, "127.0.1.1").empty());  // rank 0 says it, once
+}
+
 TEST_CASE("store_barrier: passes when all arrive, and a timeout names the missing ranks", "[cpu][parallel][store]") {
   auto server = make_server();
   std::vector<std::thread> threads;

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <map>
 #include <sstream>
-#include <thread>
 
 #include <ember/autograd/engine.h>
 #include <ember/autograd/grad_mode.h>
@@ -98,16 +97,17 @@ CommStats Reducer::take_stats() {
 }
 
 void Reducer::collect_times(bool wait) {
-  std::erase_if(untimed_, [&](const std::shared_ptr<Work>& w) {
-    while (wait && !w->is_completed()) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    if (!w->is_completed()) return false;
-    stats_.comm_seconds += w->busy_seconds();
-    return true;
-  });
+  // A pass's exposed span ends after its stream waited for every all-reduce of the pass: once the
+  // span's end has completed (with `wait`, waited for here), so have they.
   std::erase_if(untimed_exposed_, [&](const ExposedSpan& e) {
     if (wait) e.end.synchronize();
     if (!e.end.query()) return false;
     stats_.exposed_seconds += e.begin.elapsed_ms(e.end) / 1e3;
+    return true;
+  });
+  std::erase_if(untimed_, [&](const std::shared_ptr<Work>& w) {
+    if (!w->is_completed()) return false;
+    stats_.comm_seconds += w->busy_seconds();
     return true;
   });
 }

@@ -199,23 +199,26 @@ void Profile::keep(std::vector<Event> events, bool discard) {
     if (e.start_ns >= origin_ns_) spans_.push_back({std::move(e), step_, 0});
 }
 
+void Profile::end_step_span(const char* caller) {
+  // The step's span must be this thread's innermost: a scope opened in the step and still open
+  // would end after it, and the trace's spans on this thread would overlap partly.
+  std::string open;
+  Category category = Category::step;
+  const bool any = detail::innermost_open(open, category);
+  EMBER_CHECK(any && category == Category::step, "Profile::", caller, ": called inside the span '", open,
+              "', which began in step ", step_, " and is still open: call ", caller,
+              "() outside every scope this thread opens while profiling (after the block of its "
+              "EMBER_PROFILE_SCOPE)");
+  detail::end();
+}
+
 void Profile::step() {
   EMBER_CHECK(running_, "Profile::step: the profile has stopped");
   if (phase_ == Phase::done) {  // the schedule is over: a long run's later steps cost a branch
     ++step_;
     return;
   }
-  if (step_open_) {
-    // The step's span must be this thread's innermost: a scope opened in the step and still open
-    // would end after it, and the trace's spans on this thread would overlap partly.
-    std::string open;
-    Category category = Category::step;
-    const bool any = detail::innermost_open(open, category);
-    EMBER_CHECK(any && category == Category::step, "Profile::step: called inside the span '", open,
-                "', which began in step ", step_, " and is still open: call step() outside every scope this ",
-                "thread opens while profiling (after the block of its EMBER_PROFILE_SCOPE)");
-    detail::end();
-  }
+  if (step_open_) end_step_span("step");
   keep(take_events(), phase_ != Phase::active);  // warmup: recorded, thrown away
   ++step_;
   enter(phase_at(step_));
@@ -223,17 +226,7 @@ void Profile::step() {
 
 void Profile::stop() {
   if (!running_) return;
-  if (step_open_) {
-    // As in step(): ending the innermost span must end the step's, not a scope still open in it.
-    std::string open;
-    Category category = Category::step;
-    const bool any = detail::innermost_open(open, category);
-    EMBER_CHECK(any && category == Category::step, "Profile::stop: called inside the span '", open,
-                "', which began in step ", step_,
-                " and is still open: stop the profile outside every scope "
-                "this thread opens while profiling");
-    detail::end();
-  }
+  if (step_open_) end_step_span("stop");
   step_open_ = false;
   set_recording(false);
   keep(take_events(), phase_ != Phase::active);

@@ -123,6 +123,9 @@ class Profile {
   enum class Phase { wait, warmup, active, done };
   Phase phase_at(int64_t step) const;
   void enter(Phase phase);
+  /// Ends the open step's span; an error naming the span when another is innermost (`caller`:
+  /// "step" or "stop").
+  void end_step_span(const char* caller);
   void keep(std::vector<Event> events, bool discard);
 
   ProfileOptions options_;

@@ -34,11 +34,15 @@ Tensor GraphStep::eager(const Tensor& input, const Tensor& target,
   return loss;
 }
 
-void GraphStep::capture(const Tensor& input, const Tensor& target) {
-  // Gradients allocated inside the capture live in the graph's pool: static across replays.
-  runner_.optimizer().zero_grad();
+void GraphStep::release_graph() {
+  runner_.optimizer().zero_grad();  // the gradients live in the graph's pool, as the static loss does
   static_loss_ = Tensor();
   graph_.reset();
+}
+
+void GraphStep::capture(const Tensor& input, const Tensor& target) {
+  // Gradients allocated inside the capture live in the graph's pool: static across replays.
+  release_graph();
   {
     NoGradGuard no_grad;
     static_input_ = input.clone();
@@ -88,9 +92,7 @@ Tensor GraphStep::step(const Tensor& input, const Tensor& target,
     // A capture per step costs more than it saves: eager from here on (the replays kept the host's
     // step counts and generator offsets in step, so an eager step continues where they left off).
     given_up_ = true;
-    runner_.optimizer().zero_grad();  // the gradients live in the graph's pool, as the static loss does
-    static_loss_ = Tensor();
-    graph_.reset();
+    release_graph();
     if (say_)
       say_("train.cuda_graphs: the learning rate changed at " + std::to_string(kMaxLrRecaptures) +
            " steps in a row (a schedule that moves it every step), and a captured step holds a fixed one: "

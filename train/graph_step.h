@@ -59,6 +59,8 @@ class GraphStep {
   /// Whether (input, target) fit the static tensors (same sizes, strides and dtypes).
   bool fits(const Tensor& input, const Tensor& target) const;
   void capture(const Tensor& input, const Tensor& target);
+  /// Drops the graph and what lives in its pool (the gradients, the static loss).
+  void release_graph();
 
   StepRunner& runner_;
   PhaseTimers& timers_;

@@ -152,16 +152,24 @@ bool overlap(const X& a, const X& b, double slack_us = 0) {
 
 }  // namespace
 
+namespace {
+// A store server on a free loopback port; a rank's client copies these with its port and is_server false.
+parallel::TcpStoreOptions server_options(double timeout_s) {
+  parallel::TcpStoreOptions so;
+  so.host = "127.0.0.1";
+  so.port = 0;
+  so.is_server = true;
+  so.timeout_s = timeout_s;
+  return so;
+}
+}  // namespace
+
 TEST_CASE("profiler gather child", "[.profiler_gather_child]") {
   testing::run_scenario("EMBER_GATHER_SCENARIO", {{"ddp", ddp_child}});
 }
 
 TEST_CASE("profiler: a rank's shifted clock is measured within the residual it states", "[cpu][profiler]") {
-  parallel::TcpStoreOptions so;
-  so.host = "127.0.0.1";
-  so.port = 0;
-  so.is_server = true;
-  so.timeout_s = 30;
+  const parallel::TcpStoreOptions so = server_options(30);
   parallel::TcpStore server(so);
   const int world = 3;
   // Rank k's clock reads shift[k] ahead of rank 0's; one negative, one of several seconds.
@@ -202,11 +210,7 @@ TEST_CASE("profiler: a rank's shifted clock is measured within the residual it s
 TEST_CASE("profiler: clock offsets measured twice back to back with one prefix, no pause between", "[cpu][profiler]") {
   // Rank 1 removed its "go" key only after its last round trip; rank 0, done by then, could already
   // have set it for the next measurement, which rank 1 then waited for until the store's timeout.
-  parallel::TcpStoreOptions so;
-  so.host = "127.0.0.1";
-  so.port = 0;
-  so.is_server = true;
-  so.timeout_s = 5;
+  const parallel::TcpStoreOptions so = server_options(5);
   parallel::TcpStore server(so);
   ClockOptions o;
   o.round_trips = 2;

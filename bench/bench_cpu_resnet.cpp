@@ -13,7 +13,8 @@
 // activation at this batch, both layouts) through kernels::batch_norm, beside PyTorch's
 // native_batch_norm and its backward on the same shapes, min of --reps calls each.
 // Flags: --batch N (default 32), --steps S (5), --warmup W (2), --rounds R (3), --im2col, --convs, --bn, --reps K
-// (per-convolution or batch-norm calls, 5), --quick (batch 4, 2 steps, 1 warm-up, 1 round: for CTest).
+// (per-convolution or batch-norm calls, 5), --isa avx2 (both programs limited to AVX2 and FMA on an
+// AVX-512 CPU: bench/cpu_isa.h), --quick (batch 4, 2 steps, 1 warm-up, 1 round: for CTest).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -27,6 +28,7 @@
 #include <ember/kernels/cpu/winograd.h>
 #include <ember/kernels/norm.h>
 #include "bench_util.h"
+#include "cpu_isa.h"
 #include "resnet_step.h"
 
 using namespace ember;
@@ -150,6 +152,7 @@ void bn_table(int64_t batch, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  bench::apply_isa_flag(argc, argv);
   const bool quick = bench::has_flag(argc, argv, "--quick");
   const int64_t batch = bench::int_flag(argc, argv, "--batch", quick ? 4 : 32);
   const int steps = static_cast<int>(bench::int_flag(argc, argv, "--steps", quick ? 2 : 5));
@@ -157,8 +160,8 @@ int main(int argc, char** argv) {
   const int rounds = static_cast<int>(std::max<int64_t>(1, bench::int_flag(argc, argv, "--rounds", quick ? 1 : 3)));
   std::printf(
       "bench_cpu_resnet: ResNet-18 (CIFAR) f32 training step, batch %lld, %d threads, median of %d steps, "
-      "%d rounds\n",
-      static_cast<long long>(batch), num_threads(), steps, rounds);
+      "%d rounds\ncpu: %s\n",
+      static_cast<long long>(batch), num_threads(), steps, rounds, bench::cpu_description().c_str());
   if (bench::has_flag(argc, argv, "--convs"))
     conv_table(batch, static_cast<int>(bench::int_flag(argc, argv, "--reps", quick ? 1 : 5)));
   if (bench::has_flag(argc, argv, "--bn"))

@@ -9,7 +9,10 @@
 # DataLoader worker thread collating each batch beside the training threads.
 #
 #   bench/bench_cpu_train.sh [--build DIR] [--python PY] [--limit N] [--test-limit M] [--repeats R]
-#                            [--batches "16 32 64 128"] [--loader resident|workers]
+#                            [--batches "16 32 64 128"] [--loader resident|workers] [--isa avx2]
+#
+# --isa avx2 limits both programs' libraries to AVX2 and FMA on an AVX-512 CPU (bench/cpu_isa.h
+# says which variables and why; this script sets the same five).
 #
 # Prints, per batch size, the median, min and max training images/s of each, the spread (max/min)
 # and ember's median over PyTorch's; then the same for evaluation images/s. The targets of issue 16:
@@ -32,7 +35,12 @@ while [ $# -gt 0 ]; do
   --repeats) repeats=$2; shift 2 ;;
   --batches) batches=$2; shift 2 ;;
   --loader) loader=$2; shift 2 ;;
-  -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
+  --isa)
+    [ "$2" = avx2 ] || { echo "bench_cpu_train: --isa takes avx2, not '$2'" >&2; exit 2; }
+    export EMBER_BENCH_ISA=avx2 OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 \
+      DNNL_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
+    shift 2 ;;
+  -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
   *) echo "bench_cpu_train: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -83,7 +91,8 @@ run_torch() {  # batch -> "train_ips eval_ips"
 
 echo "machine: $(nproc) cores, $(uname -n); one epoch over $limit images, eval over $test_limit at batch 1000;" \
   "$repeats runs each, interleaved ember/PyTorch; ember's loader: $loader"
-[ "$have_torch" = 1 ] && echo "peer: PyTorch $("$python" -c 'import torch; print(torch.__version__)'), $threads threads" ||
+echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), AVX-512: $(grep -qw avx512f /proc/cpuinfo && echo yes || echo no)${EMBER_BENCH_ISA:+, both programs limited to AVX2 (--isa avx2)}"
+[ "$have_torch" = 1 ] && echo "peer: PyTorch $("$python" -c 'import torch; print(torch.__version__, "(ATen " + torch.backends.cpu.get_cpu_capability() + ")")'), $threads threads" ||
   echo "peer: not measured: $python has no torch (pip install torch in a venv outside the repo; --python)"
 train_rows=()
 eval_rows=()

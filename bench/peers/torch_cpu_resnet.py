@@ -76,7 +76,8 @@ def main():
             if i >= a.warmup:
                 times.append(1000 * (time.perf_counter() - t0))
         ms = statistics.median(times)
-        torch_gpu.emit(f"step_ms_{name}", ms, f"torch {torch.__version__} resnet18 batch {a.batch}, {name}: "
+        torch_gpu.emit(f"step_ms_{name}", ms, f"torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}) "
+                       f"resnet18 batch {a.batch}, {name}: "
                        f"{ms:.1f} ms per step (median of {a.steps}; {min(times):.1f}-{max(times):.1f})")
 
 

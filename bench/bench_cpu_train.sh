@@ -37,6 +37,8 @@ while [ $# -gt 0 ]; do
   --loader) loader=$2; shift 2 ;;
   --isa)
     [ "$2" = avx2 ] || { echo "bench_cpu_train: --isa takes avx2, not '$2'" >&2; exit 2; }
+    grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo ||
+      { echo "bench_cpu_train: --isa avx2: this CPU has no AVX2 and FMA to be limited to" >&2; exit 2; }
     export EMBER_BENCH_ISA=avx2 OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 \
       DNNL_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
     shift 2 ;;

@@ -43,7 +43,8 @@ inline std::string cpu_description() {
 }
 
 /// With `--isa avx2`, starts this program again with both programs' libraries limited to AVX2
-/// (returns only when they already are). Any other --isa value exits 2.
+/// (returns only when they already are). Any other --isa value, or a CPU without AVX2 and FMA,
+/// exits 2.
 inline void apply_isa_flag(int argc, char** argv) {
   const char* want = nullptr;
   for (int i = 1; i + 1 < argc; ++i)
@@ -51,6 +52,15 @@ inline void apply_isa_flag(int argc, char** argv) {
   if (want == nullptr) return;
   if (std::strcmp(want, "avx2") != 0) {
     std::fprintf(stderr, "%s: --isa takes avx2, not '%s'\n", argv[0], want);
+    std::exit(2);
+  }
+#if defined(__x86_64__)
+  const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  const bool has_avx2 = false;
+#endif
+  if (!has_avx2) {  // OpenBLAS's Haswell kernels would stop at their first instruction
+    std::fprintf(stderr, "%s: --isa avx2: this CPU has no AVX2 and FMA to be limited to\n", argv[0]);
     std::exit(2);
   }
   const char* now = std::getenv("EMBER_BENCH_ISA");

@@ -29,7 +29,8 @@ inline std::string cpu_description() {
     if (colon == std::string::npos) continue;
     const std::string key = line.substr(0, line.find_first_of(" \t"));
     if (key == "model" && line.compare(0, 10, "model name") == 0 && !have_model) {
-      model = line.substr(colon + 2);
+      const size_t value = line.find_first_not_of(" \t", colon + 1);
+      model = value == std::string::npos ? "" : line.substr(value);
       have_model = true;
     } else if (key == "flags" && !have_flags) {
       avx512 = (line + " ").find(" avx512f ") != std::string::npos;
@@ -47,8 +48,8 @@ inline std::string cpu_description() {
 /// exits 2.
 inline void apply_isa_flag(int argc, char** argv) {
   const char* want = nullptr;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], "--isa") == 0) want = argv[i + 1];
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--isa") == 0) want = i + 1 < argc ? argv[i + 1] : "";
   if (want == nullptr) return;
   if (std::strcmp(want, "avx2") != 0) {
     std::fprintf(stderr, "%s: --isa takes avx2, not '%s'\n", argv[0], want);

@@ -41,7 +41,8 @@ void GraphStep::release_graph() {
 }
 
 void GraphStep::capture(const Tensor& input, const Tensor& target) {
-  // Gradients allocated inside the capture live in the graph's pool: static across replays.
+  // The previous graph's gradients go with it; those allocated inside this capture live in its
+  // pool: static across replays.
   release_graph();
   {
     NoGradGuard no_grad;

@@ -150,9 +150,6 @@ bool overlap(const X& a, const X& b, double slack_us = 0) {
   return a.start < b.end + slack_us && b.start < a.end + slack_us;
 }
 
-}  // namespace
-
-namespace {
 // A store server on a free loopback port; a rank's client copies these with its port and is_server false.
 parallel::TcpStoreOptions server_options(double timeout_s) {
   parallel::TcpStoreOptions so;

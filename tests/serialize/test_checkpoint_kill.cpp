@@ -56,6 +56,19 @@ int64_t step_in_text(const std::string& path) {
 
 void touch(const fs::path& p) { std::ofstream(p.string()) << "1"; }
 
+// Starts a child writing `step`'s files into dir and returns its pid once it says "started" (or
+// after 60 s); "started" and "done" of an earlier child are removed first.
+pid_t start_writer(const fs::path& dir, int64_t step) {
+  fs::remove(dir / "started");
+  fs::remove(dir / "done");
+  const pid_t pid = testing::spawn_self("[.checkpoint_kill_child]",
+                                        {"EMBER_KILL_DIR=" + dir.string(), "EMBER_KILL_STEP=" + std::to_string(step)});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(dir / "started") && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  return pid;
+}
+
 // Seconds from a child's "started" to its "done" as this process sees them: the window the kill
 // points spread over, measured on children writing `step`'s files whole (the longer of two). Not timed in
 // this process: a fresh process writes slower (first touches of its buffers; more so under
@@ -64,14 +77,8 @@ void touch(const fs::path& p) { std::ofstream(p.string()) << "1"; }
 double child_write_seconds(const fs::path& dir, int64_t step) {
   double longest = 0;
   for (int i = 0; i < 2; ++i) {
-    fs::remove(dir / "started");
-    fs::remove(dir / "done");
-    const pid_t pid = testing::spawn_self(
-        "[.checkpoint_kill_child]", {"EMBER_KILL_DIR=" + dir.string(), "EMBER_KILL_STEP=" + std::to_string(step)});
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (!fs::exists(dir / "started") && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    const auto t0 = std::chrono::steady_clock::now();
+    const pid_t pid = start_writer(dir, step);
+    const auto t0 = std::chrono::steady_clock::now(), deadline = t0 + std::chrono::seconds(60);
     while (!fs::exists(dir / "done") && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     longest = std::max(longest, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -123,14 +130,7 @@ TEST_CASE("checkpoint: SIGKILL at 50 points of a save leaves the previous or the
     windows += (windows.empty() ? "" : ", ") + std::to_string(t_write);
     INFO("round " << round << ": one save of both files takes " << t_write << " s in a child here");
     for (int i = 0; i < kKillPoints; ++i) {
-      ++step;
-      fs::remove(dir.path() / "started");
-      fs::remove(dir.path() / "done");
-      const pid_t pid = testing::spawn_self("[.checkpoint_kill_child]",
-                                            {"EMBER_KILL_DIR=" + dir.str(), "EMBER_KILL_STEP=" + std::to_string(step)});
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      while (!fs::exists(dir.path() / "started") && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      const pid_t pid = start_writer(dir.path(), ++step);
       // Kill points from the start of the save to 20% past its measured end.
       std::this_thread::sleep_for(std::chrono::duration<double>(1.2 * t_write * i / (kKillPoints - 1)));
       ::kill(pid, SIGKILL);
